@@ -1,0 +1,21 @@
+"""The scheduler core of lazybatch (installed as ``lazybatch.batcher``).
+
+It imports neither Triton nor onnxruntime: the Triton backend and the simulator plug in a clock and an executor.
+"""
+
+from .decisions import Decision, DecisionLog
+from .errors import ConfigError, LazyBatchError
+from .graph import ModelGraph, Stage, StageType
+from .interfaces import Clock, Executor, StageJob, StageResult
+from .latency_table import LatencyTable
+from .lengths import LengthHistogram
+from .policies import (GraphBatching, LazyBatching, OracleLazyBatching, Policy, Serial, parse_policy)
+from .request import Request, Status
+from .scheduler import Scheduler
+from .slack import SlackPredictor, slack
+
+__all__ = [
+    "Clock", "ConfigError", "Decision", "DecisionLog", "Executor", "GraphBatching", "LatencyTable", "LazyBatchError",
+    "LazyBatching", "LengthHistogram", "ModelGraph", "OracleLazyBatching", "Policy", "Request", "Scheduler",
+    "Serial", "SlackPredictor", "Stage", "StageJob", "StageResult", "StageType", "Status", "parse_policy", "slack",
+]

@@ -1,0 +1,62 @@
+"""What the scheduler needs from the world: a clock and an executor.
+
+The simulator plugs in a virtual clock and an executor that looks latencies up in a table; the Triton backend
+plugs in wall time and onnxruntime. Nothing here knows which.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Collection, Mapping, Protocol
+
+from .request import Request
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Timer: ...
+
+
+class StageJob:
+    """Run ``stage`` on ``requests``; ``batch_size`` may exceed len(requests) when a policy pads (graph batching
+    of seq2seq keeps finished sequences in the batch until the longest one ends)."""
+
+    __slots__ = ("stage", "requests", "batch_size", "token", "started")
+
+    def __init__(self, stage: int, requests: list[Request], batch_size: int, token: Any = None) -> None:
+        self.stage = stage
+        self.requests = requests
+        self.batch_size = batch_size
+        self.token = token
+        self.started = 0.0
+
+    def __repr__(self) -> str:
+        return f"StageJob(stage={self.stage}, n={len(self.requests)}, batch_size={self.batch_size})"
+
+
+class StageResult:
+    """What an executor reports besides "done".
+
+    ``loop_exits``: ids of requests whose loop (encoder/decoder) ends after this step; None lets the scheduler
+    decide from each request's known ``enc_steps``/``dec_steps``. ``errors``: request id -> message for requests
+    whose part of the batch failed; the rest of the batch goes on.
+    """
+
+    __slots__ = ("loop_exits", "errors")
+
+    def __init__(self, loop_exits: Collection[int] | None = None, errors: Mapping[int, str] | None = None) -> None:
+        self.loop_exits = loop_exits
+        self.errors = errors
+
+
+DoneCallback = Callable[[StageJob, "StageResult | None"], None]
+
+
+class Executor(Protocol):
+    def submit(self, job: StageJob, done: DoneCallback) -> None:
+        """Start ``job``; call ``done(job, result)`` once it has finished (from the scheduler's thread)."""
+        ...

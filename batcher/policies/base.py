@@ -1,0 +1,121 @@
+"""The one interface every batching policy implements, and the progress bookkeeping they share."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Callable
+
+from ..decisions import REJECT, DecisionLog
+from ..errors import ConfigError
+from ..graph import ModelGraph, StageType
+from ..interfaces import StageJob, StageResult
+from ..latency_table import LatencyTable
+from ..request import Request, Status
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..scheduler import Scheduler
+
+DEFAULT_MAX_BATCH_SIZE = 64
+
+
+class Policy(ABC):
+    """Decides what the device runs next.
+
+    The scheduler calls ``enqueue`` on arrival, ``next_job`` whenever the device is idle (after an arrival, a stage
+    completion or a timer) and ``job_done`` when a stage completes. ``next_job`` returns the job to run, a time to
+    be woken at (a batching window), or None to stay idle until the next arrival.
+    """
+
+    name = "policy"
+
+    def __init__(self, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> None:
+        if not isinstance(max_batch_size, int) or isinstance(max_batch_size, bool) or max_batch_size < 1:
+            raise ConfigError(f"max_batch_size must be a positive integer, got {max_batch_size!r}",
+                              field="max_batch_size")
+        self.max_batch_size = max_batch_size
+        self.table: LatencyTable
+        self.graph: ModelGraph
+        self.log: DecisionLog
+        self._finish: Callable[[Request, Status, str | None], None]
+
+    def attach(self, scheduler: "Scheduler") -> None:
+        self.table = scheduler.table
+        self.graph = scheduler.table.graph
+        self.log = scheduler.log
+        self._finish = scheduler.finish
+        self.table.check_covers(self.max_batch_size)
+
+    @abstractmethod
+    def enqueue(self, request: Request, now: float) -> None: ...
+
+    @abstractmethod
+    def next_job(self, now: float) -> StageJob | float | None: ...
+
+    @abstractmethod
+    def job_done(self, job: StageJob, result: StageResult | None, now: float) -> None: ...
+
+    @abstractmethod
+    def held(self) -> list[Request]:
+        """Every request the policy holds (queued or in flight), for shutdown."""
+
+    @abstractmethod
+    def clear(self) -> None:
+        """Forget every request held (after the scheduler has answered them)."""
+
+    def describe(self) -> str:
+        return f"{self.name}(max_batch_size={self.max_batch_size})"
+
+    # ------------------------------------------------------------------ shared bookkeeping
+    def advance(self, job: StageJob, result: StageResult | None, now: float) -> tuple[int, list[Request],
+                                                                                      int, list[Request]]:
+        """Move the job's requests past its stage.
+
+        Returns ``(next_stage, requests, exit_stage, exited)``: the requests that go on to ``next_stage`` and, at the
+        end of a loop body, those that leave the loop for ``exit_stage``. A stage index equal to the number of
+        stages means "finished". Failed and cancelled requests are answered here and appear in neither list.
+        """
+        g = self.graph
+        s = job.stage
+        reqs = job.requests
+        errors = result.errors if result is not None else None
+        if errors:
+            ok = []
+            for r in reqs:
+                msg = errors.get(r.id)
+                if msg is None:
+                    ok.append(r)
+                else:
+                    self._finish(r, Status.ERROR, f"stage {g.stages[s].name!r} failed: {msg}")
+            reqs = ok
+        if any(r.cancelled for r in reqs):
+            keep = []
+            for r in reqs:
+                if r.cancelled:
+                    self.log.add(now, REJECT, s, 1, "cancelled by the client")
+                    self._finish(r, Status.CANCELLED, "request was cancelled")
+                else:
+                    keep.append(r)
+            reqs = keep
+        if not g.is_loop_end[s]:
+            return s + 1, reqs, s + 1, []
+        exits = result.loop_exits if result is not None else None
+        kind = g.loop_type[s]
+        cont: list[Request] = []
+        out: list[Request] = []
+        for r in reqs:
+            r.loop_iter += 1
+            if exits is not None:
+                leaving = r.id in exits
+            elif kind is StageType.ENCODER:
+                leaving = r.loop_iter >= r.enc_steps
+            else:
+                if r.dec_steps is None:
+                    raise RuntimeError(f"request {r.id}: the executor did not report whether decoding ended and the "
+                                       "request has no dec_steps")
+                leaving = r.loop_iter >= r.dec_steps
+            if leaving:
+                r.loop_iter = 0
+                out.append(r)
+            else:
+                cont.append(r)
+        return g.block_start[s], cont, s + 1, out

@@ -1,0 +1,304 @@
+"""LazyBatching (paper section IV): a BatchTable stack of sub-batches, preemption at stage boundaries, merging of
+sub-batches that reach the same stage, governed by the SLA-aware slack predictor; and its Oracle.
+
+The BatchTable is a stack; its top entry is the active sub-batch. At every stage boundary:
+
+1. the two topmost entries merge while their next stage ids are equal (and the result fits max_batch_size);
+2. if InfQ holds requests and the slack predictor says that admitting them now misses no deadline, the active
+   entry is preempted (it keeps its next stage id) and a new entry for the admitted requests is pushed at stage 0;
+3. the top entry runs its next stage.
+
+When the stack is empty there is nothing to preempt: the queued requests (up to max_batch_size) start at once.
+
+Admission (Eq. 2, applied to everything in flight): every request running or admitted must still meet its deadline
+if the device executed all of their remaining programs one request at a time:
+
+    now + sum_{q in flight or admitted} remaining_single_time(q) <= min_{q in flight or admitted} deadline(q)
+
+Since batched execution never takes longer than the sum of single-input executions, this is the paper's
+conservative slack test; it also keeps, after every admission, the invariant that the predicted finish of all
+work in flight meets every deadline in flight. Requests are admitted in arrival order, greedily.
+
+Seq2seq: when a sub-batch reaches the end of a loop body, requests whose loop ends leave it. Leaving an ENCODER
+loop, the leavers are pushed below the ones that go on encoding (the encoders catch up and merge at the decoder);
+leaving a DECODER loop, the leavers go on top, so a finished sequence is answered without waiting for longer ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Sequence
+
+from ..decisions import DISPATCH, MERGE, PREEMPT, SPLIT
+from ..graph import StageType
+from ..interfaces import StageJob, StageResult
+from ..lengths import LengthHistogram
+from ..request import Request, Status
+from ..slack import DEFAULT_COVERAGE, SlackPredictor, resolve_dec_timesteps
+from .base import DEFAULT_MAX_BATCH_SIZE, Policy
+
+
+class _Entry:
+    """One BatchTable entry: a sub-batch and the stage it runs next."""
+
+    __slots__ = ("node", "reqs", "rem", "dmin")
+
+    def __init__(self, node: int, reqs: list[Request], rem: float, dmin: float) -> None:
+        self.node = node
+        self.reqs = reqs
+        self.rem = rem  # sum of the requests' remaining single-input times (slack predictor)
+        self.dmin = dmin  # earliest deadline in the entry
+
+    def __repr__(self) -> str:
+        return f"Entry(node={self.node}, ids={[r.id for r in self.reqs]})"
+
+
+class LazyBatching(Policy):
+    name = "lazy"
+
+    def __init__(self, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, *, dec_timesteps: int | None = None,
+                 dec_timesteps_coverage: float = DEFAULT_COVERAGE,
+                 length_histogram: LengthHistogram | None = None) -> None:
+        super().__init__(max_batch_size)
+        self.dec_timesteps = resolve_dec_timesteps(dec_timesteps, length_histogram, dec_timesteps_coverage)
+        self.dec_timesteps_coverage = dec_timesteps_coverage
+        self.infq: deque[Request] = deque()
+        self.stack: list[_Entry] = []
+        self.predictor: SlackPredictor
+
+    def attach(self, scheduler) -> None:  # type: ignore[override]
+        super().attach(scheduler)
+        self.predictor = SlackPredictor(self.table, self.dec_timesteps)
+        self._lat1 = self.table.single
+
+    def describe(self) -> str:
+        dec = f", dec_timesteps={self.dec_timesteps}" if self.graph.is_seq2seq else ""
+        return f"{self.name}(max_batch_size={self.max_batch_size}{dec})"
+
+    # ------------------------------------------------------------------ policy interface
+    def enqueue(self, request: Request, now: float) -> None:
+        request.est = self.predictor.single_input_exec_time(request.enc_steps)
+        self.infq.append(request)
+
+    def next_job(self, now: float) -> StageJob | float | None:
+        stack = self.stack
+        if self.infq:
+            if not stack:
+                e = self._take(now, self.max_batch_size)
+                if e is not None:
+                    stack.append(e)
+                    self.log.add(now, DISPATCH, 0, len(e.reqs), "device idle: queued requests start")
+            else:
+                k, predicted_slack = self._admissible(now)
+                if k:
+                    top = stack[-1]
+                    e = self._take(now, k)
+                    if e is not None:
+                        self.log.add(now, PREEMPT, top.node, len(top.reqs),
+                                     "slack predictor allows lazy batching", predicted_slack)
+                        stack.append(e)
+                        self.log.add(now, DISPATCH, 0, len(e.reqs), "lazily batched", predicted_slack)
+                        self._merge_top(now)
+        if not stack:
+            return None
+        top = stack[-1]
+        return StageJob(top.node, top.reqs, len(top.reqs), top)
+
+    def job_done(self, job: StageJob, result: StageResult | None, now: float) -> None:
+        stack = self.stack
+        e: _Entry = job.token
+        if not stack or stack[-1] is not e:
+            raise RuntimeError("LazyBatching: a completed job is not the active BatchTable entry")
+        stack.pop()
+        s = job.stage
+        g = self.graph
+        n = g.n
+        node, cont, exit_node, exited = self.advance(job, result, now)
+        if not g.is_loop_end[s]:
+            if not cont:
+                pass
+            elif node >= n:
+                for r in cont:
+                    self._finish(r, Status.OK, None)
+            else:
+                if len(cont) == len(job.requests):
+                    rem = e.rem - len(cont) * self._lat1[s]
+                    e.rem = rem if rem > 0.0 else 0.0
+                else:
+                    e.rem = self._remaining(node, cont)
+                    e.dmin = min(r.deadline for r in cont)
+                e.node, e.reqs = node, cont
+                stack.append(e)
+        else:
+            going = exiting = None
+            if cont:
+                going = _Entry(node, cont, self._remaining(node, cont), min(r.deadline for r in cont))
+            if exited:
+                if exit_node >= n:
+                    for r in exited:
+                        self._finish(r, Status.OK, None)
+                else:
+                    exiting = _Entry(exit_node, exited, self._remaining(exit_node, exited),
+                                     min(r.deadline for r in exited))
+            if going is not None and exiting is not None:
+                self.log.add(now, SPLIT, s, len(job.requests), f"{len(exited)} of {len(job.requests)} left the "
+                             f"{g.loop_type[s].value.lower()} loop")
+            if g.loop_type[s] is StageType.ENCODER:
+                order = (exiting, going)  # encoders on top: they catch up with the leavers at the next stage
+            else:
+                order = (going, exiting)  # finished sequences on top: answered without waiting for longer ones
+            for x in order:
+                if x is not None:
+                    stack.append(x)
+        self._merge_top(now)
+
+    def held(self) -> list[Request]:
+        return list(self.infq) + [r for e in self.stack for r in e.reqs]
+
+    def clear(self) -> None:
+        self.infq.clear()
+        self.stack.clear()
+
+    # ------------------------------------------------------------------ internals
+    def _remaining(self, node: int, reqs: Sequence[Request]) -> float:
+        rem = self.predictor.remaining
+        return sum(rem(node, r.loop_iter, r.enc_steps) for r in reqs)
+
+    def _take(self, now: float, k: int) -> _Entry | None:
+        q = self.infq
+        reqs: list[Request] = []
+        rem = 0.0
+        dmin = math.inf
+        while q and len(reqs) < k:
+            r = q.popleft()
+            if r.cancelled:
+                self._finish(r, Status.CANCELLED, "request was cancelled while queued")
+                continue
+            r.start = now
+            reqs.append(r)
+            rem += r.est
+            if r.deadline < dmin:
+                dmin = r.deadline
+        return _Entry(0, reqs, rem, dmin) if reqs else None
+
+    def _admissible(self, now: float) -> tuple[int, float]:
+        """How many queued requests (in arrival order) may join now, and the slack that leaves."""
+        t = now
+        dmin = math.inf
+        for e in self.stack:
+            t += e.rem
+            if e.dmin < dmin:
+                dmin = e.dmin
+        k = 0
+        cap = self.max_batch_size
+        for r in self.infq:
+            if k >= cap:
+                break
+            t2 = t + r.est
+            d = r.deadline if r.deadline < dmin else dmin
+            if t2 > d:
+                break
+            t = t2
+            dmin = d
+            k += 1
+        return k, dmin - t
+
+    def _merge_top(self, now: float) -> None:
+        stack = self.stack
+        while len(stack) >= 2 and stack[-1].node == stack[-2].node:
+            a = stack[-1]
+            b = stack[-2]
+            size = len(a.reqs) + len(b.reqs)
+            if size > self.max_batch_size:
+                return
+            stack.pop()
+            b.reqs = b.reqs + a.reqs
+            b.rem += a.rem
+            if a.dmin < b.dmin:
+                b.dmin = a.dmin
+            self.log.add(now, MERGE, b.node, size, "two topmost sub-batches reached the same stage")
+
+
+class OracleLazyBatching(LazyBatching):
+    """LazyBatching whose slack test knows the exact batched latency of every stage at every batch size.
+
+    Admission runs the BatchTable forward on the latency table (no further arrivals; decoder lengths still
+    predicted as dec_timesteps) and admits the largest prefix of InfQ for which every request in flight or admitted
+    finishes by its deadline. Costlier per decision than the conservative test; it exists as the upper bound the
+    paper compares against.
+    """
+
+    name = "oracle"
+
+    def _admissible(self, now: float) -> tuple[int, float]:
+        q = self.infq
+        hi = min(len(q), self.max_batch_size)
+        base = self._worst_slack(now, 0)
+        if base < 0 or hi == 0:
+            return 0, base
+        lo, best = 0, base
+        while lo < hi:  # largest k with slack >= 0; slack falls as k grows
+            mid = (lo + hi + 1) // 2
+            sl = self._worst_slack(now, mid)
+            if sl >= 0:
+                lo, best = mid, sl
+            else:
+                hi = mid - 1
+        return lo, best
+
+    def _worst_slack(self, now: float, k: int) -> float:
+        """Smallest deadline - predicted finish over everything in flight plus the first k queued requests."""
+        g = self.graph
+        n = g.n
+        dense = self.table.dense
+        dec = self.dec_timesteps
+        cap = self.max_batch_size
+        # shadow BatchTable: [node, [[deadline, enc_steps, loop_iter], ...]]
+        groups = [[e.node, [[r.deadline, r.enc_steps, r.loop_iter] for r in e.reqs]] for e in self.stack]
+        if k:
+            new = []
+            for i, r in enumerate(self.infq):
+                if i >= k:
+                    break
+                new.append([r.deadline, r.enc_steps, 0])
+            groups.append([0, new])
+        t = now
+        worst = math.inf
+        while groups:
+            while len(groups) >= 2 and groups[-1][0] == groups[-2][0] and \
+                    len(groups[-1][1]) + len(groups[-2][1]) <= cap:
+                top = groups.pop()
+                groups[-1][1] = groups[-1][1] + top[1]
+            node, members = groups.pop()
+            t += dense[node][len(members)]
+            if not g.is_loop_end[node]:
+                if node + 1 >= n:
+                    for m in members:
+                        if m[0] - t < worst:
+                            worst = m[0] - t
+                else:
+                    groups.append([node + 1, members])
+                continue
+            enc_loop = g.loop_type[node] is StageType.ENCODER
+            cont, out = [], []
+            for m in members:
+                m[2] += 1
+                if m[2] >= (m[1] if enc_loop else dec):
+                    m[2] = 0
+                    out.append(m)
+                else:
+                    cont.append(m)
+            going = [g.block_start[node], cont] if cont else None
+            exiting = None
+            if out:
+                if node + 1 >= n:
+                    for m in out:
+                        if m[0] - t < worst:
+                            worst = m[0] - t
+                else:
+                    exiting = [node + 1, out]
+            for x in ((exiting, going) if enc_loop else (going, exiting)):
+                if x is not None:
+                    groups.append(x)
+        return worst

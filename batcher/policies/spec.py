@@ -1,0 +1,112 @@
+"""Policy specs as users write them on the command line and in config.pbtxt parameters.
+
+    serial
+    lazy                      lazy:max_batch_size=32,dec_timesteps=10
+    oracle                    oracle:dec_timesteps_coverage=0.8
+    graph:5                   GraphB(5): max_queue_delay of 5 ms (the paper's batching time-window)
+    graph:max_queue_delay_microseconds=5000,max_batch_size=64,preferred_batch_size=4/8
+
+Keys follow Triton's config names (max_batch_size, max_queue_delay_microseconds, preferred_batch_size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError
+from ..lengths import LengthHistogram
+from .base import Policy
+from .graph_batching import GraphBatching, Serial
+from .lazy import LazyBatching, OracleLazyBatching
+
+POLICY_NAMES = ("serial", "graph", "lazy", "oracle")
+_KEYS = {
+    "serial": set(),
+    "graph": {"max_batch_size", "max_queue_delay_microseconds", "max_queue_delay_ms", "preferred_batch_size"},
+    "lazy": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage"},
+    "oracle": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage"},
+}
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A parsed policy spec; ``build()`` makes a fresh policy (policies hold per-run state)."""
+
+    kind: str
+    params: dict[str, Any] = field(default_factory=dict)
+    text: str = ""
+
+    @property
+    def label(self) -> str:
+        p = self.params
+        if self.kind == "serial":
+            return "Serial"
+        if self.kind == "graph":
+            ms = p.get("max_queue_delay_microseconds", 0) / 1000
+            extra = f",b{p['max_batch_size']}" if "max_batch_size" in p else ""
+            return f"GraphB({ms:g}{extra})"
+        base = "LazyB" if self.kind == "lazy" else "Oracle"
+        extra = []
+        if "max_batch_size" in p:
+            extra.append(f"b{p['max_batch_size']}")
+        if "dec_timesteps" in p:
+            extra.append(f"dec{p['dec_timesteps']}")
+        return base + (f"({','.join(extra)})" if extra else "")
+
+    @property
+    def sla_aware(self) -> bool:
+        """Whether the policy's decisions depend on request deadlines (so one run per SLA target is needed)."""
+        return self.kind in ("lazy", "oracle")
+
+    def build(self, *, max_batch_size: int | None = None, length_histogram: LengthHistogram | None = None) -> Policy:
+        p = dict(self.params)
+        if self.kind == "serial":
+            return Serial()
+        mbs = p.pop("max_batch_size", max_batch_size)
+        kw: dict[str, Any] = {} if mbs is None else {"max_batch_size": mbs}
+        if self.kind == "graph":
+            return GraphBatching(max_queue_delay=p.get("max_queue_delay_microseconds", 0) / 1e6,
+                                 preferred_batch_sizes=p.get("preferred_batch_size", ()), **kw)
+        cls = LazyBatching if self.kind == "lazy" else OracleLazyBatching
+        return cls(dec_timesteps=p.get("dec_timesteps"),
+                   dec_timesteps_coverage=p.get("dec_timesteps_coverage", 0.9),
+                   length_histogram=length_histogram, **kw)
+
+
+def _num(kind: str, key: str, value: str) -> Any:
+    try:
+        if key == "preferred_batch_size":
+            return tuple(int(v) for v in value.replace("/", " ").split())
+        if key in ("dec_timesteps_coverage", "max_queue_delay_ms"):
+            return float(value)
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"policy {kind!r}: {key}={value!r} is not a valid number", field=key) from None
+
+
+def parse_policy(text: str) -> PolicySpec:
+    spec = text.strip()
+    kind, _, rest = spec.partition(":")
+    kind = kind.strip().lower()
+    aliases = {"graphb": "graph", "dynamic": "graph", "lazyb": "lazy", "lazybatching": "lazy"}
+    kind = aliases.get(kind, kind)
+    if kind not in _KEYS:
+        raise ConfigError(f"unknown policy {text!r}; choose one of {', '.join(POLICY_NAMES)}", field="policy")
+    params: dict[str, Any] = {}
+    rest = rest.strip()
+    if rest:
+        if kind == "graph" and "=" not in rest:
+            rest = f"max_queue_delay_ms={rest}"
+        for item in rest.split(","):
+            key, eq, value = item.partition("=")
+            key = key.strip()
+            if not eq:
+                raise ConfigError(f"policy {text!r}: expected key=value, got {item!r}", field="policy")
+            if key not in _KEYS[kind]:
+                allowed = ", ".join(sorted(_KEYS[kind])) or "none"
+                raise ConfigError(f"policy {kind!r} has no parameter {key!r} (allowed: {allowed})", field=key)
+            params[key] = _num(kind, key, value.strip())
+    if "max_queue_delay_ms" in params:
+        params["max_queue_delay_microseconds"] = int(round(params.pop("max_queue_delay_ms") * 1000))
+    return PolicySpec(kind, params, spec)

@@ -1,0 +1,132 @@
+"""The scheduler core: one device, one policy, a clock and an executor.
+
+It owns the request life cycle (every request is answered exactly once: OK, an error, CANCELLED or UNAVAILABLE)
+and the device state (at most one stage job in flight), and asks the policy what to run whenever the device is idle.
+It is single-threaded: the driver (the simulator's event loop, or the backend's scheduler thread) calls
+``submit``, the executor's completion callback and timer callbacks from one thread.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .decisions import REJECT, DecisionLog
+from .interfaces import Clock, Executor, StageJob, StageResult, Timer
+from .latency_table import LatencyTable
+from .policies.base import Policy
+from .request import Request, Status
+
+ResponseCallback = Callable[[Request], None]
+
+
+class Scheduler:
+    def __init__(self, table: LatencyTable, policy: Policy, executor: Executor, clock: Clock, *,
+                 on_response: ResponseCallback | None = None, log: DecisionLog | None = None) -> None:
+        self.table = table
+        self.policy = policy
+        self.executor = executor
+        self.clock = clock
+        self.on_response = on_response
+        self.log = log if log is not None else DecisionLog()
+        self.busy = False
+        self.closed = False
+        self.running: StageJob | None = None
+        self._timer: Timer | None = None
+        self._timer_at: float | None = None
+        self._in_dispatch = False
+        self._again = False
+        self.completed = 0
+        self.outstanding = 0
+        policy.attach(self)
+
+    # ------------------------------------------------------------------ driver-facing API
+    def submit(self, request: Request) -> None:
+        """A request arrived (its ``arrival`` is the time it reached the server)."""
+        if request.status is not None:
+            raise ValueError(f"request {request.id} was already answered ({request.status.name})")
+        self.outstanding += 1
+        now = self.clock.now()
+        if self.closed:
+            self.log.add(now, REJECT, 0, 1, "scheduler is closed")
+            self.finish(request, Status.UNAVAILABLE, "the model is shutting down; retry on another instance")
+            return
+        self.policy.enqueue(request, now)
+        if not self.busy:
+            self._dispatch()
+
+    def complete(self, job: StageJob, result: StageResult | None = None) -> None:
+        """The executor finished ``job``."""
+        if job is not self.running:
+            raise RuntimeError(f"completion for {job!r}, which is not the job in flight")
+        self.running = None
+        self.busy = False
+        if self.closed:
+            return
+        self.policy.job_done(job, result, self.clock.now())
+        self._dispatch()
+
+    def close(self, message: str = "the model was unloaded before the request finished") -> list[Request]:
+        """Answer every request still held with UNAVAILABLE and stop scheduling. Returns the requests answered."""
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        held = [r for r in self.policy.held() if r.status is None]
+        if self.running is not None:
+            held += [r for r in self.running.requests if r.status is None and r not in held]
+        for r in held:
+            self.finish(r, Status.UNAVAILABLE, message)
+        self.policy.clear()
+        return held
+
+    @property
+    def idle(self) -> bool:
+        return not self.busy and self.outstanding == self.completed
+
+    # ------------------------------------------------------------------ used by policies
+    def finish(self, request: Request, status: Status, error: str | None) -> None:
+        if request.status is not None:
+            raise RuntimeError(f"request {request.id} answered twice ({request.status.name}, then {status.name})")
+        request.status = status
+        request.error = error
+        request.finish = self.clock.now()
+        self.completed += 1
+        if self.on_response is not None:
+            self.on_response(request)
+
+    # ------------------------------------------------------------------ internals
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        if not self.busy and not self.closed:
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        # A synchronous executor calls complete() from inside submit(); loop instead of recursing.
+        if self._in_dispatch:
+            self._again = True
+            return
+        self._in_dispatch = True
+        try:
+            while True:
+                self._again = False
+                if not self.busy and not self.closed:
+                    now = self.clock.now()
+                    nxt = self.policy.next_job(now)
+                    if isinstance(nxt, StageJob):
+                        self.busy = True
+                        self.running = nxt
+                        nxt.started = now
+                        for r in nxt.requests:
+                            if r.start is None:
+                                r.start = now
+                        self.executor.submit(nxt, self.complete)
+                    elif nxt is not None and nxt != self._timer_at:
+                        if self._timer is not None:
+                            self._timer.cancel()
+                        self._timer_at = nxt
+                        self._timer = self.clock.call_at(nxt, self._on_timer)
+                if not self._again:
+                    return
+        finally:
+            self._in_dispatch = False

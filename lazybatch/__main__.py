@@ -1,0 +1,5 @@
+import sys
+
+from lazybatch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``lazybatch`` subcommand; each exposes ``register(subparsers)``."""

@@ -1,0 +1,101 @@
+"""A discrete-event simulator that runs the real scheduler core on a virtual clock.
+
+The simulation is its own clock and its own executor: a stage job completes after the latency the table gives for
+its stage and batch size. Events at the same instant run in a fixed order: stage completions, then timers, then
+arrivals (a request that arrives exactly when a batch is dispatched is not part of it).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable, Iterable
+
+from lazybatch.batcher.decisions import DecisionLog
+from lazybatch.batcher.interfaces import DoneCallback, StageJob
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.policies.base import Policy
+from lazybatch.batcher.request import Request
+from lazybatch.batcher.scheduler import Scheduler
+
+_COMPLETION, _TIMER = 0, 1
+
+JobObserver = Callable[[float, StageJob], None]
+
+
+class _Timer:
+    __slots__ = ("callback", "cancelled")
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Simulation:
+    """Virtual clock + latency-table executor + the scheduler, driven by a list of arrivals."""
+
+    def __init__(self, table: LatencyTable, policy: Policy, *, log: DecisionLog | None = None,
+                 on_job: JobObserver | None = None) -> None:
+        self.t = 0.0
+        self._heap: list[tuple] = []
+        self._seq = 0
+        self._dense = table.dense
+        self.on_job = on_job
+        self.stage_execs = 0
+        self.batch_hist: dict[int, int] = {}
+        self.busy_time = 0.0
+        self.scheduler = Scheduler(table, policy, self, self, log=log)
+
+    # Clock
+    def now(self) -> float:
+        return self.t
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> _Timer:
+        timer = _Timer(callback)
+        self._seq += 1
+        heapq.heappush(self._heap, (when if when > self.t else self.t, _TIMER, self._seq, timer, None))
+        return timer
+
+    # Executor
+    def submit(self, job: StageJob, done: DoneCallback) -> None:
+        b = job.batch_size
+        lat = self._dense[job.stage][b]
+        self.stage_execs += 1
+        self.busy_time += lat
+        hist = self.batch_hist
+        hist[b] = hist.get(b, 0) + 1
+        if self.on_job is not None:
+            self.on_job(self.t, job)
+        self._seq += 1
+        heapq.heappush(self._heap, (self.t + lat, _COMPLETION, self._seq, job, done))
+
+    def run(self, requests: Iterable[Request]) -> list[Request]:
+        """Feed ``requests`` (sorted by arrival) and run until every one is answered."""
+        reqs = list(requests)
+        heap = self._heap
+        pop = heapq.heappop
+        submit = self.scheduler.submit
+        i, n = 0, len(reqs)
+        inf = float("inf")
+        while True:
+            ta = reqs[i].arrival if i < n else inf
+            if heap and heap[0][0] <= ta:
+                when, kind, _, obj, done = pop(heap)
+                if when < self.t:
+                    raise RuntimeError(f"virtual clock would run backwards: {when} < {self.t}")
+                self.t = when
+                if kind == _COMPLETION:
+                    done(obj, None)
+                elif not obj.cancelled:
+                    obj.callback()
+            elif i < n:
+                if ta < self.t:
+                    raise RuntimeError(f"arrivals must be sorted: request {reqs[i].id} arrives at {ta} < {self.t}")
+                self.t = ta
+                submit(reqs[i])
+                i += 1
+            else:
+                break
+        return reqs
