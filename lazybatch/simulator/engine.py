@@ -11,7 +11,7 @@ import heapq
 from typing import Callable, Iterable
 
 from lazybatch.batcher.decisions import DecisionLog
-from lazybatch.batcher.interfaces import DoneCallback, StageJob
+from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.request import Request
@@ -20,6 +20,7 @@ from lazybatch.batcher.scheduler import Scheduler
 _COMPLETION, _TIMER = 0, 1
 
 JobObserver = Callable[[float, StageJob], None]
+ResultHook = Callable[[StageJob], "StageResult | None"]
 
 
 class _Timer:
@@ -37,12 +38,15 @@ class Simulation:
     """Virtual clock + latency-table executor + the scheduler, driven by a list of arrivals."""
 
     def __init__(self, table: LatencyTable, policy: Policy, *, log: DecisionLog | None = None,
-                 on_job: JobObserver | None = None) -> None:
+                 on_job: JobObserver | None = None, result_for: ResultHook | None = None) -> None:
+        """``on_job`` sees every stage job as it starts; ``result_for`` may return a StageResult for a job (to inject
+        failures or decide loop exits), evaluated when the job completes."""
         self.t = 0.0
         self._heap: list[tuple] = []
         self._seq = 0
         self._dense = table.dense
         self.on_job = on_job
+        self.result_for = result_for
         self.stage_execs = 0
         self.batch_hist: dict[int, int] = {}
         self.busy_time = 0.0
@@ -87,7 +91,7 @@ class Simulation:
                     raise RuntimeError(f"virtual clock would run backwards: {when} < {self.t}")
                 self.t = when
                 if kind == _COMPLETION:
-                    done(obj, None)
+                    done(obj, None if self.result_for is None else self.result_for(obj))
                 elif not obj.cancelled:
                     obj.callback()
             elif i < n:
