@@ -75,8 +75,11 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self._heap, (self.t + lat, _COMPLETION, self._seq, job, done))
 
-    def run(self, requests: Iterable[Request]) -> list[Request]:
-        """Feed ``requests`` (sorted by arrival) and run until every one is answered."""
+    def run(self, requests: Iterable[Request], *, max_stage_execs: int | None = None) -> list[Request]:
+        """Feed ``requests`` (sorted by arrival) and run until every one is answered.
+
+        ``max_stage_execs`` guards tests against a policy that never finishes: exceeding it raises RuntimeError.
+        """
         reqs = list(requests)
         heap = self._heap
         pop = heapq.heappop
@@ -92,6 +95,9 @@ class Simulation:
                 self.t = when
                 if kind == _COMPLETION:
                     done(obj, None if self.result_for is None else self.result_for(obj))
+                    if max_stage_execs is not None and self.stage_execs > max_stage_execs:
+                        raise RuntimeError(f"more than {max_stage_execs} stage executions: the policy does not "
+                                           "make progress")
                 elif not obj.cancelled:
                     obj.callback()
             elif i < n:
