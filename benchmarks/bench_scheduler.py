@@ -125,7 +125,7 @@ def main() -> int:
     if args.quick:
         return 0
     policies = list(sweep.PAPER_POLICIES)
-    models = list(paper_tables.MODELS)
+    models = list(paper_tables.PAPER_MODELS)
     specs = sweep.plan(models, policies, sweep.PAPER_RATES, [0.1], 20, requests=1000, keep_latencies_at=1000)
     print(f"\n3. Paper-sized sweep: {len(models)} models x {len(sweep.PAPER_RATES)} rates x {len(policies)} policies "
           f"x 20 seeds = {len(specs)} runs of 1000 requests on {args.jobs} processes")

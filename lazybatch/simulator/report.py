@@ -9,7 +9,7 @@ from typing import Sequence, TextIO
 
 from .sweep import Comparison, to_jsonable
 
-_ORDER = ("Serial", "GraphB", "LazyB", "Oracle")
+_ORDER = ("Serial", "AdHoc", "GraphB", "BatchMonitor", "MaxBatchDeadline", "LazyB", "Oracle")
 
 
 def policy_order(labels: set[str]) -> list[str]:
