@@ -37,12 +37,12 @@ def gnmt(seed: int = 0, small: bool = False) -> tuple[GraphBuilder, dict[str, An
     for i, (h, c) in enumerate(enc_state):
         h2, c2 = lstm_cell(g, x, h, c, d, d, f"enc{i}")
         enc_out += [(h2, f"enc_h{i}_out"), (c2, f"enc_c{i}_out")]
+        g.output(h2, f"enc_h{i}_out", FLOAT, [BATCH, d])
+        g.output(c2, f"enc_c{i}_out", FLOAT, [BATCH, d])
         x = g.op("Add", [x, h2], name=f"enc{i}.residual") if i >= 2 else h2
     mem2 = write_slot(g, mem, x, one_hot_rows(g, pos, max_len, "enc.slot"), "enc.memory")
     g.output(mem2, "enc_memory_out", FLOAT, [BATCH, max_len, d])
     g.output(g.op("Add", [pos, g.const(np.int64(1), "one_i")], name="enc.pos_next"), "enc_pos_out", INT64, [BATCH])
-    for t, name in enc_out:
-        g.output(t, name, FLOAT, [BATCH, d])
     # ---------------- decoder step
     dtok = g.input("dec_token", INT64, [BATCH], value_range=(0, vocab - 1))
     feed = g.input("dec_feed", FLOAT, [BATCH, d])
@@ -56,6 +56,8 @@ def gnmt(seed: int = 0, small: bool = False) -> tuple[GraphBuilder, dict[str, An
     for i, (h, c) in enumerate(dec_state):
         h2, c2 = lstm_cell(g, y, h, c, 2 * d if i == 0 else d, d, f"dec{i}")
         dec_out += [(h2, f"dec_h{i}_out"), (c2, f"dec_c{i}_out")]
+        g.output(h2, f"dec_h{i}_out", FLOAT, [BATCH, d])
+        g.output(c2, f"dec_c{i}_out", FLOAT, [BATCH, d])
         y = g.op("Add", [y, h2], name=f"dec{i}.residual") if i >= 2 else h2
     # attention (Luong "general"): score[b, s] = mem[b, s] . (W y[b]), masked to the source length
     q = unsqueeze(g, g.linear(y, d, d, "attn.query", bias=False), [2], "attn.q_col")
@@ -70,8 +72,6 @@ def gnmt(seed: int = 0, small: bool = False) -> tuple[GraphBuilder, dict[str, An
     g.output(logits, "logits", FLOAT, [BATCH, vocab])
     g.output(g.op("ArgMax", [logits], name="dec.argmax", axis=1, keepdims=0), "next_token", INT64, [BATCH])
     g.output(att, "dec_feed_out", FLOAT, [BATCH, d])
-    for t, name in dec_out:
-        g.output(t, name, FLOAT, [BATCH, d])
     enc_states = [{"input": "enc_pos", "output": "enc_pos_out", "init": 0},
                   {"input": "enc_memory", "output": "enc_memory_out", "init": 0.0}]
     enc_states += [{"input": n[:-4], "output": n, "init": 0.0} for _, n in enc_out]

@@ -88,8 +88,9 @@ def residual_ln(g: GraphBuilder, x: str, y: str, d: int, name: str) -> str:
 
 def lstm_cell(g: GraphBuilder, x: str, h: str, c: str, d_in: int, d: int, name: str) -> tuple[str, str]:
     """One LSTM step: gates = x W + h U + b, split i, f, g, o; returns (h', c')."""
-    gates = g.op("Add", [g.linear(x, d_in, 4 * d, f"{name}.w", bias=False),
-                         g.linear(h, d, 4 * d, f"{name}.u")], name=f"{name}.gates")
+    # the recurrent product first: while it runs, x is still pending, so no cut can fall inside the cell
+    hu = g.linear(h, d, 4 * d, f"{name}.u")
+    gates = g.op("Add", [g.linear(x, d_in, 4 * d, f"{name}.w", bias=False), hu], name=f"{name}.gates")
     i, f, cand, o = g.op("Split", [gates, g.i64([d] * 4, "split")], n_out=4, name=f"{name}.split", axis=-1)
     i = g.op("Sigmoid", [i], name=f"{name}.i")
     f = g.op("Sigmoid", [f], name=f"{name}.f")

@@ -96,6 +96,8 @@ def transformer(seed: int = 0, small: bool = False) -> tuple[GraphBuilder, dict[
         k_all = write_slot(g, caches[i][0], k_new, hot, f"{name}.cache_k")
         v_all = write_slot(g, caches[i][1], v_new, hot, f"{name}.cache_v")
         state += [(k_all, f"cache_k{i}_out"), (v_all, f"cache_v{i}_out")]
+        for t, out_name in state[-2:]:  # emit outputs where they are computed: nothing waits until the end
+            g.output(t, out_name, FLOAT, [BATCH, max_len, d])
         a = attention(g, q, k_all, v_all, self_mask, d, n_heads, f"{name}.self")
         y = residual_ln(g, y, g.linear(a, d, d, f"{name}.self.out"), d, f"{name}.self")
         cross_mask = length_mask(g, dsrc_len, max_len, f"{name}.cross_mask")
@@ -108,8 +110,6 @@ def transformer(seed: int = 0, small: bool = False) -> tuple[GraphBuilder, dict[
     g.output(logits, "logits", FLOAT, [BATCH, vocab])
     g.output(g.op("ArgMax", [logits], name="dec.argmax", axis=1, keepdims=0), "next_token", INT64, [BATCH])
     g.output(g.op("Add", [pos, g.const(np.int64(1), "one_i")], name="dec.pos_next"), "dec_pos_out", INT64, [BATCH])
-    for t, name in state:
-        g.output(t, name, FLOAT, [BATCH, max_len, d])
     seq2seq = {
         "encoder": {"runs": "once", "outputs": ["enc_memory"], "state": []},
         "decoder": {"outputs": ["logits", "next_token", "dec_pos_out"] + [n for _, n in state],
