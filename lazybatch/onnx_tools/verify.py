@@ -11,6 +11,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from lazybatch.batcher.errors import ConfigError
+
 from .runtime import StageChain, random_feeds
 
 TOLERANCE = 1e-5
@@ -52,7 +54,15 @@ def verify_dir(directory: str | Path, manifest: Mapping[str, Any], *, batch_size
         it = tqdm(batch_sizes, desc="verify", unit="batch")
     for b in it:
         feeds = random_feeds(manifest["graph_inputs"], b, rng)
-        res = compare(chain.run_whole(feeds), chain.run_chain(feeds))
+        try:
+            whole = chain.run_whole(feeds)
+            chained = chain.run_chain(feeds)
+        except Exception as e:  # onnxruntime raises its own Fail/InvalidArgument types
+            first = str(e).strip().splitlines()[0][:400] if str(e).strip() else type(e).__name__
+            raise ConfigError(f"--verify: onnxruntime failed at batch size {b}: {first}; the model probably "
+                              "hard-codes its batch size (a constant shape, Expand, Tile or Concat with a batch "
+                              "of 1): re-export it with a dynamic batch dimension") from None
+        res = compare(whole, chained)
         per_batch[str(b)] = res
         for name, r in res.items():
             if r["rel_err"] > worst["rel_err"] or worst["worst_output"] is None:
