@@ -65,8 +65,6 @@ def make_batchable(model: onnx.ModelProto) -> list[str]:
         model.ir_version = 4
     for vi in g.input:
         _set_batch_dim(vi, "input", fixes)
-    for vi in g.output:
-        _set_batch_dim(vi, "output", fixes)
     del g.value_info[:]  # stale shapes with a hard batch of 1; re-inferred below
     const = _const_tensors(g)
     for node in g.node:
@@ -103,6 +101,8 @@ def make_batchable(model: onnx.ModelProto) -> list[str]:
                           f"{arr.tolist()}, which folds the batch dimension into other dimensions; make the "
                           "shape start with 0 (copy the batch) or -1, or re-export the model with a dynamic batch "
                           "dimension (torch.onnx.export(..., dynamic_axes={'input': {0: 'batch'}}))")
+    for vi in g.output:  # after the Reshape scan: a folding Reshape is the more useful thing to name
+        _set_batch_dim(vi, "output", fixes)
     return fixes
 
 

@@ -23,6 +23,7 @@ def make_session(path: Path, providers: Sequence[str], threads: int = 0) -> Any:
         raise ConfigError(f"execution provider(s) {', '.join(missing)} are not available in this onnxruntime "
                           f"({ort.__version__}); available: {', '.join(available)}. Install onnxruntime-gpu for "
                           "CUDAExecutionProvider, or use CPUExecutionProvider")
+    ort.set_default_logger_severity(3)  # failures surface as exceptions with our own message
     so = ort.SessionOptions()
     if threads:
         so.intra_op_num_threads = threads
