@@ -22,9 +22,9 @@ def shared_weight_mlp(path: Path) -> Path:
     nodes = [
         helper.make_node("MatMul", ["a", "W"], ["m1"], name="mm1"),
         helper.make_node("Relu", ["m1"], ["h1"], name="relu1"),
-        helper.make_node("Add", ["h1", "b"], ["s"], name="add_b"),
-        helper.make_node("MatMul", ["s", "W"], ["m2"], name="mm2"),
-        helper.make_node("Relu", ["m2"], ["h2"], name="relu2"),
+        helper.make_node("MatMul", ["h1", "W"], ["m2"], name="mm2"),
+        helper.make_node("Add", ["m2", "b"], ["s"], name="add_b"),
+        helper.make_node("Relu", ["s"], ["h2"], name="relu2"),
         helper.make_node("MatMul", ["h2", "W"], ["out2"], name="mm3"),
     ]
     g = helper.make_graph(nodes, "shared_mlp",
