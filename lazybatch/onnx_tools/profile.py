@@ -75,12 +75,12 @@ def _median_time(fn: Callable[[], Any], warmup: int, repeat: int) -> float:
 def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
                 provider: str = "CPUExecutionProvider", warmup: int = 2, repeat: int = 5, threads: int = 0,
                 seed: int = 0, progress: bool = True, whole: bool = True,
-                length_histogram: str | Path | None = None) -> LatencyTable:
+                length_histogram: str | Path | None = None, spinning: bool = True) -> LatencyTable:
     if warmup < 0 or repeat < 1:
         raise ConfigError(f"--warmup must be >= 0 and --repeat >= 1 (got {warmup}, {repeat})")
     d = Path(directory)
     manifest = load_manifest(d)
-    chain = StageChain(d, manifest, [provider], threads=threads, whole=whole)
+    chain = StageChain(d, manifest, [provider], threads=threads, whole=whole, spinning=spinning)
     rng = np.random.default_rng(seed)
     n = len(manifest["stages"])
     lat = [[0.0] * len(batch_sizes) for _ in range(n)]
@@ -115,6 +115,7 @@ def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_B
     meta: dict[str, Any] = {
         "source": "lazybatch profile", "provider": provider, "onnxruntime": ort.__version__,
         "warmup": warmup, "repeat": repeat, "statistic": "median", "threads": threads or os.cpu_count(),
+        "intra_op_spinning": spinning,
         "host": platform.node(), "machine": platform.machine(), "processor": platform.processor() or None,
         "interpolation": "linear between measured batch sizes (LatencyTable)",
         "measured_batch_sizes": list(batch_sizes),

@@ -14,7 +14,9 @@ import numpy as np
 from lazybatch.batcher.errors import ConfigError
 
 
-def make_session(path: Path, providers: Sequence[str], threads: int = 0) -> Any:
+def make_session(path: Path, providers: Sequence[str], threads: int = 0, spinning: bool = True) -> Any:
+    """An onnxruntime session; ``spinning=False`` stops idle intra-op threads from busy-waiting, which matters when
+    many stage sessions take turns on few cores (each session owns a thread pool that spins after its run)."""
     import onnxruntime as ort
 
     available = ort.get_available_providers()
@@ -27,6 +29,8 @@ def make_session(path: Path, providers: Sequence[str], threads: int = 0) -> Any:
     so = ort.SessionOptions()
     if threads:
         so.intra_op_num_threads = threads
+    if not spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.log_severity_level = 3
     return ort.InferenceSession(str(path), sess_options=so, providers=list(providers))
 
@@ -53,11 +57,11 @@ class StageChain:
     """onnxruntime sessions for the whole model and for every stage of a split directory."""
 
     def __init__(self, directory: str | Path, manifest: Mapping[str, Any], providers: Sequence[str] = ("CPUExecutionProvider",),
-                 threads: int = 0, whole: bool = True) -> None:
+                 threads: int = 0, whole: bool = True, spinning: bool = True) -> None:
         d = Path(directory)
         self.manifest = manifest
-        self.whole = make_session(d / manifest["whole_model"], providers, threads) if whole else None
-        self.stages = [make_session(d / st["file"], providers, threads) for st in manifest["stages"]]
+        self.whole = make_session(d / manifest["whole_model"], providers, threads, spinning) if whole else None
+        self.stages = [make_session(d / st["file"], providers, threads, spinning) for st in manifest["stages"]]
 
     def run_whole(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         assert self.whole is not None
