@@ -36,10 +36,12 @@ class ZooEntry:
 MODELS: dict[str, ZooEntry] = {
     "resnet50": ZooEntry(resnet50, "ResNet-50 v1.5, 224x224, 1000 classes (~25.6M parameters)"),
     "vgg16": ZooEntry(vgg16, "VGG-16 (configuration D), 224x224 (~138M parameters, ~550 MB)"),
-    "mobilenet_v1": ZooEntry(mobilenet_v1, "MobileNet-v1 1.0, 224x224 (~4.2M parameters)"),
+    "mobilenet_v1": ZooEntry(mobilenet_v1, "MobileNet-v1 1.0, 224x224 (~4.3M parameters)"),
     "bert": ZooEntry(bert, "BERT-base encoder, sequence length 128 (~110M parameters)"),
-    "gnmt": ZooEntry(gnmt, "GNMT-like 4+4 layer LSTM encoder/decoder steps with attention, hidden 1024", True),
-    "transformer": ZooEntry(transformer, "Transformer base encoder + decoder step with a KV cache of 80", True),
+    "gnmt": ZooEntry(gnmt, "GNMT-like 4+4 LSTM encoder/decoder steps with attention, hidden 1024 (~173M params)",
+                     True),
+    "transformer": ZooEntry(transformer, "Transformer base: encoder + decoder step, KV cache of 80 (~93M params)",
+                            True),
 }
 
 
