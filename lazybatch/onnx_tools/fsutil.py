@@ -29,8 +29,6 @@ def staging_dir(target: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    finally:
-        pass
 
 
 def replace_dir(tmp: Path, target: Path) -> None:

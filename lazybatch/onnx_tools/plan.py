@@ -168,6 +168,15 @@ def make_plan(model: onnx.ModelProto, seq2seq: dict[str, Any] | None = None, *, 
     active = [active[i] for i in order]
     part = [part[i] for i in order]
     n = len(active)
+    if n == 0:
+        raise ConfigError("the graph computes nothing from its inputs (every node is constant); there is nothing "
+                          "to split: serve it as it is")
+    produced_by_nodes = {o for nd in active for o in nd.output if o}
+    for vi in g.output:
+        if vi.name not in produced_by_nodes:
+            raise ConfigError(f"graph output {vi.name!r} is a constant or a graph input passed straight through, "
+                              "not computed by any stage; remove it from the outputs (or compute it) and split "
+                              "again")
     flops = [node_flops(nd, shapes) for nd in active]
     heavy = [nd.op_type in HEAVY for nd in active]
     producer = {o: i for i, nd in enumerate(active) for o in nd.output if o}

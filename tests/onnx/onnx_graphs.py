@@ -88,3 +88,12 @@ def concat_fixed_batch(path: Path) -> Path:
 
 def old_opset(path: Path) -> Path:
     return save(_one_input([helper.make_node("Relu", ["x"], ["y"], name="relu")], [1, 4, 2], opset=8), path, ir=3)
+
+
+def passthrough_output(path: Path) -> Path:
+    """An output that is just the input: no stage computes it."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 2]),
+                           helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 2])])
+    return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)

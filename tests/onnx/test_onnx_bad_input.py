@@ -93,3 +93,8 @@ def test_min_stage_cost_garbage(tmp_path: Path, cli) -> None:
     assert cli("export", "vgg16", "--small", "--out", tmp_path / "v.onnx")[0] == 0
     _assert_refused(cli, tmp_path, tmp_path / "v.onnx", ("--min-stage-cost", "lots"), what="not a number of FLOPs",
                     remedy="500M")
+
+
+def test_output_not_computed_by_any_stage(tmp_path: Path, cli) -> None:
+    _assert_refused(cli, tmp_path, G.passthrough_output(tmp_path / "p.onnx"), what="graph output 'x'",
+                    remedy="remove it")
