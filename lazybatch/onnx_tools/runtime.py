@@ -56,8 +56,9 @@ def random_feeds(specs: Sequence[Mapping[str, Any]], batch: int, rng: np.random.
 class StageChain:
     """onnxruntime sessions for the whole model and for every stage of a split directory."""
 
-    def __init__(self, directory: str | Path, manifest: Mapping[str, Any], providers: Sequence[str] = ("CPUExecutionProvider",),
-                 threads: int = 0, whole: bool = True, spinning: bool = True) -> None:
+    def __init__(self, directory: str | Path, manifest: Mapping[str, Any],
+                 providers: Sequence[str] = ("CPUExecutionProvider",), threads: int = 0, whole: bool = True,
+                 spinning: bool = True) -> None:
         d = Path(directory)
         self.manifest = manifest
         self.whole = make_session(d / manifest["whole_model"], providers, threads, spinning) if whole else None

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
 
 import onnx
-import pytest
-
-from lazybatch.cli import main
 
 LIGHT = Path(os.path.dirname(onnx.__file__)) / "backend" / "test" / "data" / "light"
 
@@ -24,12 +20,3 @@ def light(name: str) -> Path:
 def listing(d: Path) -> set[str]:
     return {p.name for p in d.iterdir()}
 
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
-    """cli('split', 'a.onnx', '--out', 'd') -> (exit code, stdout, stderr) of the real `lazybatch ...` CLI."""
-    def run(*argv: object) -> tuple[int, str, str]:
-        rc = main([str(a) for a in argv])
-        out, err = capsys.readouterr()
-        return rc, out, err
-    return run

@@ -11,7 +11,6 @@ import onnxruntime as ort
 import pytest
 
 import onnx_graphs as G
-from onnx_helpers import cli  # noqa: F401  (fixture)
 
 TRITON_TYPES = {"float32": "TYPE_FP32", "int64": "TYPE_INT64", "bool": "TYPE_BOOL"}
 

@@ -10,7 +10,6 @@ import pytest
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.lengths import LengthHistogram
 from lazybatch.onnx_tools.profile import parse_batch_sizes
-from onnx_helpers import cli  # noqa: F401  (fixture)
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import pytest
 
 from lazybatch.onnx_tools.runtime import StageChain
 from lazybatch.onnx_tools.seq2seq import Seq2SeqRunner
-from onnx_helpers import cli  # noqa: F401  (fixture)
 
 
 def _split(name: str, tmp_path: Path, cli) -> StageChain:
