@@ -91,7 +91,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0 = its default)")
-    ap.add_argument("--no-spin", action="store_true", help="disable intra-op thread spinning in all sessions")
+    ap.add_argument("--spin", action="store_true", help="enable intra-op thread spinning in all sessions")
     ap.add_argument("--out", type=Path, default=Path("lazybatch-results/bench_split.json"))
     args = ap.parse_args()
     sizes = [int(x) for x in args.batch_sizes.split(",")]
@@ -101,14 +101,14 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory(prefix="bench_split_") as tmp:
         for spec in args.models:
-            r = bench_model(spec, Path(tmp), sizes, args.warmup, args.repeat, args.threads, not args.no_spin)
+            r = bench_model(spec, Path(tmp), sizes, args.warmup, args.repeat, args.threads, args.spin)
             results.append(r)
             print(f"{spec:18s} {r['stages']:3d} stages, split {r['split_s']:6.2f} s | " + " | ".join(
                 f"b{x['batch']}: whole {x['whole_ms']:9.2f} ms, stages {x['stages_sum_ms']:9.2f} ms, "
                 f"ratio {x['ratio']:.3f}" for x in r["rows"]), flush=True)
     info = {"onnxruntime": ort.__version__, "cpus": os.cpu_count(), "machine": platform.machine(),
             "load_before": load_before, "load_after": os.getloadavg(), "warmup": args.warmup, "repeat": args.repeat,
-            "threads": args.threads, "spinning": not args.no_spin}
+            "threads": args.threads, "spinning": args.spin}
     print(f"\nloadavg before {load_before[0]:.2f}, after {info['load_after'][0]:.2f} ({os.cpu_count()} CPUs)")
     print("\n| model | stages | split (s) | " + " | ".join(f"ratio b{b}" for b in sizes) + " | "
           + " | ".join(f"whole b{b} (ms)" for b in sizes) + " |")

@@ -20,8 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=2, help="untimed runs per stage and batch size (default 2)")
     p.add_argument("--repeat", type=int, default=5, help="timed runs; the median is kept (default 5)")
     p.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0 = its default)")
-    p.add_argument("--no-spin", action="store_true",
-                   help="stop idle onnxruntime threads from busy-waiting (helps when stages share few cores)")
+    p.add_argument("--spin", action="store_true",
+                   help="let idle onnxruntime threads busy-wait (off by default: with one session per stage, "
+                        "spinning pools steal the cores the running stage needs)")
     p.add_argument("--out", type=Path, help="latency table path, .json or .csv (default DIR/latency.json)")
     p.add_argument("--plot", type=Path, help="plot path (default: next to the table, .png)")
     p.add_argument("--no-plot", action="store_true", help="do not draw the plot")
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"the folder of --out {str(out)!r} does not exist; create it first")
     table = profile_dir(args.dir, batch_sizes=sizes, provider=args.provider, warmup=args.warmup,
                         repeat=args.repeat, threads=args.threads, seed=args.seed, whole=not args.no_whole,
-                        length_histogram=args.length_histogram, spinning=not args.no_spin)
+                        length_histogram=args.length_histogram, spinning=args.spin)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix, dir=out.parent)
     os.close(fd)
     try:

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     types = sorted({s["type"] for s in m["stages"]})
     print(f"wrote {res.out}/: {len(m['stages'])} stages ({', '.join(types)}; the graph allows up to "
           f"{m['max_stages']}), manifest.json, {m['whole_model']} in {res.seconds:.1f} s")
-    if "verify" in m:
+    if m.get("verify"):
         v = m["verify"]
         print(f"verify: passed at batch {', '.join(map(str, v['batch_sizes']))}: max abs error {v['max_abs_err']:.3g}, "
               f"{v['rel_err']:.3g} of the output scale (limit {v['tolerance']:g})")

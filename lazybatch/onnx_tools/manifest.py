@@ -94,6 +94,7 @@ def build_manifest(plan: Plan, stage_io: list[tuple[list[str], list[str]]], mode
         "granularity": {k: v for k, v in granularity.items() if v is not None} or {"default": True},
         "max_stages": plan.max_stages,
         "batch_fixes": fixes,
+        "verify": None,  # filled by --verify; null means "not verified"
     }
     if seq2seq:
         manifest.update(_seq2seq_section(seq2seq, plan, graph_inputs))
@@ -111,12 +112,11 @@ def _seq2seq_section(spec: Mapping[str, Any], plan: Plan, graph_inputs: list[dic
             if s.get("init") == "start_token_id":
                 s["init"] = sec["start_token_id"]
     by_name = {e["name"]: e for e in graph_inputs}
-    request = [by_name[n] for n in sec.get("request_inputs", []) if n in by_name]
-    return {
-        "inputs": request,
-        "outputs": [{"name": "output_tokens", "dtype": "int64", "data_type": "TYPE_INT64", "dims": [-1]}],
-        "seq2seq": sec,
-    }
+    # What a client of the served model sends and gets; the top-level inputs/outputs stay the graph's own, so
+    # that every stage input "from": "model" is one of them.
+    sec["served_inputs"] = [by_name[n] for n in sec.get("request_inputs", []) if n in by_name]
+    sec["served_outputs"] = [{"name": "output_tokens", "dtype": "int64", "data_type": "TYPE_INT64", "dims": [-1]}]
+    return {"seq2seq": sec}
 
 
 def load_manifest(directory: str | Path) -> dict[str, Any]:

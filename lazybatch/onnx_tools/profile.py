@@ -61,6 +61,12 @@ def parse_batch_sizes(text: str) -> list[int]:
     return sizes
 
 
+def default_length_histogram() -> Path | None:
+    """The synthetic WMT en-de output-length histogram the simulator ships (docs say where it comes from)."""
+    p = Path(__file__).resolve().parents[1] / "simulator" / "data" / "wmt_en_de_lengths.json"
+    return p if p.is_file() else None
+
+
 def _median_time(fn: Callable[[], Any], warmup: int, repeat: int) -> float:
     for _ in range(warmup):
         fn()
@@ -75,7 +81,7 @@ def _median_time(fn: Callable[[], Any], warmup: int, repeat: int) -> float:
 def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
                 provider: str = "CPUExecutionProvider", warmup: int = 2, repeat: int = 5, threads: int = 0,
                 seed: int = 0, progress: bool = True, whole: bool = True,
-                length_histogram: str | Path | None = None, spinning: bool = True) -> LatencyTable:
+                length_histogram: str | Path | None = None, spinning: bool = False) -> LatencyTable:
     if warmup < 0 or repeat < 1:
         raise ConfigError(f"--warmup must be >= 0 and --repeat >= 1 (got {warmup}, {repeat})")
     d = Path(directory)
@@ -123,6 +129,8 @@ def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_B
     if whole:
         meta["whole_graph_latency_s"] = whole_lat
         meta["overhead_ratio"] = [sum(lat[k][j] for k in range(n)) / whole_lat[j] for j in range(len(batch_sizes))]
+    if length_histogram is None and graph.is_seq2seq:
+        length_histogram = default_length_histogram()
     if length_histogram is not None:
         from lazybatch.batcher.lengths import LengthHistogram
 

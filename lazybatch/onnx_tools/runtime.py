@@ -14,9 +14,9 @@ import numpy as np
 from lazybatch.batcher.errors import ConfigError
 
 
-def make_session(path: Path, providers: Sequence[str], threads: int = 0, spinning: bool = True) -> Any:
-    """An onnxruntime session; ``spinning=False`` stops idle intra-op threads from busy-waiting, which matters when
-    many stage sessions take turns on few cores (each session owns a thread pool that spins after its run)."""
+def make_session(path: Path, providers: Sequence[str], threads: int = 0, spinning: bool = False) -> Any:
+    """An onnxruntime session. Spinning is off by default (as in the Triton backend): each stage session owns an
+    intra-op thread pool whose idle threads would otherwise busy-wait on the cores the next stage needs."""
     import onnxruntime as ort
 
     available = ort.get_available_providers()
@@ -58,7 +58,7 @@ class StageChain:
 
     def __init__(self, directory: str | Path, manifest: Mapping[str, Any],
                  providers: Sequence[str] = ("CPUExecutionProvider",), threads: int = 0, whole: bool = True,
-                 spinning: bool = True) -> None:
+                 spinning: bool = False) -> None:
         d = Path(directory)
         self.manifest = manifest
         self.whole = make_session(d / manifest["whole_model"], providers, threads, spinning) if whole else None

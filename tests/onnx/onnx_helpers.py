@@ -1,4 +1,4 @@
-"""Helpers shared by the ONNX tests (a uniquely named module: tests/ has no packages)."""
+"""Helpers shared by the ONNX tests."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from typing import Callable
 
 import pytest
 
-import onnx_graphs as G
-from onnx_helpers import listing
+from . import onnx_graphs as G
+from .onnx_helpers import listing
 
 
 def _assert_refused(cli, tmp_path: Path, model: Path, extra: tuple = (), *, what: str, remedy: str) -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from lazybatch.onnx_tools.zoo import MODELS
 
-from onnx_helpers import light
+from .onnx_helpers import light
 
 
 @pytest.mark.parametrize("name", list(MODELS))

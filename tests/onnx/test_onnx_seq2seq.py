@@ -86,5 +86,8 @@ def test_seq2seq_manifest_section(tmp_path: Path, cli) -> None:
         for s in sec[part]["state"]:
             assert s["input"] in ins and s["output"] in outs
     assert sec["decoder"]["state"][0] == {"input": "dec_token", "output": "next_token", "init": sec["start_token_id"]}
-    assert [i["name"] for i in man["inputs"]] == ["src_tokens", "src_len"]
-    assert man["outputs"][0]["name"] == "output_tokens"
+    assert [i["name"] for i in sec["served_inputs"]] == ["src_tokens", "src_len"]
+    assert sec["served_outputs"][0]["name"] == "output_tokens"
+    # top-level inputs are the graph's: every stage input from "model" is among them
+    top = {i["name"] for i in man["inputs"]}
+    assert all(i["name"] in top for st in man["stages"] for i in st["inputs"] if i["from"] == "model")
