@@ -8,7 +8,8 @@ table's sum-of-stages would charge against the unsplit model). Also reports the 
 
     .venv/bin/python benchmarks/bench_split.py                       # default model set, batch 1, 8, 32
     .venv/bin/python benchmarks/bench_split.py --models resnet50 light_resnet50 --repeat 20
-Model names: a zoo name (full size), NAME:small, or light_NAME (from onnx/backend/test/data/light/).
+Model names: a zoo name (full size), NAME:small, or light_NAME (from onnx/backend/test/data/light/); append @K
+to split into K stages (--max-stages K), e.g. resnet50@6.
 """
 
 from __future__ import annotations
@@ -46,9 +47,13 @@ def bench_model(spec: str, work: Path, sizes: list[int], warmup: int, repeat: in
     from lazybatch.onnx_tools.runtime import StageChain, random_feeds
     from lazybatch.onnx_tools.split import split_model
 
-    src = model_file(spec, work)
+    base, _, k = spec.partition("@")
+    src = work / f"{base.replace(':', '_')}.onnx"
+    if not src.exists():
+        src = model_file(base, work)
     t0 = time.perf_counter()
-    res = split_model(src, work / f"{spec.replace(':', '_')}_stages")
+    res = split_model(src, work / f"{spec.replace(':', '_').replace('@', '_k')}_stages",
+                      max_stages=int(k) if k else None)
     split_s = time.perf_counter() - t0
     man = res.manifest
     chain = StageChain(res.out, man, threads=threads, spinning=spinning)
