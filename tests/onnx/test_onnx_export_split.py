@@ -43,7 +43,8 @@ def test_export_is_deterministic_per_seed(tmp_path: Path, cli) -> None:
     assert a.graph.initializer[0].raw_data != c.graph.initializer[0].raw_data
 
 
-@pytest.mark.parametrize("name", ["resnet50", "squeezenet", "inception_v1", "shufflenet", "densenet121"])
+@pytest.mark.parametrize("name", ["resnet50", "squeezenet", "inception_v1", "inception_v2", "shufflenet",
+                                  "densenet121", "bvlc_alexnet", "zfnet512", "vgg19"])
 def test_light_model_zoo_graphs_split_and_verify(name: str, tmp_path: Path, cli) -> None:
     rc, out, err = cli("split", light(name), "--out", tmp_path / "s", "--verify")
     assert rc == 0, err
@@ -69,3 +70,16 @@ def test_light_shufflenet_reshapes_made_batchable(tmp_path: Path, cli) -> None:
     assert cli("split", light("shufflenet"), "--out", tmp_path / "s", "--verify")[0] == 0
     man = json.loads((tmp_path / "s" / "manifest.json").read_text())
     assert sum(f.startswith("Reshape") for f in man["batch_fixes"]) == 33
+
+
+def test_full_size_resnet50_export_split_verify(tmp_path: Path, cli) -> None:
+    """The one full-size model in the suite (about 10 s): 25.6M weights, 18 stages, verified at batch 1 and 8."""
+    rc, out, err = cli("export", "resnet50", "--out", tmp_path / "r.onnx")
+    assert rc == 0, err
+    assert 95e6 < (tmp_path / "r.onnx").stat().st_size < 110e6
+    rc, out, err = cli("split", tmp_path / "r.onnx", "--out", tmp_path / "s", "--verify")
+    assert rc == 0, err
+    man = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert man["inputs"][0]["dims"] == [3, 224, 224] and man["outputs"][0]["dims"] == [1000]
+    assert len(man["stages"]) == 18 and man["verify"]["passed"]
+    assert [s["heavy_ops"] for s in man["stages"]] == [1] + [4, 3, 3] + [4, 3, 3, 3] + [4] + [3] * 5 + [4, 3, 3] + [1]
