@@ -14,7 +14,7 @@ import numpy as np
 from lazybatch.batcher.errors import ConfigError
 
 
-def make_session(path: Path, providers: Sequence[str], threads: int = 0, spinning: bool = False) -> Any:
+def make_session(path: Path | bytes, providers: Sequence[str], threads: int = 0, spinning: bool = False) -> Any:
     """An onnxruntime session. Spinning is off by default (as in the Triton backend): each stage session owns an
     intra-op thread pool whose idle threads would otherwise busy-wait on the cores the next stage needs."""
     import onnxruntime as ort
@@ -32,7 +32,8 @@ def make_session(path: Path, providers: Sequence[str], threads: int = 0, spinnin
     if not spinning:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.log_severity_level = 3
-    return ort.InferenceSession(str(path), sess_options=so, providers=list(providers))
+    return ort.InferenceSession(path if isinstance(path, bytes) else str(path), sess_options=so,
+                                providers=list(providers))
 
 
 def random_feeds(specs: Sequence[Mapping[str, Any]], batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -77,8 +78,11 @@ class StageChain:
         names = [o["name"] for o in st["outputs"]]
         env.update(zip(names, self.stages[k].run(names, self.stage_feeds(k, env))))
 
-    def run_chain(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run_chain(self, feeds: Mapping[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
+        """Model outputs of the chained stages (with ``keep_all``, every tensor passed between stages too)."""
         env = dict(feeds)
         for k in range(len(self.stages)):
             self.run_stage(k, env)
+        if keep_all:
+            return env
         return {o["name"]: env[o["name"]] for o in self.manifest["graph_outputs"]}

@@ -126,7 +126,7 @@ def split_model(model_path: str | Path, out: str | Path, *, max_stages: int | No
                                   whole_model=WHOLE_MODEL, version=__version__)
         if verify:
             from .verify import verify_dir
-            manifest["verify"] = verify_dir(tmp, manifest, progress=progress)
+            manifest["verify"] = verify_dir(tmp, manifest, progress=progress, original=loaded.path)
             if not manifest["verify"]["passed"]:
                 v = manifest["verify"]
                 raise ConfigError(f"--verify failed: chained stages differ from the whole graph (max abs error "
