@@ -160,3 +160,12 @@ def test_verify_catches_a_wrong_stage(tmp_path: Path, cli) -> None:
     onnx.save(sm, str(f))
     v = verify_dir(d, man)
     assert not v["passed"] and v["rel_err"] > 1e-5
+
+
+def test_max_stages_on_seq2seq_keeps_encoder_and_decoder_apart(tmp_path: Path, cli) -> None:
+    assert cli("export", "gnmt", "--small", "--out", tmp_path / "g.onnx")[0] == 0
+    man = _split(cli, tmp_path, tmp_path / "g.onnx", "--max-stages", 2, "--verify")
+    assert [s["type"] for s in man["stages"]] == ["ENCODER", "DECODER"] and man["verify"]["passed"]
+    assert man["seq2seq"]["encoder"]["stages"] == [0] and man["seq2seq"]["decoder"]["stages"] == [1]
+    rc, _, err = cli("split", tmp_path / "g.onnx", "--out", tmp_path / "one", "--max-stages", 1)
+    assert rc == 2 and "at least 2" in err and not (tmp_path / "one").exists()
