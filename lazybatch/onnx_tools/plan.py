@@ -186,7 +186,7 @@ def make_plan(model: onnx.ModelProto, seq2seq: dict[str, Any] | None = None, *, 
             if t in producer:
                 if producer[t] > i:
                     raise ConfigError(f"node {nd.name!r} uses {t!r} before it is computed; the graph is not in "
-                                      "topological order (onnx.checker should have caught this)")
+                                      "topological order: re-export it, or sort its nodes topologically")
                 last_use[t] = i
     width = [0] * (n + 1)      # width[c]: activations crossing the cut before position c
     forbidden = [False] * (n + 1)

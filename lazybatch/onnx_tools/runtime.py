@@ -50,7 +50,8 @@ def random_feeds(specs: Sequence[Mapping[str, Any]], batch: int, rng: np.random.
             lo, hi = spec.get("range", [0, 1])
             feeds[spec["name"]] = rng.integers(lo, hi + 1, size=dims).astype(dt)
         else:
-            raise ConfigError(f"cannot make random data for input {spec['name']!r} of type {dt}")
+            raise ConfigError(f"cannot make random data for input {spec['name']!r} of type {dt}; --verify and profile "
+                              "handle numeric and bool inputs only: split without --verify and time it yourself")
     return feeds
 
 

@@ -35,7 +35,8 @@ class Seq2SeqRunner:
         self.chain = chain
         self.m = chain.manifest
         if "seq2seq" not in self.m:
-            raise ConfigError("this split model has no seq2seq section; it is not an encoder-decoder export")
+            raise ConfigError("this split model has no seq2seq section, so it is not an encoder-decoder export; run "
+                              "static models with StageChain.run_chain")
         self.sec = self.m["seq2seq"]
         self.spec = {s["name"]: s for s in self.m["graph_inputs"]}
 
@@ -68,7 +69,8 @@ class Seq2SeqRunner:
         for b in self.sec.get("bind", []):
             if b["input"] == name:
                 return req.enc_outputs[b["encoder_output"]] if "encoder_output" in b else req.inputs[b["request_input"]]
-        raise ConfigError(f"no value for stage input {name!r}: not a request input, state, or bound input")
+        raise ConfigError(f"no value for stage input {name!r}: not a request input, state, or bound input; add it "
+                          "to the manifest's seq2seq state or bind list (or to the request)")
 
     def step(self, reqs: Sequence[Seq2SeqRequest]) -> None:
         """One batched step for requests that are all in the same phase (encoder or decoder)."""
