@@ -84,8 +84,10 @@ def bench_model(spec: str, work: Path, sizes: list[int], warmup: int, repeat: in
                     stage_t[k].append(v)
         whole_med = statistics.median(whole_t)
         stage_sum = sum(statistics.median(v) for v in stage_t)
+        # paired: each round's chain against the whole-graph run right before it (robust to slow load drifts)
+        paired = statistics.median(sum(v[r] for v in stage_t) / whole_t[r] for r in range(len(whole_t)))
         rows.append({"batch": b, "whole_ms": whole_med * 1e3, "stages_sum_ms": stage_sum * 1e3,
-                     "ratio": stage_sum / whole_med})
+                     "ratio": stage_sum / whole_med, "paired_ratio": paired})
     return {"model": spec, "stages": len(man["stages"]), "split_s": split_s, "rows": rows}
 
 
@@ -110,17 +112,17 @@ def main() -> None:
             results.append(r)
             print(f"{spec:18s} {r['stages']:3d} stages, split {r['split_s']:6.2f} s | " + " | ".join(
                 f"b{x['batch']}: whole {x['whole_ms']:9.2f} ms, stages {x['stages_sum_ms']:9.2f} ms, "
-                f"ratio {x['ratio']:.3f}" for x in r["rows"]), flush=True)
+                f"ratio {x['ratio']:.3f} (paired {x['paired_ratio']:.3f})" for x in r["rows"]), flush=True)
     info = {"onnxruntime": ort.__version__, "cpus": os.cpu_count(), "machine": platform.machine(),
             "load_before": load_before, "load_after": os.getloadavg(), "warmup": args.warmup, "repeat": args.repeat,
             "threads": args.threads, "spinning": args.spin}
     print(f"\nloadavg before {load_before[0]:.2f}, after {info['load_after'][0]:.2f} ({os.cpu_count()} CPUs)")
-    print("\n| model | stages | split (s) | " + " | ".join(f"ratio b{b}" for b in sizes) + " | "
+    print("\n| model | stages | split (s) | " + " | ".join(f"ratio b{b} (paired)" for b in sizes) + " | "
           + " | ".join(f"whole b{b} (ms)" for b in sizes) + " |")
     print("|---|---|---|" + "---|" * (2 * len(sizes)))
     for r in results:
         print(f"| {r['model']} | {r['stages']} | {r['split_s']:.2f} | "
-              + " | ".join(f"{x['ratio']:.3f}" for x in r["rows"]) + " | "
+              + " | ".join(f"{x['ratio']:.3f} ({x['paired_ratio']:.3f})" for x in r["rows"]) + " | "
               + " | ".join(f"{x['whole_ms']:.1f}" for x in r["rows"]) + " |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"info": info, "results": results}, indent=1) + "\n")
