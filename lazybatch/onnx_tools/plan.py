@@ -158,8 +158,86 @@ def _balanced(costs: list[float], k: int) -> list[int]:
     return starts
 
 
+def _cut_widths(active: list[onnx.NodeProto], shapes: dict[str, tuple[int, Any]]) -> tuple[list[int], list[bool]]:
+    """width[c]: activations crossing the cut before position c; forbidden[c]: one of them lacks a batch dim."""
+    n = len(active)
+    producer = {o: i for i, nd in enumerate(active) for o in nd.output if o}
+    last_use: dict[str, int] = {}
+    for i, nd in enumerate(active):
+        for t in nd.input:
+            if t in producer:
+                if producer[t] > i:
+                    raise ConfigError(f"node {nd.name!r} uses {t!r} before it is computed; the graph is not in "
+                                      "topological order: re-export it, or sort its nodes topologically")
+                last_use[t] = i
+    width = [0] * (n + 1)
+    forbidden = [False] * (n + 1)
+    for t, p in producer.items():
+        end = last_use.get(t, p)
+        if end <= p:
+            continue
+        dims = shapes.get(t, (0, None))[1]
+        batchy = dims is None or (len(dims) > 0 and (dims[0] == BATCH or dims[0] is None
+                                                     or (isinstance(dims[0], str) and dims[0].startswith("unk"))))
+        for c in range(p + 1, end + 1):
+            width[c] += 1
+            if not batchy:
+                forbidden[c] = True
+    return width, forbidden
+
+
+def _candidate_cuts(part: list[int], heavy: list[bool], width: list[int], forbidden: list[bool],
+                    max_cross: int | None) -> list[int]:
+    """Cuts at the narrowest width between heavy nodes of each part (or width <= max_cross), plus part borders."""
+    n = len(part)
+    cuts = {c for c in range(1, n) if part[c] != part[c - 1]}
+    for q in sorted(set(part)):
+        idx = [i for i in range(n) if part[i] == q]
+        lo_i, hi_i = idx[0], idx[-1]
+        inner = [c for c in range(lo_i + 1, hi_i + 1) if not forbidden[c]]
+        if max_cross is not None:
+            cuts.update(c for c in inner if width[c] <= max_cross)
+            continue
+        between = [c for c in inner if any(heavy[lo_i:c]) and any(heavy[c:hi_i + 1])]
+        if between:
+            m = min(width[c] for c in between)
+            cuts.update(c for c in inner if width[c] <= m)
+    return sorted(cuts)
+
+
+def _group(qp: list[int], cost: list[float], piece_heavy: list[bool], *, k: int | None,
+           min_stage_cost: float | None) -> list[list[int]]:
+    """Group the pieces ``qp`` of one part into stages by one of the three granularity rules."""
+    if k is not None:
+        starts = _balanced([cost[j] for j in qp], k)
+        return [qp[a:b] for a, b in zip(starts, starts[1:] + [len(qp)])]
+    groups: list[list[int]] = []
+    if min_stage_cost is not None:
+        cur: list[int] = []
+        acc = 0.0
+        for j in qp:
+            cur.append(j)
+            acc += cost[j]
+            if acc >= min_stage_cost:
+                groups.append(cur)
+                cur, acc = [], 0.0
+        if cur:
+            if groups:
+                groups[-1] += cur
+            else:
+                groups.append(cur)
+        return groups
+    for j in qp:
+        if groups and (not piece_heavy[j] or not any(piece_heavy[x] for x in groups[-1])):
+            groups[-1].append(j)  # a light piece joins its predecessor; a leading light piece, the first heavy one
+        else:
+            groups.append([j])
+    return groups
+
+
 def make_plan(model: onnx.ModelProto, seq2seq: dict[str, Any] | None = None, *, max_stages: int | None = None,
               min_stage_cost: float | None = None, max_cross: int | None = None) -> Plan:
+    """Where to cut ``model`` (see the module docstring); raises ConfigError for graphs that cannot be split."""
     g = model.graph
     shapes = shape_table(model)
     const_nodes, active, _const = _const_split(g)
@@ -179,97 +257,31 @@ def make_plan(model: onnx.ModelProto, seq2seq: dict[str, Any] | None = None, *, 
                               "again")
     flops = [node_flops(nd, shapes) for nd in active]
     heavy = [nd.op_type in HEAVY for nd in active]
-    producer = {o: i for i, nd in enumerate(active) for o in nd.output if o}
-    last_use: dict[str, int] = {}
-    for i, nd in enumerate(active):
-        for t in nd.input:
-            if t in producer:
-                if producer[t] > i:
-                    raise ConfigError(f"node {nd.name!r} uses {t!r} before it is computed; the graph is not in "
-                                      "topological order: re-export it, or sort its nodes topologically")
-                last_use[t] = i
-    width = [0] * (n + 1)      # width[c]: activations crossing the cut before position c
-    forbidden = [False] * (n + 1)
-    for t, p in producer.items():
-        l = last_use.get(t, p)
-        if l <= p:
-            continue
-        dims = shapes.get(t, (0, None))[1]
-        batchy = dims is None or (len(dims) > 0 and (dims[0] == BATCH or dims[0] is None
-                                                     or (isinstance(dims[0], str) and dims[0].startswith("unk"))))
-        for c in range(p + 1, l + 1):
-            width[c] += 1
-            if not batchy:
-                forbidden[c] = True
-    # candidate cuts, per part
-    cuts: set[int] = set()
-    for c in range(1, n):
-        if part[c] != part[c - 1]:
-            cuts.add(c)
-    for q in sorted(set(part)):
-        idx = [i for i in range(n) if part[i] == q]
-        lo_i, hi_i = idx[0], idx[-1]
-        inner = [c for c in range(lo_i + 1, hi_i + 1) if not forbidden[c]]
-        if max_cross is not None:
-            cuts.update(c for c in inner if width[c] <= max_cross)
-            continue
-        between = [c for c in inner if any(heavy[lo_i:c]) and any(heavy[c:hi_i + 1])]
-        if between:
-            m = min(width[c] for c in between)
-            cuts.update(c for c in inner if width[c] <= m)
-    bounds = [0] + sorted(cuts) + [n]
+    width, forbidden = _cut_widths(active, shapes)
+    bounds = [0] + _candidate_cuts(part, heavy, width, forbidden, max_cross) + [n]
     pieces = [list(range(bounds[j], bounds[j + 1])) for j in range(len(bounds) - 1)]
     cost = [sum(flops[i] + NODE_COST for i in p) for p in pieces]
     piece_heavy = [any(heavy[i] for i in p) for p in pieces]
     piece_part = [part[p[0]] for p in pieces]
-    n_parts = len(set(part))
+    parts = sorted(set(piece_part))
     if max_stages is not None:
-        if max_stages < n_parts:
-            raise ConfigError(f"--max-stages {max_stages} is fewer than the {n_parts} separate graphs (encoder and "
-                              f"decoder) in this model; ask for at least {n_parts}")
+        if max_stages < len(parts):
+            raise ConfigError(f"--max-stages {max_stages} is fewer than the {len(parts)} separate graphs (encoder "
+                              f"and decoder) in this model; ask for at least {len(parts)}")
         if max_stages > len(pieces):
             raise ConfigError(f"--max-stages {max_stages} is more than this graph allows: it can be cut into at most "
                               f"{len(pieces)} stages at layer boundaries; ask for {len(pieces)} or fewer")
+        share = _share(max_stages, [sum(c for c, q in zip(cost, piece_part) if q == r) for r in parts],
+                       [piece_part.count(r) for r in parts])
     groups: list[list[int]] = []  # lists of piece indices
-    for q in sorted(set(piece_part)):
+    for qi, q in enumerate(parts):
         qp = [j for j in range(len(pieces)) if piece_part[j] == q]
-        if max_stages is not None:
-            share = _share(max_stages, [sum(cost[j] for j in range(len(pieces)) if piece_part[j] == r)
-                                        for r in sorted(set(piece_part))], [sum(1 for j in range(len(pieces))
-                                                                                if piece_part[j] == r)
-                                                                            for r in sorted(set(piece_part))])
-            k = share[sorted(set(piece_part)).index(q)]
-            starts = _balanced([cost[j] for j in qp], k)
-            groups += [qp[a:b] for a, b in zip(starts, starts[1:] + [len(qp)])]
-        elif min_stage_cost is not None:
-            cur: list[int] = []
-            acc = 0.0
-            for j in qp:
-                cur.append(j)
-                acc += cost[j]
-                if acc >= min_stage_cost:
-                    groups.append(cur)
-                    cur, acc = [], 0.0
-            if cur:
-                if groups and piece_part[groups[-1][0]] == q:
-                    groups[-1] += cur
-                else:
-                    groups.append(cur)
-        else:
-            qg: list[list[int]] = []
-            for j in qp:
-                if qg and not piece_heavy[j]:
-                    qg[-1].append(j)
-                elif qg and not any(piece_heavy[x] for x in qg[-1]):
-                    qg[-1].append(j)  # a leading heavy-free piece joins the first heavy one
-                else:
-                    qg.append([j])
-            groups += qg
+        groups += _group(qp, cost, piece_heavy, k=share[qi] if max_stages is not None else None,
+                         min_stage_cost=min_stage_cost)
     stages = [[i for j in grp for i in pieces[j]] for grp in groups]
     stype: list[StageType] = []
     for st in stages:
-        q = part[st[0]]
-        if seq2seq and q == 1:
+        if seq2seq and part[st[0]] == 1:
             stype.append(StageType.DECODER)
         elif seq2seq and seq2seq["encoder"].get("runs") == "per_token":
             stype.append(StageType.ENCODER)
