@@ -129,3 +129,59 @@ def shape_table(model: onnx.ModelProto) -> dict[str, tuple[int, list[int | str |
     for t in g.initializer:
         out[t.name] = (t.data_type, list(t.dims))
     return out
+
+
+def _unknown(dims: list[int | str | None] | None) -> bool:
+    return dims is None or any(d is None or (isinstance(d, str) and d.startswith("unk")) for d in dims)
+
+
+def probe_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, list[int | str | None] | None]],
+                 ranges: dict[str, list[int]] | None = None) -> dict[str, tuple[int, list[int | str | None] | None]]:
+    """Fill in what onnx shape inference left unknown by running the model at batch 1 and 2 in onnxruntime.
+
+    Shapes computed at run time (``Reshape(x, Concat(Shape(x)[0], -1))``, as PyTorch exports flatten) defeat
+    static inference; the stage files still need typed, shaped inputs and outputs. A dimension that is 1 at
+    batch 1 and 2 at batch 2 in position 0 is the batch; other dimensions that change stay symbolic (None).
+    """
+    import onnxruntime as ort
+
+    activations = [o for nd in model.graph.node for o in nd.output if o]
+    todo = [t for t in activations if _unknown(shapes.get(t, (0, None))[1])]
+    if not todo or model.ByteSize() > 2_000_000_000 - 50_000_000:
+        return shapes
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    have = {o.name for o in probe.graph.output}
+    for t in todo:
+        if t not in have:
+            probe.graph.output.append(onnx.ValueInfoProto(name=t))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(probe.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+        runs = []
+        for b in (1, 2):
+            rng = np.random.default_rng(b)
+            feeds = {}
+            for i in sess.get_inputs():
+                dims = [b if k == 0 else (d if isinstance(d, int) and d > 0 else 1) for k, d in enumerate(i.shape)]
+                et, _ = shapes.get(i.name, (onnx.TensorProto.FLOAT, None))
+                dt = onnx.helper.tensor_dtype_to_np_dtype(et)
+                if np.issubdtype(dt, np.floating):
+                    feeds[i.name] = rng.standard_normal(dims).astype(dt)
+                elif dt == np.bool_:
+                    feeds[i.name] = rng.random(dims) < 0.5
+                else:
+                    lo, hi = (ranges or {}).get(i.name, [0, 1])
+                    feeds[i.name] = rng.integers(lo, hi + 1, size=dims).astype(dt)
+            runs.append(dict(zip(todo, sess.run(todo, feeds))))
+    except Exception:  # best effort: the caller reports tensors that stay unknown
+        return shapes
+    out = dict(shapes)
+    for t in todo:
+        a, b = runs[0][t], runs[1][t]
+        dims: list[int | str | None] = []
+        for k, (x, y) in enumerate(zip(a.shape, b.shape)):
+            dims.append(BATCH if (k == 0 and x == 1 and y == 2) else (int(x) if x == y else None))
+        out[t] = (int(onnx.helper.np_dtype_to_tensor_dtype(a.dtype)), dims if a.ndim == b.ndim else None)
+    return out

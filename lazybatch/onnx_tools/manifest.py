@@ -20,7 +20,8 @@ from .plan import HEAVY, Plan
 FORMAT = "lazybatch.stages/1"
 
 
-def _ranges(model: onnx.ModelProto) -> dict[str, list[int]]:
+def input_ranges(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Declared value ranges of integer inputs (token ids, lengths) from the export's metadata."""
     for p in model.metadata_props:
         if p.key == "lazybatch.input_ranges":
             return json.loads(p.value)
@@ -53,7 +54,7 @@ def build_manifest(plan: Plan, stage_io: list[tuple[list[str], list[str]]], mode
                    fixes: list[str], external_data: bool, opset: int, whole_model: str,
                    version: str) -> dict[str, Any]:
     g = model.graph
-    ranges = _ranges(model)
+    ranges = input_ranges(model)
     graph_inputs = [triton_io(plan, vi.name, ranges) for vi in g.input]
     graph_outputs = [triton_io(plan, vi.name, ranges) for vi in g.output]
     producer_stage = {t: k for k, (_, outs) in enumerate(stage_io) for t in outs}

@@ -236,10 +236,11 @@ def _group(qp: list[int], cost: list[float], piece_heavy: list[bool], *, k: int 
 
 
 def make_plan(model: onnx.ModelProto, seq2seq: dict[str, Any] | None = None, *, max_stages: int | None = None,
-              min_stage_cost: float | None = None, max_cross: int | None = None) -> Plan:
+              min_stage_cost: float | None = None, max_cross: int | None = None,
+              shapes: dict[str, tuple[int, Any]] | None = None) -> Plan:
     """Where to cut ``model`` (see the module docstring); raises ConfigError for graphs that cannot be split."""
     g = model.graph
-    shapes = shape_table(model)
+    shapes = shapes if shapes is not None else shape_table(model)
     const_nodes, active, _const = _const_split(g)
     part = _parts(active, seq2seq)
     order = sorted(range(len(active)), key=lambda i: (part[i], i))  # stable: encoder first, then decoder

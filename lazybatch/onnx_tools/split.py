@@ -15,10 +15,10 @@ from onnx import helper
 from lazybatch import __version__
 from lazybatch.batcher.errors import ConfigError
 
-from .batchable import infer_shapes, make_batchable
+from .batchable import infer_shapes, make_batchable, probe_shapes, shape_table
 from .fsutil import check_target, replace_dir, staging_dir
 from .loading import default_opset, fold_constant_nodes, load_model
-from .manifest import FORMAT, build_manifest
+from .manifest import FORMAT, build_manifest, input_ranges
 from .plan import Plan, make_plan
 from .zoo import EXTERNAL_DATA_THRESHOLD, seq2seq_spec
 
@@ -66,9 +66,10 @@ def _stage_model(plan: Plan, k: int, src: onnx.ModelProto) -> tuple[onnx.ModelPr
 
     def vi(name: str) -> onnx.ValueInfoProto:
         et, dims = plan.shapes.get(name, (0, None))
-        if not et:
-            raise ConfigError(f"the type of tensor {name!r} (between stages) could not be inferred; run "
-                              "onnx.shape_inference on the model and check that it is valid")
+        if not et or dims is None:
+            raise ConfigError(f"the type or rank of tensor {name!r} (between stages) could not be inferred, not "
+                              "even by running the model in onnxruntime; check that the model runs, or cut "
+                              "elsewhere with --max-stages / --max-cross")
         return helper.make_tensor_value_info(name, et, dims)
 
     graph = helper.make_graph(need_const + nodes, f"{g.name or 'model'}_stage_{k:03d}",
@@ -102,7 +103,9 @@ def split_model(model_path: str | Path, out: str | Path, *, max_stages: int | No
     fixes = make_batchable(model)
     model = infer_shapes(model)
     spec = seq2seq_spec(model)
-    plan = make_plan(model, spec, max_stages=max_stages, min_stage_cost=min_stage_cost, max_cross=max_cross)
+    shapes = probe_shapes(model, shape_table(model), input_ranges(model))
+    plan = make_plan(model, spec, max_stages=max_stages, min_stage_cost=min_stage_cost, max_cross=max_cross,
+                     shapes=shapes)
     with staging_dir(out) as tmp:
         whole = onnx.ModelProto()
         whole.CopyFrom(model)

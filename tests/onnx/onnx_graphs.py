@@ -97,3 +97,29 @@ def passthrough_output(path: Path) -> Path:
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 2]),
                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 2])])
     return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def shape_computed_flatten(path: Path) -> Path:
+    """PyTorch-export style: the flatten shape is computed from Shape(x) at run time (dynamic batch already)."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((64, 5)) * 0.1).astype(np.float32), "w2")
+    w3 = numpy_helper.from_array((rng.standard_normal((5, 5)) * 0.3).astype(np.float32), "w3")
+    consts = [numpy_helper.from_array(np.array(0, dtype=np.int64), "zero"),
+              numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0"),
+              numpy_helper.from_array(np.array([-1], dtype=np.int64), "minus1")]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "zero"], ["n"], name="batch_of", axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes0"], ["n1"], name="as_list"),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], name="target_shape", axis=0),
+        helper.make_node("Reshape", ["r", "target"], ["flat"], name="flatten"),
+        helper.make_node("MatMul", ["flat", "w2"], ["h"], name="fc1"),
+        helper.make_node("Relu", ["h"], ["h2"], name="relu2"),
+        helper.make_node("MatMul", ["h2", "w3"], ["y"], name="fc2"),
+    ]
+    g = helper.make_graph(nodes, "dyn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])], [w1, w2, w3] + consts)
+    return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)

@@ -169,3 +169,13 @@ def test_max_stages_on_seq2seq_keeps_encoder_and_decoder_apart(tmp_path: Path, c
     assert man["seq2seq"]["encoder"]["stages"] == [0] and man["seq2seq"]["decoder"]["stages"] == [1]
     rc, _, err = cli("split", tmp_path / "g.onnx", "--out", tmp_path / "one", "--max-stages", 1)
     assert rc == 2 and "at least 2" in err and not (tmp_path / "one").exists()
+
+
+def test_shape_computed_reshape_never_crosses_a_cut(tmp_path: Path, cli) -> None:
+    """Shape(...) gives a tensor without a batch dimension: the cut after the conv is not allowed, the rest are."""
+    man = _split(cli, tmp_path, G.shape_computed_flatten(tmp_path / "dyn.onnx"), "--verify")
+    _check_contract(man, tmp_path / "s")
+    assert man["verify"]["passed"] and man["inputs"][0]["dims"] == [3, 4, 4]
+    crossing = [i["name"] for st in man["stages"] for i in st["inputs"] if i["from"] != "model"]
+    assert "s" not in crossing and "target" not in crossing and "n" not in crossing
+    assert len(man["stages"]) >= 2
