@@ -67,6 +67,9 @@ def make_batchable(model: onnx.ModelProto) -> list[str]:
         _set_batch_dim(vi, "input", fixes)
     del g.value_info[:]  # stale shapes with a hard batch of 1; re-inferred below
     const = _const_tensors(g)
+    # where does the batch sit? Only a Reshape whose input starts with the batch can fold it away; others (the
+    # sequence-first layout inside PyTorch's attention, say) are none of our business
+    lead = {name: (dims[0] if dims else None) for name, (_, dims) in shape_table(infer_shapes(model)).items()}
     for node in g.node:
         if node.op_type != "Reshape" or node.input[0] in const:
             continue
@@ -78,8 +81,11 @@ def make_batchable(model: onnx.ModelProto) -> list[str]:
             continue
         allowzero = any(a.name == "allowzero" and a.i == 1 for a in node.attribute)
         first = int(arr[0])
+        d0 = lead.get(node.input[0])
         if first == -1 or (first == 0 and not allowzero):
             continue
+        if d0 != BATCH and not (d0 is None and first == 1):
+            continue  # the input does not start with the batch (or we cannot tell and nothing hints at it)
         if first == 1:
             new = arr.copy()
             if allowzero:
@@ -156,7 +162,7 @@ def probe_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, list[int |
         if t not in have:
             probe.graph.output.append(onnx.ValueInfoProto(name=t))
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = 4
     try:
         sess = ort.InferenceSession(probe.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
         runs = []

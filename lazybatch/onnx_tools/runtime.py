@@ -25,13 +25,13 @@ def make_session(path: Path | bytes, providers: Sequence[str], threads: int = 0,
         raise ConfigError(f"execution provider(s) {', '.join(missing)} are not available in this onnxruntime "
                           f"({ort.__version__}); available: {', '.join(available)}. Install onnxruntime-gpu for "
                           "CUDAExecutionProvider, or use CPUExecutionProvider")
-    ort.set_default_logger_severity(3)  # failures surface as exceptions with our own message
+    ort.set_default_logger_severity(4)  # failures surface as exceptions with our own message
     so = ort.SessionOptions()
     if threads:
         so.intra_op_num_threads = threads
     if not spinning:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.log_severity_level = 3
+    so.log_severity_level = 4
     return ort.InferenceSession(path if isinstance(path, bytes) else str(path), sess_options=so,
                                 providers=list(providers))
 

@@ -127,7 +127,10 @@ def split_model(model_path: str | Path, out: str | Path, *, max_stages: int | No
                                                "max_cross": max_cross},
                                   fixes=fixes, external_data=loaded.external_data, opset=default_opset(model),
                                   whole_model=WHOLE_MODEL, version=__version__)
-        if verify:
+        if not verify:
+            from .verify import check_batchable
+            check_batchable(tmp, manifest)
+        else:
             from .verify import verify_dir
             manifest["verify"] = verify_dir(tmp, manifest, progress=progress, original=loaded.path)
             if not manifest["verify"]["passed"]:

@@ -42,6 +42,25 @@ def compare(whole: Mapping[str, np.ndarray], chain: Mapping[str, np.ndarray]) ->
     return out
 
 
+def _batch_failure(b: int, e: Exception) -> ConfigError:
+    first = str(e).strip().splitlines()[0][:400] if str(e).strip() else type(e).__name__
+    return ConfigError(f"onnxruntime failed at batch size {b}: {first}; the model probably hard-codes its batch "
+                       "size (a constant shape, Expand, Tile or Concat with a batch of 1, or a batch folded into "
+                       "another dimension): re-export it with a dynamic batch dimension")
+
+
+def check_batchable(directory: str | Path, manifest: Mapping[str, Any], batch: int = 2,
+                    providers: Sequence[str] = ("CPUExecutionProvider",)) -> None:
+    """One run of the whole model at ``batch``: a split without --verify still refuses a model that only works
+    at batch 1 (the batchable rewrite cannot see every place a batch of 1 was baked in)."""
+    sess = make_session(Path(directory) / manifest["whole_model"], providers)
+    feeds = random_feeds(manifest["graph_inputs"], batch, np.random.default_rng(0))
+    try:
+        sess.run(None, feeds)
+    except Exception as e:  # onnxruntime raises its own exception types
+        raise _batch_failure(batch, e) from None
+
+
 def _instrumented_whole(directory: Path, manifest: Mapping[str, Any], providers: Sequence[str]) -> Any:
     """The whole model with every tensor that crosses a stage boundary added as an output, or None above 2 GB.
 
@@ -94,10 +113,7 @@ def verify_dir(directory: str | Path, manifest: Mapping[str, Any], *, batch_size
                 whole_all = chain.run_whole(feeds)
             chained_all = chain.run_chain(feeds, keep_all=True)
         except Exception as e:  # onnxruntime raises its own Fail/InvalidArgument types
-            first = str(e).strip().splitlines()[0][:400] if str(e).strip() else type(e).__name__
-            raise ConfigError(f"--verify: onnxruntime failed at batch size {b}: {first}; the model probably "
-                              "hard-codes its batch size (a constant shape, Expand, Tile or Concat with a batch "
-                              "of 1): re-export it with a dynamic batch dimension") from None
+            raise _batch_failure(b, e) from None
         chained = {n: chained_all[n] for n in model_outputs}
         res = compare({n: whole_all[n] for n in model_outputs}, chained)
         if instrumented is not None:

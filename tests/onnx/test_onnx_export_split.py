@@ -90,3 +90,24 @@ def test_full_size_resnet50_export_split_verify(tmp_path: Path, cli) -> None:
     assert man["inputs"][0]["dims"] == [3, 224, 224] and man["outputs"][0]["dims"] == [1000]
     assert len(man["stages"]) == 18 and man["verify"]["passed"]
     assert [s["heavy_ops"] for s in man["stages"]] == [1] + [4, 3, 3] + [4, 3, 3, 3] + [4] + [3] * 5 + [4, 3, 3] + [1]
+
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.mark.parametrize("name,stages", [("torch_resnetish_dynamo", 5), ("torch_encoder_dyn_ts", 5)])
+def test_pytorch_exported_models(name: str, stages: int, tmp_path: Path, cli) -> None:
+    """Graphs from torch.onnx.export (see data/make_torch_models.py): the new exporter's external data and
+    run-time shape arithmetic, the TorchScript exporter's attention with a dynamic batch."""
+    rc, out, err = cli("split", DATA / f"{name}.onnx", "--out", tmp_path / "s", "--verify")
+    assert rc == 0, err
+    man = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert len(man["stages"]) == stages and man["verify"]["passed"]
+
+
+def test_pytorch_batch1_attention_is_refused(tmp_path: Path, cli) -> None:
+    """PyTorch's attention at a fixed batch of 1 folds the batch into a sequence-first Reshape: refused, with the
+    node that fails at batch 2 named, and nothing written."""
+    rc, out, err = cli("split", DATA / "torch_encoder_b1_ts.onnx", "--out", tmp_path / "s")
+    assert rc == 2 and "failed at batch size 2" in err and "self_attn/Reshape" in err
+    assert not (tmp_path / "s").exists()
