@@ -69,44 +69,51 @@ def make_batchable(model: onnx.ModelProto) -> list[str]:
     const = _const_tensors(g)
     # where does the batch sit? Only a Reshape whose input starts with the batch can fold it away; others (the
     # sequence-first layout inside PyTorch's attention, say) are none of our business
-    lead = {name: (dims[0] if dims else None) for name, (_, dims) in shape_table(infer_shapes(model)).items()}
-    for node in g.node:
-        if node.op_type != "Reshape" or node.input[0] in const:
-            continue
-        shape_name = node.input[1]
-        if shape_name not in inits:
-            continue  # computed from Shape(...) at run time: already follows the batch
-        arr = numpy_helper.to_array(inits[shape_name]).astype(np.int64)
-        if arr.ndim != 1 or arr.size == 0:
-            continue
-        allowzero = any(a.name == "allowzero" and a.i == 1 for a in node.attribute)
-        first = int(arr[0])
-        d0 = lead.get(node.input[0])
-        if first == -1 or (first == 0 and not allowzero):
-            continue
-        if d0 != BATCH and not (d0 is None and first == 1):
-            continue  # the input does not start with the batch (or we cannot tell and nothing hints at it)
-        if first == 1:
-            new = arr.copy()
-            if allowzero:
-                if (arr == -1).any():
-                    raise ConfigError(f"Reshape node {node.name!r} has allowzero=1 and shape {arr.tolist()} with a "
-                                      "fixed batch of 1 and a -1 elsewhere; re-export the model with a dynamic batch")
-                new[0] = -1
-            else:
-                new[0] = 0
-            new_name = f"{shape_name}__batchable"
-            if new_name not in inits:
-                t = numpy_helper.from_array(new, new_name)
-                g.initializer.append(t)
-                inits[new_name] = t
-            node.input[1] = new_name
-            fixes.append(f"Reshape {node.name}: shape {arr.tolist()} -> {new.tolist()}")
-            continue
-        raise ConfigError(f"Reshape node {node.name!r} reshapes activation {node.input[0]!r} to the fixed shape "
-                          f"{arr.tolist()}, which folds the batch dimension into other dimensions; make the "
-                          "shape start with 0 (copy the batch) or -1, or re-export the model with a dynamic batch "
-                          "dimension (torch.onnx.export(..., dynamic_axes={'input': {0: 'batch'}}))")
+    for _ in range(len(g.node) + 1):  # a fixed Reshape exposes the batch to the Reshapes after it: repeat
+        lead = {name: (dims[0] if dims else None)
+                for name, (_, dims) in shape_table(infer_shapes(model)).items()}
+        changed = False
+        for node in g.node:
+            if node.op_type != "Reshape" or node.input[0] in const:
+                continue
+            shape_name = node.input[1]
+            if shape_name not in inits:
+                continue  # computed from Shape(...) at run time: already follows the batch
+            arr = numpy_helper.to_array(inits[shape_name]).astype(np.int64)
+            if arr.ndim != 1 or arr.size == 0:
+                continue
+            allowzero = any(a.name == "allowzero" and a.i == 1 for a in node.attribute)
+            first = int(arr[0])
+            d0 = lead.get(node.input[0])
+            if first == -1 or (first == 0 and not allowzero):
+                continue
+            if d0 != BATCH and not (d0 is None and first == 1):
+                continue  # the input does not start with the batch (or we cannot tell and nothing hints at it)
+            if first == 1:
+                new = arr.copy()
+                if allowzero:
+                    if (arr == -1).any():
+                        raise ConfigError(f"Reshape node {node.name!r} has allowzero=1 and shape {arr.tolist()} "
+                                          "with a fixed batch of 1 and a -1 elsewhere; re-export the model with a "
+                                          "dynamic batch")
+                    new[0] = -1
+                else:
+                    new[0] = 0
+                new_name = f"{shape_name}__batchable"
+                if new_name not in inits:
+                    t = numpy_helper.from_array(new, new_name)
+                    g.initializer.append(t)
+                    inits[new_name] = t
+                node.input[1] = new_name
+                changed = True
+                fixes.append(f"Reshape {node.name}: shape {arr.tolist()} -> {new.tolist()}")
+                continue
+            raise ConfigError(f"Reshape node {node.name!r} reshapes activation {node.input[0]!r} to the fixed "
+                              f"shape {arr.tolist()}, which folds the batch dimension into other dimensions; make "
+                              "the shape start with 0 (copy the batch) or -1, or re-export the model with a dynamic "
+                              "batch dimension (torch.onnx.export(..., dynamic_axes={'input': {0: 'batch'}}))")
+        if not changed:
+            break
     for vi in g.output:  # after the Reshape scan: a folding Reshape is the more useful thing to name
         _set_batch_dim(vi, "output", fixes)
     return fixes
