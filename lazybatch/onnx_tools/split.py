@@ -115,12 +115,13 @@ def split_model(model_path: str | Path, out: str | Path, *, max_stages: int | No
         stage_io: list[tuple[list[str], list[str]]] = []
         for k in range(len(plan.stages)):
             sm, ins, outs = _stage_model(plan, k, model)
+            path = tmp / f"stage_{k:03d}.onnx"
+            _save(sm, path, loaded.external_data)
             try:
-                onnx.checker.check_model(sm)
+                onnx.checker.check_model(str(path))  # by path: works for external data and files over 2 GB
             except onnx.checker.ValidationError as e:
                 raise ConfigError(f"stage {k} fails onnx.checker ({str(e).splitlines()[0]}); this is a lazybatch "
                                   "bug or an unusual graph: try --max-stages with a smaller number") from None
-            _save(sm, tmp / f"stage_{k:03d}.onnx", loaded.external_data)
             stage_io.append((ins, outs))
         manifest = build_manifest(plan, stage_io, model, source=Path(model_path).name, seq2seq=spec,
                                   granularity={"max_stages": max_stages, "min_stage_cost": min_stage_cost,
