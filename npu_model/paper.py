@@ -1,0 +1,56 @@
+"""The NPU-modelled latency tables of the LazyBatching paper's three models (Table II), shipped in ``data/``.
+
+``python -m lazybatch.npu_model.paper [--out DIR]`` exports ResNet-50, GNMT and Transformer from the zoo
+(``lazybatch export``), splits them into stages (``lazybatch split``, default granularity) and writes
+``npu_<model>.json`` for batch sizes 1..64 on the Table I NPU (weight stationary, 1-byte data), about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from .config import NPUConfig
+from .tables import latency_table
+
+DATA = Path(__file__).with_name("data")
+MODELS = ("resnet50", "gnmt", "transformer")
+BATCH_SIZES = [1, 2, 4, 8, 16, 32, 48, 64]
+
+
+def table_path(model: str) -> Path:
+    """Path of the shipped NPU table of ``model`` (use it as ``lazybatch simulate --model PATH``)."""
+    return DATA / f"npu_{model}.json"
+
+
+def build(model: str, workdir: Path, cfg: NPUConfig | None = None):
+    from lazybatch.onnx_tools.split import split_model
+    from lazybatch.onnx_tools.zoo import export_model
+
+    src = workdir / f"{model}.onnx"
+    export_model(model, src)
+    split_model(src, workdir / f"{model}_stages")
+    table, _ = latency_table(workdir / f"{model}_stages", BATCH_SIZES, cfg or NPUConfig(), name=f"npu_{model}")
+    table.meta["source"] = f"lazybatch export {model} | lazybatch split (default granularity)"
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=DATA)
+    ap.add_argument("--model", action="append", choices=MODELS)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for model in args.model or MODELS:
+        with tempfile.TemporaryDirectory() as tmp:
+            table = build(model, Path(tmp))
+        path = table.save(args.out / f"npu_{model}.json")
+        print(f"wrote {path}: {table.graph.n} stages, single-input sum "
+              f"{sum(r[0] for r in table.measured) * 1e3:.3f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
