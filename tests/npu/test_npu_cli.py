@@ -71,3 +71,18 @@ def test_errors_exit_2_with_a_message(cli, tmp_path):
         rc, _, stderr = cli(*argv)
         assert rc == 2, argv
         assert stderr.startswith("lazybatch npu: error:") and msg in stderr, (argv, stderr)
+
+
+def test_shipped_paper_tables_load_by_name(cli, tmp_path):
+    from lazybatch.npu_model.paper import MODELS, table_path
+    from lazybatch.simulator.sweep import load_table
+
+    for model in MODELS:
+        t = LatencyTable.load(table_path(model))
+        assert t.max_batch_size == 64 and t.meta["npu"]["rows"] == 128
+        assert load_table(f"npu_{model}").name == t.name
+        for row in t.measured:
+            assert row == sorted(row)
+    rc, _, stderr = cli("simulate", "--model", "npu_resnet50", "--policy", "serial", "--rate", "100", "--seeds", "1",
+                        "--requests", "20", "--no-plots", "--quiet", "--jobs", "1", "--out", tmp_path / "s")
+    assert rc == 0, stderr
