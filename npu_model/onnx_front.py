@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import onnx
-from onnx import helper, numpy_helper, shape_inference
+from onnx import helper, shape_inference
 
 from lazybatch.batcher.errors import ConfigError
 
 from .config import NPUConfig
 from .cost import Cost
-from .systolic import Gemm, cdiv, gemm_cost
+from .systolic import Gemm, gemm_cost
 from .vector import ELEMENTWISE_OPS, FREE_OPS, MOVE_OPS, REDUCE_OPS, pool_ops, vector_cost
 
 KEEP_INITIALIZER_ELEMS = 64  # initializers up to this size keep their values (shape constants)
@@ -176,17 +176,14 @@ def _conv(nd: NodeInfo, cfg: NPUConfig) -> Cost:
     x, w, y = nd.inputs[0], nd.inputs[1], nd.outputs[0]
     _need(nd, x, w, y)
     group = int(_attr(nd.attrs, "group", 1))
-    n, c = x[0], x[1]
+    n = x[0]
     m, cg = w[0], w[1]
     kernel = _numel(w[2:])
     out_pix = _numel(y[2:])
     g = Gemm(m=n * out_pix, k=cg * kernel, n=m // group, groups=group, b_is_weight=True,
              a_elems=_numel(x) // group)
-    cost = gemm_cost(g, cfg)
-    bias = len(nd.inputs) > 2 and nd.inputs[2] is not None
-    if bias:  # the bias add rides on the accumulator drain; only its bytes are counted
-        cost.dram_bytes += 0
-    return cost
+    # a bias rides on the accumulator drain; its few bytes are not counted
+    return gemm_cost(g, cfg)
 
 
 def _gemm(nd: NodeInfo, cfg: NPUConfig) -> Cost:
