@@ -35,6 +35,9 @@ class NPUConfig:
     dtype_bytes: int = 1
     vector_lanes: int = 0  # 0: as many lanes as the array has columns (TPU v1's activation pipeline)
     double_buffer: bool = True  # half of each SRAM is being filled while the other half is computed on
+    # WS only: load the next weight tile into the array while the current one computes (TPU v1's double-buffered
+    # weight registers). Off by default: SCALE-Sim, which the model is validated against, loads weights serially.
+    weight_prefetch: bool = False
 
     def __post_init__(self) -> None:
         for name in ("rows", "cols", "act_sram_bytes", "wgt_sram_bytes", "mem_channels", "dtype_bytes"):
@@ -50,6 +53,9 @@ class NPUConfig:
                               field="mem_latency_cycles")
         if not isinstance(self.vector_lanes, int) or self.vector_lanes < 0:
             raise ConfigError(f"must be a non-negative integer, got {self.vector_lanes!r}", field="vector_lanes")
+        for name in ("double_buffer", "weight_prefetch"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"must be true or false, got {getattr(self, name)!r}", field=name)
         if self.dataflow not in DATAFLOWS:
             raise ConfigError(f"unknown dataflow {self.dataflow!r}; use 'os' (output stationary) or 'ws' "
                               "(weight stationary)", field="dataflow")

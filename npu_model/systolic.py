@@ -12,7 +12,9 @@ R x C array:
 * Weight stationary: each PE holds one weight; a fold covers R reduction rows and C output columns, spends R cycles
   loading weights, streams the M input rows through and drains: ``ceil(K/R) * ceil(N/C) * (2R + C + M - 2)``.
 
-SCALE-Sim reports the index of the last busy cycle, one less than these counts.
+SCALE-Sim reports the index of the last busy cycle, one less than these counts. With ``weight_prefetch`` (WS only,
+off by default) the next weight tile loads while the current one computes, as in TPU v1:
+``R + ceil(K/R) * ceil(N/C) * max(M, R) + R + C - 2``.
 
 DRAM traffic: weights (B, when it is a parameter) stream from DRAM once per use; activations stay in the
 activation SRAM between layers when input and output fit together, else they go to DRAM and back. When an operand
@@ -60,6 +62,9 @@ def array_cycles(g: Gemm, cfg: NPUConfig, dataflow: str | None = None) -> int:
         return 0
     if df == "os":
         per = cdiv(g.m, r) * cdiv(g.n, c) * (g.k + r + c - 2)
+    elif cfg.weight_prefetch:
+        # the next tile's R-cycle load hides behind the current tile's M input rows; one load and one drain remain
+        per = r + cdiv(g.k, r) * cdiv(g.n, c) * max(g.m, r) + r + c - 2
     else:
         per = cdiv(g.k, r) * cdiv(g.n, c) * (2 * r + c + g.m - 2)
     return g.groups * per

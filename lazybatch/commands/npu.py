@@ -35,6 +35,8 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bandwidth-gbs", type=float, help="DRAM bandwidth, GB/s (360)")
     g.add_argument("--mem-latency", type=int, help="memory latency, cycles (100)")
     g.add_argument("--dtype-bytes", type=int, help="bytes per value: 1 (int8), 2 (fp16/bf16), 4 (fp32) (1)")
+    g.add_argument("--weight-prefetch", action="store_true",
+                   help="WS: load the next weight tile while the current one computes (TPU v1); not in SCALE-Sim")
 
 
 def npu_config(args: argparse.Namespace):
@@ -66,6 +68,8 @@ def npu_config(args: argparse.Namespace):
         changes["mem_latency_cycles"] = args.mem_latency
     if args.dtype_bytes is not None:
         changes["dtype_bytes"] = args.dtype_bytes
+    if args.weight_prefetch:
+        changes["weight_prefetch"] = True
     return cfg.replace(**changes) if changes else cfg
 
 

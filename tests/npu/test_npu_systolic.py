@@ -130,7 +130,7 @@ def test_table_i_defaults():
 @pytest.mark.parametrize("changes, field", [
     ({"dataflow": "is"}, "dataflow"), ({"rows": 0}, "rows"), ({"dtype_bytes": 3}, "dtype_bytes"),
     ({"dram_bw_bytes_s": -1.0}, "dram_bw_bytes_s"), ({"mem_latency_cycles": -5}, "mem_latency_cycles"),
-    ({"cols": 1.5}, "cols"),
+    ({"cols": 1.5}, "cols"), ({"weight_prefetch": "yes"}, "weight_prefetch"),
 ])
 def test_malformed_config_names_the_field(changes, field):
     with pytest.raises(ConfigError, match=field):
@@ -150,3 +150,15 @@ def test_parse_array():
     for bad in ("128", "axb", "0x4", "1x2x3"):
         with pytest.raises(ConfigError):
             parse_array(bad)
+
+
+def test_weight_prefetch_by_hand():
+    cfg = NPUConfig(rows=8, cols=8, weight_prefetch=True)
+    # GEMV M=1, K=16, N=16 on 8x8: 2 x 2 = 4 tiles of max(1, 8) = 8 cycles, + first load 8 + drain 8 + 8 - 2
+    assert array_cycles(Gemm(m=1, k=16, n=16), cfg, "ws") == 8 + 4 * 8 + 14
+    # without prefetch: 4 folds of 2R + C + M - 2 = 16 + 8 + 1 - 2 = 23
+    assert array_cycles(Gemm(m=1, k=16, n=16), cfg.replace(weight_prefetch=False), "ws") == 4 * 23
+    # long input streams hide the loads: M = 100 -> 4 x 100 + 22
+    assert array_cycles(Gemm(m=100, k=16, n=16), cfg, "ws") == 8 + 400 + 14
+    # OS ignores it
+    assert array_cycles(Gemm(m=3, k=2, n=3), SMALL.replace(weight_prefetch=True), "os") == 16
