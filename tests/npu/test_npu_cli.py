@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from lazybatch.batcher.latency_table import LatencyTable
 
 from .npuhelpers import conv_mlp
@@ -86,3 +88,14 @@ def test_shipped_paper_tables_load_by_name(cli, tmp_path):
     rc, _, stderr = cli("simulate", "--model", "npu_resnet50", "--policy", "serial", "--rate", "100", "--seeds", "1",
                         "--requests", "20", "--no-plots", "--quiet", "--jobs", "1", "--out", tmp_path / "s")
     assert rc == 0, stderr
+
+
+def test_paper_scaled_tables_hit_table_ii():
+    from lazybatch.npu_model.paper import MODELS, PAPER_SINGLE_MS, scaled_to_paper, table_path
+
+    for model in MODELS:
+        t = scaled_to_paper(model)
+        assert t.whole_graph_latency(1, 17, 17) * 1e3 == pytest.approx(PAPER_SINGLE_MS[model])
+        base = LatencyTable.load(table_path(model))
+        k = t.meta["scaled_by"]
+        assert t.latency(0, 64) == pytest.approx(base.latency(0, 64) * k)
