@@ -3,6 +3,7 @@
 ``python -m lazybatch.npu_model.paper [--out DIR]`` exports ResNet-50, GNMT and Transformer from the zoo
 (``lazybatch export``), splits them into stages (``lazybatch split``, default granularity) and writes
 ``npu_<model>.json`` for batch sizes 1..64 on the Table I NPU (weight stationary, 1-byte data), about a minute.
+``--scaled`` writes ``npu_<model>_paperscale.json``: the same tables scaled to the paper's single-input latency.
 """
 
 from __future__ import annotations
@@ -68,8 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=DATA)
     ap.add_argument("--model", action="append", choices=MODELS)
+    ap.add_argument("--scaled", action="store_true",
+                    help="write npu_<model>_paperscale.json from the shipped tables (see scaled_to_paper) instead")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.scaled:
+        for model in args.model or MODELS:
+            table = scaled_to_paper(model)
+            path = table.save(args.out / f"npu_{model}_paperscale.json")
+            print(f"wrote {path}: latencies x {table.meta['scaled_by']:.4f}")
+        return 0
     for model in args.model or MODELS:
         with tempfile.TemporaryDirectory() as tmp:
             table = build(model, Path(tmp))
