@@ -99,3 +99,12 @@ def test_paper_scaled_tables_hit_table_ii():
         base = LatencyTable.load(table_path(model))
         k = t.meta["scaled_by"]
         assert t.latency(0, 64) == pytest.approx(base.latency(0, 64) * k)
+
+
+def test_validate_without_scalesim_says_how_to_install(cli, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scalesim", None)
+    monkeypatch.setitem(sys.modules, "scalesim.scale_sim", None)
+    rc, _, stderr = cli("npu", "validate", "--limit", "1")
+    assert rc == 2 and "npu-validate" in stderr
