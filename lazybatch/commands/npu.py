@@ -82,10 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     lat = nsub.add_parser("latency", help="write the stage x batch-size latency table of a model on the NPU",
                           description="TARGET: a directory from `lazybatch split` (one row per stage, typed as its "
                                       "manifest says), an .onnx file (one row), or a zoo model name (resnet50, gnmt, "
-                                      "transformer, ...: exported and split into a temporary directory first).",
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                      "transformer, ...: exported and split into a temporary directory first).")
     lat.add_argument("target", metavar="MODEL_OR_STAGE_DIR")
-    lat.add_argument("--batch", default=DEFAULT_BATCHES, help="batch sizes, comma-separated (must include 1)")
+    lat.add_argument("--batch", default=DEFAULT_BATCHES,
+                     help=f"batch sizes, comma-separated, must include 1 ({DEFAULT_BATCHES})")
     lat.add_argument("--out", type=Path, help="write the latency table here (.json or .csv)")
     lat.add_argument("--name", help="model name in the table (default: the manifest's)")
     lat.add_argument("--strict", action="store_true",
@@ -96,19 +96,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_config_args(lat)
     lat.set_defaults(func=run_latency)
 
-    lay = nsub.add_parser("layer", help="cost of one convolution or GEMM at one batch size",
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    lay = nsub.add_parser("layer", help="cost of one convolution or GEMM at one batch size")
     what = lay.add_mutually_exclusive_group(required=True)
     what.add_argument("--conv", metavar="H,W,C,R,S,M,STRIDE", help="padded input HxW, C channels, RxS kernel, "
                                                                   "M filters, stride (SCALE-Sim's description)")
     what.add_argument("--gemm", metavar="M,K,N", help="A[M,K] @ W[K,N], W a weight")
-    lay.add_argument("--batch", type=int, default=1)
+    lay.add_argument("--batch", type=int, default=1, help="batch size (1)")
     _add_config_args(lay)
     lay.set_defaults(func=run_layer)
 
     val = nsub.add_parser("validate", help="compare compute cycles with SCALE-Sim on ResNet-50 convolution layers "
-                                           "(needs the npu-validate extra)",
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                           "(needs the npu-validate extra)")
     val.add_argument("--model", type=Path, help="ONNX model whose Conv layers to check (default: the zoo's ResNet-50)")
     val.add_argument("--limit", type=int, default=0, help="only the first N distinct layer shapes")
     _add_config_args(val)
