@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "lazybatch.commands.export",
     "lazybatch.commands.split",
     "lazybatch.commands.profile",
+    "lazybatch.commands.npu",
 )
 
 

@@ -19,7 +19,11 @@ def test_wheel_maps_folders_under_one_namespace(tmp_path):
                  "lazybatch/batcher/policies/lazy.py", "lazybatch/simulator/engine.py",
                  "lazybatch/simulator/data/resnet50.json", "lazybatch/simulator/data/wmt_en_de_lengths.json",
                  "lazybatch/backend/__init__.py", "lazybatch/client/__init__.py",
-                 "lazybatch/npu_model/__init__.py"):
+                 "lazybatch/npu_model/__init__.py", "lazybatch/npu_model/systolic.py",
+                 "lazybatch/npu_model/onnx_front.py", "lazybatch/npu_model/tables.py", "lazybatch/npu_model/vector.py",
+                 "lazybatch/npu_model/scalesim_ref.py", "lazybatch/npu_model/validate.py", "lazybatch/commands/npu.py",
+                 "lazybatch/npu_model/paper.py", "lazybatch/npu_model/data/npu_resnet50.json",
+                 "lazybatch/npu_model/data/npu_gnmt_paperscale.json"):
         assert must in names, must
     tops = {n.split("/")[0] for n in names if not n.startswith("lazybatch-")}
     assert tops == {"lazybatch"}, f"generic top-level names would be installed: {tops}"

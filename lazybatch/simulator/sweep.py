@@ -52,8 +52,14 @@ def load_table(model: str) -> LatencyTable:
     if key in paper_tables.MODELS:
         return paper_tables.shipped_table(key)
     p = Path(model)
+    if not p.exists() and key.startswith("npu_"):  # the NPU-modelled tables shipped with lazybatch.npu_model
+        from lazybatch.npu_model.paper import DATA as NPU_DATA
+
+        if (NPU_DATA / f"{key}.json").exists():
+            p = NPU_DATA / f"{key}.json"
     if not p.exists():
-        raise ConfigError(f"unknown model {model!r}: give one of {', '.join(paper_tables.MODELS)} or the path of "
+        raise ConfigError(f"unknown model {model!r}: give one of {', '.join(paper_tables.MODELS)} (or npu_resnet50, "
+                          "npu_gnmt, npu_transformer) or the path of "
                           "a latency table (.json/.csv) written by 'lazybatch profile' or 'lazybatch npu latency'",
                           field="model")
     return LatencyTable.load(p)
