@@ -1,0 +1,367 @@
+"""The scheduler thread: wall clock + onnxruntime executor around the single-threaded ``Scheduler``.
+
+Nothing here imports Triton. The Triton model (``model.py``) hands requests in through ``submit`` from Triton's
+``execute`` thread and gets answers back through the ``respond`` callback, so the same runtime can be driven by a
+plain test without a server.
+
+Why the shape it has:
+
+- The ``Scheduler`` is single-threaded, so exactly one thread (this one) calls into it. ``submit`` only puts the
+  request on a thread-safe queue.
+- The executor does not run a stage inside ``Executor.submit``: it parks the job, the thread runs it, then drains
+  the arrival queue *before* reporting completion. That way the policy sees every request that arrived during the
+  stage at the stage boundary, which is where LazyBatching decides to preempt.
+- A Triton request with batch size b becomes b scheduler requests (one per sample): the latency table, the slack
+  predictor and max_batch_size all count samples. The Triton request is answered once all its samples are done, or
+  at once when one fails (its siblings are then cancelled and leave at the next stage boundary).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.policies.base import Policy
+from lazybatch.batcher.request import Request, Status
+from lazybatch.batcher.scheduler import Scheduler
+
+from .config import RequestOptions
+from .stages import StageRunner
+
+# respond(handle, outputs or None, status, error message or None) -- called from the scheduler thread.
+Respond = Callable[[Any, "dict[str, np.ndarray] | None", Status, "str | None"], None]
+IsCancelled = Callable[[Any], bool]
+
+
+class _Timer:
+    __slots__ = ("when", "callback", "cancelled")
+
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class WallClock:
+    """Monotonic time; timers fire on the scheduler thread, between stages."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Timer]] = []
+        self._seq = itertools.count()
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> _Timer:
+        t = _Timer(when, callback)
+        heapq.heappush(self._heap, (when, next(self._seq), t))
+        return t
+
+    def next_due(self) -> float | None:
+        while self._heap and self._heap[0][2].cancelled:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    def fire_due(self) -> None:
+        now = time.monotonic()
+        while self._heap and self._heap[0][0] <= now:
+            _, _, t = heapq.heappop(self._heap)
+            if not t.cancelled:
+                t.callback()
+
+
+class _Parent:
+    """One client request (possibly several samples)."""
+
+    __slots__ = ("handle", "inputs", "samples", "remaining", "rows", "answered")
+
+    def __init__(self, handle: Any, inputs: dict[str, np.ndarray], batch: int) -> None:
+        self.handle = handle
+        self.inputs = inputs
+        self.samples: list[Request] = []
+        self.remaining = batch
+        self.rows: list[dict[str, np.ndarray] | None] = [None] * batch
+        self.answered = False
+
+
+class _Sample:
+    __slots__ = ("parent", "row", "tensors")
+
+    def __init__(self, parent: _Parent, row: int) -> None:
+        self.parent = parent
+        self.row = row
+        self.tensors: dict[str, np.ndarray] = {}
+
+
+@dataclass
+class RuntimeStats:
+    """Where the scheduler thread's time goes; ``overhead_per_stage`` excludes onnxruntime."""
+
+    requests: int = 0
+    samples: int = 0
+    stage_runs: int = 0
+    batch_hist: dict[int, int] = field(default_factory=dict)
+    ort_s: float = 0.0
+    io_s: float = 0.0  # concatenating inputs and splitting outputs
+    sched_s: float = 0.0  # policy decisions, bookkeeping, hand-off
+    answered: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        n = max(self.stage_runs, 1)
+        return {
+            "requests": self.requests, "samples": self.samples, "stage_runs": self.stage_runs,
+            "batch_hist": {str(k): v for k, v in sorted(self.batch_hist.items())},
+            "ort_s": self.ort_s, "io_s": self.io_s, "sched_s": self.sched_s,
+            "mean_stage_ort_ms": self.ort_s / n * 1e3,
+            "overhead_per_stage_ms": (self.io_s + self.sched_s) / n * 1e3,
+            "overhead_fraction": (self.io_s + self.sched_s) / self.ort_s if self.ort_s else 0.0,
+            "answered": dict(self.answered),
+        }
+
+
+class BackendRuntime:
+    """Owns the scheduler thread of one model instance."""
+
+    def __init__(self, runner: StageRunner, table: LatencyTable, policy: Policy, respond: Respond, *,
+                 is_cancelled: IsCancelled | None = None, cancel_poll_s: float = 0.002,
+                 name: str = "lazybatch") -> None:
+        if table.graph.n != runner.n_stages:
+            raise ValueError(f"latency table has {table.graph.n} stages, the stage directory {runner.n_stages}")
+        self.runner = runner
+        self.respond = respond
+        self.is_cancelled = is_cancelled
+        self.cancel_poll_s = cancel_poll_s
+        self.clock = WallClock()
+        self.stats = RuntimeStats()
+        self.scheduler = Scheduler(table, policy, _ExecutorAdapter(self), self.clock, on_response=self._on_sample_done)
+        self._inbox: queue.SimpleQueue[tuple[_Parent, RequestOptions, float] | None] = queue.SimpleQueue()
+        self._job: tuple[StageJob, DoneCallback] | None = None
+        self._ids = itertools.count()
+        self._live: dict[int, _Parent] = {}
+        self._last_poll = 0.0
+        self._stopping = threading.Event()
+        self._closed = False
+        self._submit_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name=f"{name}-scheduler", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ any thread
+    def submit(self, handle: Any, inputs: dict[str, np.ndarray], batch: int, opts: RequestOptions) -> str | None:
+        """Queue a validated request; returns an error message instead when it cannot be accepted."""
+        arrival = time.monotonic()
+        if opts.deadline_unix_s is not None:
+            left = opts.deadline_unix_s - time.time()
+            if left <= 0:
+                return f"the request's deadline passed {-left * 1e3:.1f} ms before it reached the model"
+        with self._submit_lock:
+            if self._closed:
+                return "the model is shutting down; retry on another instance"
+            self._inbox.put((_Parent(handle, inputs, batch), opts, arrival))
+        return None
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Answer everything still held with UNAVAILABLE and stop the thread."""
+        with self._submit_lock:
+            self._closed = True
+            self._inbox.put(None)
+        self._stopping.set()
+        self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ Executor (scheduler thread)
+    def submit_job(self, job: StageJob, done: DoneCallback) -> None:
+        self._job = (job, done)
+
+    # ------------------------------------------------------------------ scheduler thread
+    def _loop(self) -> None:
+        sched = self.scheduler
+        clock = self.clock
+        stats = self.stats
+        try:
+            while True:
+                if self._job is None:
+                    due = clock.next_due()
+                    timeout = None if due is None else max(0.0, due - time.monotonic())
+                    if not self._drain(block=True, timeout=timeout):
+                        break
+                    t0 = time.perf_counter()
+                    clock.fire_due()
+                    stats.sched_s += time.perf_counter() - t0
+                    continue
+                job, done = self._job
+                self._job = None
+                result = self._run(job)
+                if not self._drain(block=False):
+                    break
+                self._poll_cancelled()
+                t0 = time.perf_counter()
+                done(job, result)
+                clock.fire_due()
+                stats.sched_s += time.perf_counter() - t0
+        except Exception:  # pragma: no cover - a bug; make it loud and answer what is held
+            traceback.print_exc()
+        finally:
+            self._shutdown()
+
+    def _drain(self, *, block: bool, timeout: float | None = None) -> bool:
+        """Submit every queued arrival to the scheduler; False once close() was called."""
+        first = True
+        while True:
+            try:
+                if block and first:
+                    item = self._inbox.get(timeout=timeout) if timeout is None or timeout > 0 else \
+                        self._inbox.get_nowait()
+                else:
+                    item = self._inbox.get_nowait()
+            except queue.Empty:
+                return True
+            first = False
+            if item is None:
+                return False
+            self._admit(*item)
+
+    def _admit(self, parent: _Parent, opts: RequestOptions, arrival: float) -> None:
+        t0 = time.perf_counter()
+        if opts.deadline_unix_s is not None:
+            deadline = arrival + (opts.deadline_unix_s - time.time())
+            kw: dict[str, float] = {"deadline": deadline if deadline > arrival else arrival + 1e-9}
+        elif opts.sla_s is not None:
+            kw = {"sla": opts.sla_s}
+        else:
+            kw = {}
+        key = id(parent)
+        self._live[key] = parent
+        self.stats.requests += 1
+        for row in range(parent.remaining):
+            r = Request(next(self._ids), arrival, priority=opts.priority, payload=_Sample(parent, row), **kw)
+            parent.samples.append(r)
+        self.stats.samples += len(parent.samples)
+        for r in list(parent.samples):
+            if parent.answered:
+                break
+            self.scheduler.submit(r)
+        self.stats.sched_s += time.perf_counter() - t0
+
+    def _run(self, job: StageJob) -> StageResult | None:
+        """Run one stage on the job's (not cancelled) requests: concatenate, onnxruntime, split."""
+        runner = self.runner
+        stage = job.stage
+        spec = runner.manifest.stages[stage]
+        reqs = [r for r in job.requests if not r.cancelled]
+        if not reqs:
+            return None
+        stats = self.stats
+        t0 = time.perf_counter()
+        try:
+            feeds: dict[str, np.ndarray] = {}
+            for inp in spec.inputs:
+                if inp.source is None:
+                    parts = [r.payload.parent.inputs[inp.name][r.payload.row:r.payload.row + 1] for r in reqs]
+                else:
+                    parts = [r.payload.tensors[inp.name] for r in reqs]
+                feeds[inp.name] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+            t1 = time.perf_counter()
+            outs = runner.run(stage, feeds)
+            t2 = time.perf_counter()
+            for k, r in enumerate(reqs):
+                tensors = r.payload.tensors
+                for name, arr in outs.items():
+                    tensors[name] = arr[k:k + 1]
+                for name in runner.drop_after[stage]:
+                    tensors.pop(name, None)
+            t3 = time.perf_counter()
+        except Exception as e:  # onnxruntime failure: these requests fail, the server goes on
+            msg = f"{type(e).__name__}: {e}"
+            return StageResult(errors={r.id: msg for r in reqs})
+        stats.stage_runs += 1
+        stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
+        stats.ort_s += t2 - t1
+        stats.io_s += (t1 - t0) + (t3 - t2)
+        return None
+
+    def _poll_cancelled(self) -> None:
+        if self.is_cancelled is None or not self._live:
+            return
+        now = time.monotonic()
+        if now - self._last_poll < self.cancel_poll_s:
+            return
+        self._last_poll = now
+        for parent in list(self._live.values()):
+            if parent.answered:
+                continue
+            try:
+                gone = self.is_cancelled(parent.handle)
+            except Exception:
+                gone = False
+            if gone:
+                for r in parent.samples:
+                    r.cancelled = True
+
+    def _on_sample_done(self, r: Request) -> None:
+        sample: _Sample = r.payload
+        parent = sample.parent
+        if parent.answered:
+            return
+        if r.status is Status.OK:
+            parent.rows[sample.row] = {o: sample.tensors[o] for o in self.runner.output_names}
+            sample.tensors = {}
+            parent.remaining -= 1
+            if parent.remaining:
+                return
+            rows = parent.rows
+            outputs = {o: rows[0][o] if len(rows) == 1 else np.concatenate([x[o] for x in rows], axis=0)
+                       for o in self.runner.output_names}
+            self._answer(parent, outputs, Status.OK, None)
+        else:
+            for sib in parent.samples:
+                sib.cancelled = True
+            self._answer(parent, None, r.status, r.error)
+
+    def _answer(self, parent: _Parent, outputs: dict[str, np.ndarray] | None, status: Status,
+                error: str | None) -> None:
+        parent.answered = True
+        self._live.pop(id(parent), None)
+        self.stats.answered[status.name] = self.stats.answered.get(status.name, 0) + 1
+        try:
+            self.respond(parent.handle, outputs, status, error)
+        except Exception:  # a response that cannot be sent must not stop the thread
+            traceback.print_exc()
+
+    def _shutdown(self) -> None:
+        # answer what is still queued or held: nothing is lost
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                parent = item[0]
+                self._live[id(parent)] = parent
+        self.scheduler.close("the model was unloaded before the request finished")
+        for parent in list(self._live.values()):
+            if not parent.answered:
+                self._answer(parent, None, Status.UNAVAILABLE, "the model was unloaded before the request finished")
+
+
+# The scheduler calls executor.submit(job, done); requests come in through BackendRuntime.submit: a small adapter
+# keeps the two apart.
+class _ExecutorAdapter:
+    __slots__ = ("rt",)
+
+    def __init__(self, rt: BackendRuntime) -> None:
+        self.rt = rt
+
+    def submit(self, job: StageJob, done: DoneCallback) -> None:
+        self.rt.submit_job(job, done)
