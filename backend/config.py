@@ -228,7 +228,10 @@ class RequestOptions:
 
 
 def parse_request_parameters(text: str | None, default_sla_ms: float | None) -> tuple[RequestOptions, str | None]:
-    """``sla_ms``, ``deadline_unix_ms`` (absolute, wall clock) and ``priority`` from the request's parameters."""
+    """``sla_ms``, ``deadline_unix_ms`` (absolute, wall clock) and ``request_priority`` from request parameters.
+
+    Other parameters are ignored (clients and Triton add their own).
+    """
     opts = RequestOptions(sla_s=None if default_sla_ms is None else default_sla_ms / 1e3)
     if not text:
         return opts, None
@@ -249,9 +252,10 @@ def parse_request_parameters(text: str | None, default_sla_ms: float | None) -> 
             return opts, f"request parameter deadline_unix_ms must be a number (ms since the epoch), got {v!r}"
         opts.sla_s = None
         opts.deadline_unix_s = float(v) / 1e3
-    if "priority" in params:
-        v = params["priority"]
+    key = "request_priority" if "request_priority" in params else "priority"  # "priority" is Triton-reserved
+    if key in params:
+        v = params[key]
         if isinstance(v, bool) or not isinstance(v, int):
-            return opts, f"request parameter priority must be an integer, got {v!r}"
+            return opts, f"request parameter {key} must be an integer, got {v!r}"
         opts.priority = v
     return opts, None

@@ -120,7 +120,8 @@ class TritonPythonModel:
         policy = spec.build(max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size)
         runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
         self.runtime = BackendRuntime(runner, table, policy, self._respond, is_cancelled=self._is_cancelled,
-                                      cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name)
+                                      cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
+                                      on_idle=self._write_stats)
 
     # ------------------------------------------------------------------ Triton calls
     def execute(self, requests: list[Any]) -> list[Any] | None:
@@ -143,7 +144,6 @@ class TritonPythonModel:
     def finalize(self) -> None:
         if self.runtime is not None:
             self.runtime.close()
-            self._write_stats()
 
     # ------------------------------------------------------------------ helpers
     def _respond(self, request: Any, outputs: dict[str, np.ndarray] | None, status: Status,
@@ -157,19 +157,18 @@ class TritonPythonModel:
             err = te(error or status.value, code) if code is not None else te(error or status.value)
             resp = pb_utils.InferenceResponse(output_tensors=[], error=err)
         request.get_response_sender().send(resp, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        if self._stats_path is not None and self.runtime.stats.requests % 200 == 0:
-            self._write_stats()
 
     @staticmethod
     def _is_cancelled(request: Any) -> bool:
         return bool(request.is_cancelled())
 
-    def _write_stats(self) -> None:
-        if self._stats_path is None or self.runtime is None:
+    def _write_stats(self, runtime: Any) -> None:
+        """Statistics for benchmarks (LAZYBATCH_STATS_DIR), written whenever the scheduler goes idle."""
+        if self._stats_path is None:
             return
         try:
             self._stats_path.parent.mkdir(parents=True, exist_ok=True)
-            data = {"model": self.settings.name, "policy": self.settings.policy, **self.runtime.stats.as_dict()}
+            data = {"model": self.settings.name, "policy": self.settings.policy, **runtime.stats.as_dict()}
             tmp = self._stats_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data, indent=1))
             tmp.replace(self._stats_path)

@@ -137,6 +137,7 @@ class BackendRuntime:
 
     def __init__(self, runner: StageRunner, table: LatencyTable, policy: Policy, respond: Respond, *,
                  is_cancelled: IsCancelled | None = None, cancel_poll_s: float = 0.002,
+                 idle_poll_s: float = 0.02, on_idle: "Callable[[BackendRuntime], None] | None" = None,
                  name: str = "lazybatch") -> None:
         if table.graph.n != runner.n_stages:
             raise ValueError(f"latency table has {table.graph.n} stages, the stage directory {runner.n_stages}")
@@ -144,6 +145,8 @@ class BackendRuntime:
         self.respond = respond
         self.is_cancelled = is_cancelled
         self.cancel_poll_s = cancel_poll_s
+        self.idle_poll_s = idle_poll_s
+        self.on_idle = on_idle  # called on the scheduler thread whenever nothing is held (statistics)
         self.clock = WallClock()
         self.stats = RuntimeStats()
         self.scheduler = Scheduler(table, policy, _ExecutorAdapter(self), self.clock, on_response=self._on_sample_done)
@@ -152,6 +155,7 @@ class BackendRuntime:
         self._ids = itertools.count()
         self._live: dict[int, _Parent] = {}
         self._last_poll = 0.0
+        self._dirty = False
         self._stopping = threading.Event()
         self._closed = False
         self._submit_lock = threading.Lock()
@@ -186,16 +190,22 @@ class BackendRuntime:
 
     # ------------------------------------------------------------------ scheduler thread
     def _loop(self) -> None:
-        sched = self.scheduler
         clock = self.clock
         stats = self.stats
         try:
             while True:
                 if self._job is None:
+                    if self._dirty and not self._live:
+                        self._dirty = False
+                        self._idle_hook()  # about to wait with nothing held
                     due = clock.next_due()
                     timeout = None if due is None else max(0.0, due - time.monotonic())
+                    if self._live and self.is_cancelled is not None:
+                        # requests wait (a batching window): keep polling them for cancellation
+                        timeout = self.idle_poll_s if timeout is None else min(timeout, self.idle_poll_s)
                     if not self._drain(block=True, timeout=timeout):
                         break
+                    self._poll_cancelled()
                     t0 = time.perf_counter()
                     clock.fire_due()
                     stats.sched_s += time.perf_counter() - t0
@@ -214,6 +224,14 @@ class BackendRuntime:
             traceback.print_exc()
         finally:
             self._shutdown()
+            self._idle_hook()
+
+    def _idle_hook(self) -> None:
+        if self.on_idle is not None:
+            try:
+                self.on_idle(self)
+            except Exception:  # statistics are best effort
+                traceback.print_exc()
 
     def _drain(self, *, block: bool, timeout: float | None = None) -> bool:
         """Submit every queued arrival to the scheduler; False once close() was called."""
@@ -332,6 +350,7 @@ class BackendRuntime:
     def _answer(self, parent: _Parent, outputs: dict[str, np.ndarray] | None, status: Status,
                 error: str | None) -> None:
         parent.answered = True
+        self._dirty = True
         self._live.pop(id(parent), None)
         self.stats.answered[status.name] = self.stats.answered.get(status.name, 0) + 1
         try:

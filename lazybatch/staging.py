@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -153,8 +153,12 @@ def _shape(vi: Any) -> list[Any]:
 
 
 def split_model(model_path: str | Path, out_dir: str | Path, *, max_stages: int | None = None,
-                name: str | None = None) -> Path:
-    """Cut ``model_path`` into stages at single-tensor (or small) cut points; write stage files + manifest.json."""
+                name: str | None = None, cut_after: Sequence[int] | None = None) -> Path:
+    """Cut ``model_path`` into stages; write stage files + manifest.json.
+
+    Cut points are where exactly one computed tensor crosses (model inputs may cross too), spaced evenly down to
+    ``max_stages``; ``cut_after`` (node indices) forces cuts anywhere, several tensors crossing included.
+    """
     onnx = _onnx()
     from onnx import helper, shape_inference
 
@@ -196,7 +200,12 @@ def split_model(model_path: str | Path, out_dir: str | Path, *, max_stages: int 
             cuts.append((i, live))
     # evenly spaced cut points (by node count) up to max_stages
     chosen = list(cuts)
-    if max_stages is not None and len(chosen) + 1 > max_stages:
+    if cut_after is not None:
+        bad = [c for c in cut_after if not 0 <= c < n - 1]
+        if bad:
+            raise ConfigError(f"cut_after {bad} outside 0..{n - 2}", field="cut_after")
+        chosen = [(c, []) for c in sorted(set(cut_after))]
+    if max_stages is not None and len(chosen) + 1 > max_stages and chosen:
         k = max_stages - 1
         picks = []
         for j in range(1, k + 1):
