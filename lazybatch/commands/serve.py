@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         stop["now"] = True
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in the background
     try:
         server.start(args.timeout)
         e = server.endpoints
