@@ -273,41 +273,54 @@ class BackendRuntime:
         self.stats.sched_s += time.perf_counter() - t0
 
     def _run(self, job: StageJob) -> StageResult | None:
-        """Run one stage on the job's (not cancelled) requests: concatenate, onnxruntime, split."""
-        runner = self.runner
-        stage = job.stage
-        spec = runner.manifest.stages[stage]
+        """Run one stage on the job's (not cancelled) requests: concatenate, onnxruntime, split.
+
+        If the batched run fails, each request is run alone so that only the ones that fail on their own are
+        answered with the error; the rest of the batch goes on.
+        """
         reqs = [r for r in job.requests if not r.cancelled]
         if not reqs:
             return None
+        try:
+            self._run_batch(job.stage, reqs)
+            return None
+        except Exception as e:
+            if len(reqs) == 1:
+                return StageResult(errors={reqs[0].id: f"{type(e).__name__}: {e}"})
+        errors: dict[int, str] = {}
+        for r in reqs:
+            try:
+                self._run_batch(job.stage, [r])
+            except Exception as e:  # onnxruntime failure: this request fails, the server goes on
+                errors[r.id] = f"{type(e).__name__}: {e}"
+        return StageResult(errors=errors) if errors else None
+
+    def _run_batch(self, stage: int, reqs: list[Request]) -> None:
+        runner = self.runner
+        spec = runner.manifest.stages[stage]
         stats = self.stats
         t0 = time.perf_counter()
-        try:
-            feeds: dict[str, np.ndarray] = {}
-            for inp in spec.inputs:
-                if inp.source is None:
-                    parts = [r.payload.parent.inputs[inp.name][r.payload.row:r.payload.row + 1] for r in reqs]
-                else:
-                    parts = [r.payload.tensors[inp.name] for r in reqs]
-                feeds[inp.name] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
-            t1 = time.perf_counter()
-            outs = runner.run(stage, feeds)
-            t2 = time.perf_counter()
-            for k, r in enumerate(reqs):
-                tensors = r.payload.tensors
-                for name, arr in outs.items():
-                    tensors[name] = arr[k:k + 1]
-                for name in runner.drop_after[stage]:
-                    tensors.pop(name, None)
-            t3 = time.perf_counter()
-        except Exception as e:  # onnxruntime failure: these requests fail, the server goes on
-            msg = f"{type(e).__name__}: {e}"
-            return StageResult(errors={r.id: msg for r in reqs})
+        feeds: dict[str, np.ndarray] = {}
+        for inp in spec.inputs:
+            if inp.source is None:
+                parts = [r.payload.parent.inputs[inp.name][r.payload.row:r.payload.row + 1] for r in reqs]
+            else:
+                parts = [r.payload.tensors[inp.name] for r in reqs]
+            feeds[inp.name] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        t1 = time.perf_counter()
+        outs = runner.run(stage, feeds)
+        t2 = time.perf_counter()
+        for k, r in enumerate(reqs):
+            tensors = r.payload.tensors
+            for name, arr in outs.items():
+                tensors[name] = arr[k:k + 1]
+            for name in runner.drop_after[stage]:
+                tensors.pop(name, None)
+        t3 = time.perf_counter()
         stats.stage_runs += 1
         stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
         stats.ort_s += t2 - t1
         stats.io_s += (t1 - t0) + (t3 - t2)
-        return None
 
     def _poll_cancelled(self) -> None:
         if self.is_cancelled is None or not self._live:
