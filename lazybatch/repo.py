@@ -182,3 +182,49 @@ def split_into(model: Path, dest: Path, *, max_stages: int | None, name: str) ->
     from lazybatch.staging import split_model
 
     return split_model(model, dest, max_stages=max_stages, name=name)
+
+
+# The shipped comparison: ResNet-50 under LazyBatching, under Triton's own dynamic batcher (three queue delays) and
+# serial. name -> policy.
+DEFAULT_MODELS = {
+    "resnet50_lazy": "lazy",
+    "resnet50_triton_0us": "triton:0",
+    "resnet50_triton_5000us": "triton:5000",
+    "resnet50_triton_20000us": "triton:20000",
+    "resnet50_serial": "serial",
+}
+
+
+def build_default_repository(repository: str | Path = "model_repository", *, work: str | Path | None = None,
+                             max_batch_size: int = 8, sla_ms: float = 100.0, max_stages: int | None = 20,
+                             profile_reps: int = 5, force: bool = False, log: Any = print) -> Path:
+    """ResNet-50 (the onnx package's light model made batchable, random weights) split once, profiled once, and
+    served under every policy of DEFAULT_MODELS; the weights are hard-linked between model directories."""
+    from lazybatch.staging import batchable_light_model, split_model
+
+    repo = Path(repository)
+    # not inside the repository: tritonserver would try to load any folder there as a model
+    work_dir = Path(work) if work else repo.resolve().parent / ".lazybatch-build" / repo.name
+    work_dir.mkdir(parents=True, exist_ok=True)
+    onnx_path = work_dir / "resnet50.onnx"
+    if not onnx_path.exists() or force:
+        log(f"building {onnx_path} (light ResNet-50 from the onnx package, batchable, random weights)")
+        batchable_light_model("resnet50", onnx_path)
+    stages = work_dir / "resnet50_stages"
+    if not (stages / "manifest.json").exists() or force:
+        log(f"splitting into at most {max_stages} stages -> {stages}")
+        split_model(onnx_path, stages, max_stages=max_stages, name="resnet50")
+    table = work_dir / f"resnet50_latency_b{max_batch_size}.json"
+    if not table.exists() or force:
+        log(f"profiling the stages at batch sizes up to {max_batch_size} -> {table}")
+        runner = StageRunner(stages)
+        runner.run_all(runner.sample_inputs(1))
+        runner.profile(profile_batch_sizes(max_batch_size), reps=profile_reps).save(table)
+    for name, policy in DEFAULT_MODELS.items():
+        if (repo / name / "config.pbtxt").exists() and not force:
+            log(f"{name}: exists")
+            continue
+        add_model(onnx_path, repo, name=name, policy=policy, sla_ms=sla_ms, max_batch_size=max_batch_size,
+                  stages=stages, latency_table=table, force=True)
+        log(f"{name}: {policy}")
+    return repo

@@ -30,6 +30,14 @@ def register(sub: Any) -> None:
     a.add_argument("--allow-nan", action="store_true", help="accept NaN/Inf inputs (rejected by default)")
     a.add_argument("--force", action="store_true", help="replace an existing model directory")
     a.set_defaults(func=run_add)
+    d = rsub.add_parser("default", help="build the shipped comparison repository: ResNet-50 under lazy, Triton's "
+                        "dynamic batcher (0/5000/20000 us) and serial")
+    d.add_argument("--repository", "--model-repository", dest="repository", default="model_repository")
+    d.add_argument("--max-batch-size", type=int, default=8)
+    d.add_argument("--sla-ms", type=float, default=100.0)
+    d.add_argument("--max-stages", type=int, default=20)
+    d.add_argument("--force", action="store_true", help="rebuild everything (model, stages, latency table)")
+    d.set_defaults(func=run_default)
 
 
 def run_add(args: argparse.Namespace) -> int:
@@ -49,4 +57,13 @@ def run_add(args: argparse.Namespace) -> int:
                      allow_nan=args.allow_nan, force=args.force)
     print(f"added {mdir}")
     print((mdir / "config.pbtxt").read_text())
+    return 0
+
+
+def run_default(args: argparse.Namespace) -> int:
+    from lazybatch.repo import build_default_repository
+
+    repo = build_default_repository(args.repository, max_batch_size=args.max_batch_size, sla_ms=args.sla_ms,
+                                    max_stages=args.max_stages, force=args.force)
+    print(f"model repository ready: {repo} (serve it with `lazybatch serve --model-repository {repo}`)")
     return 0
