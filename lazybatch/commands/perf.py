@@ -17,6 +17,9 @@ def register(sub: Any) -> None:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--measurement-ms", type=int, default=4000, help="perf_analyzer measurement window")
     p.add_argument("--sla-ms", type=float, default=None, help="send sla_ms as a request parameter")
+    p.add_argument("--stability-percentage", type=float, default=50.0, help="perf_analyzer's stability threshold "
+                   "(raise it on a busy machine, where windows vary more)")
+    p.add_argument("--max-trials", type=int, default=6)
     p.add_argument("--perf-analyzer", default=None, help="a perf_analyzer binary (default: the venv's, installed "
                    "on first use from the tritonclient 2.41.0 wheel)")
     p.add_argument("--install", action="store_true", help="(re)install perf_analyzer and exit")
@@ -45,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     all_rows = []
     for model in args.models:
         rows, _ = perf.run(binary, model, args.url, rates, out, batch=args.batch,
-                           measurement_ms=args.measurement_ms, sla_ms=args.sla_ms)
+                           measurement_ms=args.measurement_ms, sla_ms=args.sla_ms,
+                           stability_percentage=args.stability_percentage, max_trials=args.max_trials)
         all_rows += rows
     print(f"{'model':<22} {'rate/s':>7} {'infer/s':>8} {'avg ms':>8} {'p50':>8} {'p90':>8} {'p99':>8} "
           f"{'queue':>7} {'compute':>8}")
