@@ -44,14 +44,20 @@ def service_time(client: Client, model: str, n: int) -> float:
     return statistics.median(times)
 
 
-def read_stats(stats_dir: Path, model: str) -> dict:
+def read_stats(stats_dir: Path, model: str, at_least: int = 0, timeout: float = 15.0) -> dict:
+    """The backend's counters, written whenever it holds nothing: wait until they cover ``at_least`` requests."""
     p = stats_dir / f"{model}.json"
-    for _ in range(50):
+    end = time.monotonic() + timeout
+    data: dict = {}
+    while time.monotonic() < end:
         try:
-            return json.loads(p.read_text())
+            data = json.loads(p.read_text())
         except (OSError, ValueError):
-            time.sleep(0.1)
-    return {}
+            data = {}
+        if data.get("requests", 0) >= at_least and (data or at_least == 0):
+            return data
+        time.sleep(0.1)
+    return data
 
 
 def violation(r: LoadResult, sla_ms: float) -> float:
@@ -95,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 before = read_stats(stats_dir, model) if model == LAZY else {}
                 r = run_load(url, model, rate, args.duration, sla_ms=sla if sla is not None else max(slas),
                              seed=args.seed, timeout_s=60.0, send_sla=sla is not None)
-                after = read_stats(stats_dir, model) if model == LAZY else {}
+                after = read_stats(stats_dir, model, before.get("requests", 0) + r.sent + 1) if model == LAZY else {}
                 overhead = None
                 if after and before is not None:
                     runs_n = after.get("stage_runs", 0) - before.get("stage_runs", 0)
