@@ -21,5 +21,10 @@ class ConfigError(LazyBatchError, ValueError):
             where.append(f"field {field!r}")
         prefix = f"{': '.join(where)}: " if where else ""
         super().__init__(prefix + message)
+        self.message = message
         self.field = field
         self.source = source
+
+    def at(self, source: str | None) -> "ConfigError":
+        """The same error, said of the file ``source`` (for errors raised before the file name was known)."""
+        return self if self.source or not source else ConfigError(self.message, field=self.field, source=source)

@@ -182,7 +182,10 @@ class LatencyTable:
                 raise ConfigError("latency must be a list (one value per batch size)",
                                   field=f"stages[{i}].latency", source=source)
             rows.append([v * scale if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in lat])
-        graph = ModelGraph(str(data.get("model", "model")), built)
+        try:
+            graph = ModelGraph(str(data.get("model", "model")), built)
+        except ConfigError as e:
+            raise e.at(source) from None
         return cls(graph, sizes, rows, provenance=str(data.get("provenance", "")), meta=data.get("meta"),
                    source=source)
 
@@ -229,7 +232,10 @@ class LatencyTable:
             if missing:
                 raise ConfigError(f"stage {name!r} has no latency for batch sizes {missing}",
                                   field="batch_size", source=source)
-        graph = ModelGraph(model, [(n, StageType.parse(types[n], source=source)) for n in order])
+        try:
+            graph = ModelGraph(model, [(n, StageType.parse(types[n], source=source)) for n in order])
+        except ConfigError as e:
+            raise e.at(source) from None
         return cls(graph, sizes, [[values[n][b] for b in sizes] for n in order], source=source)
 
     @classmethod

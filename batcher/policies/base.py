@@ -108,11 +108,12 @@ class Policy(ABC):
                 leaving = r.id in exits
             elif kind is StageType.ENCODER:
                 leaving = r.loop_iter >= r.enc_steps
-            else:
-                if r.dec_steps is None:
-                    raise RuntimeError(f"request {r.id}: the executor did not report whether decoding ended and the "
-                                       "request has no dec_steps")
+            elif r.dec_steps is not None:
                 leaving = r.loop_iter >= r.dec_steps
+            else:
+                self._finish(r, Status.ERROR, "the executor did not report whether decoding ended and the request "
+                                              "has no dec_steps")
+                continue
             if leaving:
                 r.loop_iter = 0
                 out.append(r)

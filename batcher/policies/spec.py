@@ -59,7 +59,9 @@ class PolicySpec:
         """Whether the policy's decisions depend on request deadlines (so one run per SLA target is needed)."""
         return self.kind in ("lazy", "oracle")
 
-    def build(self, *, max_batch_size: int | None = None, length_histogram: LengthHistogram | None = None) -> Policy:
+    def build(self, *, max_batch_size: int | None = None, length_histogram: LengthHistogram | None = None,
+              dec_timesteps_coverage: float = 0.9) -> Policy:
+        """A fresh policy; the spec's own parameters win over the keyword defaults given here."""
         p = dict(self.params)
         if self.kind == "serial":
             return Serial()
@@ -70,7 +72,7 @@ class PolicySpec:
                                  preferred_batch_sizes=p.get("preferred_batch_size", ()), **kw)
         cls = LazyBatching if self.kind == "lazy" else OracleLazyBatching
         return cls(dec_timesteps=p.get("dec_timesteps"),
-                   dec_timesteps_coverage=p.get("dec_timesteps_coverage", 0.9),
+                   dec_timesteps_coverage=p.get("dec_timesteps_coverage", dec_timesteps_coverage),
                    length_histogram=length_histogram, **kw)
 
 

@@ -11,7 +11,7 @@ import heapq
 from typing import Callable, Iterable
 
 from lazybatch.batcher.decisions import DecisionLog
-from lazybatch.batcher.interfaces import DoneCallback, StageJob
+from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.request import Request
@@ -20,6 +20,7 @@ from lazybatch.batcher.scheduler import Scheduler
 _COMPLETION, _TIMER = 0, 1
 
 JobObserver = Callable[[float, StageJob], None]
+ResultHook = Callable[[StageJob], "StageResult | None"]
 
 
 class _Timer:
@@ -37,12 +38,15 @@ class Simulation:
     """Virtual clock + latency-table executor + the scheduler, driven by a list of arrivals."""
 
     def __init__(self, table: LatencyTable, policy: Policy, *, log: DecisionLog | None = None,
-                 on_job: JobObserver | None = None) -> None:
+                 on_job: JobObserver | None = None, result_for: ResultHook | None = None) -> None:
+        """``on_job`` sees every stage job as it starts; ``result_for`` may return a StageResult for a job (to inject
+        failures or decide loop exits), evaluated when the job completes."""
         self.t = 0.0
         self._heap: list[tuple] = []
         self._seq = 0
         self._dense = table.dense
         self.on_job = on_job
+        self.result_for = result_for
         self.stage_execs = 0
         self.batch_hist: dict[int, int] = {}
         self.busy_time = 0.0
@@ -71,8 +75,11 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self._heap, (self.t + lat, _COMPLETION, self._seq, job, done))
 
-    def run(self, requests: Iterable[Request]) -> list[Request]:
-        """Feed ``requests`` (sorted by arrival) and run until every one is answered."""
+    def run(self, requests: Iterable[Request], *, max_stage_execs: int | None = None) -> list[Request]:
+        """Feed ``requests`` (sorted by arrival) and run until every one is answered.
+
+        ``max_stage_execs`` guards tests against a policy that never finishes: exceeding it raises RuntimeError.
+        """
         reqs = list(requests)
         heap = self._heap
         pop = heapq.heappop
@@ -87,7 +94,10 @@ class Simulation:
                     raise RuntimeError(f"virtual clock would run backwards: {when} < {self.t}")
                 self.t = when
                 if kind == _COMPLETION:
-                    done(obj, None)
+                    done(obj, None if self.result_for is None else self.result_for(obj))
+                    if max_stage_execs is not None and self.stage_execs > max_stage_execs:
+                        raise RuntimeError(f"more than {max_stage_execs} stage executions: the policy does not "
+                                           "make progress")
                 elif not obj.cancelled:
                     obj.callback()
             elif i < n:
