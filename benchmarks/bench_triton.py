@@ -21,8 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_load
 from lazybatch.repo import build_default_repository

@@ -167,7 +167,7 @@ class TritonServer:
     def start(self, timeout: float = 180.0) -> "TritonServer":
         if self.log_file is not None:
             self.log_file.parent.mkdir(parents=True, exist_ok=True)
-            self._log = open(self.log_file, "ab")
+            self._log = open(self.log_file, "wb")  # one run per file: errors shown are this run's
             out: IO | int = self._log
         else:
             out = None if self.inherit_output else subprocess.DEVNULL
@@ -199,10 +199,13 @@ class TritonServer:
         raise ConfigError(f"tritonserver was not ready after {timeout:.0f} s{self._log_hint()}")
 
     def _log_hint(self) -> str:
+        """The server's error lines (why a model did not load) and the end of its log."""
         if self.log_file is None or not self.log_file.exists():
             return ""
-        tail = self.log_file.read_text(errors="replace").splitlines()[-25:]
-        return f"; the end of its log ({self.log_file}):\n" + "\n".join(tail)
+        lines = self.log_file.read_text(errors="replace").splitlines()
+        errors = [l for l in lines if (l.startswith("E") and "CudaDriverHelper" not in l) or "UNAVAILABLE" in l][-12:]
+        tail = [l for l in lines[-10:] if l not in errors]
+        return f"; from its log ({self.log_file}):\n" + "\n".join(errors + ["..."] + tail)
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGINT (Triton unloads models, so finalize answers held requests), then SIGKILL if it hangs."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort

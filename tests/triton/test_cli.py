@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-import pytest
 
 from lazybatch.cli import main
 from lazybatch.serving import free_port
@@ -99,3 +96,19 @@ def test_perf_analyzer_against_lazy_model_reports_no_errors(served, tmp_path):
     rows = json.loads((out / "perf.json").read_text())
     assert [r["request_rate"] for r in rows] == [50.0, 100.0]
     assert all(r["throughput"] > 0.5 * r["request_rate"] for r in rows)
+
+
+def test_serve_reports_a_model_that_cannot_load(served, tmp_path, capsys):
+    """A model without a latency table refuses to load; serve exits with the backend's explanation."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(served.repo / "mlp_lazy", repo / "broken", symlinks=True)
+    cfg = (repo / "broken" / "config.pbtxt").read_text().replace('name: "mlp_lazy"', 'name: "broken"')
+    (repo / "broken" / "config.pbtxt").write_text(cfg)
+    (repo / "broken" / "1" / "latency.json").unlink()
+    rc = main(["serve", "--model-repository", str(repo), "--http-port", str(free_port()), "--grpc-port",
+               str(free_port()), "--metrics-port", str(free_port()), "--log-file", str(tmp_path / "log.txt")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "exited with code 1 before it was ready" in err and "profile_on_load" in err

@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 
 from lazybatch.client.api import Client, InferError
 
-from .conftest import MAX_BATCH, POLICIES
+from triton_models import MAX_BATCH, POLICIES
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
