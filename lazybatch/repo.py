@@ -102,7 +102,7 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
               sla_ms: float | None = 100.0, max_batch_size: int = 16, stages: str | Path | None = None,
               max_stages: int | None = None, latency_table: str | Path | None = None, profile_reps: int = 3,
               execution_provider: str = "auto", intra_op_threads: int = 0, allow_nan: bool = False,
-              force: bool = False) -> Path:
+              scheduler_max_batch_size: int | None = None, force: bool = False) -> Path:
     """Make ``repository/name`` (see the module docstring); returns the model directory."""
     if not name or "/" in name or name.startswith("."):
         raise ConfigError(f"invalid model name {name!r}", field="--name")
@@ -119,7 +119,8 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
     try:
         return _fill(mdir, vdir, model, pol, name=name, policy=policy, sla_ms=sla_ms, max_batch_size=max_batch_size,
                      stages=stages, max_stages=max_stages, latency_table=latency_table, profile_reps=profile_reps,
-                     execution_provider=execution_provider, intra_op_threads=intra_op_threads, allow_nan=allow_nan)
+                     execution_provider=execution_provider, intra_op_threads=intra_op_threads, allow_nan=allow_nan,
+                     scheduler_max_batch_size=scheduler_max_batch_size)
     except BaseException:
         shutil.rmtree(mdir, ignore_errors=True)
         raise
@@ -128,8 +129,13 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
 def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: str, policy: str,
           sla_ms: float | None, max_batch_size: int, stages: str | Path | None, max_stages: int | None,
           latency_table: str | Path | None, profile_reps: int, execution_provider: str, intra_op_threads: int,
-          allow_nan: bool) -> Path:
+          allow_nan: bool, scheduler_max_batch_size: int | None) -> Path:
     params: dict[str, str] = {"execution_provider": execution_provider}
+    if scheduler_max_batch_size is not None:
+        if not 1 <= scheduler_max_batch_size <= max_batch_size:
+            raise ConfigError(f"scheduler_max_batch_size must be in 1..max_batch_size ({max_batch_size})",
+                              field="--scheduler-max-batch-size")
+        params["scheduler_max_batch_size"] = str(scheduler_max_batch_size)
     if intra_op_threads:
         params["intra_op_threads"] = str(intra_op_threads)
     if allow_nan:
@@ -184,47 +190,74 @@ def split_into(model: Path, dest: Path, *, max_stages: int | None, name: str) ->
     return split_model(model, dest, max_stages=max_stages, name=name)
 
 
-# The shipped comparison: ResNet-50 under LazyBatching, under Triton's own dynamic batcher (three queue delays) and
-# serial. name -> policy.
-DEFAULT_MODELS = {
-    "resnet50_lazy": "lazy",
-    "resnet50_triton_0us": "triton:0",
-    "resnet50_triton_5000us": "triton:5000",
-    "resnet50_triton_20000us": "triton:20000",
-    "resnet50_serial": "serial",
+# The shipped comparison: one model under LazyBatching, under Triton's own dynamic batcher (three queue delays) and
+# serial. suffix -> policy.
+COMPARISON = {
+    "lazy": "lazy",
+    "triton_0us": "triton:0",
+    "triton_5000us": "triton:5000",
+    "triton_20000us": "triton:20000",
+    "serial": "serial",
 }
+DEFAULT_MODELS = {f"resnet50_{k}": v for k, v in COMPARISON.items()}
+
+# What each shipped model is: ResNet-50 (compute-bound on a CPU: batching barely pays) and an 8-layer MLP of width
+# 2048 (matrix-vector bound at batch 1: batching pays several times over), the two regimes DESIGN.md describes.
+MODEL_KINDS = ("resnet50", "mlp")
 
 
-def build_default_repository(repository: str | Path = "model_repository", *, work: str | Path | None = None,
-                             max_batch_size: int = 8, sla_ms: float = 100.0, max_stages: int | None = 20,
-                             profile_reps: int = 5, force: bool = False, log: Any = print) -> Path:
-    """ResNet-50 (the onnx package's light model made batchable, random weights) split once, profiled once, and
-    served under every policy of DEFAULT_MODELS; the weights are hard-linked between model directories."""
-    from lazybatch.staging import batchable_light_model, split_model
+def _build_onnx(kind: str, path: Path) -> None:
+    from lazybatch.staging import batchable_light_model, make_mlp
 
+    if kind == "resnet50":
+        batchable_light_model("resnet50", path)
+    elif kind == "mlp":
+        make_mlp(path, in_dim=2048, width=2048, depth=8, out_dim=1000, seed=0)
+    else:
+        raise ConfigError(f"unknown model kind {kind!r}; choose one of {', '.join(MODEL_KINDS)}", field="--model")
+
+
+def build_default_repository(repository: str | Path = "model_repository", *, kind: str = "resnet50",
+                             work: str | Path | None = None, max_batch_size: int | None = None,
+                             sla_ms: float | None = None, max_stages: int | None = 20, profile_reps: int = 5,
+                             force: bool = False, log: Any = print) -> Path:
+    """``kind`` split once, profiled once, and served under every policy of COMPARISON (names ``<kind>_<suffix>``);
+    the weights are hard-linked between model directories. ResNet-50 is the onnx package's light model made
+    batchable (random weights); the MLP is cut after every Relu."""
+    from lazybatch.staging import split_model
+
+    mbs = max_batch_size or (8 if kind == "resnet50" else 16)
+    sla = sla_ms if sla_ms is not None else (100.0 if kind == "resnet50" else 10.0)
     repo = Path(repository)
     # not inside the repository: tritonserver would try to load any folder there as a model
     work_dir = Path(work) if work else repo.resolve().parent / ".lazybatch-build" / repo.name
     work_dir.mkdir(parents=True, exist_ok=True)
-    onnx_path = work_dir / "resnet50.onnx"
+    onnx_path = work_dir / f"{kind}.onnx"
     if not onnx_path.exists() or force:
-        log(f"building {onnx_path} (light ResNet-50 from the onnx package, batchable, random weights)")
-        batchable_light_model("resnet50", onnx_path)
-    stages = work_dir / "resnet50_stages"
+        log(f"building {onnx_path}")
+        _build_onnx(kind, onnx_path)
+    stages = work_dir / f"{kind}_stages"
     if not (stages / "manifest.json").exists() or force:
-        log(f"splitting into at most {max_stages} stages -> {stages}")
-        split_model(onnx_path, stages, max_stages=max_stages, name="resnet50")
-    table = work_dir / f"resnet50_latency_b{max_batch_size}.json"
+        if kind == "mlp":
+            import onnx
+
+            relus = [i for i, n in enumerate(onnx.load(str(onnx_path)).graph.node) if n.op_type == "Relu"]
+            split_model(onnx_path, stages, cut_after=relus, name=kind)
+        else:
+            log(f"splitting into at most {max_stages} stages -> {stages}")
+            split_model(onnx_path, stages, max_stages=max_stages, name=kind)
+    table = work_dir / f"{kind}_latency_b{mbs}.json"
     if not table.exists() or force:
-        log(f"profiling the stages at batch sizes up to {max_batch_size} -> {table}")
+        log(f"profiling the stages at batch sizes up to {mbs} -> {table}")
         runner = StageRunner(stages)
         runner.run_all(runner.sample_inputs(1))
-        runner.profile(profile_batch_sizes(max_batch_size), reps=profile_reps).save(table)
-    for name, policy in DEFAULT_MODELS.items():
+        runner.profile(profile_batch_sizes(mbs), reps=profile_reps).save(table)
+    for suffix, policy in COMPARISON.items():
+        name = f"{kind}_{suffix}"
         if (repo / name / "config.pbtxt").exists() and not force:
             log(f"{name}: exists")
             continue
-        add_model(onnx_path, repo, name=name, policy=policy, sla_ms=sla_ms, max_batch_size=max_batch_size,
+        add_model(onnx_path, repo, name=name, policy=policy, sla_ms=sla, max_batch_size=mbs,
                   stages=stages, latency_table=table, force=True)
         log(f"{name}: {policy}")
     return repo

@@ -294,6 +294,12 @@ def test_repo_add_cli(tmp_path, mlp, capsys):
     cfg = load_config(repo / "t" / "config.pbtxt")
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 5000
     assert cfg.parameters["policy"].string_value == "whole_graph"
+    assert main(["repo", "add", str(model), "--repository", str(repo), "--name", "small", "--max-batch-size", "8",
+                 "--scheduler-max-batch-size", "2", "--profile-reps", "1"]) == 0
+    assert load_config(repo / "small" / "config.pbtxt").parameters["scheduler_max_batch_size"].string_value == "2"
+    assert main(["repo", "add", str(model), "--repository", str(repo), "--name", "big", "--max-batch-size", "4",
+                 "--scheduler-max-batch-size", "9"]) == 2
+    assert "scheduler_max_batch_size must be in 1..max_batch_size" in capsys.readouterr().err
     assert main(["repo", "add", str(model), "--repository", str(repo), "--policy", "fastest"]) == 2
     assert "unknown policy" in capsys.readouterr().err
     assert main(["repo", "add", str(tmp_path / "none.onnx"), "--repository", str(repo)]) == 2
