@@ -18,6 +18,7 @@ Why the shape it has:
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import queue
@@ -41,6 +42,18 @@ from .stages import StageRunner
 # respond(handle, outputs or None, status, error message or None) -- called from the scheduler thread.
 Respond = Callable[[Any, "dict[str, np.ndarray] | None", Status, "str | None"], None]
 IsCancelled = Callable[[Any], bool]
+# A sample's tensor is a row of a batched array: (array, row). Kept as the pair, not a 1-row view, so that a
+# sub-batch whose members are the rows of one array, in order, is passed on without a copy.
+Row = tuple[np.ndarray, int]
+
+
+def join_rows(parts: list[Row]) -> np.ndarray:
+    """The rows as one batch: a slice of the shared array when they are consecutive rows of it, else a copy."""
+    a0, k0 = parts[0]
+    n = len(parts)
+    if all(a is a0 and k == k0 + i for i, (a, k) in enumerate(parts)):
+        return a0 if k0 == 0 and n == a0.shape[0] else a0[k0:k0 + n]
+    return np.concatenate([a[k:k + 1] for a, k in parts], axis=0)
 
 
 class _Timer:
@@ -86,15 +99,16 @@ class WallClock:
 class _Parent:
     """One client request (possibly several samples)."""
 
-    __slots__ = ("handle", "inputs", "samples", "remaining", "rows", "answered")
+    __slots__ = ("handle", "inputs", "samples", "remaining", "rows", "answered", "checked")
 
     def __init__(self, handle: Any, inputs: dict[str, np.ndarray], batch: int) -> None:
         self.handle = handle
         self.inputs = inputs
         self.samples: list[Request] = []
         self.remaining = batch
-        self.rows: list[dict[str, np.ndarray] | None] = [None] * batch
+        self.rows: list[dict[str, Row] | None] = [None] * batch
         self.answered = False
+        self.checked = 0.0  # when is_cancelled() was last asked
 
 
 class _Sample:
@@ -103,7 +117,7 @@ class _Sample:
     def __init__(self, parent: _Parent, row: int) -> None:
         self.parent = parent
         self.row = row
-        self.tensors: dict[str, np.ndarray] = {}
+        self.tensors: dict[str, Row] = {}
 
 
 @dataclass
@@ -154,6 +168,8 @@ class BackendRuntime:
         self._job: tuple[StageJob, DoneCallback] | None = None
         self._ids = itertools.count()
         self._live: dict[int, _Parent] = {}
+        self._ring: collections.deque[_Parent] = collections.deque()  # held requests, polled round-robin
+        self.poll_budget = 16  # is_cancelled() calls per poll
         self._last_poll = 0.0
         self._dirty = False
         self._stopping = threading.Event()
@@ -212,6 +228,7 @@ class BackendRuntime:
                     continue
                 job, done = self._job
                 self._job = None
+                self._check_job(job)
                 result = self._run(job)
                 if not self._drain(block=False):
                     break
@@ -261,6 +278,7 @@ class BackendRuntime:
             kw = {}
         key = id(parent)
         self._live[key] = parent
+        self._ring.append(parent)
         self.stats.requests += 1
         for row in range(parent.remaining):
             r = Request(next(self._ids), arrival, priority=opts.priority, payload=_Sample(parent, row), **kw)
@@ -303,17 +321,17 @@ class BackendRuntime:
         feeds: dict[str, np.ndarray] = {}
         for inp in spec.inputs:
             if inp.source is None:
-                parts = [r.payload.parent.inputs[inp.name][r.payload.row:r.payload.row + 1] for r in reqs]
+                parts = [(r.payload.parent.inputs[inp.name], r.payload.row) for r in reqs]
             else:
                 parts = [r.payload.tensors[inp.name] for r in reqs]
-            feeds[inp.name] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+            feeds[inp.name] = join_rows(parts)
         t1 = time.perf_counter()
         outs = runner.run(stage, feeds)
         t2 = time.perf_counter()
         for k, r in enumerate(reqs):
             tensors = r.payload.tensors
             for name, arr in outs.items():
-                tensors[name] = arr[k:k + 1]
+                tensors[name] = (arr, k)
             for name in runner.drop_after[stage]:
                 tensors.pop(name, None)
         t3 = time.perf_counter()
@@ -323,22 +341,47 @@ class BackendRuntime:
         stats.io_s += (t1 - t0) + (t3 - t2)
 
     def _poll_cancelled(self) -> None:
-        if self.is_cancelled is None or not self._live:
+        """Poll a bounded round-robin slice of the held requests (``is_cancelled()`` is a round trip to the server
+        process: polling a backlog of thousands at every boundary would make the backlog grow)."""
+        if self.is_cancelled is None or not self._ring:
             return
         now = time.monotonic()
         if now - self._last_poll < self.cancel_poll_s:
             return
         self._last_poll = now
-        for parent in list(self._live.values()):
+        ring = self._ring
+        for _ in range(min(self.poll_budget, len(ring))):
+            parent = ring.popleft()
             if parent.answered:
                 continue
-            try:
-                gone = self.is_cancelled(parent.handle)
-            except Exception:
-                gone = False
-            if gone:
-                for r in parent.samples:
-                    r.cancelled = True
+            self._check(parent)
+            ring.append(parent)
+
+    def _check(self, parent: _Parent) -> None:
+        now = time.monotonic()
+        if now - parent.checked < self.cancel_poll_s:
+            return
+        parent.checked = now
+        try:
+            gone = self.is_cancelled(parent.handle)
+        except Exception:
+            gone = False
+        if gone:
+            for r in parent.samples:
+                r.cancelled = True
+
+    def _check_job(self, job: StageJob) -> None:
+        """Before a stage runs, its own requests are checked, so that no compute goes to a request already gone."""
+        if self.is_cancelled is None:
+            return
+        seen: set[int] = set()
+        for r in job.requests:
+            parent = r.payload.parent
+            if id(parent) not in seen and not r.cancelled:
+                seen.add(id(parent))
+                if len(seen) > self.poll_budget:
+                    break
+                self._check(parent)
 
     def _on_sample_done(self, r: Request) -> None:
         sample: _Sample = r.payload
@@ -352,8 +395,7 @@ class BackendRuntime:
             if parent.remaining:
                 return
             rows = parent.rows
-            outputs = {o: rows[0][o] if len(rows) == 1 else np.concatenate([x[o] for x in rows], axis=0)
-                       for o in self.runner.output_names}
+            outputs = {o: join_rows([x[o] for x in rows]) for o in self.runner.output_names}
             self._answer(parent, outputs, Status.OK, None)
         else:
             for sib in parent.samples:

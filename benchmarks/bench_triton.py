@@ -71,8 +71,10 @@ def pool(parts: list[LoadResult]) -> LoadResult:
     res.send_rate = res.sent / res.duration_s if res.duration_s else 0.0
     lat = [l / 1e3 for p in parts for l in p.latencies_ms]
     errors = [k for p in parts for k, n in p.error_kinds.items() for _ in range(n)]
-    span = sum(p.ok / p.throughput for p in parts if p.throughput > 0)
+    span = sum(max(p.ok / p.throughput, p.duration_s) if p.throughput > 0 else p.duration_s for p in parts)
+    res.duration_s = 0.0  # summarize takes the pooled span as it is
     res = summarize(res, lat, [True] * len(lat), errors, 0.0, span)
+    res.duration_s = sum(p.duration_s for p in parts)
     return res
 
 

@@ -65,14 +65,16 @@ def poisson_schedule(rate: float, duration_s: float, seed: int, max_requests: in
 
 
 def summarize(res: LoadResult, latencies_s: list[float], ok_flags: list[bool], errors: list[str],
-              first_send: float, last_done: float) -> LoadResult:
+              start: float, last_done: float) -> LoadResult:
+    """Throughput counts from the start of the load to the last answer (at least the load's duration), so that a
+    light load reports about its offered rate, and an overload the rate the server really sustained."""
     lat = np.array([l for l, ok in zip(latencies_s, ok_flags) if ok]) * 1e3
     res.ok = int(lat.size)
     res.errors = len(errors)
     for e in errors:
         key = e.split("\n")[0][:120]
         res.error_kinds[key] = res.error_kinds.get(key, 0) + 1
-    span = max(last_done - first_send, 1e-9)
+    span = max(last_done - start, res.duration_s, 1e-9)
     res.throughput = res.ok / span if res.sent else 0.0
     if lat.size:
         res.avg_ms = float(lat.mean())
@@ -144,9 +146,8 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
         for t in tasks:
             if not t.done():
                 t.cancel()
-        first = start + (offsets[0] if offsets else 0.0)
-        last = max(done_times) if done_times else first
-        return summarize(res, latencies, ok_flags, errors, first, last)
+        last = max(done_times) if done_times else start
+        return summarize(res, latencies, ok_flags, errors, start, last)
     finally:
         await client.close()
 

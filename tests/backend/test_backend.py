@@ -308,3 +308,23 @@ def test_repo_add_cli(tmp_path, mlp, capsys):
     assert main(["repo", "add", "--stages", str(stages), "--repository", str(repo), "--name", "s",
                  "--profile-reps", "1", "--max-batch-size", "4"]) == 0
     assert load_manifest(repo / "s" / "1" / "stages").model == load_manifest(stages).model
+
+
+def test_cancellation_polling_is_bounded_and_round_robin(mlp):
+    """is_cancelled() is a round trip to the server: a poll asks at most poll_budget held requests, in turn."""
+    from lazybatch.backend.runtime import _Parent
+
+    _, stages = mlp
+    asked: list[int] = []
+    rt, c = _runtime(stages, "lazy")
+    rt.is_cancelled = lambda h: asked.append(h) or False
+    parents = [_Parent(h, {}, 1) for h in range(100)]
+    rt._ring.extend(parents)  # the thread is idle (nothing submitted), so this is not racing it
+    rt._last_poll = 0.0
+    rt._poll_cancelled()
+    assert asked == list(range(rt.poll_budget))
+    rt._last_poll = 0.0
+    rt._poll_cancelled()
+    assert asked == list(range(2 * rt.poll_budget))
+    rt._ring.clear()
+    rt.close()
