@@ -1,6 +1,6 @@
 import pytest
 
-from simhelpers import flat_table
+from .simhelpers import flat_table
 
 
 @pytest.fixture

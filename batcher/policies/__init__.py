@@ -3,7 +3,9 @@
 from .base import DEFAULT_MAX_BATCH_SIZE, Policy
 from .graph_batching import GraphBatching, Serial
 from .lazy import LazyBatching, OracleLazyBatching
+from .monitor import BatchLatencyModel, BatchMonitor, MaxBatchUnderDeadline, preferred_batch_size
 from .spec import POLICY_NAMES, parse_policy
 
 __all__ = ["DEFAULT_MAX_BATCH_SIZE", "Policy", "GraphBatching", "Serial", "LazyBatching", "OracleLazyBatching",
-           "POLICY_NAMES", "parse_policy"]
+           "BatchLatencyModel", "BatchMonitor", "MaxBatchUnderDeadline", "preferred_batch_size", "POLICY_NAMES",
+           "parse_policy"]

@@ -18,9 +18,11 @@ from .base import DEFAULT_MAX_BATCH_SIZE, Policy
 
 
 class _Batch:
-    __slots__ = ("node", "active", "parked", "resume")
+    __slots__ = ("node", "active", "parked", "resume", "size", "started")
 
-    def __init__(self, reqs: list[Request]) -> None:
+    def __init__(self, reqs: list[Request], now: float) -> None:
+        self.size = len(reqs)
+        self.started = now
         self.node = 0
         self.active = reqs
         self.parked: list[Request] = []  # sequences that ended early, padding the batch until the longest ends
@@ -60,23 +62,28 @@ class GraphBatching(Policy):
     def enqueue(self, request: Request, now: float) -> None:
         self.queue.append(request)
 
+    def _decide(self, now: float) -> tuple[int, str] | float:
+        """How many queued requests (a non-empty queue) to dispatch now and why, or when to look again."""
+        q = self.queue
+        n = len(q)
+        if n >= self.max_batch_size:
+            return self.max_batch_size, "max_batch_size reached"
+        if self.preferred and n >= self.preferred[0]:
+            return max(p for p in self.preferred if p <= n), "preferred batch size formed"
+        if now >= q[0].arrival + self.max_queue_delay:
+            return n, "queue delay expired" if self.max_queue_delay > 0 else "device free"
+        return q[0].arrival + self.max_queue_delay
+
     def _form(self, now: float) -> _Batch | float | None:
         q = self.queue
         while q and q[0].cancelled:
             self._finish(q.popleft(), Status.CANCELLED, "request was cancelled while queued")
         if not q:
             return None
-        n = len(q)
-        if n >= self.max_batch_size:
-            take, reason = self.max_batch_size, "max_batch_size reached"
-        elif self.preferred and n >= self.preferred[0]:
-            take = max(p for p in self.preferred if p <= n)
-            reason = "preferred batch size formed"
-        elif now >= q[0].arrival + self.max_queue_delay:
-            take = n
-            reason = "queue delay expired" if self.max_queue_delay > 0 else "device free"
-        else:
-            return q[0].arrival + self.max_queue_delay
+        decided = self._decide(now)
+        if not isinstance(decided, tuple):
+            return decided
+        take, reason = decided
         reqs = []
         for _ in range(take):
             r = q.popleft()
@@ -87,7 +94,7 @@ class GraphBatching(Policy):
         if not reqs:
             return self._form(now)
         self.log.add(now, DISPATCH, 0, len(reqs), reason)
-        return _Batch(reqs)
+        return _Batch(reqs, now)
 
     def next_job(self, now: float) -> StageJob | float | None:
         if self.current is None:
@@ -116,6 +123,10 @@ class GraphBatching(Policy):
         for r in cont:  # past the last stage (or nobody left after errors and cancellations)
             self._finish(r, Status.OK, None)
         self.current = None
+        self._batch_done(b, now)
+
+    def _batch_done(self, batch: _Batch, now: float) -> None:
+        """Hook for policies that learn from observed whole-batch times."""
 
     def held(self) -> list[Request]:
         out = list(self.queue)

@@ -1,6 +1,9 @@
 """Policy specs as users write them on the command line and in config.pbtxt parameters.
 
     serial
+    adhoc                     serve what has arrived when the device frees (GraphBatching, no window)
+    monitor                   BatchMonitor/BatchDispatcher: monitor:window_ms=1000,max_batch_size=32
+    deadline                  the largest batch that still meets the oldest request's deadline
     lazy                      lazy:max_batch_size=32,dec_timesteps=10
     oracle                    oracle:dec_timesteps_coverage=0.8
     graph:5                   GraphB(5): max_queue_delay of 5 ms (the paper's batching time-window)
@@ -19,10 +22,14 @@ from ..lengths import LengthHistogram
 from .base import Policy
 from .graph_batching import GraphBatching, Serial
 from .lazy import LazyBatching, OracleLazyBatching
+from .monitor import BatchMonitor, MaxBatchUnderDeadline
 
-POLICY_NAMES = ("serial", "graph", "lazy", "oracle")
+POLICY_NAMES = ("serial", "graph", "adhoc", "monitor", "deadline", "lazy", "oracle")
 _KEYS = {
     "serial": set(),
+    "adhoc": {"max_batch_size"},
+    "monitor": {"max_batch_size", "window_ms"},
+    "deadline": {"max_batch_size"},
     "graph": {"max_batch_size", "max_queue_delay_microseconds", "max_queue_delay_ms", "preferred_batch_size"},
     "lazy": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage"},
     "oracle": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage"},
@@ -42,6 +49,12 @@ class PolicySpec:
         p = self.params
         if self.kind == "serial":
             return "Serial"
+        if self.kind in ("adhoc", "monitor", "deadline"):
+            base = {"adhoc": "AdHoc", "monitor": "BatchMonitor", "deadline": "MaxBatchDeadline"}[self.kind]
+            extra = [f"b{p['max_batch_size']}"] if "max_batch_size" in p else []
+            if "window_ms" in p:
+                extra.append(f"{p['window_ms']:g}ms")
+            return base + (f"({','.join(extra)})" if extra else "")
         if self.kind == "graph":
             ms = p.get("max_queue_delay_microseconds", 0) / 1000
             extra = f",b{p['max_batch_size']}" if "max_batch_size" in p else ""
@@ -67,6 +80,14 @@ class PolicySpec:
             return Serial()
         mbs = p.pop("max_batch_size", max_batch_size)
         kw: dict[str, Any] = {} if mbs is None else {"max_batch_size": mbs}
+        if self.kind == "adhoc":
+            policy = GraphBatching(max_queue_delay=0.0, **kw)
+            policy.name = "adhoc"
+            return policy
+        if self.kind == "monitor":
+            return BatchMonitor(window=p.get("window_ms", 1000.0) / 1e3, **kw)
+        if self.kind == "deadline":
+            return MaxBatchUnderDeadline(**kw)
         if self.kind == "graph":
             return GraphBatching(max_queue_delay=p.get("max_queue_delay_microseconds", 0) / 1e6,
                                  preferred_batch_sizes=p.get("preferred_batch_size", ()), **kw)
@@ -80,7 +101,7 @@ def _num(kind: str, key: str, value: str) -> Any:
     try:
         if key == "preferred_batch_size":
             return tuple(int(v) for v in value.replace("/", " ").split())
-        if key in ("dec_timesteps_coverage", "max_queue_delay_ms"):
+        if key in ("dec_timesteps_coverage", "max_queue_delay_ms", "window_ms"):
             return float(value)
         return int(value)
     except ValueError:
@@ -91,7 +112,8 @@ def parse_policy(text: str) -> PolicySpec:
     spec = text.strip()
     kind, _, rest = spec.partition(":")
     kind = kind.strip().lower()
-    aliases = {"graphb": "graph", "dynamic": "graph", "lazyb": "lazy", "lazybatching": "lazy"}
+    aliases = {"graphb": "graph", "dynamic": "graph", "lazyb": "lazy", "lazybatching": "lazy",
+               "batchmonitor": "monitor", "ad-hoc": "adhoc", "maxbatch": "deadline"}
     kind = aliases.get(kind, kind)
     if kind not in _KEYS:
         raise ConfigError(f"unknown policy {text!r}; choose one of {', '.join(POLICY_NAMES)}", field="policy")

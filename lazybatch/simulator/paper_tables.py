@@ -33,8 +33,11 @@ DATA = Path(__file__).with_name("data")
 BATCH_SIZES = [1, 2, 4, 8, 16, 32, 48, 64]
 FLAT_SLOPE = 0.02
 HISTOGRAM_FILE = "wmt_en_de_lengths.json"
-MODELS = {"resnet50": "resnet50.json", "gnmt": "gnmt.json", "transformer": "transformer.json"}
-ALIASES = {"resnet": "resnet50", "resnet-50": "resnet50"}
+MODELS = {"resnet50": "resnet50.json", "gnmt": "gnmt.json", "transformer": "transformer.json",
+          "vgg19": "vgg19.json", "bert_base": "bert_base.json"}
+ALIASES = {"resnet": "resnet50", "resnet-50": "resnet50", "vgg": "vgg19", "vgg-19": "vgg19", "bert": "bert_base",
+           "bert-base": "bert_base"}
+PAPER_MODELS = ("resnet50", "gnmt", "transformer")  # the LazyBatching paper's Table II
 
 
 def scaling(l1: float, knee: float) -> list[float]:
@@ -97,7 +100,36 @@ def transformer() -> LatencyTable:
     return _seq2seq("transformer", 2.4e-3, 3.0, 16, 32, 0.02)
 
 
-BUILDERS = {"resnet50": resnet50, "gnmt": gnmt, "transformer": transformer}
+def vgg19() -> LatencyTable:
+    """VGG-19 at the ResNet table's efficiency: 19.6 vs 4.1 GMACs -> 5.3 ms single-input; convolutions (knee 16),
+    then three fully-connected layers, matrix-vector bound at batch 1 (knee 64)."""
+    convs = [("conv1", 2), ("conv2", 2), ("conv3", 4), ("conv4", 4), ("conv5", 4)]
+    gmacs = {"conv1": 1.94, "conv2": 2.77, "conv3": 5.55, "conv4": 5.55, "conv5": 1.85}
+    names = [c for c, _ in convs] + ["fc6", "fc7", "fc8"]
+    weights = [gmacs[c] for c, _ in convs] + [0.103, 0.017, 0.004]
+    total = 5.3e-3
+    per = [total * w / sum(weights) for w in weights]
+    graph = ModelGraph("vgg19", [(n, StageType.STATIC) for n in names])
+    rows = [scaling(p, 16) for p in per[:5]] + [scaling(p, 64) for p in per[5:]]
+    return LatencyTable(graph, BATCH_SIZES, rows, provenance=(
+        "synthetic, at the ResNet-50 table's MACs-per-second: 5.3 ms single-input for VGG-19's 19.6 GMACs, five "
+        "conv groups (knee 16) and three FC layers (knee 64); see lazybatch/simulator/paper_tables.py"))
+
+
+def bert_base() -> LatencyTable:
+    """BERT-base encoder at sequence length 32: 12 layers x 32 tokens x 7.1 M MACs = 2.7 GMACs -> 0.73 ms at the
+    ResNet table's efficiency; short sequences keep it matrix-vector-like (knee 32)."""
+    names = ["embed"] + [f"layer{i}" for i in range(12)] + ["pooler"]
+    weights = [0.01] + [1.0] * 12 + [0.02]
+    total = 0.73e-3
+    graph = ModelGraph("bert_base", [(n, StageType.STATIC) for n in names])
+    rows = [scaling(total * w / sum(weights), 32) for w in weights]
+    return LatencyTable(graph, BATCH_SIZES, rows, provenance=(
+        "synthetic, at the ResNet-50 table's MACs-per-second: BERT-base encoder at sequence length 32, 0.73 ms "
+        "single-input, 12 equal layers, knee 32; see lazybatch/simulator/paper_tables.py"))
+
+
+BUILDERS = {"resnet50": resnet50, "gnmt": gnmt, "transformer": transformer, "vgg19": vgg19, "bert_base": bert_base}
 
 
 def write_all(directory: Path = DATA) -> list[Path]:

@@ -9,7 +9,7 @@ from typing import Sequence, TextIO
 
 from .sweep import Comparison, to_jsonable
 
-_ORDER = ("Serial", "GraphB", "LazyB", "Oracle")
+_ORDER = ("Serial", "AdHoc", "GraphB", "BatchMonitor", "MaxBatchDeadline", "LazyB", "Oracle")
 
 
 def policy_order(labels: set[str]) -> list[str]:
@@ -31,6 +31,8 @@ def _fmt(v: float, kind: str) -> str:
         return f"{v * 100:.1f}%"
     if kind == "ms":
         return f"{v:.2f}" if v < 100 else f"{v:.0f}"
+    if kind == "batch":
+        return f"{v:.2f}"
     return f"{v:.0f}"
 
 
@@ -49,6 +51,7 @@ def print_tables(summary: Sequence[dict], comparisons: Sequence[Comparison], out
         for title, key, kind, per_sla in (("average latency, ms", "avg_ms", "ms", False),
                                           ("p99 latency, ms", "p99_ms", "ms", False),
                                           ("throughput, requests/s", "throughput", "num", False),
+                                          ("mean executed batch size", "mean_batch", "batch", False),
                                           ("SLA violation rate", "sla_violation", "pct", True)):
             for sla in (slas if per_sla else slas[:1]):
                 suffix = f" (SLA {sla:g} ms)" if per_sla or len(slas) > 1 else ""

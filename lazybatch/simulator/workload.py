@@ -94,3 +94,52 @@ def save_trace(arrivals: list[Arrival], path: str | Path) -> Path:
 def requests(arrivals: list[Arrival], sla: float) -> list[Request]:
     return [Request(i, a.time, sla=a.sla if a.sla is not None else sla, enc_steps=a.enc_steps,
                     dec_steps=a.dec_steps) for i, a in enumerate(arrivals)]
+
+
+def rate_trace(duration: float = 300.0, low: float = 1.0, high: float = 240.0, seed: int = 0,
+               step: float = 1.0) -> list[tuple[float, float]]:
+    """A request-rate trace that wanders between ``low`` and ``high`` requests/s (seed 002's Fig. 2a shape).
+
+    Piecewise constant per ``step`` seconds: a random walk in sqrt(rate) with momentum, reflected at the bounds,
+    so it sweeps the whole range several times in 300 s with bursts and quiet spells. Returns (start, rate).
+    """
+    if not (0 < low < high):
+        raise ConfigError(f"need 0 < low < high, got {low} and {high}", field="rate")
+    if duration <= 0 or step <= 0:
+        raise ConfigError("duration and step must be positive", field="duration")
+    rng = random.Random(seed)
+    lo, hi = math.sqrt(low), math.sqrt(high)  # a walk in sqrt(rate): quiet spells and bursts both last
+    x, v = lo, 0.0
+    out = []
+    for i in range(int(math.ceil(duration / step))):
+        v = 0.9 * v + rng.gauss(0.0, 0.35)
+        x += v
+        if x < lo:
+            x, v = 2 * lo - x, abs(v)
+        if x > hi:
+            x, v = 2 * hi - x, -abs(v)
+        x = min(max(x, lo), hi)
+        out.append((i * step, x * x))
+    return out
+
+
+def arrivals_from_rates(trace: list[tuple[float, float]], seed: int = 0, duration: float | None = None,
+                        graph: ModelGraph | None = None, lengths: LengthHistogram | None = None) -> list[Arrival]:
+    """Poisson arrivals whose rate follows a piecewise-constant trace (time-varying, memoryless within a step)."""
+    rng = random.Random(seed)
+    end = duration if duration is not None else (trace[-1][0] + (trace[-1][0] - trace[-2][0] if len(trace) > 1
+                                                                   else 1.0))
+    times = []
+    for i, (t0, rate) in enumerate(trace):
+        t1 = trace[i + 1][0] if i + 1 < len(trace) else end
+        t = t0
+        while True:
+            t += rng.expovariate(rate)
+            if t >= t1:
+                break
+            times.append(t)
+    if graph is not None and graph.is_seq2seq and lengths is not None:
+        enc = lengths.sample(rng, len(times))
+        dec = lengths.sample(rng, len(times))
+        return [Arrival(a, e, d) for a, e, d in zip(times, enc, dec)]
+    return [Arrival(a) for a in times]

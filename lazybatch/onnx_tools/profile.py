@@ -1,0 +1,185 @@
+"""``lazybatch profile``: per-stage median latency at each batch size on an onnxruntime execution provider.
+
+Each stage runs on inputs produced by the stages before it (the chain is run once per batch size on random model
+inputs), so data-dependent kernels see realistic tensors. The whole graph is timed the same way in the same run,
+which gives the splitting overhead (sum of stage latencies / whole-graph latency). Only the listed batch sizes are
+measured; the LatencyTable interpolates linearly between them.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from lazybatch.batcher.errors import ConfigError
+from lazybatch.batcher.graph import ModelGraph, StageType
+from lazybatch.batcher.latency_table import LatencyTable
+
+from .manifest import load_manifest
+from .runtime import StageChain, random_feeds
+
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """'1,2,4,8' or '1-8' (every size) or '1,2,4,...,64' (powers of two up to 64)."""
+    t = text.replace(" ", "")
+    try:
+        if "..." in t:
+            head, last = t.split("...")
+            nums = [int(x) for x in head.strip(",").split(",") if x]
+            end = int(last.strip(","))
+            if len(nums) < 2 or nums[0] < 1:
+                raise ValueError
+            sizes = list(nums)
+            ratio = nums[-1] / nums[-2]
+            step = nums[-1] - nums[-2]
+            geometric = ratio == int(ratio) and ratio > 1 and all(b == a * ratio for a, b in zip(nums, nums[1:]))
+            while sizes[-1] < end:
+                sizes.append(int(sizes[-1] * ratio) if geometric else sizes[-1] + step)
+            sizes = [s for s in sizes if s <= end]
+            if sizes[-1] != end:
+                sizes.append(end)
+        elif "-" in t and "," not in t:
+            a, b = (int(x) for x in t.split("-"))
+            sizes = list(range(a, b + 1))
+        else:
+            sizes = [int(x) for x in t.split(",") if x]
+    except ValueError:
+        raise ConfigError(f"--batch-sizes {text!r} is not a list of sizes; write e.g. 1,2,4,8 or 1,2,4,...,64 or "
+                          "1-16 (every size)") from None
+    if not sizes or min(sizes) < 1 or len(set(sizes)) != len(sizes) or sizes != sorted(sizes):
+        raise ConfigError(f"--batch-sizes {text!r}: sizes must be positive, increasing and distinct")
+    if sizes[0] != 1:
+        raise ConfigError(f"--batch-sizes {text!r} must start at 1: the slack predictor needs single-input latency")
+    return sizes
+
+
+def default_length_histogram() -> Path | None:
+    """The synthetic WMT en-de output-length histogram the simulator ships (docs say where it comes from)."""
+    p = Path(__file__).resolve().parents[1] / "simulator" / "data" / "wmt_en_de_lengths.json"
+    return p if p.is_file() else None
+
+
+def _median_time(fn: Callable[[], Any], warmup: int, repeat: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+                provider: str = "CPUExecutionProvider", warmup: int = 2, repeat: int = 5, threads: int = 0,
+                seed: int = 0, progress: bool = True, whole: bool = True,
+                length_histogram: str | Path | None = None, spinning: bool = False) -> LatencyTable:
+    if warmup < 0 or repeat < 1:
+        raise ConfigError(f"--warmup must be >= 0 and --repeat >= 1 (got {warmup}, {repeat})")
+    d = Path(directory)
+    manifest = load_manifest(d)
+    chain = StageChain(d, manifest, [provider], threads=threads, whole=whole, spinning=spinning)
+    rng = np.random.default_rng(seed)
+    n = len(manifest["stages"])
+    lat = [[0.0] * len(batch_sizes) for _ in range(n)]
+    whole_lat: list[float] = []
+    bar: Any = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(batch_sizes) * (n + int(whole)), desc=f"profile {manifest['model']}", unit="run")
+    try:
+        for j, b in enumerate(batch_sizes):
+            feeds = random_feeds(manifest["graph_inputs"], b, rng)
+            env: dict[str, np.ndarray] = dict(feeds)
+            for k in range(n):
+                stage_in = chain.stage_feeds(k, env)
+                names = [o["name"] for o in manifest["stages"][k]["outputs"]]
+                sess = chain.stages[k]
+                lat[k][j] = _median_time(lambda: sess.run(names, stage_in), warmup, repeat)
+                env.update(zip(names, sess.run(names, stage_in)))
+                if bar is not None:
+                    bar.update(1)
+            if whole:
+                w = chain.whole
+                whole_lat.append(_median_time(lambda: w.run(None, feeds), warmup, repeat))
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    import onnxruntime as ort
+
+    graph = ModelGraph(manifest["model"], [(st["name"], StageType.parse(st["type"])) for st in manifest["stages"]])
+    meta: dict[str, Any] = {
+        "source": "lazybatch profile", "provider": provider, "onnxruntime": ort.__version__,
+        "warmup": warmup, "repeat": repeat, "statistic": "median", "threads": threads or os.cpu_count(),
+        "intra_op_spinning": spinning,
+        "host": platform.node(), "machine": platform.machine(), "processor": platform.processor() or None,
+        "interpolation": "linear between measured batch sizes (LatencyTable)",
+        "measured_batch_sizes": list(batch_sizes),
+    }
+    if whole:
+        meta["whole_graph_latency_s"] = whole_lat
+        meta["overhead_ratio"] = [sum(lat[k][j] for k in range(n)) / whole_lat[j] for j in range(len(batch_sizes))]
+    if length_histogram is None and graph.is_seq2seq:
+        length_histogram = default_length_histogram()
+    if length_histogram is not None:
+        from lazybatch.batcher.lengths import LengthHistogram
+
+        h = LengthHistogram.load(length_histogram)
+        meta["length_histogram"] = str(length_histogram)
+        meta["dec_timesteps_90"] = h.coverage_length(0.9)
+    prov = (f"lazybatch profile: onnxruntime {ort.__version__} {provider}, median of {repeat} runs after {warmup} "
+            f"warm-up runs, on {platform.node()} ({os.cpu_count()} CPUs)")
+    return LatencyTable(graph, list(batch_sizes), lat, provenance=prov, meta=meta)
+
+
+def plot_table(table: LatencyTable, path: str | Path) -> Path:
+    """Per-sample latency (normalised to batch 1) and throughput against batch size: the paper's Fig. 3 shape."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("plotting needs matplotlib: pip install 'lazybatch[plots]' (or pass --no-plot)") from None
+    sizes = list(table.batch_sizes)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for st in table.graph.stages:
+        row = table.measured[st.index]
+        ax1.plot(sizes, [v / b / row[0] for v, b in zip(row, sizes)], color="0.7", lw=0.8)
+    total = [sum(table.measured[s][j] for s in range(table.graph.n)) for j in range(len(sizes))]
+    ax1.plot(sizes, [v / b / total[0] for v, b in zip(total, sizes)], color="C0", lw=2, label="sum of stages")
+    whole: Mapping[str, Any] | None = None
+    if "whole_graph_latency_s" in table.meta:
+        w = table.meta["whole_graph_latency_s"]
+        whole = {"w": w}
+        ax1.plot(sizes, [v / b / w[0] for v, b in zip(w, sizes)], color="C1", lw=2, ls="--", label="whole graph")
+    ax1.plot([], [], color="0.7", lw=0.8, label="each stage")
+    ax1.set_xscale("log", base=2)
+    ax1.set_xlabel("batch size")
+    ax1.set_ylabel("latency per sample / latency at batch 1")
+    ax1.set_title(f"{table.name}: per-sample cost")
+    ax1.legend()
+    ax2.plot(sizes, [b / v for v, b in zip(total, sizes)], color="C0", lw=2, marker="o", label="sum of stages")
+    if whole:
+        ax2.plot(sizes, [b / v for v, b in zip(whole["w"], sizes)], color="C1", lw=2, ls="--", marker="s",
+                 label="whole graph")
+    ax2.set_xscale("log", base=2)
+    ax2.set_xlabel("batch size")
+    ax2.set_ylabel("throughput (samples/s)")
+    ax2.set_title(str(table.meta.get("provider", "")))
+    ax2.legend()
+    fig.tight_layout()
+    p = Path(path)
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return p

@@ -1,0 +1,89 @@
+"""Run a split model with onnxruntime: the whole graph, the chained stages, or one stage at a time.
+
+Used by ``--verify`` and ``lazybatch profile``; the Triton backend can use the same chaining rule (a stage input
+comes from the model's inputs or from the named earlier stage's outputs, as the manifest says).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from lazybatch.batcher.errors import ConfigError
+
+
+def make_session(path: Path | bytes, providers: Sequence[str], threads: int = 0, spinning: bool = False) -> Any:
+    """An onnxruntime session. Spinning is off by default (as in the Triton backend): each stage session owns an
+    intra-op thread pool whose idle threads would otherwise busy-wait on the cores the next stage needs."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    missing = [p for p in providers if p not in available]
+    if missing:
+        raise ConfigError(f"execution provider(s) {', '.join(missing)} are not available in this onnxruntime "
+                          f"({ort.__version__}); available: {', '.join(available)}. Install onnxruntime-gpu for "
+                          "CUDAExecutionProvider, or use CPUExecutionProvider")
+    ort.set_default_logger_severity(4)  # failures surface as exceptions with our own message
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    if not spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.log_severity_level = 4
+    return ort.InferenceSession(path if isinstance(path, bytes) else str(path), sess_options=so,
+                                providers=list(providers))
+
+
+def random_feeds(specs: Sequence[Mapping[str, Any]], batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random inputs for the manifest's graph_inputs: floats ~ N(0, 1), integers uniform in their declared range."""
+    feeds: dict[str, np.ndarray] = {}
+    for spec in specs:
+        dims = [batch] + [d if d > 0 else 1 for d in spec["dims"]]
+        dt = spec["dtype"]
+        if dt.startswith("float"):
+            feeds[spec["name"]] = rng.standard_normal(dims).astype(dt)
+        elif dt == "bool":
+            feeds[spec["name"]] = rng.random(dims) < 0.5
+        elif dt.startswith(("int", "uint")):
+            lo, hi = spec.get("range", [0, 1])
+            feeds[spec["name"]] = rng.integers(lo, hi + 1, size=dims).astype(dt)
+        else:
+            raise ConfigError(f"cannot make random data for input {spec['name']!r} of type {dt}; --verify and profile "
+                              "handle numeric and bool inputs only: split without --verify and time it yourself")
+    return feeds
+
+
+class StageChain:
+    """onnxruntime sessions for the whole model and for every stage of a split directory."""
+
+    def __init__(self, directory: str | Path, manifest: Mapping[str, Any],
+                 providers: Sequence[str] = ("CPUExecutionProvider",), threads: int = 0, whole: bool = True,
+                 spinning: bool = False) -> None:
+        d = Path(directory)
+        self.manifest = manifest
+        self.whole = make_session(d / manifest["whole_model"], providers, threads, spinning) if whole else None
+        self.stages = [make_session(d / st["file"], providers, threads, spinning) for st in manifest["stages"]]
+
+    def run_whole(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        assert self.whole is not None
+        names = [o.name for o in self.whole.get_outputs()]
+        return dict(zip(names, self.whole.run(names, dict(feeds))))
+
+    def stage_feeds(self, k: int, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {i["name"]: env[i["name"]] for i in self.manifest["stages"][k]["inputs"]}
+
+    def run_stage(self, k: int, env: dict[str, np.ndarray]) -> None:
+        st = self.manifest["stages"][k]
+        names = [o["name"] for o in st["outputs"]]
+        env.update(zip(names, self.stages[k].run(names, self.stage_feeds(k, env))))
+
+    def run_chain(self, feeds: Mapping[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
+        """Model outputs of the chained stages (with ``keep_all``, every tensor passed between stages too)."""
+        env = dict(feeds)
+        for k in range(len(self.stages)):
+            self.run_stage(k, env)
+        if keep_all:
+            return env
+        return {o["name"]: env[o["name"]] for o in self.manifest["graph_outputs"]}
