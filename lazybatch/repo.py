@@ -143,19 +143,23 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
     if stages is not None:
         _link_tree(Path(stages), vdir / "stages")
         man = load_manifest(vdir / "stages")
-        src = man.source and (Path(stages) / man.source)
-        if model is None and src and Path(src).exists():
-            model = src
+        if model is None:  # the whole graph the stages came from, when the stage directory has it
+            for cand in (man.raw.get("whole_model"), man.source):
+                if cand and (Path(stages) / cand).exists():
+                    model = Path(stages) / cand
+                    break
     elif model is None:
         raise ConfigError("give MODEL.onnx or --stages DIR", field="model")
     if model is not None:
         mp = Path(model)
         if not mp.exists():
             raise ConfigError(f"no such ONNX file: {mp}", field="model")
-        _link_file(mp, vdir / "model.onnx")
         if stages is None:
             split_into(mp, vdir / "stages", max_stages=max_stages, name=name)
         man = load_manifest(vdir / "stages")
+        whole = man.raw.get("whole_model")  # the splitter's batchable copy of the whole graph, when it made one
+        _link_file(vdir / "stages" / whole if whole and (vdir / "stages" / whole).exists() else mp,
+                   vdir / "model.onnx")
     if isinstance(pol, TritonPolicy):
         params["policy"] = WHOLE_GRAPH
         if not (vdir / "model.onnx").exists():
@@ -184,7 +188,20 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
 
 
 def split_into(model: Path, dest: Path, *, max_stages: int | None, name: str) -> Path:
-    """Cut the whole graph into stages (the cut-point splitter; `lazybatch split` output can be given as --stages)."""
+    """Cut the whole graph into stages with the project's splitter (`lazybatch split`: layer cuts, balanced FLOPs,
+    a batchable whole model beside the stages); the plain cut-point splitter only where that one is not installed."""
+    try:
+        from lazybatch.onnx_tools.split import split_model as project_split
+    except ImportError:
+        project_split = None
+    if project_split is not None:
+        try:
+            project_split(model, dest, max_stages=max_stages, force=True)
+        except ConfigError as e:
+            if max_stages is None or "stage" not in str(e):
+                raise
+            project_split(model, dest, max_stages=None, force=True)  # fewer cut points than asked: the finest
+        return dest
     from lazybatch.staging import split_model
 
     return split_model(model, dest, max_stages=max_stages, name=name)
@@ -245,7 +262,7 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
             split_model(onnx_path, stages, cut_after=relus, name=kind)
         else:
             log(f"splitting into at most {max_stages} stages -> {stages}")
-            split_model(onnx_path, stages, max_stages=max_stages, name=kind)
+            split_into(onnx_path, stages, max_stages=max_stages, name=kind)
     table = work_dir / f"{kind}_latency_b{mbs}.json"
     if not table.exists() or force:
         log(f"profiling the stages at batch sizes up to {mbs} -> {table}")
