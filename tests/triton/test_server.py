@@ -36,6 +36,21 @@ def test_single_requests_match_onnxruntime(served, reference, model):
             np.testing.assert_allclose(y, reference("mlp", x), **TOL)
 
 
+def test_model_split_by_lazybatch_split(served, reference):
+    """repo add without --stages: the project's splitter cut it; answers equal the whole graph, alone and batched."""
+    manifest = json.loads((served.repo / "mlp_split" / "1" / "stages" / "manifest.json").read_text())
+    assert manifest.get("created_by", "").startswith("lazybatch split") and len(manifest["stages"]) == 3
+
+    def client(k: int) -> None:
+        with Client(served.grpc) as c:
+            for j in range(3):
+                x = _x(1 + (k + j) % MAX_BATCH, seed=500 + 10 * k + j)
+                np.testing.assert_allclose(c.infer("mlp_split", {"x": x})["y"], reference("mlp", x), **TOL)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(client, range(16)))
+
+
 def test_http_protocol(served, reference):
     with Client(served.http, protocol="http") as c:
         x = _x(2, seed=7)

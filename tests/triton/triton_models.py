@@ -80,6 +80,9 @@ def build_repository(root: Path) -> tuple[Path, Path, Path]:
     for name, policy in {**POLICIES, **EXTRA}.items():
         add_model(mlp, repo, name=name, policy=policy, sla_ms=500, max_batch_size=MAX_BATCH, stages=stages,
                   profile_reps=2, execution_provider="cpu", intra_op_threads=1)
+    # split by `lazybatch split` itself (repo add without --stages)
+    add_model(mlp, repo, name="mlp_split", policy="lazy", sla_ms=500, max_batch_size=MAX_BATCH, max_stages=3,
+              profile_reps=2, execution_provider="cpu", intra_op_threads=1)
     slow = make_mlp(root / "slow.onnx", in_dim=256, width=1024, depth=8, out_dim=16, seed=2)
     add_model(slow, repo, name="slow_lazy", policy="lazy", sla_ms=10000, max_batch_size=MAX_BATCH, profile_reps=1,
               execution_provider="cpu", intra_op_threads=1)
