@@ -23,6 +23,9 @@ POLICIES = {
     "mlp_graph": "graph:2",
     "mlp_triton0": "triton:0",
     "mlp_triton2000": "triton:2000",
+    "mlp_monitor": "monitor",  # BatchMonitor/BatchDispatcher (batcher/policies/monitor.py)
+    "mlp_adhoc": "adhoc",
+    "mlp_deadline": "deadline",
 }
 EXTRA = {"mlp_graph300": "graph:300"}  # a long batching window: requests wait, so cancellations land
 MAX_BATCH = 8
