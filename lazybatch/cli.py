@@ -17,6 +17,11 @@ COMMAND_MODULES = (
     "lazybatch.commands.split",
     "lazybatch.commands.profile",
     "lazybatch.commands.npu",
+    "lazybatch.commands.serve",
+    "lazybatch.commands.repo",
+    "lazybatch.commands.infer",
+    "lazybatch.commands.load",
+    "lazybatch.commands.perf",
 )
 
 

@@ -8,5 +8,5 @@ VENV="${LAZYBATCH_VENV:-.venv}"
 PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-"$VENV/bin/python" -m pip install -q -e ".[plots]"
+"$VENV/bin/python" -m pip install -q -e ".[plots,serve]"
 exec "$VENV/bin/lazybatch" simulate --out lazybatch-results "$@"

@@ -7,5 +7,5 @@ VENV="${LAZYBATCH_VENV:-.venv}"
 PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-"$VENV/bin/python" -m pip install -q -e ".[test]"
+"$VENV/bin/python" -m pip install -q -e ".[test,serve]"
 exec "$VENV/bin/python" -m pytest "$@"

@@ -1,0 +1,261 @@
+"""The model's ``config.pbtxt``: parsed with the protobuf classes tritonclient ships, never by hand.
+
+``BackendSettings`` gathers what the backend needs from it (Triton-style parameter names, see docs/triton.md), and
+``validate_request`` checks one request's tensors against the config so that a bad request is answered at once with
+a message that says what is wrong, instead of failing inside a batch that also holds good requests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from lazybatch.batcher.errors import ConfigError
+
+from .stages import TRITON_TO_NUMPY, TensorSpec
+
+WHOLE_GRAPH = "whole_graph"  # the model runs the whole ONNX graph on what Triton batched (dynamic_batching)
+
+PARAMETERS = {
+    "policy": "lazy | oracle | serial | graph:<ms> | graph:max_queue_delay_microseconds=..,preferred_batch_size=4/8 "
+              f"| {WHOLE_GRAPH} (no scheduler: Triton's own dynamic_batching forms the batches)",
+    "sla_ms": "default SLA target of a request in ms (a request may override it with its own sla_ms parameter)",
+    "stage_dir": "stage directory (manifest.json + stage ONNX files), relative to the version folder",
+    "latency_table": "latency table (JSON/CSV), relative to the version folder",
+    "whole_graph_model": "the whole-graph ONNX file (used by policy whole_graph), relative to the version folder",
+    "profile_on_load": "true: profile the stages at load time when the latency table is missing",
+    "scheduler_max_batch_size": "largest sub-batch the scheduler forms, in samples (default: max_batch_size)",
+    "dec_timesteps": "decoder steps assumed by the slack predictor (seq2seq)",
+    "dec_timesteps_coverage": "fraction of the output-length histogram dec_timesteps covers (default 0.9)",
+    "allow_nan": "true: accept NaN/Inf in float inputs (default false: rejected)",
+    "execution_provider": "auto (CUDA when onnxruntime has it, else CPU) | cpu | cuda",
+    "intra_op_threads": "onnxruntime intra-op threads (0: onnxruntime's default)",
+    "cancel_poll_ms": "how often held requests are polled for client cancellation (default 2 ms)",
+}
+
+
+def model_config_pb2() -> Any:
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    return pb
+
+
+def parse_config_text(text: str, *, source: str | None = None) -> Any:
+    """config.pbtxt text -> inference.ModelConfig."""
+    from google.protobuf import text_format
+
+    cfg = model_config_pb2().ModelConfig()
+    try:
+        text_format.Parse(text, cfg)
+    except text_format.ParseError as e:
+        raise ConfigError(f"not a valid model config: {e}", source=source) from None
+    return cfg
+
+
+def parse_config_json(text: str) -> Any:
+    """Triton hands ``initialize`` the (auto-completed) config as JSON."""
+    from google.protobuf import json_format
+
+    cfg = model_config_pb2().ModelConfig()
+    json_format.Parse(text, cfg, ignore_unknown_fields=True)
+    return cfg
+
+
+def load_config(path: str | Path) -> Any:
+    p = Path(path)
+    try:
+        return parse_config_text(p.read_text(), source=str(p))
+    except OSError as e:
+        raise ConfigError(f"cannot read the model config: {e.strerror}", source=str(p)) from None
+
+
+def config_to_text(cfg: Any) -> str:
+    from google.protobuf import text_format
+
+    return text_format.MessageToString(cfg)
+
+
+def _param(cfg: Any, key: str, default: str | None = None) -> str | None:
+    if key in cfg.parameters:
+        return cfg.parameters[key].string_value.strip()
+    return default
+
+
+def _bool(text: str | None, key: str) -> bool:
+    if text is None:
+        return False
+    t = text.lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"{key} must be true or false, got {text!r}", field=f"parameters.{key}")
+
+
+def _number(text: str | None, key: str, kind: type = float) -> Any:
+    if text is None or text == "":
+        return None
+    try:
+        v = kind(text)
+    except ValueError:
+        raise ConfigError(f"{key} must be a number, got {text!r}", field=f"parameters.{key}") from None
+    if not math.isfinite(v) or v < 0:
+        raise ConfigError(f"{key} must be a finite number >= 0, got {text!r}", field=f"parameters.{key}")
+    return v
+
+
+@dataclass
+class BackendSettings:
+    """What the backend reads from config.pbtxt (paths resolved against the version folder)."""
+
+    name: str
+    policy: str
+    max_batch_size: int
+    scheduler_max_batch_size: int
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    sla_ms: float | None
+    stage_dir: Path
+    latency_table: Path
+    whole_graph_model: Path
+    profile_on_load: bool
+    dec_timesteps: int | None
+    dec_timesteps_coverage: float
+    allow_nan: bool
+    execution_provider: str
+    intra_op_threads: int
+    cancel_poll_ms: float
+
+    @property
+    def whole_graph(self) -> bool:
+        return self.policy == WHOLE_GRAPH
+
+    @classmethod
+    def from_config(cls, cfg: Any, version_dir: str | Path) -> "BackendSettings":
+        vdir = Path(version_dir)
+        unknown = sorted(k for k in cfg.parameters if k not in PARAMETERS)
+        if unknown:
+            raise ConfigError(f"unknown parameters {unknown}; known: {', '.join(PARAMETERS)}", field="parameters")
+        if cfg.max_batch_size < 1:
+            raise ConfigError("max_batch_size must be at least 1: the backend batches along dimension 0",
+                              field="max_batch_size")
+        inputs = [_spec(t, "input") for t in cfg.input]
+        outputs = [_spec(t, "output") for t in cfg.output]
+        if not inputs or not outputs:
+            raise ConfigError("the config needs input and output sections", field="input/output")
+        policy = (_param(cfg, "policy", "lazy") or "lazy").lower()
+        smbs = _number(_param(cfg, "scheduler_max_batch_size"), "scheduler_max_batch_size", int)
+        dts = _number(_param(cfg, "dec_timesteps"), "dec_timesteps", int)
+        cov = _number(_param(cfg, "dec_timesteps_coverage"), "dec_timesteps_coverage")
+        sla = _number(_param(cfg, "sla_ms"), "sla_ms")
+        if sla is not None and sla <= 0:
+            raise ConfigError("sla_ms must be positive (leave it out for no SLA)", field="parameters.sla_ms")
+        return cls(
+            name=cfg.name, policy=policy, max_batch_size=int(cfg.max_batch_size),
+            scheduler_max_batch_size=int(smbs) if smbs else int(cfg.max_batch_size),
+            inputs=inputs, outputs=outputs, sla_ms=sla,
+            stage_dir=vdir / (_param(cfg, "stage_dir") or "stages"),
+            latency_table=vdir / (_param(cfg, "latency_table") or "latency.json"),
+            whole_graph_model=vdir / (_param(cfg, "whole_graph_model") or "model.onnx"),
+            profile_on_load=_bool(_param(cfg, "profile_on_load"), "profile_on_load"),
+            dec_timesteps=int(dts) if dts else None,
+            dec_timesteps_coverage=0.9 if cov is None else float(cov),
+            allow_nan=_bool(_param(cfg, "allow_nan"), "allow_nan"),
+            execution_provider=_param(cfg, "execution_provider", "auto") or "auto",
+            intra_op_threads=int(_number(_param(cfg, "intra_op_threads"), "intra_op_threads", int) or 0),
+            cancel_poll_ms=float(_number(_param(cfg, "cancel_poll_ms"), "cancel_poll_ms") or 2.0),
+        )
+
+
+def _spec(t: Any, kind: str) -> TensorSpec:
+    pb = model_config_pb2()
+    dt_name = pb.DataType.Name(t.data_type)
+    if dt_name not in TRITON_TO_NUMPY:
+        raise ConfigError(f"{kind} {t.name!r}: data type {dt_name} is not supported by the lazybatch backend",
+                          field=f"{kind}.data_type")
+    return TensorSpec(t.name, TRITON_TO_NUMPY[dt_name], tuple(int(d) for d in t.dims))
+
+
+def validate_request(tensors: Mapping[str, np.ndarray], inputs: list[TensorSpec], max_batch_size: int,
+                     allow_nan: bool = False) -> tuple[int, str | None]:
+    """Check one request: returns (batch size, None) or (0, what is wrong)."""
+    want = {t.name: t for t in inputs}
+    missing = [n for n in want if n not in tensors]
+    if missing:
+        return 0, f"missing input(s) {missing}; the model expects {sorted(want)}"
+    extra = sorted(n for n in tensors if n not in want)
+    if extra:
+        return 0, f"unexpected input(s) {extra}; the model expects {sorted(want)}"
+    batch = None
+    for name, spec in want.items():
+        a = tensors[name]
+        if a.dtype != spec.dtype:
+            return 0, f"input {name!r} has dtype {a.dtype}, expected {spec.dtype} ({spec.data_type})"
+        if a.ndim != len(spec.dims) + 1:
+            return 0, (f"input {name!r} has shape {list(a.shape)}, expected [batch, "
+                       f"{', '.join(map(str, spec.dims))}]")
+        for got, exp in zip(a.shape[1:], spec.dims):
+            if exp >= 0 and got != exp:
+                return 0, (f"input {name!r} has shape {list(a.shape)}, expected [batch, "
+                           f"{', '.join(map(str, spec.dims))}]")
+        b = int(a.shape[0])
+        if batch is None:
+            batch = b
+        elif b != batch:
+            return 0, f"inputs disagree on the batch size ({batch} vs {b} for {name!r})"
+        if not allow_nan and a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
+            bad = int(a.size - np.isfinite(a).sum())
+            return 0, f"input {name!r} holds {bad} NaN/Inf value(s); this model does not accept them"
+    if not batch or batch < 1:
+        return 0, "batch size must be at least 1"
+    if batch > max_batch_size:
+        return 0, f"batch size {batch} exceeds the model's max_batch_size {max_batch_size}"
+    return batch, None
+
+
+@dataclass
+class RequestOptions:
+    """Per-request scheduling options from Triton request parameters."""
+
+    sla_s: float | None = None
+    deadline_unix_s: float | None = None
+    priority: int = 0
+
+
+def parse_request_parameters(text: str | None, default_sla_ms: float | None) -> tuple[RequestOptions, str | None]:
+    """``sla_ms``, ``deadline_unix_ms`` (absolute, wall clock) and ``request_priority`` from request parameters.
+
+    Other parameters are ignored (clients and Triton add their own).
+    """
+    opts = RequestOptions(sla_s=None if default_sla_ms is None else default_sla_ms / 1e3)
+    if not text:
+        return opts, None
+    try:
+        params = json.loads(text) if isinstance(text, str) else dict(text)
+    except (ValueError, TypeError):
+        return opts, f"request parameters are not valid JSON: {text!r}"
+    if "sla_ms" in params and "deadline_unix_ms" in params:
+        return opts, "give either sla_ms or deadline_unix_ms, not both"
+    if "sla_ms" in params:
+        v = params["sla_ms"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            return opts, f"request parameter sla_ms must be a positive number, got {v!r}"
+        opts.sla_s = float(v) / 1e3
+    if "deadline_unix_ms" in params:
+        v = params["deadline_unix_ms"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return opts, f"request parameter deadline_unix_ms must be a number (ms since the epoch), got {v!r}"
+        opts.sla_s = None
+        opts.deadline_unix_s = float(v) / 1e3
+    key = "request_priority" if "request_priority" in params else "priority"  # "priority" is Triton-reserved
+    if key in params:
+        v = params[key]
+        if isinstance(v, bool) or not isinstance(v, int):
+            return opts, f"request parameter {key} must be an integer, got {v!r}"
+        opts.priority = v
+    return opts, None

@@ -1,0 +1,203 @@
+"""The generic Triton Python-backend model of lazybatch.
+
+A model directory's ``1/model.py`` is one line, ``from lazybatch.backend.model import TritonPythonModel``; everything
+model-specific comes from that directory's ``config.pbtxt`` parameters (see ``config.PARAMETERS``).
+
+Two modes:
+
+- a scheduler policy (lazy, oracle, graph, serial): the model stays non-decoupled, ``execute`` validates and
+  enqueues each request and returns ``None``; the scheduler thread answers each request later through its response
+  sender with TRITONSERVER_RESPONSE_COMPLETE_FINAL. Triton keeps handing the instance new requests meanwhile, which
+  is what lets LazyBatching regroup them at stage boundaries.
+- ``whole_graph``: no scheduler; the whole ONNX graph runs on whatever Triton's own ``dynamic_batching`` grouped
+  into one ``execute`` call (the real-world graph-batching baseline).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lazybatch.batcher.errors import ConfigError
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.policies import parse_policy
+from lazybatch.batcher.request import Status
+
+from .config import (BackendSettings, TensorSpec, parse_config_json, parse_request_parameters, validate_request)
+from .stages import StageRunner, available_providers, make_session, profile_batch_sizes
+
+try:  # only importable inside the Triton Python backend stub
+    import triton_python_backend_utils as pb_utils  # type: ignore
+except ImportError:  # pragma: no cover - unit tests import this module without Triton
+    pb_utils = None
+
+
+def _error_code(status: Status) -> Any:
+    te = pb_utils.TritonError
+    name = {Status.CANCELLED: "CANCELLED", Status.UNAVAILABLE: "UNAVAILABLE", Status.ERROR: "INTERNAL"}.get(
+        status, "INTERNAL")
+    return getattr(te, name, getattr(te, "INTERNAL", None))
+
+
+def _error_response(message: str, code_name: str = "INVALID_ARG") -> Any:
+    te = pb_utils.TritonError
+    code = getattr(te, code_name, None)
+    err = te(message, code) if code is not None else te(message)
+    return pb_utils.InferenceResponse(output_tensors=[], error=err)
+
+
+def check_against_manifest(settings: BackendSettings, manifest_inputs: list[TensorSpec],
+                           manifest_outputs: list[TensorSpec]) -> None:
+    """config.pbtxt and the stage manifest must describe the same tensors."""
+    for kind, cfg, man in (("input", settings.inputs, manifest_inputs), ("output", settings.outputs,
+                                                                         manifest_outputs)):
+        a = {t.name: (t.dtype, t.dims) for t in cfg}
+        b = {t.name: (t.dtype, t.dims) for t in man}
+        if a != b:
+            raise ConfigError(f"config.pbtxt {kind}s {a} differ from the stage manifest's {b}",
+                              field=kind, source=settings.name)
+
+
+def load_table(settings: BackendSettings, runner: StageRunner) -> LatencyTable:
+    """The model's latency table; profiled now (and saved) only when profile_on_load is set."""
+    path = settings.latency_table
+    if path.exists():
+        table = LatencyTable.load(path)
+    elif settings.profile_on_load:
+        table = runner.profile(profile_batch_sizes(settings.scheduler_max_batch_size), reps=3,
+                               provenance=f"profiled at load time by the lazybatch backend ({runner.providers[0]})")
+        try:
+            table.save(path)
+        except OSError:
+            pass
+    else:
+        raise ConfigError(f"no latency table at {path}: run `lazybatch repo add` (it profiles the stages) or "
+                          "`lazybatch profile`, or set parameter profile_on_load: \"true\" to profile at load time",
+                          field="parameters.latency_table", source=settings.name)
+    names = [s.name for s in runner.manifest.stages]
+    have = [s.name for s in table.graph.stages]
+    if have != names:
+        raise ConfigError(f"the latency table's stages {have[:5]}... ({len(have)}) do not match the stage "
+                          f"directory's {names[:5]}... ({len(names)}); re-profile the stages", source=str(path))
+    return table
+
+
+class TritonPythonModel:
+    """Serves a staged ONNX model under a batching policy (see the module docstring)."""
+
+    def initialize(self, args: dict[str, Any]) -> None:
+        cfg = parse_config_json(args["model_config"])
+        version_dir = Path(args["model_repository"]) / str(args["model_version"])
+        self.settings = s = BackendSettings.from_config(cfg, version_dir)
+        self.runtime = None
+        self.session = None
+        stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
+        self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
+        if s.whole_graph:
+            self.session = make_session(s.whole_graph_model, available_providers(s.execution_provider),
+                                        s.intra_op_threads)
+            self.output_names = [o.name for o in s.outputs]
+            warm = {t.name: np.zeros((1, *[d if d > 0 else 1 for d in t.dims]), t.dtype) for t in s.inputs}
+            self.session.run(self.output_names, warm)
+            return
+        from .runtime import BackendRuntime
+
+        spec = parse_policy(s.policy)
+        if spec.kind == "serial" and s.scheduler_max_batch_size != 1:
+            s.scheduler_max_batch_size = 1
+        runner = StageRunner(s.stage_dir, execution_provider=s.execution_provider,
+                             intra_op_threads=s.intra_op_threads)
+        if any(st.type.value != "STATIC" for st in runner.manifest.stages):
+            raise ConfigError("ENCODER/DECODER stages (seq2seq loops) are not served by the backend yet; only "
+                              "STATIC stages", source=str(s.stage_dir))
+        check_against_manifest(s, runner.manifest.inputs, runner.manifest.outputs)
+        table = load_table(s, runner)
+        policy = spec.build(max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size)
+        runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
+        self.runtime = BackendRuntime(runner, table, policy, self._respond, is_cancelled=self._is_cancelled,
+                                      cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
+                                      on_idle=self._write_stats)
+
+    # ------------------------------------------------------------------ Triton calls
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        if self.runtime is None:
+            return self._execute_whole_graph(requests)
+        s = self.settings
+        for request in requests:
+            tensors = {t.name(): t.as_numpy() for t in request.inputs()}
+            batch, err = validate_request(tensors, s.inputs, s.max_batch_size, s.allow_nan)
+            opts = None
+            if err is None:
+                opts, err = parse_request_parameters(request.parameters(), s.sla_ms)
+            if err is None:
+                err = self.runtime.submit(request, tensors, batch, opts)
+            if err is not None:
+                request.get_response_sender().send(_error_response(err),
+                                                   flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+
+    def finalize(self) -> None:
+        if self.runtime is not None:
+            self.runtime.close()
+
+    # ------------------------------------------------------------------ helpers
+    def _respond(self, request: Any, outputs: dict[str, np.ndarray] | None, status: Status,
+                 error: str | None) -> None:
+        if outputs is not None:
+            resp = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, np.ascontiguousarray(v))
+                                                              for k, v in outputs.items()])
+        else:
+            te = pb_utils.TritonError
+            code = _error_code(status)
+            err = te(error or status.value, code) if code is not None else te(error or status.value)
+            resp = pb_utils.InferenceResponse(output_tensors=[], error=err)
+        request.get_response_sender().send(resp, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    @staticmethod
+    def _is_cancelled(request: Any) -> bool:
+        return bool(request.is_cancelled())
+
+    def _write_stats(self, runtime: Any) -> None:
+        """Statistics for benchmarks (LAZYBATCH_STATS_DIR), written whenever the scheduler goes idle."""
+        if self._stats_path is None:
+            return
+        try:
+            self._stats_path.parent.mkdir(parents=True, exist_ok=True)
+            data = {"model": self.settings.name, "policy": self.settings.policy, **runtime.stats.as_dict()}
+            tmp = self._stats_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data, indent=1))
+            tmp.replace(self._stats_path)
+        except OSError as e:  # statistics are best effort
+            print(f"lazybatch: cannot write stats: {e}", file=sys.stderr)
+
+    def _execute_whole_graph(self, requests: list[Any]) -> list[Any]:
+        s = self.settings
+        responses: list[Any] = [None] * len(requests)
+        good: list[tuple[int, dict[str, np.ndarray], int]] = []
+        for i, request in enumerate(requests):
+            tensors = {t.name(): t.as_numpy() for t in request.inputs()}
+            batch, err = validate_request(tensors, s.inputs, s.max_batch_size, s.allow_nan)
+            if err is not None:
+                responses[i] = _error_response(err)
+            else:
+                good.append((i, tensors, batch))
+        if good:
+            feeds = {t.name: np.concatenate([g[1][t.name] for g in good], axis=0) if len(good) > 1
+                     else good[0][1][t.name] for t in s.inputs}
+            try:
+                outs = dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
+            except Exception as e:
+                for i, _, _ in good:
+                    responses[i] = _error_response(f"onnxruntime failed: {e}", "INTERNAL")
+            else:
+                row = 0
+                for i, _, b in good:
+                    responses[i] = pb_utils.InferenceResponse(output_tensors=[
+                        pb_utils.Tensor(k, np.ascontiguousarray(v[row:row + b])) for k, v in outs.items()])
+                    row += b
+        return responses

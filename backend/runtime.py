@@ -1,0 +1,441 @@
+"""The scheduler thread: wall clock + onnxruntime executor around the single-threaded ``Scheduler``.
+
+Nothing here imports Triton. The Triton model (``model.py``) hands requests in through ``submit`` from Triton's
+``execute`` thread and gets answers back through the ``respond`` callback, so the same runtime can be driven by a
+plain test without a server.
+
+Why the shape it has:
+
+- The ``Scheduler`` is single-threaded, so exactly one thread (this one) calls into it. ``submit`` only puts the
+  request on a thread-safe queue.
+- The executor does not run a stage inside ``Executor.submit``: it parks the job, the thread runs it, then drains
+  the arrival queue *before* reporting completion. That way the policy sees every request that arrived during the
+  stage at the stage boundary, which is where LazyBatching decides to preempt.
+- A Triton request with batch size b becomes b scheduler requests (one per sample): the latency table, the slack
+  predictor and max_batch_size all count samples. The Triton request is answered once all its samples are done, or
+  at once when one fails (its siblings are then cancelled and leave at the next stage boundary).
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.policies.base import Policy
+from lazybatch.batcher.request import Request, Status
+from lazybatch.batcher.scheduler import Scheduler
+
+from .config import RequestOptions
+from .stages import StageRunner
+
+# respond(handle, outputs or None, status, error message or None) -- called from the scheduler thread.
+Respond = Callable[[Any, "dict[str, np.ndarray] | None", Status, "str | None"], None]
+IsCancelled = Callable[[Any], bool]
+# A sample's tensor is a row of a batched array: (array, row). Kept as the pair, not a 1-row view, so that a
+# sub-batch whose members are the rows of one array, in order, is passed on without a copy.
+Row = tuple[np.ndarray, int]
+
+
+def join_rows(parts: list[Row]) -> np.ndarray:
+    """The rows as one batch: a slice of the shared array when they are consecutive rows of it, else a copy."""
+    a0, k0 = parts[0]
+    n = len(parts)
+    if all(a is a0 and k == k0 + i for i, (a, k) in enumerate(parts)):
+        return a0 if k0 == 0 and n == a0.shape[0] else a0[k0:k0 + n]
+    return np.concatenate([a[k:k + 1] for a, k in parts], axis=0)
+
+
+class _Timer:
+    __slots__ = ("when", "callback", "cancelled")
+
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class WallClock:
+    """Monotonic time; timers fire on the scheduler thread, between stages."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Timer]] = []
+        self._seq = itertools.count()
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> _Timer:
+        t = _Timer(when, callback)
+        heapq.heappush(self._heap, (when, next(self._seq), t))
+        return t
+
+    def next_due(self) -> float | None:
+        while self._heap and self._heap[0][2].cancelled:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    def fire_due(self) -> None:
+        now = time.monotonic()
+        while self._heap and self._heap[0][0] <= now:
+            _, _, t = heapq.heappop(self._heap)
+            if not t.cancelled:
+                t.callback()
+
+
+class _Parent:
+    """One client request (possibly several samples)."""
+
+    __slots__ = ("handle", "inputs", "samples", "remaining", "rows", "answered", "checked")
+
+    def __init__(self, handle: Any, inputs: dict[str, np.ndarray], batch: int) -> None:
+        self.handle = handle
+        self.inputs = inputs
+        self.samples: list[Request] = []
+        self.remaining = batch
+        self.rows: list[dict[str, Row] | None] = [None] * batch
+        self.answered = False
+        self.checked = 0.0  # when is_cancelled() was last asked
+
+
+class _Sample:
+    __slots__ = ("parent", "row", "tensors")
+
+    def __init__(self, parent: _Parent, row: int) -> None:
+        self.parent = parent
+        self.row = row
+        self.tensors: dict[str, Row] = {}
+
+
+@dataclass
+class RuntimeStats:
+    """Where the scheduler thread's time goes; ``overhead_per_stage`` excludes onnxruntime."""
+
+    requests: int = 0
+    samples: int = 0
+    stage_runs: int = 0
+    batch_hist: dict[int, int] = field(default_factory=dict)
+    ort_s: float = 0.0
+    io_s: float = 0.0  # concatenating inputs and splitting outputs
+    sched_s: float = 0.0  # policy decisions, bookkeeping, hand-off
+    answered: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        n = max(self.stage_runs, 1)
+        return {
+            "requests": self.requests, "samples": self.samples, "stage_runs": self.stage_runs,
+            "batch_hist": {str(k): v for k, v in sorted(self.batch_hist.items())},
+            "ort_s": self.ort_s, "io_s": self.io_s, "sched_s": self.sched_s,
+            "mean_stage_ort_ms": self.ort_s / n * 1e3,
+            "overhead_per_stage_ms": (self.io_s + self.sched_s) / n * 1e3,
+            "overhead_fraction": (self.io_s + self.sched_s) / self.ort_s if self.ort_s else 0.0,
+            "answered": dict(self.answered),
+        }
+
+
+class BackendRuntime:
+    """Owns the scheduler thread of one model instance."""
+
+    def __init__(self, runner: StageRunner, table: LatencyTable, policy: Policy, respond: Respond, *,
+                 is_cancelled: IsCancelled | None = None, cancel_poll_s: float = 0.002,
+                 idle_poll_s: float = 0.02, on_idle: "Callable[[BackendRuntime], None] | None" = None,
+                 name: str = "lazybatch") -> None:
+        if table.graph.n != runner.n_stages:
+            raise ValueError(f"latency table has {table.graph.n} stages, the stage directory {runner.n_stages}")
+        self.runner = runner
+        self.respond = respond
+        self.is_cancelled = is_cancelled
+        self.cancel_poll_s = cancel_poll_s
+        self.idle_poll_s = idle_poll_s
+        self.on_idle = on_idle  # called on the scheduler thread whenever nothing is held (statistics)
+        self.clock = WallClock()
+        self.stats = RuntimeStats()
+        self.scheduler = Scheduler(table, policy, _ExecutorAdapter(self), self.clock, on_response=self._on_sample_done)
+        self._inbox: queue.SimpleQueue[tuple[_Parent, RequestOptions, float] | None] = queue.SimpleQueue()
+        self._job: tuple[StageJob, DoneCallback] | None = None
+        self._ids = itertools.count()
+        self._live: dict[int, _Parent] = {}
+        self._ring: collections.deque[_Parent] = collections.deque()  # held requests, polled round-robin
+        self.poll_budget = 16  # is_cancelled() calls per poll
+        self._last_poll = 0.0
+        self._dirty = False
+        self._stopping = threading.Event()
+        self._closed = False
+        self._submit_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name=f"{name}-scheduler", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ any thread
+    def submit(self, handle: Any, inputs: dict[str, np.ndarray], batch: int, opts: RequestOptions) -> str | None:
+        """Queue a validated request; returns an error message instead when it cannot be accepted."""
+        arrival = time.monotonic()
+        if opts.deadline_unix_s is not None:
+            left = opts.deadline_unix_s - time.time()
+            if left <= 0:
+                return f"the request's deadline passed {-left * 1e3:.1f} ms before it reached the model"
+        with self._submit_lock:
+            if self._closed:
+                return "the model is shutting down; retry on another instance"
+            self._inbox.put((_Parent(handle, inputs, batch), opts, arrival))
+        return None
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Answer everything still held with UNAVAILABLE and stop the thread."""
+        with self._submit_lock:
+            self._closed = True
+            self._inbox.put(None)
+        self._stopping.set()
+        self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ Executor (scheduler thread)
+    def submit_job(self, job: StageJob, done: DoneCallback) -> None:
+        self._job = (job, done)
+
+    # ------------------------------------------------------------------ scheduler thread
+    def _loop(self) -> None:
+        clock = self.clock
+        stats = self.stats
+        try:
+            while True:
+                if self._job is None:
+                    if self._dirty and not self._live:
+                        self._dirty = False
+                        self._idle_hook()  # about to wait with nothing held
+                    due = clock.next_due()
+                    timeout = None if due is None else max(0.0, due - time.monotonic())
+                    if self._live and self.is_cancelled is not None:
+                        # requests wait (a batching window): keep polling them for cancellation
+                        timeout = self.idle_poll_s if timeout is None else min(timeout, self.idle_poll_s)
+                    if not self._drain(block=True, timeout=timeout):
+                        break
+                    self._poll_cancelled()
+                    t0 = time.perf_counter()
+                    clock.fire_due()
+                    stats.sched_s += time.perf_counter() - t0
+                    continue
+                job, done = self._job
+                self._job = None
+                self._check_job(job)
+                result = self._run(job)
+                if not self._drain(block=False):
+                    break
+                self._poll_cancelled()
+                t0 = time.perf_counter()
+                done(job, result)
+                clock.fire_due()
+                stats.sched_s += time.perf_counter() - t0
+        except Exception:  # pragma: no cover - a bug; make it loud and answer what is held
+            traceback.print_exc()
+        finally:
+            self._shutdown()
+            self._idle_hook()
+
+    def _idle_hook(self) -> None:
+        if self.on_idle is not None:
+            try:
+                self.on_idle(self)
+            except Exception:  # statistics are best effort
+                traceback.print_exc()
+
+    def _drain(self, *, block: bool, timeout: float | None = None) -> bool:
+        """Submit every queued arrival to the scheduler; False once close() was called."""
+        first = True
+        while True:
+            try:
+                if block and first:
+                    item = self._inbox.get(timeout=timeout) if timeout is None or timeout > 0 else \
+                        self._inbox.get_nowait()
+                else:
+                    item = self._inbox.get_nowait()
+            except queue.Empty:
+                return True
+            first = False
+            if item is None:
+                return False
+            self._admit(*item)
+
+    def _admit(self, parent: _Parent, opts: RequestOptions, arrival: float) -> None:
+        t0 = time.perf_counter()
+        if opts.deadline_unix_s is not None:
+            deadline = arrival + (opts.deadline_unix_s - time.time())
+            kw: dict[str, float] = {"deadline": deadline if deadline > arrival else arrival + 1e-9}
+        elif opts.sla_s is not None:
+            kw = {"sla": opts.sla_s}
+        else:
+            kw = {}
+        key = id(parent)
+        self._live[key] = parent
+        self._ring.append(parent)
+        self.stats.requests += 1
+        for row in range(parent.remaining):
+            r = Request(next(self._ids), arrival, priority=opts.priority, payload=_Sample(parent, row), **kw)
+            parent.samples.append(r)
+        self.stats.samples += len(parent.samples)
+        for r in list(parent.samples):
+            if parent.answered:
+                break
+            self.scheduler.submit(r)
+        self.stats.sched_s += time.perf_counter() - t0
+
+    def _run(self, job: StageJob) -> StageResult | None:
+        """Run one stage on the job's (not cancelled) requests: concatenate, onnxruntime, split.
+
+        If the batched run fails, each request is run alone so that only the ones that fail on their own are
+        answered with the error; the rest of the batch goes on.
+        """
+        reqs = [r for r in job.requests if not r.cancelled]
+        if not reqs:
+            return None
+        try:
+            self._run_batch(job.stage, reqs)
+            return None
+        except Exception as e:
+            if len(reqs) == 1:
+                return StageResult(errors={reqs[0].id: f"{type(e).__name__}: {e}"})
+        errors: dict[int, str] = {}
+        for r in reqs:
+            try:
+                self._run_batch(job.stage, [r])
+            except Exception as e:  # onnxruntime failure: this request fails, the server goes on
+                errors[r.id] = f"{type(e).__name__}: {e}"
+        return StageResult(errors=errors) if errors else None
+
+    def _run_batch(self, stage: int, reqs: list[Request]) -> None:
+        runner = self.runner
+        spec = runner.manifest.stages[stage]
+        stats = self.stats
+        t0 = time.perf_counter()
+        feeds: dict[str, np.ndarray] = {}
+        for inp in spec.inputs:
+            if inp.source is None:
+                parts = [(r.payload.parent.inputs[inp.name], r.payload.row) for r in reqs]
+            else:
+                parts = [r.payload.tensors[inp.name] for r in reqs]
+            feeds[inp.name] = join_rows(parts)
+        t1 = time.perf_counter()
+        outs = runner.run(stage, feeds)
+        t2 = time.perf_counter()
+        for k, r in enumerate(reqs):
+            tensors = r.payload.tensors
+            for name, arr in outs.items():
+                tensors[name] = (arr, k)
+            for name in runner.drop_after[stage]:
+                tensors.pop(name, None)
+        t3 = time.perf_counter()
+        stats.stage_runs += 1
+        stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
+        stats.ort_s += t2 - t1
+        stats.io_s += (t1 - t0) + (t3 - t2)
+
+    def _poll_cancelled(self) -> None:
+        """Poll a bounded round-robin slice of the held requests (``is_cancelled()`` is a round trip to the server
+        process: polling a backlog of thousands at every boundary would make the backlog grow)."""
+        if self.is_cancelled is None or not self._ring:
+            return
+        now = time.monotonic()
+        if now - self._last_poll < self.cancel_poll_s:
+            return
+        self._last_poll = now
+        ring = self._ring
+        for _ in range(min(self.poll_budget, len(ring))):
+            parent = ring.popleft()
+            if parent.answered:
+                continue
+            self._check(parent)
+            ring.append(parent)
+
+    def _check(self, parent: _Parent) -> None:
+        now = time.monotonic()
+        if now - parent.checked < self.cancel_poll_s:
+            return
+        parent.checked = now
+        try:
+            gone = self.is_cancelled(parent.handle)
+        except Exception:
+            gone = False
+        if gone:
+            for r in parent.samples:
+                r.cancelled = True
+
+    def _check_job(self, job: StageJob) -> None:
+        """Before a stage runs, its own requests are checked, so that no compute goes to a request already gone."""
+        if self.is_cancelled is None:
+            return
+        seen: set[int] = set()
+        for r in job.requests:
+            parent = r.payload.parent
+            if id(parent) not in seen and not r.cancelled:
+                seen.add(id(parent))
+                if len(seen) > self.poll_budget:
+                    break
+                self._check(parent)
+
+    def _on_sample_done(self, r: Request) -> None:
+        sample: _Sample = r.payload
+        parent = sample.parent
+        if parent.answered:
+            return
+        if r.status is Status.OK:
+            parent.rows[sample.row] = {o: sample.tensors[o] for o in self.runner.output_names}
+            sample.tensors = {}
+            parent.remaining -= 1
+            if parent.remaining:
+                return
+            rows = parent.rows
+            outputs = {o: join_rows([x[o] for x in rows]) for o in self.runner.output_names}
+            self._answer(parent, outputs, Status.OK, None)
+        else:
+            for sib in parent.samples:
+                sib.cancelled = True
+            self._answer(parent, None, r.status, r.error)
+
+    def _answer(self, parent: _Parent, outputs: dict[str, np.ndarray] | None, status: Status,
+                error: str | None) -> None:
+        parent.answered = True
+        self._dirty = True
+        self._live.pop(id(parent), None)
+        self.stats.answered[status.name] = self.stats.answered.get(status.name, 0) + 1
+        try:
+            self.respond(parent.handle, outputs, status, error)
+        except Exception:  # a response that cannot be sent must not stop the thread
+            traceback.print_exc()
+
+    def _shutdown(self) -> None:
+        # answer what is still queued or held: nothing is lost
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                parent = item[0]
+                self._live[id(parent)] = parent
+        self.scheduler.close("the model was unloaded before the request finished")
+        for parent in list(self._live.values()):
+            if not parent.answered:
+                self._answer(parent, None, Status.UNAVAILABLE, "the model was unloaded before the request finished")
+
+
+# The scheduler calls executor.submit(job, done); requests come in through BackendRuntime.submit: a small adapter
+# keeps the two apart.
+class _ExecutorAdapter:
+    __slots__ = ("rt",)
+
+    def __init__(self, rt: BackendRuntime) -> None:
+        self.rt = rt
+
+    def submit(self, job: StageJob, done: DoneCallback) -> None:
+        self.rt.submit_job(job, done)

@@ -1,0 +1,218 @@
+"""Real-server benchmark: LazyBatching vs Triton's dynamic batcher (0/5/20 ms) vs serial.
+
+    python benchmarks/bench_triton.py                    # the issue's Speed experiment on ResNet-50 (~12 minutes)
+    python benchmarks/bench_triton.py --model mlp        # the same where batching pays (8 x 2048 MLP, SLA 10/25 ms)
+    python benchmarks/bench_triton.py --duration 5 --fractions 0.1,0.9   # a quick look
+
+One tritonserver serves the default repository (`lazybatch repo default`). The batch-1 service rate mu is measured
+first (sequential whole-graph requests); then open-loop Poisson load at fractions of mu, every configuration one
+after the other at each rate: resnet50_lazy once per SLA target (it uses the SLA in its decisions), the SLA-unaware
+ones once (their violation rate is computed at each SLA from the same latencies). The backend's own counters give
+the scheduler overhead per stage (decision + hand-off + tensor concatenation/splitting, excluding onnxruntime).
+
+Other processes share this machine's two cores, so the load on it drifts during a run. To keep that drift from
+favouring whichever configuration ran in a quiet minute, each rate's time is cut into ``--slices`` and the
+configurations take turns slice by slice; a cell's figures pool its slices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from lazybatch.client.api import Client
+from lazybatch.client.load import LoadResult, run_load, summarize
+from lazybatch.repo import COMPARISON, build_default_repository
+from lazybatch.serving import TritonServer, free_port
+
+BASELINE_SUFFIXES = [k for k in COMPARISON if k != "lazy"]
+DEFAULT_SLAS = {"resnet50": "100,200", "mlp": "10,25"}
+
+
+def service_time(client: Client, model: str, n: int) -> float:
+    x = client.random_inputs(model, 1, seed=0)
+    for _ in range(3):
+        client.infer(model, x)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        client.infer(model, x, sla_ms=10_000)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def read_stats(stats_dir: Path, model: str, at_least: int = 0, timeout: float = 15.0) -> dict:
+    """The backend's counters, written whenever it holds nothing: wait until they cover ``at_least`` requests."""
+    p = stats_dir / f"{model}.json"
+    end = time.monotonic() + timeout
+    data: dict = {}
+    while time.monotonic() < end:
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, ValueError):
+            data = {}
+        if data.get("requests", 0) >= at_least and (data or at_least == 0):
+            return data
+        time.sleep(0.1)
+    return data
+
+
+def pool(parts: list[LoadResult]) -> LoadResult:
+    """One cell from its slices: latencies pooled, throughput = successes / total time under load."""
+    first = parts[0]
+    res = LoadResult(first.model, first.offered_rate, sum(p.duration_s for p in parts), first.sla_ms, first.batch)
+    res.sent = sum(p.sent for p in parts)
+    res.send_rate = res.sent / res.duration_s if res.duration_s else 0.0
+    lat = [l / 1e3 for p in parts for l in p.latencies_ms]
+    errors = [k for p in parts for k, n in p.error_kinds.items() for _ in range(n)]
+    span = sum(max(p.ok / p.throughput, p.duration_s) if p.throughput > 0 else p.duration_s for p in parts)
+    res.duration_s = 0.0  # summarize takes the pooled span as it is
+    res = summarize(res, lat, [True] * len(lat), errors, 0.0, span)
+    res.duration_s = sum(p.duration_s for p in parts)
+    return res
+
+
+def violation(r: LoadResult, sla_ms: float) -> float:
+    if not r.sent:
+        return math.nan
+    late = sum(1 for l in r.latencies_ms if l > sla_ms)
+    return (late + r.errors) / r.sent
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repository", default="model_repository")
+    ap.add_argument("--model", default="resnet50", choices=("resnet50", "mlp"))
+    ap.add_argument("--duration", type=float, default=15.0, help="seconds of load per configuration and rate")
+    ap.add_argument("--slices", type=int, default=3, help="configurations take turns in this many slices per rate")
+    ap.add_argument("--fractions", default="0.1,0.4,0.7,0.9,1.2", help="load as fractions of the batch-1 rate")
+    ap.add_argument("--slas", default=None, help="SLA targets in ms (default 100,200 for resnet50, 10,25 for mlp)")
+    ap.add_argument("--out", default=None, help="default lazybatch-results/triton-bench-<model>")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    fractions = [float(v) for v in args.fractions.split(",")]
+    slas = [float(v) for v in (args.slas or DEFAULT_SLAS[args.model]).split(",")]
+    out = Path(args.out or f"lazybatch-results/triton-bench-{args.model}")
+    lazy = f"{args.model}_lazy"
+    baselines = [f"{args.model}_{k}" for k in BASELINE_SUFFIXES]
+    out.mkdir(parents=True, exist_ok=True)
+    stats_dir = out / "stats"
+    repo = build_default_repository(args.repository, kind=args.model)
+    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                          log_file=out / "tritonserver.log", env={"LAZYBATCH_STATS_DIR": str(stats_dir.resolve())})
+    print(f"starting tritonserver on {repo} ...", flush=True)
+    results: list[dict] = []
+    with server:
+        url = server.endpoints.grpc
+        with Client(url) as c:
+            n_cal = 15 if args.model == "resnet50" else 200
+            t_whole = service_time(c, f"{args.model}_triton_0us", n_cal)
+            t_lazy = service_time(c, lazy, n_cal)
+        mu = 1.0 / t_whole
+        print(f"batch-1 latency: whole graph {t_whole * 1e3:.1f} ms, lazy backend {t_lazy * 1e3:.1f} ms; "
+              f"service rate {mu:.2f}/s", flush=True)
+        for f in fractions:
+            rate = f * mu
+            runs = [(lazy, sl) for sl in slas] + [(m, None) for m in baselines]
+            parts: dict[tuple, list[LoadResult]] = {k: [] for k in runs}
+            overheads: dict[tuple, list[dict]] = {k: [] for k in runs}
+            for k in range(args.slices):
+                for model, sla in runs:
+                    before = read_stats(stats_dir, model) if model == lazy else {}
+                    r = run_load(url, model, rate, args.duration / args.slices,
+                                 sla_ms=sla if sla is not None else max(slas), seed=args.seed + k, timeout_s=60.0,
+                                 send_sla=sla is not None)
+                    parts[(model, sla)].append(r)
+                    if model == lazy:
+                        after = read_stats(stats_dir, model, before.get("requests", 0) + r.sent + 1)
+                        overheads[(model, sla)].append({key: (after.get(key, 0) - before.get(key, 0))
+                                                        for key in ("stage_runs", "io_s", "sched_s", "ort_s")}
+                                                       | {"bsum": sum(int(b) * n for b, n in
+                                                                      after.get("batch_hist", {}).items()) -
+                                                          sum(int(b) * n for b, n in
+                                                              before.get("batch_hist", {}).items())})
+                    time.sleep(0.5)
+            for (model, sla), rs in parts.items():
+                r = pool(rs)
+                overhead = None
+                ovs = overheads[(model, sla)]
+                n_runs = sum(o["stage_runs"] for o in ovs)
+                if n_runs > 0:
+                    ov = sum(o["io_s"] + o["sched_s"] for o in ovs)
+                    ort_s = sum(o["ort_s"] for o in ovs)
+                    overhead = {"per_stage_ms": ov / n_runs * 1e3, "ort_per_stage_ms": ort_s / n_runs * 1e3,
+                                "fraction": ov / ort_s if ort_s else math.nan, "stage_runs": n_runs,
+                                "mean_batch": sum(o["bsum"] for o in ovs) / n_runs}
+                for sl in ([sla] if sla is not None else slas):
+                    results.append({"fraction": f, "rate": rate, "model": model, "sla_ms": sl,
+                                    "sent": r.sent, "ok": r.ok, "errors": r.errors, "throughput": r.throughput,
+                                    "avg_ms": r.avg_ms, "p50_ms": r.p50_ms, "p90_ms": r.p90_ms,
+                                    "p99_ms": r.p99_ms, "violation": violation(r, sl), "overhead": overhead})
+                print(f"  {f:>4.0%} {rate:7.2f}/s {model:<24} sla={sla or '-'}: sent {r.sent} ok {r.ok} "
+                      f"err {r.errors} avg {r.avg_ms:.1f} p99 {r.p99_ms:.1f} ms thr {r.throughput:.2f}/s"
+                      + (f" overhead/stage {overhead['per_stage_ms']:.3f} ms ({overhead['fraction']:.1%}), "
+                         f"mean sub-batch {overhead['mean_batch']:.2f}" if overhead else ""), flush=True)
+    meta = {"model": args.model, "slices": args.slices, "t_whole_ms": t_whole * 1e3, "t_lazy_ms": t_lazy * 1e3, "mu": mu, "duration_s": args.duration,
+            "fractions": fractions, "slas": slas, "cpu_count": os.cpu_count(),
+            "command": " ".join([sys.executable, *sys.argv]),
+            "loadavg": " ".join(f"{v:.1f}" for v in os.getloadavg())}
+    (out / "bench.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    table = markdown(results, meta)
+    (out / "bench.md").write_text(table)
+    print(table)
+    plot(results, out / "bench.png")
+    return 0
+
+
+def markdown(results: list[dict], meta: dict) -> str:
+    lines = [f"batch-1 whole-graph latency {meta['t_whole_ms']:.1f} ms (service rate {meta['mu']:.2f}/s), lazy "
+             f"backend batch-1 {meta['t_lazy_ms']:.1f} ms; {meta['duration_s']:g} s of Poisson load per cell in "
+             f"{meta['slices']} interleaved slices; load average {meta.get('loadavg', '?')}", "",
+             "| load | rate/s | SLA ms | model | sent | err | thr/s | avg ms | p50 | p99 | SLA viol | overhead/stage |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in sorted(results, key=lambda r: (r["fraction"], r["sla_ms"], r["model"])):
+        ov = r["overhead"]
+        ovs = f"{ov['per_stage_ms']:.3f} ms ({ov['fraction']:.1%}), b̄={ov['mean_batch']:.2f}" if ov else ""
+        lines.append(f"| {r['fraction']:.0%} | {r['rate']:.2f} | {r['sla_ms']:g} | {r['model']} | {r['sent']} | "
+                     f"{r['errors']} | {r['throughput']:.2f} | {r['avg_ms']:.1f} | {r['p50_ms']:.1f} | "
+                     f"{r['p99_ms']:.1f} | {r['violation']:.1%} | {ovs} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: list[dict], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    slas = sorted({r["sla_ms"] for r in results})
+    fig, axes = plt.subplots(2, len(slas), figsize=(6 * len(slas), 8), squeeze=False)
+    for j, s in enumerate(slas):
+        rows = [r for r in results if r["sla_ms"] == s]
+        for model in dict.fromkeys(r["model"] for r in rows):
+            rs = sorted((r for r in rows if r["model"] == model), key=lambda r: r["fraction"])
+            x = [r["fraction"] * 100 for r in rs]
+            axes[0][j].plot(x, [r["avg_ms"] for r in rs], marker="o", label=model)
+            axes[1][j].plot(x, [r["violation"] * 100 for r in rs], marker="o", label=model)
+        axes[0][j].set_title(f"SLA {s:g} ms")
+        axes[0][j].set_ylabel("average latency (ms)")
+        axes[0][j].set_yscale("log")
+        axes[1][j].set_ylabel("SLA violations (%)")
+        for ax in (axes[0][j], axes[1][j]):
+            ax.set_xlabel("offered load (% of batch-1 service rate)")
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""An open-loop Poisson load generator over async gRPC, and its report (table, CSV/JSON, latency-vs-load plot).
+
+Open loop: requests are sent at their scheduled Poisson arrival times whether or not earlier ones have been
+answered, as real independent clients would; a closed loop would hide queueing delay. Every run is bounded in time
+(``duration_s`` plus a drain timeout) and in count (``max_requests``), and stops by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .api import make_inputs, request_parameters
+
+
+@dataclass
+class LoadResult:
+    """One model at one offered rate."""
+
+    model: str
+    offered_rate: float  # requests/s asked for
+    duration_s: float
+    sla_ms: float | None
+    batch: int
+    sent: int = 0
+    ok: int = 0
+    errors: int = 0
+    send_rate: float = 0.0  # requests/s actually sent
+    throughput: float = 0.0  # successful requests/s over the run
+    avg_ms: float = math.nan
+    p50_ms: float = math.nan
+    p90_ms: float = math.nan
+    p99_ms: float = math.nan
+    max_ms: float = math.nan
+    sla_violation_rate: float = math.nan  # (late + failed) / sent
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    latencies_ms: list[float] = field(default_factory=list, repr=False)
+
+    def row(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("latencies_ms")
+        d["error_kinds"] = json.dumps(self.error_kinds)
+        return d
+
+
+def poisson_schedule(rate: float, duration_s: float, seed: int, max_requests: int) -> list[float]:
+    """Send offsets (s) of a Poisson process of ``rate``/s over ``duration_s``."""
+    if rate <= 0 or duration_s <= 0:
+        return []
+    rng = np.random.default_rng(seed)
+    out: list[float] = []
+    t = float(rng.exponential(1.0 / rate))
+    while t < duration_s and len(out) < max_requests:
+        out.append(t)
+        t += float(rng.exponential(1.0 / rate))
+    return out
+
+
+def summarize(res: LoadResult, latencies_s: list[float], ok_flags: list[bool], errors: list[str],
+              start: float, last_done: float) -> LoadResult:
+    """Throughput counts from the start of the load to the last answer (at least the load's duration), so that a
+    light load reports about its offered rate, and an overload the rate the server really sustained."""
+    lat = np.array([l for l, ok in zip(latencies_s, ok_flags) if ok]) * 1e3
+    res.ok = int(lat.size)
+    res.errors = len(errors)
+    for e in errors:
+        key = e.split("\n")[0][:120]
+        res.error_kinds[key] = res.error_kinds.get(key, 0) + 1
+    span = max(last_done - start, res.duration_s, 1e-9)
+    res.throughput = res.ok / span if res.sent else 0.0
+    if lat.size:
+        res.avg_ms = float(lat.mean())
+        res.p50_ms, res.p90_ms, res.p99_ms = (float(v) for v in np.percentile(lat, [50, 90, 99]))
+        res.max_ms = float(lat.max())
+        res.latencies_ms = [float(v) for v in lat]
+    if res.sent:
+        late = int((lat > res.sla_ms).sum()) if res.sla_ms is not None else 0
+        res.sla_violation_rate = (late + res.errors) / res.sent
+    return res
+
+
+async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *, sla_ms: float | None,
+                        batch: int, seed: int, max_requests: int, timeout_s: float,
+                        send_sla: bool) -> LoadResult:
+    import tritonclient.grpc as grpcmod
+    import tritonclient.grpc.aio as aio
+
+    res = LoadResult(model, rate, duration_s, sla_ms, batch)
+    client = aio.InferenceServerClient(url)
+    try:
+        md = await client.get_model_metadata(model)
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        from .api import DATATYPES
+
+        for t in md.inputs:
+            shape = (batch, *[int(d) if int(d) > 0 else 1 for d in list(t.shape)[1:]])
+            dt = DATATYPES[t.datatype]
+            feeds[t.name] = (rng.standard_normal(shape) if dt.kind == "f" else rng.integers(0, 10, shape)).astype(dt)
+        params = request_parameters(sla_ms if send_sla else None)
+        # one warm-up request, not counted
+        try:
+            await client.infer(model, make_inputs(grpcmod, feeds), parameters=params or None,
+                               client_timeout=timeout_s)
+        except Exception:
+            pass
+        offsets = poisson_schedule(rate, duration_s, seed, max_requests)
+        latencies: list[float] = [math.nan] * len(offsets)
+        ok_flags = [False] * len(offsets)
+        errors: list[str] = []
+        done_times: list[float] = []
+
+        async def one(i: int) -> None:
+            t0 = time.perf_counter()
+            try:
+                await client.infer(model, make_inputs(grpcmod, feeds), parameters=params or None,
+                                   client_timeout=timeout_s)
+                ok_flags[i] = True
+            except Exception as e:  # counted, reported by kind
+                m = getattr(e, "message", None)
+                errors.append(str(m() if callable(m) else e))
+            t1 = time.perf_counter()
+            latencies[i] = t1 - t0
+            done_times.append(t1)
+
+        tasks = []
+        start = time.perf_counter()
+        for i, off in enumerate(offsets):
+            delay = start + off - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(one(i)))
+        res.sent = len(tasks)
+        sent_span = (time.perf_counter() - start) if tasks else 0.0
+        res.send_rate = res.sent / max(sent_span, 1e-9) if tasks else 0.0
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s + 5)
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        last = max(done_times) if done_times else start
+        return summarize(res, latencies, ok_flags, errors, start, last)
+    finally:
+        await client.close()
+
+
+def run_load(url: str, model: str, rate: float, duration_s: float = 10.0, *, sla_ms: float | None = 100.0,
+             batch: int = 1, seed: int = 0, max_requests: int = 100_000, timeout_s: float = 30.0,
+             send_sla: bool = True) -> LoadResult:
+    """Poisson load at ``rate`` requests/s for ``duration_s`` seconds against one model."""
+    return asyncio.run(_run_one_rate(url, model, rate, duration_s, sla_ms=sla_ms, batch=batch, seed=seed,
+                                     max_requests=max_requests, timeout_s=timeout_s, send_sla=send_sla))
+
+
+def sweep(url: str, models: Sequence[str], rates: Sequence[float], duration_s: float = 10.0, *,
+          sla_ms: float | None = 100.0, batch: int = 1, seed: int = 0, timeout_s: float = 30.0,
+          pause_s: float = 0.5, progress: Any = None) -> list[LoadResult]:
+    """Every model at every rate, one after the other (models never share the CPU during a measurement)."""
+    out = []
+    for rate in rates:
+        for model in models:
+            r = run_load(url, model, rate, duration_s, sla_ms=sla_ms, batch=batch, seed=seed, timeout_s=timeout_s)
+            out.append(r)
+            if progress is not None:
+                progress(r)
+            time.sleep(pause_s)
+    return out
+
+
+COLUMNS = ("model", "offered_rate", "send_rate", "sent", "ok", "errors", "throughput", "avg_ms", "p50_ms",
+           "p90_ms", "p99_ms", "sla_violation_rate")
+
+
+def format_table(results: Sequence[LoadResult]) -> str:
+    head = (f"{'model':<22} {'rate/s':>7} {'sent/s':>7} {'sent':>6} {'ok':>6} {'err':>5} {'thr/s':>7} "
+            f"{'avg ms':>8} {'p50':>8} {'p90':>8} {'p99':>8} {'SLA viol':>8}")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {r.send_rate:>7.1f} {r.sent:>6d} {r.ok:>6d} "
+                     f"{r.errors:>5d} {r.throughput:>7.1f} {r.avg_ms:>8.1f} {r.p50_ms:>8.1f} {r.p90_ms:>8.1f} "
+                     f"{r.p99_ms:>8.1f} {r.sla_violation_rate * 100 if r.sent else math.nan:>7.1f}%")
+    return "\n".join(lines)
+
+
+def write_reports(results: Sequence[LoadResult], out_dir: str | Path, *, stem: str = "load",
+                  plot: bool = True) -> list[Path]:
+    """``stem.csv``, ``stem.json`` and (with matplotlib) ``stem.png``: p50/p99 latency vs offered load per model."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = []
+    rows = [r.row() for r in results]
+    p = d / f"{stem}.csv"
+    with p.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else list(COLUMNS))
+        w.writeheader()
+        w.writerows(rows)
+    paths.append(p)
+    p = d / f"{stem}.json"
+    p.write_text(json.dumps([r.row() | {"error_kinds": r.error_kinds} for r in results], indent=1))
+    paths.append(p)
+    if plot and results:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return paths
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for model in dict.fromkeys(r.model for r in results):
+            rs = sorted((r for r in results if r.model == model), key=lambda r: r.offered_rate)
+            x = [r.offered_rate for r in rs]
+            axes[0].plot(x, [r.p50_ms for r in rs], marker="o", label=f"{model} p50")
+            axes[0].plot(x, [r.p99_ms for r in rs], marker="x", linestyle="--", label=f"{model} p99")
+            axes[1].plot(x, [r.sla_violation_rate * 100 for r in rs], marker="o", label=model)
+        axes[0].set_xlabel("offered load (requests/s)")
+        axes[0].set_ylabel("latency (ms)")
+        axes[0].set_yscale("log")
+        axes[0].legend(fontsize=7)
+        axes[1].set_xlabel("offered load (requests/s)")
+        axes[1].set_ylabel("SLA violations (%)")
+        axes[1].legend(fontsize=7)
+        fig.tight_layout()
+        p = d / f"{stem}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths

@@ -1,0 +1,58 @@
+"""``lazybatch load``: open-loop Poisson load (async gRPC) against served models at a rate or a sweep of rates."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _rates(text: str) -> list[float]:
+    from lazybatch.batcher.errors import ConfigError
+
+    try:
+        rates = [float(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise ConfigError(f"--rates expects numbers separated by commas, got {text!r}") from None
+    if not rates or any(r <= 0 for r in rates):
+        raise ConfigError(f"rates must be positive, got {text!r}")
+    return rates
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("load", help="open-loop Poisson load against served models; latency/SLA report")
+    p.add_argument("models", nargs="+", help="model names on the server")
+    p.add_argument("--url", default="127.0.0.1:8001", help="gRPC address (default %(default)s)")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--rate", type=float, help="requests per second")
+    g.add_argument("--rates", help="a sweep, e.g. 5,10,20")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds per rate and model (default 10)")
+    p.add_argument("--sla-ms", type=float, default=100.0, help="SLA target sent with each request and used for the "
+                   "violation rate (default 100)")
+    p.add_argument("--batch", type=int, default=1, help="samples per request")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=30.0, help="per-request client timeout in s")
+    p.add_argument("--out", default=None, help="write load.csv, load.json and load.png here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lazybatch.batcher.errors import ConfigError
+    from lazybatch.client.load import format_table, sweep, write_reports
+
+    rates = [args.rate] if args.rate is not None else _rates(args.rates)
+    if args.rate is not None and args.rate <= 0:
+        raise ConfigError("--rate must be positive")
+    if args.duration <= 0 or args.duration > 3600:
+        raise ConfigError("--duration must be in (0, 3600] seconds")
+
+    def progress(r: Any) -> None:
+        print(f"  {r.model} @ {r.offered_rate:g}/s: {r.ok}/{r.sent} ok, p50 {r.p50_ms:.1f} ms, "
+              f"p99 {r.p99_ms:.1f} ms", flush=True)
+
+    results = sweep(args.url, args.models, rates, args.duration, sla_ms=args.sla_ms, batch=args.batch,
+                    seed=args.seed, timeout_s=args.timeout, progress=progress)
+    print(format_table(results))
+    if args.out:
+        for p in write_reports(results, args.out):
+            print(f"wrote {p}")
+    return 1 if all(r.ok == 0 for r in results) else 0

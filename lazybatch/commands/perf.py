@@ -1,0 +1,61 @@
+"""``lazybatch perf``: NVIDIA perf_analyzer (Poisson request rates, --async) against served models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("perf", help="run perf_analyzer (installed on first use) with a Poisson request distribution")
+    p.add_argument("models", nargs="*", help="model names on the server")
+    p.add_argument("--url", default="127.0.0.1:8001", help="gRPC address (default %(default)s)")
+    p.add_argument("--rates", default="10", help="request rates, one or evenly spaced (5,10,15) (default 10)")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--measurement-ms", type=int, default=4000, help="perf_analyzer measurement window")
+    p.add_argument("--sla-ms", type=float, default=None, help="send sla_ms as a request parameter")
+    p.add_argument("--stability-percentage", type=float, default=50.0, help="perf_analyzer's stability threshold "
+                   "(raise it on a busy machine, where windows vary more)")
+    p.add_argument("--max-trials", type=int, default=6)
+    p.add_argument("--perf-analyzer", default=None, help="a perf_analyzer binary (default: the venv's, installed "
+                   "on first use from the tritonclient 2.41.0 wheel)")
+    p.add_argument("--install", action="store_true", help="(re)install perf_analyzer and exit")
+    p.add_argument("--out", default="lazybatch-results/perf", help="CSV/JSON/logs go here (default %(default)s)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lazybatch import perf
+    from lazybatch.batcher.errors import ConfigError
+    from lazybatch.commands.load import _rates
+
+    if args.install:
+        print(f"installed {perf.install(force=True)}")
+        return 0
+    if not args.models:
+        raise ConfigError("name at least one model (or pass --install)")
+    binary = perf.find_perf_analyzer(args.perf_analyzer)
+    if binary is None:
+        if args.perf_analyzer:
+            raise ConfigError(f"no perf_analyzer at {args.perf_analyzer}")
+        print("perf_analyzer not found: installing it from the tritonclient 2.41.0 wheel ...", flush=True)
+        binary = perf.install()
+    rates = _rates(args.rates)
+    out = Path(args.out)
+    all_rows = []
+    for model in args.models:
+        rows, _ = perf.run(binary, model, args.url, rates, out, batch=args.batch,
+                           measurement_ms=args.measurement_ms, sla_ms=args.sla_ms,
+                           stability_percentage=args.stability_percentage, max_trials=args.max_trials)
+        all_rows += rows
+    print(f"{'model':<22} {'rate/s':>7} {'infer/s':>8} {'avg ms':>8} {'p50':>8} {'p90':>8} {'p99':>8} "
+          f"{'queue':>7} {'compute':>8}")
+    for r in all_rows:
+        print(f"{r.model:<22} {r.request_rate:>7.1f} {r.throughput:>8.1f} {r.avg_ms:>8.2f} {r.p50_ms:>8.2f} "
+              f"{r.p90_ms:>8.2f} {r.p99_ms:>8.2f} {r.server_queue_ms:>7.2f} {r.server_compute_ms:>8.2f}")
+    (out / "perf.json").write_text(json.dumps([asdict(r) for r in all_rows], indent=1))
+    print(f"wrote {out / 'perf.json'} and perf_<model>.csv/.log")
+    return 0

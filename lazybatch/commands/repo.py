@@ -1,0 +1,75 @@
+"""``lazybatch repo add``: a Triton model directory for an ONNX model under a batching policy."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("repo", help="build model directories for a Triton model repository")
+    rsub = p.add_subparsers(dest="repo_command", metavar="SUBCOMMAND", required=True)
+    a = rsub.add_parser("add", help="add MODEL.onnx to a model repository under a batching policy",
+                        description="Split MODEL.onnx into stages, profile them into a latency table and write "
+                        "NAME/config.pbtxt + NAME/1/{model.py,model.onnx,stages/,latency.json}.")
+    a.add_argument("model", nargs="?", default=None, help="the whole-graph ONNX model (batch dimension symbolic)")
+    a.add_argument("--repository", "--model-repository", dest="repository", default="model_repository")
+    a.add_argument("--name", default=None, help="model name (default: the ONNX file's stem + _ + policy)")
+    a.add_argument("--policy", default="lazy", help="lazy | oracle | serial | graph:<ms> | triton:<us> (the whole "
+                   "graph under Triton's dynamic_batching with that max_queue_delay_microseconds)")
+    a.add_argument("--sla-ms", type=float, default=100.0, help="default SLA target per request (default 100)")
+    a.add_argument("--max-batch-size", type=int, default=16)
+    a.add_argument("--scheduler-max-batch-size", type=int, default=None, help="largest sub-batch the scheduler "
+                   "forms (default: --max-batch-size); lower it where batching does not pay on the device")
+    a.add_argument("--stages", default=None, help="an existing stage directory (from `lazybatch split`) instead of "
+                   "splitting MODEL.onnx here")
+    a.add_argument("--max-stages", type=int, default=None, help="merge cut points down to at most this many stages")
+    a.add_argument("--latency-table", default=None, help="an existing latency table (from `lazybatch profile`) "
+                   "instead of profiling here")
+    a.add_argument("--profile-reps", type=int, default=3)
+    a.add_argument("--execution-provider", default="auto", choices=("auto", "cpu", "cuda"))
+    a.add_argument("--intra-op-threads", type=int, default=0)
+    a.add_argument("--allow-nan", action="store_true", help="accept NaN/Inf inputs (rejected by default)")
+    a.add_argument("--force", action="store_true", help="replace an existing model directory")
+    a.set_defaults(func=run_add)
+    d = rsub.add_parser("default", help="build the shipped comparison repository: a model under lazy, Triton's "
+                        "dynamic batcher (0/5000/20000 us) and serial")
+    d.add_argument("--repository", "--model-repository", dest="repository", default="model_repository")
+    d.add_argument("--model", default="resnet50", choices=("resnet50", "mlp"), help="resnet50 (batching barely pays "
+                   "on a CPU) or mlp (8 x 2048 MatMul layers: batching pays); model names are <model>_<policy>")
+    d.add_argument("--max-batch-size", type=int, default=None, help="default 8 (resnet50), 16 (mlp)")
+    d.add_argument("--sla-ms", type=float, default=None, help="default SLA: 100 ms (resnet50), 10 ms (mlp)")
+    d.add_argument("--max-stages", type=int, default=20)
+    d.add_argument("--force", action="store_true", help="rebuild everything (model, stages, latency table)")
+    d.set_defaults(func=run_default)
+
+
+def run_add(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from lazybatch.batcher.errors import ConfigError
+    from lazybatch.repo import add_model
+
+    if args.model is None and args.stages is None:
+        raise ConfigError("give MODEL.onnx or --stages DIR")
+    stem = Path(args.model or args.stages).stem
+    name = args.name or f"{stem}_{args.policy.split(':')[0].lower()}"
+    mdir = add_model(args.model, args.repository, name=name, policy=args.policy, sla_ms=args.sla_ms,
+                     max_batch_size=args.max_batch_size, stages=args.stages, max_stages=args.max_stages,
+                     latency_table=args.latency_table, profile_reps=args.profile_reps,
+                     execution_provider=args.execution_provider, intra_op_threads=args.intra_op_threads,
+                     allow_nan=args.allow_nan, scheduler_max_batch_size=args.scheduler_max_batch_size,
+                     force=args.force)
+    print(f"added {mdir}")
+    print((mdir / "config.pbtxt").read_text())
+    return 0
+
+
+def run_default(args: argparse.Namespace) -> int:
+    from lazybatch.repo import build_default_repository
+
+    repo = build_default_repository(args.repository, kind=args.model, max_batch_size=args.max_batch_size,
+                                    sla_ms=args.sla_ms,
+                                    max_stages=args.max_stages, force=args.force)
+    print(f"model repository ready: {repo} (serve it with `lazybatch serve --model-repository {repo}`)")
+    return 0

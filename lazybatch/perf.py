@@ -1,0 +1,164 @@
+"""NVIDIA perf_analyzer for lazybatch models: install it into the virtualenv, run it, read its CSV report.
+
+Why this route (docs/triton.md, DESIGN.md): the newest perf_analyzer package does not install here, but the
+``tritonclient==2.41.0`` wheel carries a working ``perf_analyzer`` binary (``.data/data/bin/``). It needs
+``libb64.so.0d`` and ``libcudart.so.12``, which ship under hashed names in ``nvidia_pytriton.libs/`` (the serve
+extra); symlinks with the plain names suffice. The wheel is only unpacked; the venv's own tritonclient stays.
+perf_analyzer 2.41 sends synchronous requests in request-rate mode unless given ``--async``, so it always is.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from lazybatch.batcher.errors import ConfigError
+
+WHEEL = "tritonclient==2.41.0"
+MEMBER = "tritonclient-2.41.0.data/data/bin/perf_analyzer"
+
+
+def venv_dir() -> Path:
+    return Path(sys.prefix)
+
+
+def wrapper_path() -> Path:
+    return venv_dir() / "bin" / "perf_analyzer"
+
+
+def find_perf_analyzer(explicit: str | None = None) -> Path | None:
+    if explicit:
+        p = Path(explicit)
+        return p if p.exists() else None
+    if wrapper_path().exists():
+        return wrapper_path()
+    found = shutil.which("perf_analyzer")
+    return Path(found) if found else None
+
+
+def _pytriton_libs() -> Path | None:
+    try:
+        import pytriton  # type: ignore
+    except ImportError:
+        return None
+    libs = Path(pytriton.__file__).resolve().parent.parent / "nvidia_pytriton.libs"
+    return libs if libs.is_dir() else None
+
+
+def install(force: bool = False) -> Path:
+    """Download the tritonclient 2.41.0 wheel, unpack perf_analyzer, link its two libraries, write a wrapper."""
+    dest = venv_dir() / "lib" / "lazybatch-perf"
+    wrapper = wrapper_path()
+    if wrapper.exists() and (dest / "bin" / "perf_analyzer").exists() and not force:
+        return wrapper
+    (dest / "bin").mkdir(parents=True, exist_ok=True)
+    (dest / "lib").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, WHEEL]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        wheels = sorted(Path(tmp).glob("tritonclient-2.41.0-*.whl"))
+        if r.returncode != 0 or not wheels:
+            raise ConfigError(f"cannot download {WHEEL}: {r.stderr.strip()[-500:]}")
+        with zipfile.ZipFile(wheels[0]) as z:
+            data = z.read(MEMBER)
+    binary = dest / "bin" / "perf_analyzer"
+    binary.write_bytes(data)
+    binary.chmod(0o755)
+    libs = _pytriton_libs()
+    for plain, prefix in (("libb64.so.0d", "libb64-"), ("libcudart.so.12", "libcudart-")):
+        src = sorted(libs.glob(f"{prefix}*.so*")) if libs else []
+        link = dest / "lib" / plain
+        if src:
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(src[0])
+    wrapper.write_text("#!/usr/bin/env bash\n"
+                       f'export LD_LIBRARY_PATH="{dest / "lib"}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"\n'
+                       f'exec "{binary}" "$@"\n')
+    wrapper.chmod(0o755)
+    r = subprocess.run([str(wrapper), "--version"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ConfigError(f"perf_analyzer was installed but does not run: {(r.stderr or r.stdout).strip()[-500:]}; "
+                          "it needs libb64.so.0d and libcudart.so.12 (the serve extra's nvidia-pytriton has both)")
+    return wrapper
+
+
+@dataclass
+class PerfRow:
+    """One perf_analyzer measurement (one request rate)."""
+
+    model: str
+    request_rate: float
+    throughput: float  # inferences/s
+    avg_ms: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    client_send_recv_ms: float
+    server_queue_ms: float
+    server_compute_ms: float
+
+
+def command(perf: Path, model: str, url: str, rates: Sequence[float], *, batch: int = 1,
+            measurement_ms: int = 4000, sla_ms: float | None = None, csv_path: Path | None = None,
+            protocol: str = "grpc", stability_percentage: float = 50.0, max_trials: int = 6,
+            extra: Sequence[str] = ()) -> list[str]:
+    if len(rates) == 1:
+        rr = f"{rates[0]:g}"
+    else:
+        step = rates[1] - rates[0]
+        if any(abs((b - a) - step) > 1e-9 for a, b in zip(rates, rates[1:])) or step <= 0:
+            raise ConfigError("perf_analyzer sweeps evenly spaced rates (start:end:step); give rates like 5,10,15")
+        rr = f"{rates[0]:g}:{rates[-1]:g}:{step:g}"
+    cmd = [str(perf), "-m", model, "-u", url, "-i", protocol, "-b", str(batch), "--async",
+           "--request-distribution", "poisson", "--request-rate-range", rr, "--input-data", "random",
+           "-p", str(measurement_ms), "--max-trials", str(max_trials),
+           "--stability-percentage", f"{stability_percentage:g}"]
+    if sla_ms is not None:
+        cmd += ["--request-parameter", f"sla_ms:{int(round(sla_ms))}:int"]
+    if csv_path is not None:
+        cmd += ["-f", str(csv_path)]
+    return cmd + list(extra)
+
+
+def parse_csv(path: Path, model: str, console: str = "") -> list[PerfRow]:
+    """perf_analyzer's -f CSV (latencies in us); the average comes from its console output."""
+    import re
+
+    avgs = [float(v) / 1e3 for v in re.findall(r"^\s*Avg latency: (\d+) usec", console, flags=re.M)]
+    rows = []
+    with Path(path).open() as f:
+        for r in csv.DictReader(f):
+            def us(key: str) -> float:
+                v = r.get(key)
+                return float(v) / 1e3 if v not in (None, "") else float("nan")
+            rate_key = "Request Rate" if "Request Rate" in r else "Concurrency"
+            avg = avgs[len(rows)] if len(rows) < len(avgs) else float("nan")
+            rows.append(PerfRow(model, float(r[rate_key]), float(r["Inferences/Second"]), avg,
+                                us("p50 latency"), us("p90 latency"), us("p99 latency"),
+                                us("Client Send") + us("Client Recv"), us("Server Queue"),
+                                us("Server Compute Input") + us("Server Compute Infer") + us("Server Compute Output")))
+    return rows
+
+
+def run(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path, **kw: object) -> tuple[
+        list[PerfRow], str]:
+    """Run perf_analyzer; returns its rows and its console output. Raises when it reports a failure."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = out_dir / f"perf_{model}.csv"
+    cmd = command(perf, model, url, rates, csv_path=csv_path, **kw)  # type: ignore[arg-type]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
+    text = r.stdout + r.stderr
+    (out_dir / f"perf_{model}.log").write_text(" ".join(cmd) + "\n\n" + text)
+    if r.returncode != 0 or not csv_path.exists():
+        tail = "\n".join(text.strip().splitlines()[-15:])
+        raise ConfigError(f"perf_analyzer failed on {model} (exit {r.returncode}):\n{tail}")
+    return parse_csv(csv_path, model, text), text

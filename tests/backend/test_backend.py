@@ -1,0 +1,330 @@
+"""The backend's parts without a server: config parsing, request validation, the scheduler thread, the splitter.
+
+The end-to-end tests (tests/triton/) run the same code inside a real tritonserver; these pin the edge cases that are
+hard to provoke through one (an onnxruntime failure mid-batch, unloading with requests held).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from lazybatch.backend.config import (BackendSettings, RequestOptions, load_config, parse_config_text,
+                                      parse_request_parameters, validate_request)
+from lazybatch.backend.model import TritonPythonModel
+from lazybatch.backend.runtime import BackendRuntime
+from lazybatch.backend.stages import StageRunner, TensorSpec, load_manifest
+from lazybatch.batcher.errors import ConfigError
+from lazybatch.batcher.policies import parse_policy
+from lazybatch.batcher.request import Status
+from lazybatch.cli import main
+from lazybatch.repo import add_model
+from lazybatch.staging import batchable_light_model, make_mlp, split_model
+
+SPEC = [TensorSpec("x", np.dtype(np.float32), (4, -1))]
+
+
+@pytest.mark.parametrize("tensors, needle", [
+    ({}, "missing input"),
+    ({"x": np.zeros((1, 4, 2), np.float32), "y": np.zeros(1)}, "unexpected input"),
+    ({"x": np.zeros((1, 4, 2), np.float64)}, "dtype float64, expected float32"),
+    ({"x": np.zeros((4, 2), np.float32)}, "expected [batch, 4, -1]"),
+    ({"x": np.zeros((1, 3, 2), np.float32)}, "has shape [1, 3, 2]"),
+    ({"x": np.zeros((0, 4, 2), np.float32)}, "at least 1"),
+    ({"x": np.zeros((9, 4, 2), np.float32)}, "exceeds the model's max_batch_size 8"),
+    ({"x": np.array([[[0, np.inf]] * 4], np.float32)}, "4 NaN/Inf"),
+])
+def test_validate_request_says_what_is_wrong(tensors, needle):
+    batch, err = validate_request(tensors, SPEC, 8)
+    assert batch == 0 and needle in err
+
+
+def test_validate_request_accepts_good_and_wildcards():
+    assert validate_request({"x": np.zeros((3, 4, 7), np.float32)}, SPEC, 8) == (3, None)
+    assert validate_request({"x": np.full((1, 4, 1), np.nan, np.float32)}, SPEC, 8, allow_nan=True) == (1, None)
+
+
+def test_request_parameters():
+    opts, err = parse_request_parameters(None, 100)
+    assert err is None and opts.sla_s == pytest.approx(0.1)
+    opts, err = parse_request_parameters(json.dumps({"sla_ms": 20, "request_priority": 3, "other": "x"}), 100)
+    assert err is None and opts.sla_s == pytest.approx(0.02) and opts.priority == 3
+    opts, err = parse_request_parameters(json.dumps({"deadline_unix_ms": 5e12}), 100)
+    assert err is None and opts.sla_s is None and opts.deadline_unix_s == 5e9
+    for bad, needle in [({"sla_ms": 0}, "positive"), ({"sla_ms": "x"}, "positive"),
+                        ({"sla_ms": 1, "deadline_unix_ms": 2}, "not both"), ({"request_priority": 1.5}, "integer")]:
+        assert needle in parse_request_parameters(json.dumps(bad), None)[1]
+    assert "not valid JSON" in parse_request_parameters("{", None)[1]
+
+
+CONFIG = '''
+name: "m" backend: "python" max_batch_size: 4
+input { name: "x" data_type: TYPE_FP32 dims: [ 16 ] }
+output { name: "y" data_type: TYPE_FP32 dims: [ 8 ] }
+parameters { key: "policy" value { string_value: "graph:5" } }
+parameters { key: "sla_ms" value { string_value: "50" } }
+'''
+
+
+def test_settings_from_config(tmp_path):
+    s = BackendSettings.from_config(parse_config_text(CONFIG), tmp_path / "1")
+    assert (s.policy, s.sla_ms, s.max_batch_size, s.scheduler_max_batch_size) == ("graph:5", 50.0, 4, 4)
+    assert s.stage_dir == tmp_path / "1" / "stages" and not s.allow_nan
+    assert s.inputs == [TensorSpec("x", np.dtype(np.float32), (16,))]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ('parameters { key: "polcy" value { string_value: "lazy" } }', "unknown parameters ['polcy']"),
+    ('parameters { key: "allow_nan" value { string_value: "maybe" } }', "true or false"),
+    ('parameters { key: "sla_ms" value { string_value: "-1" } }', "sla_ms"),
+])
+def test_settings_errors(tmp_path, extra, needle):
+    text = CONFIG.replace('parameters { key: "sla_ms" value { string_value: "50" } }', "") + extra
+    with pytest.raises(ConfigError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+        BackendSettings.from_config(parse_config_text(text), tmp_path)
+
+
+def test_config_parse_error_names_the_file(tmp_path):
+    (tmp_path / "config.pbtxt").write_text("name: 'm' max_batch_size: banana")
+    with pytest.raises(ConfigError, match="config.pbtxt"):
+        load_config(tmp_path / "config.pbtxt")
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlp")
+    model = make_mlp(root / "mlp.onnx", in_dim=16, width=32, depth=5, out_dim=8)
+    import onnx
+
+    relus = [i for i, n in enumerate(onnx.load(str(model)).graph.node) if n.op_type == "Relu"]
+    stages = split_model(model, root / "stages", cut_after=relus)
+    return model, stages
+
+
+def test_split_stages_compose_to_the_whole_graph(mlp):
+    model, stages = mlp
+    man = load_manifest(stages)
+    assert len(man.stages) == 5
+    assert any(i.source is not None and i.source < s.index - 1 for s in man.stages for i in s.inputs), \
+        "the skip connection should feed a stage from an earlier, non-adjacent stage"
+    x = np.random.default_rng(0).standard_normal((5, 16)).astype(np.float32)
+    ref = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(StageRunner(stages).run_all({"x": x})["y"], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_resnet50_batchable_and_split(tmp_path):
+    model = batchable_light_model("resnet50", tmp_path / "resnet50.onnx")
+    stages = split_model(model, tmp_path / "stages", max_stages=8)
+    man = load_manifest(stages)
+    assert len(man.stages) == 8 and man.inputs[0].dims == (3, 224, 224) and man.outputs[0].dims == (1000,)
+    x = np.random.default_rng(0).standard_normal((2, 3, 224, 224)).astype(np.float32)
+    sess = ort.InferenceSession(str(model))
+    ref = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+    assert ref.shape == (2, 1000) and np.isfinite(ref).all()
+    got = StageRunner(stages).run_all({sess.get_inputs()[0].name: x})[man.outputs[0].name]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("manifest_edit, needle", [
+    (lambda m: m.update(format="other/1"), "unsupported format"),
+    (lambda m: m["stages"][1]["inputs"][0].update({"from": 3}), "not an earlier stage"),
+    (lambda m: m["outputs"][0].update(name="nope"), "produced by no stage"),
+])
+def test_manifest_errors(mlp, tmp_path, manifest_edit, needle):
+    _, stages = mlp
+    data = json.loads((stages / "manifest.json").read_text())
+    manifest_edit(data)
+    (tmp_path / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=needle):
+        load_manifest(tmp_path)
+
+
+class Collector:
+    """Stands in for Triton's response senders: records every answer per handle."""
+
+    def __init__(self) -> None:
+        self.answers: dict[int, list] = {}
+        self.lock = threading.Lock()
+        self.cancelled: set[int] = set()
+
+    def respond(self, handle, outputs, status, error):
+        with self.lock:
+            self.answers.setdefault(handle, []).append((outputs, status, error))
+
+    def is_cancelled(self, handle):
+        return handle in self.cancelled
+
+    def wait(self, n, timeout=30.0):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self.lock:
+                if len(self.answers) >= n:
+                    return
+            time.sleep(0.01)
+        raise AssertionError(f"{len(self.answers)} of {n} answered")
+
+
+def _runtime(stages, policy="lazy", collector=None, mbs=8):
+    runner = StageRunner(stages, execution_provider="cpu")
+    table = runner.profile([1, 2, 4, 8], reps=1)
+    c = collector or Collector()
+    rt = BackendRuntime(runner, table, parse_policy(policy).build(max_batch_size=mbs), c.respond,
+                        is_cancelled=c.is_cancelled, cancel_poll_s=0.0, idle_poll_s=0.005)
+    return rt, c
+
+
+@pytest.mark.parametrize("policy", ["lazy", "oracle", "graph:1", "serial"])
+def test_runtime_answers_each_request_once_with_its_result(mlp, policy):
+    model, stages = mlp
+    rt, c = _runtime(stages, policy)
+    sess = ort.InferenceSession(str(model))
+    xs = {}
+
+    def producer(k):
+        rng = np.random.default_rng(k)
+        for j in range(10):
+            h = k * 100 + j
+            x = rng.standard_normal((int(rng.integers(1, 5)), 16)).astype(np.float32)
+            xs[h] = x
+            assert rt.submit(h, {"x": x}, x.shape[0], RequestOptions(sla_s=float(rng.choice([0.001, 0.05, 1])))) \
+                is None
+
+    threads = [threading.Thread(target=producer, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    c.wait(80)
+    rt.close()
+    assert sorted(c.answers) == sorted(xs)
+    for h, ans in c.answers.items():
+        assert len(ans) == 1
+        outputs, status, error = ans[0]
+        assert status is Status.OK, error
+        np.testing.assert_allclose(outputs["y"], sess.run(None, {"x": xs[h]})[0], rtol=1e-5, atol=1e-6)
+    assert rt.stats.samples == sum(x.shape[0] for x in xs.values())
+
+
+def test_runtime_onnxruntime_failure_fails_only_that_request(mlp):
+    _, stages = mlp
+    rt, c = _runtime(stages, "graph:50")  # a window, so that good and bad requests share batches
+    rt.submit("good1", {"x": np.ones((1, 16), np.float32)}, 1, RequestOptions())
+    rt.submit("bad", {"x": np.ones((1, 15), np.float32)}, 1, RequestOptions())  # bypassed validation
+    rt.submit("good2", {"x": np.ones((2, 16), np.float32)}, 2, RequestOptions())
+    c.wait(3)
+    rt.close()
+    assert c.answers["good1"][0][1] is Status.OK and c.answers["good2"][0][1] is Status.OK
+    assert c.answers["good2"][0][0]["y"].shape == (2, 8)
+    bad = c.answers["bad"]
+    assert len(bad) == 1 and bad[0][1] is Status.ERROR and "stage 'stage_000' failed" in bad[0][2]
+
+
+def test_runtime_close_answers_everything_held_unavailable(mlp):
+    _, stages = mlp
+    rt, c = _runtime(stages, "graph:10000")  # a 10 s window and 6 < 8 samples: everything stays queued
+    for h in range(3):
+        rt.submit(h, {"x": np.ones((2, 16), np.float32)}, 2, RequestOptions())
+    time.sleep(0.1)
+    rt.close()
+    assert sorted(c.answers) == list(range(3))
+    assert all(len(a) == 1 and a[0][1] is Status.UNAVAILABLE and "unloaded" in a[0][2] for a in c.answers.values())
+    assert rt.submit(9, {"x": np.ones((1, 16), np.float32)}, 1, RequestOptions()) == \
+        "the model is shutting down; retry on another instance"
+
+
+def test_runtime_cancellation_while_queued(mlp):
+    _, stages = mlp
+    c = Collector()
+    rt, _ = _runtime(stages, "graph:300", c)
+    for h in range(3):
+        rt.submit(h, {"x": np.ones((1, 16), np.float32)}, 1, RequestOptions())
+    c.cancelled |= {0, 2}
+    c.wait(3)
+    rt.close()
+    assert [c.answers[h][0][1] for h in range(3)] == [Status.CANCELLED, Status.OK, Status.CANCELLED]
+    assert rt.stats.stage_runs == 5  # one batch of one request through 5 stages
+
+
+def test_runtime_deadline_in_the_past_is_refused(mlp):
+    _, stages = mlp
+    rt, c = _runtime(stages)
+    err = rt.submit(1, {"x": np.ones((1, 16), np.float32)}, 1, RequestOptions(deadline_unix_s=time.time() - 1))
+    rt.close()
+    assert "deadline passed" in err and not c.answers
+
+
+def _model_dir(tmp_path, mlp, **kw):
+    model, _ = mlp
+    return add_model(model, tmp_path / "repo", name="m", max_batch_size=4, profile_reps=1, **kw)
+
+
+def test_initialize_without_latency_table_says_how_to_get_one(tmp_path, mlp):
+    mdir = _model_dir(tmp_path, mlp)
+    (mdir / "1" / "latency.json").unlink()
+    from google.protobuf import json_format
+
+    cfg = load_config(mdir / "config.pbtxt")
+    args = {"model_config": json_format.MessageToJson(cfg), "model_repository": str(mdir), "model_version": "1"}
+    with pytest.raises(ConfigError, match="profile_on_load"):
+        TritonPythonModel().initialize(args)
+    cfg.parameters["profile_on_load"].string_value = "true"
+    args["model_config"] = json_format.MessageToJson(cfg)
+    m = TritonPythonModel()
+    m.initialize(args)
+    m.finalize()
+    assert (mdir / "1" / "latency.json").exists()
+
+
+def test_repo_add_cli(tmp_path, mlp, capsys):
+    model, stages = mlp
+    repo = tmp_path / "repo"
+    assert main(["repo", "add", str(model), "--repository", str(repo), "--policy", "oracle", "--sla-ms", "80",
+                 "--max-batch-size", "4", "--profile-reps", "1"]) == 0
+    cfg = load_config(repo / "mlp_oracle" / "config.pbtxt")
+    assert cfg.parameters["policy"].string_value == "oracle" and cfg.parameters["sla_ms"].string_value == "80"
+    assert (repo / "mlp_oracle" / "1" / "model.py").read_text().count("import TritonPythonModel") == 1
+    assert main(["repo", "add", str(model), "--repository", str(repo), "--policy", "oracle"]) == 2
+    assert "exists; pass --force" in capsys.readouterr().err
+    assert main(["repo", "add", str(model), "--repository", str(repo), "--policy", "triton:5000", "--name", "t"]) == 0
+    cfg = load_config(repo / "t" / "config.pbtxt")
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 5000
+    assert cfg.parameters["policy"].string_value == "whole_graph"
+    assert main(["repo", "add", str(model), "--repository", str(repo), "--name", "small", "--max-batch-size", "8",
+                 "--scheduler-max-batch-size", "2", "--profile-reps", "1"]) == 0
+    assert load_config(repo / "small" / "config.pbtxt").parameters["scheduler_max_batch_size"].string_value == "2"
+    assert main(["repo", "add", str(model), "--repository", str(repo), "--name", "big", "--max-batch-size", "4",
+                 "--scheduler-max-batch-size", "9"]) == 2
+    assert "scheduler_max_batch_size must be in 1..max_batch_size" in capsys.readouterr().err
+    assert main(["repo", "add", str(model), "--repository", str(repo), "--policy", "fastest"]) == 2
+    assert "unknown policy" in capsys.readouterr().err
+    assert main(["repo", "add", str(tmp_path / "none.onnx"), "--repository", str(repo)]) == 2
+    assert "no such ONNX file" in capsys.readouterr().err
+    assert not (repo / "none_lazy").exists()
+    assert main(["repo", "add", "--stages", str(stages), "--repository", str(repo), "--name", "s",
+                 "--profile-reps", "1", "--max-batch-size", "4"]) == 0
+    assert load_manifest(repo / "s" / "1" / "stages").model == load_manifest(stages).model
+
+
+def test_cancellation_polling_is_bounded_and_round_robin(mlp):
+    """is_cancelled() is a round trip to the server: a poll asks at most poll_budget held requests, in turn."""
+    from lazybatch.backend.runtime import _Parent
+
+    _, stages = mlp
+    asked: list[int] = []
+    rt, c = _runtime(stages, "lazy")
+    rt.is_cancelled = lambda h: asked.append(h) or False
+    parents = [_Parent(h, {}, 1) for h in range(100)]
+    rt._ring.extend(parents)  # the thread is idle (nothing submitted), so this is not racing it
+    rt._last_poll = 0.0
+    rt._poll_cancelled()
+    assert asked == list(range(rt.poll_budget))
+    rt._last_poll = 0.0
+    rt._poll_cancelled()
+    assert asked == list(range(2 * rt.poll_budget))
+    rt._ring.clear()
+    rt.close()

@@ -1,0 +1,94 @@
+"""The test repository of the real-server tests: small MLP models under every policy (see conftest.py).
+
+The models share one whole graph so that every answer can be checked against onnxruntime on that graph.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+from lazybatch.repo import add_model
+from lazybatch.serving import TritonServer
+from lazybatch.staging import make_mlp, split_model
+
+# policy name in the test repository -> `lazybatch repo add --policy`
+POLICIES = {
+    "mlp_lazy": "lazy",
+    "mlp_oracle": "oracle",
+    "mlp_serial": "serial",
+    "mlp_graph": "graph:2",
+    "mlp_triton0": "triton:0",
+    "mlp_triton2000": "triton:2000",
+    "mlp_monitor": "monitor",  # BatchMonitor/BatchDispatcher (batcher/policies/monitor.py)
+    "mlp_adhoc": "adhoc",
+    "mlp_deadline": "deadline",
+}
+EXTRA = {"mlp_graph300": "graph:300"}  # a long batching window: requests wait, so cancellations land
+MAX_BATCH = 8
+
+
+@dataclass
+class Served:
+    server: TritonServer
+    repo: Path
+    stats_dir: Path
+    log: Path
+    mlp: Path  # the whole graph every mlp_* model serves
+    slow: Path  # the whole graph of slow_lazy
+
+    @property
+    def grpc(self) -> str:
+        return self.server.endpoints.grpc
+
+    @property
+    def http(self) -> str:
+        return self.server.endpoints.http
+
+    def stats(self, model: str, *, settle: float = 10.0) -> dict:
+        """The backend's statistics (written by the scheduler thread whenever it holds nothing), once stable.
+
+        Before the model answered anything there is no file: zero counts then.
+        """
+        path = self.stats_dir / f"{model}.json"
+        end = time.monotonic() + settle
+        last = None
+        while time.monotonic() < end:
+            data = None
+            if path.exists():
+                try:
+                    data = json.loads(path.read_text())
+                except ValueError:
+                    data = None
+            else:
+                data = {"requests": 0, "samples": 0, "answered": {}, "batch_hist": {}}
+            if data is not None and data == last:
+                return data
+            last = data
+            time.sleep(0.3)
+        raise AssertionError(f"statistics of {model} did not settle: {last}")
+
+
+def build_repository(root: Path) -> tuple[Path, Path, Path]:
+    repo = root / "model_repository"
+    mlp = make_mlp(root / "mlp.onnx", in_dim=32, width=128, depth=6, out_dim=10, seed=1)
+    # cut after every Relu: the skip connection then crosses stage boundaries ("from" an earlier stage)
+    import onnx
+
+    relus = [i for i, n in enumerate(onnx.load(str(mlp)).graph.node) if n.op_type == "Relu"]
+    stages = split_model(mlp, root / "mlp_stages", cut_after=relus)
+    for name, policy in {**POLICIES, **EXTRA}.items():
+        add_model(mlp, repo, name=name, policy=policy, sla_ms=500, max_batch_size=MAX_BATCH, stages=stages,
+                  profile_reps=2, execution_provider="cpu", intra_op_threads=1)
+    # split by `lazybatch split` itself (repo add without --stages)
+    add_model(mlp, repo, name="mlp_split", policy="lazy", sla_ms=500, max_batch_size=MAX_BATCH, max_stages=3,
+              profile_reps=2, execution_provider="cpu", intra_op_threads=1)
+    slow = make_mlp(root / "slow.onnx", in_dim=256, width=1024, depth=8, out_dim=16, seed=2)
+    add_model(slow, repo, name="slow_lazy", policy="lazy", sla_ms=10000, max_batch_size=MAX_BATCH, profile_reps=1,
+              execution_provider="cpu", intra_op_threads=1)
+    return repo, mlp, slow
+
+
