@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: make (or reuse) .venv, install lazybatch with plots, and run the default
-# simulation (the paper's three models under every policy) that prints the comparison table and writes
-# CSV/JSON/plots to ./lazybatch-results/.
+# The serving main job on a fresh machine: make (or reuse) .venv, install lazybatch with the serve extra (a real
+# tritonserver from nvidia-pytriton, tritonclient), build the default model repository (ResNet-50 under
+# LazyBatching, Triton's dynamic batcher at 0/5/20 ms and serial; weights are generated here), start the server,
+# run a short open-loop Poisson load against every model and print the comparison table. The server is stopped at
+# the end. Results: lazybatch-results/triton-quick/ (bench.md, bench.json, bench.png, tritonserver.log).
+#
+# Longer, the issue's full experiment: .venv/bin/python benchmarks/bench_triton.py   (about 15 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${LAZYBATCH_VENV:-.venv}"
@@ -9,4 +13,6 @@ PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$VENV/bin/python" -m pip install -q -e ".[plots,serve]"
-exec "$VENV/bin/lazybatch" simulate --out lazybatch-results "$@"
+"$VENV/bin/lazybatch" repo default
+exec "$VENV/bin/python" benchmarks/bench_triton.py --duration 5 --fractions 0.1,0.7,1.2 \
+  --out lazybatch-results/triton-quick "$@"
