@@ -12,15 +12,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from lazybatch.backend.stages import TRITON_TO_NUMPY
 from lazybatch.batcher.errors import LazyBatchError
 
-# Triton wire datatypes <-> numpy
-DATATYPES: dict[str, np.dtype] = {
-    "BOOL": np.dtype(np.bool_), "UINT8": np.dtype(np.uint8), "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32), "UINT64": np.dtype(np.uint64), "INT8": np.dtype(np.int8),
-    "INT16": np.dtype(np.int16), "INT32": np.dtype(np.int32), "INT64": np.dtype(np.int64),
-    "FP16": np.dtype(np.float16), "FP32": np.dtype(np.float32), "FP64": np.dtype(np.float64),
-}
+# Triton wire datatypes <-> numpy: the config's TYPE_* names without the prefix (one table, in the backend)
+DATATYPES: dict[str, np.dtype] = {k.removeprefix("TYPE_"): v for k, v in TRITON_TO_NUMPY.items()}
 NP_TO_DATATYPE = {v: k for k, v in DATATYPES.items()}
 
 

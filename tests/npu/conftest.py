@@ -7,9 +7,6 @@ from typing import Callable
 
 import pytest
 
-from lazybatch.cli import main
-
-
 @pytest.fixture(scope="session")
 def small_split(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """small_split('gnmt') -> the split directory of the zoo's small gnmt (made once)."""
@@ -27,12 +24,3 @@ def small_split(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pat
             made[name] = root / f"{name}_stages"
         return made[name]
     return get
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
-    def run(*argv: object) -> tuple[int, str, str]:
-        rc = main([str(a) for a in argv])
-        out, err = capsys.readouterr()
-        return rc, out, err
-    return run
