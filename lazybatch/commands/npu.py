@@ -9,18 +9,9 @@ import tempfile
 from pathlib import Path
 
 from lazybatch.batcher.errors import ConfigError
+from lazybatch.commands import comma_list
 
 DEFAULT_BATCHES = "1,2,4,8,16,32,48,64"
-
-
-def _ints(text: str, name: str) -> list[int]:
-    try:
-        vals = [int(x) for x in str(text).replace(" ", "").split(",") if x]
-    except ValueError:
-        raise ConfigError(f"expected comma-separated integers, got {text!r}", field=name) from None
-    if not vals:
-        raise ConfigError("at least one value is needed", field=name)
-    return vals
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -141,7 +132,7 @@ def run_latency(args: argparse.Namespace) -> int:
     from lazybatch.npu_model.tables import latency_table
 
     cfg = npu_config(args)
-    sizes = _ints(args.batch, "batch")
+    sizes = comma_list(args.batch, "batch", int)
     with tempfile.TemporaryDirectory() as tmp:
         target = _resolve_target(args.target, Path(tmp))
         table, costs = latency_table(target, sizes, cfg, name=args.name, strict=args.strict,
@@ -182,7 +173,7 @@ def run_layer(args: argparse.Namespace) -> int:
     if args.batch < 1:
         raise ConfigError(f"batch must be at least 1, got {args.batch}", field="batch")
     if args.conv:
-        v = _ints(args.conv, "conv")
+        v = comma_list(args.conv, "conv", int)
         if len(v) != 7 or min(v) < 1:
             raise ConfigError(f"--conv needs 7 positive integers H,W,C,R,S,M,STRIDE, got {args.conv!r}", field="conv")
         h, w, c, r, s, m, stride = v
@@ -190,7 +181,7 @@ def run_layer(args: argparse.Namespace) -> int:
             raise ConfigError("the kernel is larger than the (padded) input", field="conv")
         cost = conv_cost(ConvLayer("conv", h, w, r, s, c, m, stride), cfg, args.batch)
     else:
-        v = _ints(args.gemm, "gemm")
+        v = comma_list(args.gemm, "gemm", int)
         if len(v) != 3 or min(v) < 1:
             raise ConfigError(f"--gemm needs 3 positive integers M,K,N, got {args.gemm!r}", field="gemm")
         cost = gemm_cost(Gemm(m=v[0] * args.batch, k=v[1], n=v[2]), cfg)

@@ -9,18 +9,9 @@ import time
 from pathlib import Path
 
 from lazybatch.batcher.errors import ConfigError
+from lazybatch.commands import comma_list
 
 DEFAULT_RATES = "16,128,500,1000,2000"
-
-
-def _floats(text: str, name: str) -> list[float]:
-    try:
-        vals = [float(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise ConfigError(f"expected comma-separated numbers, got {text!r}", field=name) from None
-    if not vals:
-        raise ConfigError("at least one value is needed", field=name)
-    return vals
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
 
     models = args.model or list(paper_tables.PAPER_MODELS)
     policies = args.policy or list(sweep.PAPER_POLICIES)
-    rates = list(sweep.PAPER_RATES) if args.paper else _floats(args.rate, "rate")
+    rates = list(sweep.PAPER_RATES) if args.paper else comma_list(args.rate, "rate")
     seeds = 20 if args.paper else args.seeds
-    slas = [s / 1e3 for s in _floats(args.sla_ms, "sla_ms")]
+    slas = [s / 1e3 for s in comma_list(args.sla_ms, "sla_ms")]
     if args.requests < 1:
         raise ConfigError(f"--requests must be at least 1, got {args.requests}", field="requests")
     if args.jobs < 1:
@@ -113,9 +104,7 @@ def run(args: argparse.Namespace) -> int:
                                          args.out / "fig15_sla_violation.png")):
             if f is not None:
                 files.append(f)
-    execs = sum(r["stage_execs"] for r in rows if r["sla_ms"] == rows[0]["sla_ms"] or True)
     print(f"\n{len(specs)} runs in {wall:.1f} s; wrote {', '.join(str(f) for f in files)}")
-    del execs
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 from onnx import numpy_helper
 
@@ -82,19 +83,13 @@ def fold_constant_nodes(graph: onnx.GraphProto) -> None:
             if "value" in attr:
                 arr = numpy_helper.to_array(attr["value"].t)
             elif "value_float" in attr:
-                arr = numpy_helper.to_array(onnx.helper.make_tensor("v", onnx.TensorProto.FLOAT, [],
-                                                                    [attr["value_float"].f]))
+                arr = np.array(attr["value_float"].f, dtype=np.float32)
             elif "value_floats" in attr:
-                arr = numpy_helper.to_array(onnx.helper.make_tensor("v", onnx.TensorProto.FLOAT,
-                                                                    [len(attr["value_floats"].floats)],
-                                                                    list(attr["value_floats"].floats)))
+                arr = np.array(list(attr["value_floats"].floats), dtype=np.float32)
             elif "value_int" in attr:
-                arr = numpy_helper.to_array(onnx.helper.make_tensor("v", onnx.TensorProto.INT64, [],
-                                                                    [attr["value_int"].i]))
+                arr = np.array(attr["value_int"].i, dtype=np.int64)
             elif "value_ints" in attr:
-                arr = numpy_helper.to_array(onnx.helper.make_tensor("v", onnx.TensorProto.INT64,
-                                                                    [len(attr["value_ints"].ints)],
-                                                                    list(attr["value_ints"].ints)))
+                arr = np.array(list(attr["value_ints"].ints), dtype=np.int64)
             if arr is not None:
                 graph.initializer.append(numpy_helper.from_array(arr, node.output[0]))
                 continue
