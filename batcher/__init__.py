@@ -9,14 +9,14 @@ from .graph import ModelGraph, Stage, StageType
 from .interfaces import Clock, Executor, StageJob, StageResult
 from .latency_table import LatencyTable
 from .lengths import LengthHistogram
-from .policies import (BatchLatencyModel, BatchMonitor, GraphBatching, LazyBatching, MaxBatchUnderDeadline,
+from .policies import (BatchLatencyModel, BatchMonitor, CellularBatching, GraphBatching, LazyBatching, MaxBatchUnderDeadline,
                        OracleLazyBatching, Policy, Serial, parse_policy)
 from .request import Request, Status
 from .scheduler import Scheduler
 from .slack import SlackPredictor, slack
 
 __all__ = [
-    "BatchLatencyModel", "BatchMonitor", "MaxBatchUnderDeadline", "Clock", "ConfigError", "Decision", "DecisionLog", "Executor", "GraphBatching", "LatencyTable", "LazyBatchError",
+    "BatchLatencyModel", "BatchMonitor", "CellularBatching", "MaxBatchUnderDeadline", "Clock", "ConfigError", "Decision", "DecisionLog", "Executor", "GraphBatching", "LatencyTable", "LazyBatchError",
     "LazyBatching", "LengthHistogram", "ModelGraph", "OracleLazyBatching", "Policy", "Request", "Scheduler",
     "Serial", "SlackPredictor", "Stage", "StageJob", "StageResult", "StageType", "Status", "parse_policy", "slack",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lazybatch.batcher import (BatchMonitor, GraphBatching, LatencyTable, LazyBatching, MaxBatchUnderDeadline,
+from lazybatch.batcher import (BatchMonitor, CellularBatching, GraphBatching, LatencyTable, LazyBatching, MaxBatchUnderDeadline,
                                ModelGraph, OracleLazyBatching, Request, Serial, StageResult, StageType, Status)
 from lazybatch.simulator.engine import Simulation
 
@@ -22,13 +22,15 @@ def scenarios(draw):
     lat = [[draw(st.floats(1e-4, 1e-2)) for _ in sizes] for _ in range(n)]
     table = LatencyTable(graph, sizes, lat)
     maxb = draw(st.integers(1, sizes[-1]))
-    kind = draw(st.sampled_from(["serial", "graph", "lazy", "oracle", "monitor", "deadline"]))
+    kind = draw(st.sampled_from(["serial", "graph", "lazy", "oracle", "monitor", "deadline", "cellular"]))
     if kind == "serial":
         policy = Serial()
     elif kind == "monitor":
         policy = BatchMonitor(maxb, window=draw(st.sampled_from([1e-3, 1e-2, 1.0])))
     elif kind == "deadline":
         policy = MaxBatchUnderDeadline(maxb)
+    elif kind == "cellular":
+        policy = CellularBatching(maxb)
     elif kind == "graph":
         pref = draw(st.lists(st.integers(1, maxb), max_size=2, unique=True))
         policy = GraphBatching(maxb, draw(st.sampled_from([0.0, 1e-3, 5e-3])), pref)

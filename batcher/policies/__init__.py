@@ -1,11 +1,12 @@
 """Batching policies behind one interface (see base.Policy)."""
 
 from .base import DEFAULT_MAX_BATCH_SIZE, Policy
+from .cellular import CellularBatching
 from .graph_batching import GraphBatching, Serial
 from .lazy import LazyBatching, OracleLazyBatching
 from .monitor import BatchLatencyModel, BatchMonitor, MaxBatchUnderDeadline, preferred_batch_size
 from .spec import POLICY_NAMES, parse_policy
 
-__all__ = ["DEFAULT_MAX_BATCH_SIZE", "Policy", "GraphBatching", "Serial", "LazyBatching", "OracleLazyBatching",
+__all__ = ["DEFAULT_MAX_BATCH_SIZE", "Policy", "CellularBatching", "GraphBatching", "Serial", "LazyBatching", "OracleLazyBatching",
            "BatchLatencyModel", "BatchMonitor", "MaxBatchUnderDeadline", "preferred_batch_size", "POLICY_NAMES",
            "parse_policy"]

@@ -4,6 +4,7 @@
     adhoc                     serve what has arrived when the device frees (GraphBatching, no window)
     monitor                   BatchMonitor/BatchDispatcher: monitor:window_ms=1000,max_batch_size=32
     deadline                  the largest batch that still meets the oldest request's deadline
+    cellular                  cell-level batching (BatchMaker): cellular:max_batch_size=32
     lazy                      lazy:max_batch_size=32,dec_timesteps=10
     oracle                    oracle:dec_timesteps_coverage=0.8
     graph:5                   GraphB(5): max_queue_delay of 5 ms (the paper's batching time-window)
@@ -20,16 +21,18 @@ from typing import Any
 from ..errors import ConfigError
 from ..lengths import LengthHistogram
 from .base import Policy
+from .cellular import CellularBatching
 from .graph_batching import GraphBatching, Serial
 from .lazy import LazyBatching, OracleLazyBatching
 from .monitor import BatchMonitor, MaxBatchUnderDeadline
 
-POLICY_NAMES = ("serial", "graph", "adhoc", "monitor", "deadline", "lazy", "oracle")
+POLICY_NAMES = ("serial", "graph", "adhoc", "monitor", "deadline", "cellular", "lazy", "oracle")
 _KEYS = {
     "serial": set(),
     "adhoc": {"max_batch_size"},
     "monitor": {"max_batch_size", "window_ms"},
     "deadline": {"max_batch_size"},
+    "cellular": {"max_batch_size"},
     "graph": {"max_batch_size", "max_queue_delay_microseconds", "max_queue_delay_ms", "preferred_batch_size"},
     "lazy": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage"},
     "oracle": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage"},
@@ -49,8 +52,9 @@ class PolicySpec:
         p = self.params
         if self.kind == "serial":
             return "Serial"
-        if self.kind in ("adhoc", "monitor", "deadline"):
-            base = {"adhoc": "AdHoc", "monitor": "BatchMonitor", "deadline": "MaxBatchDeadline"}[self.kind]
+        if self.kind in ("adhoc", "monitor", "deadline", "cellular"):
+            base = {"adhoc": "AdHoc", "monitor": "BatchMonitor", "deadline": "MaxBatchDeadline",
+                    "cellular": "Cellular"}[self.kind]
             extra = [f"b{p['max_batch_size']}"] if "max_batch_size" in p else []
             if "window_ms" in p:
                 extra.append(f"{p['window_ms']:g}ms")
@@ -88,6 +92,8 @@ class PolicySpec:
             return BatchMonitor(window=p.get("window_ms", 1000.0) / 1e3, **kw)
         if self.kind == "deadline":
             return MaxBatchUnderDeadline(**kw)
+        if self.kind == "cellular":
+            return CellularBatching(**kw)
         if self.kind == "graph":
             return GraphBatching(max_queue_delay=p.get("max_queue_delay_microseconds", 0) / 1e6,
                                  preferred_batch_sizes=p.get("preferred_batch_size", ()), **kw)
@@ -113,7 +119,7 @@ def parse_policy(text: str) -> PolicySpec:
     kind, _, rest = spec.partition(":")
     kind = kind.strip().lower()
     aliases = {"graphb": "graph", "dynamic": "graph", "lazyb": "lazy", "lazybatching": "lazy",
-               "batchmonitor": "monitor", "ad-hoc": "adhoc", "maxbatch": "deadline"}
+               "batchmonitor": "monitor", "cell": "cellular", "batchmaker": "cellular", "ad-hoc": "adhoc", "maxbatch": "deadline"}
     kind = aliases.get(kind, kind)
     if kind not in _KEYS:
         raise ConfigError(f"unknown policy {text!r}; choose one of {', '.join(POLICY_NAMES)}", field="policy")
