@@ -281,7 +281,7 @@ class BackendRuntime:
         self._ring.append(parent)
         self.stats.requests += 1
         for row in range(parent.remaining):
-            r = Request(next(self._ids), arrival, priority=opts.priority, payload=_Sample(parent, row), **kw)
+            r = Request(next(self._ids), arrival, priority=opts.priority, **self._sample_args(parent, row), **kw)
             parent.samples.append(r)
         self.stats.samples += len(parent.samples)
         for r in list(parent.samples):
@@ -289,6 +289,10 @@ class BackendRuntime:
                 break
             self.scheduler.submit(r)
         self.stats.sched_s += time.perf_counter() - t0
+
+    def _sample_args(self, parent: _Parent, row: int) -> dict[str, Any]:
+        """Request() arguments of one sample (a seq2seq runtime adds its per-sequence state and enc_steps)."""
+        return {"payload": _Sample(parent, row)}
 
     def _run(self, job: StageJob) -> StageResult | None:
         """Run one stage on the job's (not cancelled) requests: concatenate, onnxruntime, split.
