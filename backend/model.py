@@ -133,8 +133,8 @@ class TritonPythonModel:
             policy = spec.build(max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size)
             runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
         self.runtime = runtime_cls(runner, table, policy, self._respond, is_cancelled=self._is_cancelled,
-                                      cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
-                                      on_idle=self._write_stats)
+                                   cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
+                                   on_idle=self._write_stats)
 
     # ------------------------------------------------------------------ Triton calls
     def execute(self, requests: list[Any]) -> list[Any] | None:

@@ -149,6 +149,8 @@ class RuntimeStats:
 class BackendRuntime:
     """Owns the scheduler thread of one model instance."""
 
+    stats_class: Callable[[], RuntimeStats] = RuntimeStats  # a subclass may count more (backend/seq2seq.py)
+
     def __init__(self, runner: StageRunner, table: LatencyTable, policy: Policy, respond: Respond, *,
                  is_cancelled: IsCancelled | None = None, cancel_poll_s: float = 0.002,
                  idle_poll_s: float = 0.02, on_idle: "Callable[[BackendRuntime], None] | None" = None,
@@ -162,7 +164,7 @@ class BackendRuntime:
         self.idle_poll_s = idle_poll_s
         self.on_idle = on_idle  # called on the scheduler thread whenever nothing is held (statistics)
         self.clock = WallClock()
-        self.stats = RuntimeStats()
+        self.stats = self.stats_class()
         self.scheduler = Scheduler(table, policy, _ExecutorAdapter(self), self.clock, on_response=self._on_sample_done)
         self._inbox: queue.SimpleQueue[tuple[_Parent, RequestOptions, float] | None] = queue.SimpleQueue()
         self._job: tuple[StageJob, DoneCallback] | None = None

@@ -248,11 +248,12 @@ class Seq2SeqStats(RuntimeStats):
 class Seq2SeqRuntime(BackendRuntime):
     """The backend runtime with per-request seq2seq state and loop exits (see the module docstring)."""
 
+    stats_class = Seq2SeqStats
+
     def __init__(self, runner: StageRunner, table: LatencyTable, policy: Policy, respond: Any, *,
                  spec: Seq2SeqSpec, **kw: Any) -> None:
         self.spec = spec
         super().__init__(runner, table, policy, respond, **kw)
-        self.stats = Seq2SeqStats()  # nothing has been submitted yet
 
     def _sample_args(self, parent: _Parent, row: int) -> dict[str, Any]:
         seq = _Seq(parent, row, self.spec)

@@ -8,6 +8,7 @@ must really share batches; a bad request gets its own clear error while the othe
 from __future__ import annotations
 
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -170,26 +171,37 @@ def test_concurrent_requests_match_reference_runner(s2s, kind, policy):
 @pytest.mark.parametrize("kind", KINDS)
 def test_decoder_steps_at_different_timesteps_share_a_batch(s2s, kind):
     """Requests arriving while others decode join their decoder steps (LazyBatching merges sub-batches at the
-    same stage whatever their timestep). Timing decides which steps mix; a few staggered rounds make it certain."""
+    same stage whatever their timestep). Timing decides which steps mix: rounds of arrivals one after another, short
+    sources (so that the next arrival finds the previous request decoding), until one round shows it."""
     model = f"{kind}_lazy"
     info = s2s.info[kind]
     base = s2s.stats(model).get("mixed_timestep_steps", 0)
     mixed = 0
-    for rnd in range(6):
-        rng = np.random.default_rng(50 + rnd)
+    clients = [Client(s2s.grpc) for _ in range(8)]
+    try:
+        for c in clients:  # connected before the round starts, so that send times are what the round says
+            c.model_info(model)
+        for rnd in range(30):  # usually the first or second round; a failing backend never mixes
+            rng = np.random.default_rng(50 + rnd)
+            feeds = [make_request(rng, info, int(rng.integers(1, 3)), info.max_output_length) for _ in clients]
+            delays = np.arange(len(clients)) * (0.0005, 0.001, 0.002, 0.003)[rnd % 4]  # one arrival after another
+            start = threading.Barrier(len(clients))
 
-        def client(k: int) -> None:
-            time.sleep(0.002 * k)
-            feeds = make_request(rng, info, int(rng.integers(1, info.max_source_length + 1)), info.max_output_length)
-            with Client(s2s.grpc) as c:
-                _check(s2s, kind, feeds, c.infer(model, feeds))
+            def client(k: int) -> None:
+                start.wait()
+                time.sleep(delays[k])
+                _check(s2s, kind, feeds[k], clients[k].infer(model, feeds[k]))
 
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(client, range(8)))
-        stats = s2s.stats(model)
-        mixed = stats["mixed_timestep_steps"] - base
-        if mixed > 0:
-            break
+            with ThreadPoolExecutor(len(clients)) as pool:
+                list(pool.map(client, range(len(clients))))
+            stats = s2s.stats(model)
+            mixed = stats["mixed_timestep_steps"] - base
+            if mixed > 0:
+                print(f"{kind}: decoder steps at different timesteps shared a batch in round {rnd + 1}")
+                break
+    finally:
+        for c in clients:
+            c.close()
     assert mixed > 0, stats
     assert stats["max_timestep_spread"] >= 1
 
