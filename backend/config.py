@@ -36,6 +36,15 @@ PARAMETERS = {
     "execution_provider": "auto (CUDA when onnxruntime has it, else CPU) | cpu | cuda",
     "intra_op_threads": "onnxruntime intra-op threads (0: onnxruntime's default)",
     "cancel_poll_ms": "how often held requests are polled for client cancellation (default 2 ms)",
+    # production knobs (docs/operations.md); queue names follow Triton's ModelQueuePolicy
+    "max_queue_size": "most samples the scheduler holds (queued or in flight); more are rejected UNAVAILABLE "
+                      "(default 0: unbounded)",
+    "timeout_action": "REJECT: refuse a request whose deadline the predictor says cannot be met | DELAY: serve it "
+                      "late (default)",
+    "metrics": "true (default): export Triton custom metrics (lazybatch_*) on the metrics port",
+    "metrics_interval_ms": "how often the metrics are pushed to Triton (default 1000)",
+    "fault_injection": "tests only: stage=<index|name>,every=<N>[,mode=sample|run] makes that stage raise "
+                       "(default off)",
 }
 
 
@@ -130,6 +139,11 @@ class BackendSettings:
     execution_provider: str
     intra_op_threads: int
     cancel_poll_ms: float
+    max_queue_size: int = 0
+    timeout_action: str = "DELAY"
+    metrics: bool = True
+    metrics_interval_ms: float = 1000.0
+    fault_injection: str = ""
 
     @property
     def whole_graph(self) -> bool:
@@ -169,7 +183,26 @@ class BackendSettings:
             execution_provider=_param(cfg, "execution_provider", "auto") or "auto",
             intra_op_threads=int(_number(_param(cfg, "intra_op_threads"), "intra_op_threads", int) or 0),
             cancel_poll_ms=float(_number(_param(cfg, "cancel_poll_ms"), "cancel_poll_ms") or 2.0),
+            **_production_settings(cfg),
         )
+
+
+def _production_settings(cfg: Any) -> dict[str, Any]:
+    """Admission, metrics and fault-injection parameters (checked here so that a typo fails the load)."""
+    from lazybatch.batcher.admission import QueuePolicy
+
+    try:
+        qp = QueuePolicy.parse(_param(cfg, "max_queue_size"), _param(cfg, "timeout_action"))
+    except ConfigError as e:
+        raise ConfigError(e.message, field=f"parameters.{e.field}") from None
+    interval = _number(_param(cfg, "metrics_interval_ms"), "metrics_interval_ms")
+    if interval is not None and interval < 10:
+        raise ConfigError("metrics_interval_ms must be at least 10", field="parameters.metrics_interval_ms")
+    metrics = _param(cfg, "metrics")
+    return {"max_queue_size": qp.max_queue_size, "timeout_action": qp.timeout_action,
+            "metrics": True if metrics is None else _bool(metrics, "metrics"),
+            "metrics_interval_ms": 1000.0 if interval is None else float(interval),
+            "fault_injection": _param(cfg, "fault_injection", "") or ""}
 
 
 def _spec(t: Any, kind: str) -> TensorSpec:

@@ -28,7 +28,11 @@ from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
 
+from lazybatch.batcher.admission import QueuePolicy
+
 from .config import (BackendSettings, TensorSpec, parse_config_json, parse_request_parameters, validate_request)
+from .faults import FaultInjector
+from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
 from .stages import StageRunner, available_providers, make_session, profile_batch_sizes
 
 try:  # only importable inside the Triton Python backend stub
@@ -96,6 +100,8 @@ class TritonPythonModel:
         self.settings = s = BackendSettings.from_config(cfg, version_dir)
         self.runtime = None
         self.session = None
+        self.metrics: ModelMetrics | None = None
+        self.exporter: TritonMetricsExporter | None = None
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
         self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
         if s.whole_graph:
@@ -119,9 +125,17 @@ class TritonPythonModel:
         table = load_table(s, runner)
         policy = spec.build(max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size)
         runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
+        stage_names = [st.name for st in runner.manifest.stages]
+        fault = FaultInjector.parse(s.fault_injection, stage_names)
+        if s.metrics:
+            self.metrics = ModelMetrics(s.name, stage_names, s.scheduler_max_batch_size)
+            if pb_utils is not None:  # outside Triton (unit tests) the bookkeeping runs, nothing is exported
+                self.exporter = TritonMetricsExporter(self.metrics, pb_utils, s.metrics_interval_ms / 1e3)
         self.runtime = BackendRuntime(runner, table, policy, self._respond, is_cancelled=self._is_cancelled,
                                       cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
-                                      on_idle=self._write_stats)
+                                      on_idle=self._write_stats,
+                                      queue_policy=QueuePolicy(s.max_queue_size, s.timeout_action),
+                                      metrics=self.metrics, fault=fault)
 
     # ------------------------------------------------------------------ Triton calls
     def execute(self, requests: list[Any]) -> list[Any] | None:
@@ -137,6 +151,8 @@ class TritonPythonModel:
             if err is None:
                 err = self.runtime.submit(request, tensors, batch, opts)
             if err is not None:
+                if self.metrics is not None:
+                    self.metrics.request_done(INVALID)
                 request.get_response_sender().send(_error_response(err),
                                                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
@@ -144,6 +160,8 @@ class TritonPythonModel:
     def finalize(self) -> None:
         if self.runtime is not None:
             self.runtime.close()
+        if self.exporter is not None:
+            self.exporter.close()
 
     # ------------------------------------------------------------------ helpers
     def _respond(self, request: Any, outputs: dict[str, np.ndarray] | None, status: Status,

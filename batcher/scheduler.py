@@ -40,6 +40,7 @@ class Scheduler:
         self.completed = 0
         self.outstanding = 0
         self.rejected: dict[str, int] = {}  # refused at arrival, by reason (admission.QUEUE_FULL, ...), in samples
+        self.last_rejection: str | None = None
         policy.attach(self)
         self.admission: Admission | None = None
         if queue_policy is not None and queue_policy.active:
@@ -69,6 +70,7 @@ class Scheduler:
         if refused is not None:
             reason, message = refused
             self.rejected[reason] = self.rejected.get(reason, 0) + n
+            self.last_rejection = reason  # readable from on_response while the refused requests are answered
             self.log.add(now, REJECT, 0, n, message)
             for request in requests:
                 self.finish(request, Status.REJECTED, message)
