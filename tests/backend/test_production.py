@@ -204,3 +204,19 @@ def test_runtime_rejects_when_the_queue_is_full_and_counts_it(mlp):  # noqa: F81
     assert _count(metrics, "lazybatch_requests_total", outcome="rejected") == 2
     assert _count(metrics, "lazybatch_requests_total", outcome="unavailable") == 0
     assert _count(metrics, "lazybatch_stage_batch_size_count") == 5  # one batch of 4 samples through 5 stages
+
+
+def test_repo_add_writes_the_admission_knobs(tmp_path, mlp):  # noqa: F811
+    from lazybatch.backend.config import load_config
+    from lazybatch.cli import main
+
+    model, _ = mlp
+    repo = tmp_path / "repo"
+    assert main(["repo", "add", str(model), "--repository", str(repo), "--max-queue-size", "32",
+                 "--timeout-action", "reject", "--max-batch-size", "4", "--profile-reps", "1"]) == 0
+    cfg = load_config(repo / "mlp_lazy" / "config.pbtxt")
+    s = BackendSettings.from_config(cfg, repo / "mlp_lazy" / "1")
+    assert (s.max_queue_size, s.timeout_action) == (32, "REJECT")
+    assert main(["repo", "add", str(model), "--repository", str(repo), "--max-queue-size", "-1", "--name", "x"]) == 2
+    assert main(["repo", "add", str(model), "--repository", str(repo), "--policy", "triton:0",
+                 "--timeout-action", "REJECT", "--name", "y"]) == 2
