@@ -246,3 +246,21 @@ def test_burst_at_5x_capacity_then_normal_load(prod):
     assert delta(text, "lazybatch_decisions_total", kind="reject") == rejected
     assert metric_total(text, "lazybatch_queue_samples", model=model) == 0
     assert MAX_BATCH == 8
+
+
+def test_compose_image_tag_is_the_release_of_this_server(prod):
+    """docker-compose.yml pins NGC YY.MM, which carries Triton 2.(51 + months since 24.10): it must be the release
+    of the server these tests run (nvidia-pytriton's), so the Python backend in production is the one tested."""
+    import json
+    import re
+    import urllib.request
+    from pathlib import Path
+
+    server, _ = prod
+    with urllib.request.urlopen(f"http://{server.endpoints.http}/v2", timeout=5) as r:
+        version = json.load(r)["version"]
+    compose = (Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text()
+    tags = set(re.findall(r'TRITON_TAG: "(\d+)\.(\d+)"', compose))
+    assert len(tags) == 1, tags
+    yy, mm = (int(v) for v in tags.pop())
+    assert version.split(".")[:2] == ["2", str(51 + (yy - 24) * 12 + (mm - 10))], version
