@@ -31,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lazybatch.batcher.admission import QueuePolicy
+from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.base import Policy
@@ -48,6 +49,7 @@ IsCancelled = Callable[[Any], bool]
 # A sample's tensor is a row of a batched array: (array, row). Kept as the pair, not a 1-row view, so that a
 # sub-batch whose members are the rows of one array, in order, is passed on without a copy.
 Row = tuple[np.ndarray, int]
+DECISION_LOG_CAPACITY = 4096
 
 
 def join_rows(parts: list[Row]) -> np.ndarray:
@@ -170,8 +172,10 @@ class BackendRuntime:
         self.metrics = metrics  # Prometheus bookkeeping (backend/metrics.py), updated on this thread
         self.fault = fault  # fault injection for tests (backend/faults.py), None unless configured
         self._admitting = False  # inside Scheduler.submit_many: an UNAVAILABLE answer now is a rejection
+        # a server keeps only the newest decisions (the metrics read them as they come); the simulator's default
+        # of 100,000 records held 15-25 MB per model once full, which a soak run showed as memory growth
         self.scheduler = Scheduler(table, policy, _ExecutorAdapter(self), self.clock, on_response=self._on_sample_done,
-                                   queue_policy=queue_policy)
+                                   queue_policy=queue_policy, log=DecisionLog(capacity=DECISION_LOG_CAPACITY))
         self._inbox: queue.SimpleQueue[tuple[_Parent, RequestOptions, float] | None] = queue.SimpleQueue()
         self._job: tuple[StageJob, DoneCallback] | None = None
         self._ids = itertools.count()
