@@ -195,6 +195,10 @@ def _production_settings(cfg: Any) -> dict[str, Any]:
         qp = QueuePolicy.parse(_param(cfg, "max_queue_size"), _param(cfg, "timeout_action"))
     except ConfigError as e:
         raise ConfigError(e.message, field=f"parameters.{e.field}") from None
+    if 0 < qp.max_queue_size < cfg.max_batch_size:
+        raise ConfigError(f"max_queue_size {qp.max_queue_size} is below max_batch_size {cfg.max_batch_size}: a full-size "
+                          "request could never be admitted; raise it (or 0 for unbounded)",
+                          field="parameters.max_queue_size")
     interval = _number(_param(cfg, "metrics_interval_ms"), "metrics_interval_ms")
     if interval is not None and interval < 10:
         raise ConfigError("metrics_interval_ms must be at least 10", field="parameters.metrics_interval_ms")

@@ -19,6 +19,7 @@ deltas needs. ``histogram_quantile()`` works on these series as on any Prometheu
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 import threading
 import time
@@ -161,9 +162,7 @@ class ModelMetrics:
         reasons: dict[str, int] = {}
         if new > 0:
             records = log.records
-            k = min(new, len(records))
-            for i in range(len(records) - k, len(records)):
-                d = records[i]
+            for d in itertools.islice(reversed(records), min(new, len(records))):
                 if d.kind == "dispatch":
                     lab = reason_label(d.reason)
                     reasons[lab] = reasons.get(lab, 0) + 1

@@ -121,6 +121,9 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
         if isinstance(pol, TritonPolicy):
             raise ConfigError("--max-queue-size/--timeout-action apply to lazybatch policies; for triton:<us> set "
                               "dynamic_batching.default_queue_policy in config.pbtxt", field="--timeout-action")
+        if 0 < qp.max_queue_size < max_batch_size:
+            raise ConfigError(f"max_queue_size {qp.max_queue_size} is below max_batch_size {max_batch_size}: a "
+                              "full-size request could never be admitted", field="--max-queue-size")
         if qp.max_queue_size:
             extra["max_queue_size"] = str(qp.max_queue_size)
         extra["timeout_action"] = qp.timeout_action

@@ -153,6 +153,9 @@ parameters { key: "metrics_interval_ms" value { string_value: "200" } }'''
     d = BackendSettings.from_config(parse_config_text(CONFIG), tmp_path)
     assert (d.max_queue_size, d.timeout_action, d.fault_injection) == (0, "DELAY", "")
     bad = CONFIG + 'parameters { key: "timeout_action" value { string_value: "drop" } }'
+    small = CONFIG + 'parameters { key: "max_queue_size" value { string_value: "2" } }'
+    with pytest.raises(ConfigError, match="max_queue_size 2 is below max_batch_size 4"):
+        BackendSettings.from_config(parse_config_text(small), tmp_path)
     with pytest.raises(ConfigError, match="parameters.timeout_action.*REJECT or DELAY"):
         BackendSettings.from_config(parse_config_text(bad), tmp_path)
 
@@ -218,5 +221,6 @@ def test_repo_add_writes_the_admission_knobs(tmp_path, mlp):  # noqa: F811
     s = BackendSettings.from_config(cfg, repo / "mlp_lazy" / "1")
     assert (s.max_queue_size, s.timeout_action) == (32, "REJECT")
     assert main(["repo", "add", str(model), "--repository", str(repo), "--max-queue-size", "-1", "--name", "x"]) == 2
+    assert main(["repo", "add", str(model), "--repository", str(repo), "--max-queue-size", "2", "--name", "z"]) == 2
     assert main(["repo", "add", str(model), "--repository", str(repo), "--policy", "triton:0",
                  "--timeout-action", "REJECT", "--name", "y"]) == 2
