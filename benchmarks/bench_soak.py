@@ -53,6 +53,17 @@ def build(out: Path, args: argparse.Namespace) -> Path:
     return repo
 
 
+def largest_batch(text: str) -> int:
+    """The largest sub-batch stage 0 has run: the smallest bucket bound holding every observation."""
+    from lazybatch.backend.metrics import parse_samples
+
+    rows = [(lab["le"], v) for lab, v in parse_samples(text, "lazybatch_stage_batch_size_bucket")
+            if lab.get("model") == MODEL and lab.get("stage") == "stage_000"]
+    total = max((v for le, v in rows if le == "+Inf"), default=0)
+    bounds = sorted(int(float(le)) for le, v in rows if le != "+Inf" and v >= total > 0)
+    return bounds[0] if bounds else 0
+
+
 def service_rate(url: str, n: int = 60) -> float:
     x = {"x": np.random.default_rng(0).standard_normal((1, 256)).astype(np.float32)}
     with Client(url) as c:
@@ -91,17 +102,29 @@ def main(argv: list[str] | None = None) -> int:
         rate = args.load * mu
         x = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)
         loop = OpenLoop(url, MODEL, lambda i: {"x": x[i % 64:i % 64 + 1]}, seed=1)
+        with Client(url) as c:  # the largest sub-batch once: onnxruntime's arena grows to it before the baseline
+            for _ in range(3):
+                c.infer(MODEL, {"x": np.repeat(x[:1], 16, axis=0)})
         warm = loop.run("warm-up", rate=rate, duration=min(10.0, args.duration / 5))
         loop.wait_idle(60)
         time.sleep(1.0)  # the warm-up's counts reach Triton (pushed every 200 ms) before the baseline scrape
         before = scrape(server.endpoints.metrics)
         rss: list[tuple[float, int]] = []
+        largest: list[int] = []  # the largest sub-batch the first stage has run so far, at each memory sample
+        held: list[float] = []  # samples the scheduler held (lazybatch_queue_samples), at each memory sample
         stop = threading.Event()
         t_start = time.monotonic()
 
         def sampler() -> None:
             while True:
                 rss.append((time.monotonic() - t_start, process_tree_rss(server.proc.pid)))
+                try:
+                    text = scrape(server.endpoints.metrics)
+                    largest.append(largest_batch(text))
+                    held.append(metric_total(text, "lazybatch_queue_samples", model=MODEL))
+                except OSError:
+                    largest.append(-1)
+                    held.append(-1)
                 if stop.wait(args.rss_every):
                     return
 
@@ -151,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss_start_mb": r0 / 2**20, "rss_end_mb": r1 / 2**20, "rss_max_mb": rmax / 2**20,
         "rss_growth_mb": (r1 - r0) / 2**20, "rss_growth_ratio": r1 / r0,
         "rss_slope_second_half_mb_per_min": slope * 60 / 2**20, "rss_samples": rss,
+        "largest_batch_at_samples": largest, "held_at_samples": held,
         "warm_up": warm.summary(), "policy": args.policy, "sla_ms": args.sla_ms,
         "max_queue_size": args.max_queue_size, "timeout_action": args.timeout_action or "DELAY",
     }
