@@ -134,7 +134,7 @@ class ProdModels:
 
 
 def build_prod_repository(root: Path) -> ProdModels:
-    """The production tests' repository (tests/triton/test_production.py), served with explicit model control:
+    """The production tests' repository (tests/triton/test_ops_server.py), served with explicit model control:
     small MLPs for metrics, faults and unload/reload, and the heavy model under admission control for the burst."""
     import onnx
 

@@ -1,7 +1,7 @@
 """Metrics bookkeeping, fault injection and admission in the backend's scheduler thread, without a server.
 
 The real-server versions (scraping Triton's metrics port, unload/reload, a burst) are in
-tests/triton/test_production.py.
+tests/triton/test_ops_server.py.
 """
 
 from __future__ import annotations
