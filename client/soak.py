@@ -1,5 +1,5 @@
 """Open-loop load with exact per-request accounting, server memory, and metric scrapes: for overload, fault and
-soak runs (tests/triton/test_production.py, benchmarks/bench_soak.py).
+soak runs (tests/triton/test_ops_server.py, benchmarks/bench_soak.py).
 
 Unlike ``load.py`` (latency percentiles for comparisons) this counts every response per request, so that a lost or
 duplicated response shows up as a number, and it classifies errors the way operators see them: rejected at
