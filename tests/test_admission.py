@@ -108,3 +108,27 @@ def test_closed_scheduler_rejects_with_reason():
     sched.close()
     r = Request(1, 0.0)
     assert sched.submit(r) == "closed" and r.status is Status.UNAVAILABLE and "shutting down" in r.error
+
+
+def test_simulate_cli_admission_flags(tmp_path, capsys):
+    """`lazybatch simulate --timeout-action REJECT`: serial at 4x its batch-1 rate (1.1 ms per request) completes fewer requests (the rejected
+    ones count as violations), every policy then runs once per SLA target; bad values exit 2 naming the field."""
+    import csv
+    import json
+
+    from lazybatch.cli import main
+
+    runs = {}
+    for action in ("DELAY", "REJECT"):
+        out = tmp_path / action
+        assert main(["simulate", "--model", "resnet50", "--policy", "serial", "--rate", "4000", "--sla-ms",
+                     "20,50", "--seeds", "1", "--requests", "300", "--jobs", "1", "--no-plots", "--quiet",
+                     "--timeout-action", action, "--out", str(out)]) == 0
+        runs[action] = list(csv.DictReader((out / "runs.csv").open()))
+        assert json.loads((out / "results.json").read_text())["config"]["timeout_action"] == action
+    capsys.readouterr()
+    assert {int(r["completed"]) for r in runs["DELAY"]} == {300} and len(runs["DELAY"]) == 2  # one run, 2 SLAs
+    assert len(runs["REJECT"]) == 2 and all(int(r["completed"]) < 300 for r in runs["REJECT"])
+    assert main(["simulate", "--requests", "10", "--seeds", "1", "--no-plots", "--out", str(tmp_path / "x"),
+                 "--max-queue-size", "-1"]) == 2
+    assert "max_queue_size must be an integer >= 0" in capsys.readouterr().err
