@@ -15,7 +15,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from lazybatch.batcher.latency_table import LatencyTable
-from lazybatch.client.api import Client
+from lazybatch.client.api import Client, InferError
 from lazybatch.client.soak import OpenLoop, metric_total, process_tree_rss, scrape, wait_for
 from lazybatch.serving import TritonServer, free_port
 
@@ -135,11 +135,18 @@ def test_fault_in_one_stage_under_load_fails_only_those_requests(prod):
     text = _metrics(server)
     assert d("lazybatch_stage_failures_total", model="prod_fault", stage="stage_002") >= len(failed)
     assert d("lazybatch_stage_failures_total", model="prod_fault", stage="stage_001") == 0
-    # the good ones are right, and the model still serves
+    # the model still serves: of 5 more requests one after the other exactly one is poisoned, the others are right
+    results = []
     with Client(server.endpoints.grpc) as c:
-        x = _x(1, 1)
-        good = c.infer("prod_fault", {"x": x}) if (len(out) + 1) % 5 else c.infer("prod_mlp", {"x": x})
-        np.testing.assert_allclose(good["y"], ref(x), rtol=1e-4, atol=1e-5)
+        for k in range(5):
+            x = _x(1, 900 + k)
+            try:
+                results.append(c.infer("prod_fault", {"x": x})["y"])
+                np.testing.assert_allclose(results[-1], ref(x), rtol=1e-4, atol=1e-5)
+            except InferError as e:
+                assert "injected fault" in str(e)
+                results.append(None)
+    assert sum(r is None for r in results) == 1
 
 
 def test_unload_and_reload_with_requests_in_flight(prod):
@@ -218,10 +225,8 @@ def test_burst_at_5x_capacity_then_normal_load(prod):
         assert p.count("other") == 0 and p.count("error") == 0 and p.count("unavailable") == 0, p.summary()
     # the burst was refused at admission, not queued: the rejections say why, the accepted ones were served
     assert burst.count("rejected") > len(burst.outcomes) / 2, burst.summary()
-    reasons = {o.error.split("rejected: ")[1][:24] for o in burst.outcomes.values() if o.kind == "rejected"}
-    assert reasons <= {"the deadline cannot be m", "the queue is full (32 sa", "the queue is full (31 sa",
-                       "the queue is full (30 sa"} or all(r.startswith(("the deadline", "the queue is full"))
-                                                         for r in reasons), reasons
+    reasons = {o.error.split("rejected: ")[1][:26] for o in burst.outcomes.values() if o.kind == "rejected"}
+    assert all(r.startswith(("the deadline cannot be met", "the queue is full")) for r in reasons), reasons
     assert burst.count("ok") > 0
     # recovery: normal load after the burst is served like normal load before it
     assert normal2.count("rejected") <= normal1.count("rejected") + max(2, len(normal2.outcomes) // 10), \
