@@ -36,7 +36,9 @@ PARAMETERS = {
     "execution_provider": "auto (CUDA when onnxruntime has it, else CPU) | cpu | cuda",
     "intra_op_threads": "onnxruntime intra-op threads (0: onnxruntime's default)",
     "cancel_poll_ms": "how often held requests are polled for client cancellation (default 2 ms)",
-    # production knobs (docs/operations.md); queue names follow Triton's ModelQueuePolicy
+}
+# production knobs (docs/operations.md); queue names follow Triton's ModelQueuePolicy
+PARAMETERS.update({
     "max_queue_size": "most samples the scheduler holds (queued or in flight); more are rejected UNAVAILABLE "
                       "(default 0: unbounded)",
     "timeout_action": "REJECT: refuse a request whose deadline the predictor says cannot be met | DELAY: serve it "
@@ -45,7 +47,7 @@ PARAMETERS = {
     "metrics_interval_ms": "how often the metrics are pushed to Triton (default 1000)",
     "fault_injection": "tests only: stage=<index|name>,every=<N>[,mode=sample|run] makes that stage raise "
                        "(default off)",
-}
+})
 
 
 def model_config_pb2() -> Any:

@@ -242,6 +242,10 @@ class BackendRuntime:
                 self._job = None
                 self._check_job(job)
                 result = self._run(job)
+                if self.metrics is not None:  # here, not in _run_batch: subclasses replace that (seq2seq)
+                    ran = sum(1 for r in job.requests if not r.cancelled)
+                    if ran:
+                        self.metrics.stage_run(job.stage, ran)
                 if not self._drain(block=False):
                     break
                 self._poll_cancelled()
@@ -367,8 +371,6 @@ class BackendRuntime:
         t3 = time.perf_counter()
         stats.stage_runs += 1
         stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
-        if self.metrics is not None:
-            self.metrics.stage_run(stage, len(reqs))
         stats.ort_s += t2 - t1
         stats.io_s += (t1 - t0) + (t3 - t2)
 

@@ -3,7 +3,7 @@
 It imports neither Triton nor onnxruntime: the Triton backend and the simulator plug in a clock and an executor.
 """
 
-from .admission import QueuePolicy
+from .admission import QueuePolicy  # noqa: F401  (re-exported)
 from .decisions import Decision, DecisionLog
 from .errors import ConfigError, LazyBatchError
 from .graph import ModelGraph, Stage, StageType
@@ -17,7 +17,7 @@ from .scheduler import Scheduler
 from .slack import SlackPredictor, slack
 
 __all__ = [
-    "BatchLatencyModel", "BatchMonitor", "MaxBatchUnderDeadline", "Clock", "ConfigError", "Decision", "DecisionLog", "Executor", "GraphBatching", "QueuePolicy", "LatencyTable", "LazyBatchError",
+    "BatchLatencyModel", "BatchMonitor", "MaxBatchUnderDeadline", "Clock", "ConfigError", "Decision", "DecisionLog", "Executor", "GraphBatching", "LatencyTable", "LazyBatchError",
     "LazyBatching", "LengthHistogram", "ModelGraph", "OracleLazyBatching", "Policy", "Request", "Scheduler",
     "Serial", "SlackPredictor", "Stage", "StageJob", "StageResult", "StageType", "Status", "parse_policy", "slack",
 ]
