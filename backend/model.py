@@ -98,10 +98,10 @@ class TritonPythonModel:
         cfg = parse_config_json(args["model_config"])
         version_dir = Path(args["model_repository"]) / str(args["model_version"])
         self.settings = s = BackendSettings.from_config(cfg, version_dir)
-        self.runtime = None
-        self.session = None
         self.metrics: ModelMetrics | None = None
         self.exporter: TritonMetricsExporter | None = None
+        self.runtime = None
+        self.session = None
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
         self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
         if s.whole_graph:
@@ -125,17 +125,23 @@ class TritonPythonModel:
         table = load_table(s, runner)
         policy = spec.build(max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size)
         runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
-        stage_names = [st.name for st in runner.manifest.stages]
-        fault = FaultInjector.parse(s.fault_injection, stage_names)
+        self.runtime = BackendRuntime(runner, table, policy, self._respond, is_cancelled=self._is_cancelled,
+                                      cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
+                                      on_idle=self._write_stats)
+        self._configure_production(self.runtime)
+
+    def _configure_production(self, runtime: Any) -> None:
+        """Admission control, metrics and fault injection (docs/operations.md), set before any request arrives
+        (Triton sends none until initialize has returned)."""
+        s = self.settings
+        runtime.scheduler.set_queue_policy(QueuePolicy(s.max_queue_size, s.timeout_action))
+        stage_names = [st.name for st in runtime.runner.manifest.stages]
+        runtime.fault = FaultInjector.parse(s.fault_injection, stage_names)
         if s.metrics:
             self.metrics = ModelMetrics(s.name, stage_names, s.scheduler_max_batch_size)
             if pb_utils is not None:  # outside Triton (unit tests) the bookkeeping runs, nothing is exported
                 self.exporter = TritonMetricsExporter(self.metrics, pb_utils, s.metrics_interval_ms / 1e3)
-        self.runtime = BackendRuntime(runner, table, policy, self._respond, is_cancelled=self._is_cancelled,
-                                      cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
-                                      on_idle=self._write_stats,
-                                      queue_policy=QueuePolicy(s.max_queue_size, s.timeout_action),
-                                      metrics=self.metrics, fault=fault)
+            runtime.metrics = self.metrics
 
     # ------------------------------------------------------------------ Triton calls
     def execute(self, requests: list[Any]) -> list[Any] | None:

@@ -31,7 +31,6 @@ from typing import Any, Callable
 import numpy as np
 
 from lazybatch.batcher.admission import QueuePolicy
-from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.base import Policy
@@ -169,13 +168,16 @@ class BackendRuntime:
         self.on_idle = on_idle  # called on the scheduler thread whenever nothing is held (statistics)
         self.clock = WallClock()
         self.stats = RuntimeStats()
+        self.scheduler = Scheduler(table, policy, _ExecutorAdapter(self), self.clock, on_response=self._on_sample_done)
+        # production (docs/operations.md): admission control, metrics, fault injection; and a server keeps only the
+        # newest decisions (the metrics read them as they come): the simulator's default of 100,000 records held
+        # about 15 MB per model once full, which a soak run showed as memory growth
+        if queue_policy is not None:
+            self.scheduler.set_queue_policy(queue_policy)
+        self.scheduler.log.keep(DECISION_LOG_CAPACITY)
         self.metrics = metrics  # Prometheus bookkeeping (backend/metrics.py), updated on this thread
         self.fault = fault  # fault injection for tests (backend/faults.py), None unless configured
         self._admitting = False  # inside Scheduler.submit_many: an UNAVAILABLE answer now is a rejection
-        # a server keeps only the newest decisions (the metrics read them as they come); the simulator's default
-        # of 100,000 records held 15-25 MB per model once full, which a soak run showed as memory growth
-        self.scheduler = Scheduler(table, policy, _ExecutorAdapter(self), self.clock, on_response=self._on_sample_done,
-                                   queue_policy=queue_policy, log=DecisionLog(capacity=DECISION_LOG_CAPACITY))
         self._inbox: queue.SimpleQueue[tuple[_Parent, RequestOptions, float] | None] = queue.SimpleQueue()
         self._job: tuple[StageJob, DoneCallback] | None = None
         self._ids = itertools.count()

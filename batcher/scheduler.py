@@ -43,9 +43,8 @@ class Scheduler:
         self.last_rejection: str | None = None
         policy.attach(self)
         self.admission: Admission | None = None
-        if queue_policy is not None and queue_policy.active:
-            self.admission = Admission(queue_policy, table, policy.max_batch_size,
-                                       getattr(policy, "dec_timesteps", 1) or 1)
+        if queue_policy is not None:
+            self.set_queue_policy(queue_policy)
 
     # ------------------------------------------------------------------ driver-facing API
     def submit(self, request: Request) -> str | None:
@@ -80,6 +79,12 @@ class Scheduler:
         if not self.busy:
             self._dispatch()
         return None
+
+    def set_queue_policy(self, queue_policy: QueuePolicy) -> None:
+        """Bound the queue and/or reject late requests from now on (batcher/admission.py)."""
+        p = self.policy
+        self.admission = Admission(queue_policy, self.table, p.max_batch_size,
+                                   getattr(p, "dec_timesteps", 1) or 1) if queue_policy.active else None
 
     @property
     def held(self) -> int:
