@@ -41,6 +41,17 @@ PARAMETERS = {
     "max_output_length": "seq2seq: most tokens the decoder generates per sequence",
     "vocab_size": "seq2seq: token ids are 0..vocab_size-1",
 }
+# production knobs (docs/operations.md); queue names follow Triton's ModelQueuePolicy
+PARAMETERS.update({
+    "max_queue_size": "most samples the scheduler holds (queued or in flight); more are rejected UNAVAILABLE "
+                      "(default 0: unbounded)",
+    "timeout_action": "REJECT: refuse a request whose deadline the predictor says cannot be met | DELAY: serve it "
+                      "late (default)",
+    "metrics": "true (default): export Triton custom metrics (lazybatch_*) on the metrics port",
+    "metrics_interval_ms": "how often the metrics are pushed to Triton (default 1000)",
+    "fault_injection": "tests only: stage=<index|name>,every=<N>[,mode=sample|run] makes that stage raise "
+                       "(default off)",
+})
 
 
 def model_config_pb2() -> Any:
@@ -134,6 +145,11 @@ class BackendSettings:
     execution_provider: str
     intra_op_threads: int
     cancel_poll_ms: float
+    max_queue_size: int = 0
+    timeout_action: str = "DELAY"
+    metrics: bool = True
+    metrics_interval_ms: float = 1000.0
+    fault_injection: str = ""
 
     @property
     def whole_graph(self) -> bool:
@@ -173,7 +189,30 @@ class BackendSettings:
             execution_provider=_param(cfg, "execution_provider", "auto") or "auto",
             intra_op_threads=int(_number(_param(cfg, "intra_op_threads"), "intra_op_threads", int) or 0),
             cancel_poll_ms=float(_number(_param(cfg, "cancel_poll_ms"), "cancel_poll_ms") or 2.0),
+            **_production_settings(cfg),
         )
+
+
+def _production_settings(cfg: Any) -> dict[str, Any]:
+    """Admission, metrics and fault-injection parameters (checked here so that a typo fails the load)."""
+    from lazybatch.batcher.admission import QueuePolicy
+
+    try:
+        qp = QueuePolicy.parse(_param(cfg, "max_queue_size"), _param(cfg, "timeout_action"))
+    except ConfigError as e:
+        raise ConfigError(e.message, field=f"parameters.{e.field}") from None
+    if 0 < qp.max_queue_size < cfg.max_batch_size:
+        raise ConfigError(f"max_queue_size {qp.max_queue_size} is below max_batch_size {cfg.max_batch_size}: a full-size "
+                          "request could never be admitted; raise it (or 0 for unbounded)",
+                          field="parameters.max_queue_size")
+    interval = _number(_param(cfg, "metrics_interval_ms"), "metrics_interval_ms")
+    if interval is not None and interval < 10:
+        raise ConfigError("metrics_interval_ms must be at least 10", field="parameters.metrics_interval_ms")
+    metrics = _param(cfg, "metrics")
+    return {"max_queue_size": qp.max_queue_size, "timeout_action": qp.timeout_action,
+            "metrics": True if metrics is None else _bool(metrics, "metrics"),
+            "metrics_interval_ms": 1000.0 if interval is None else float(interval),
+            "fault_injection": _param(cfg, "fault_injection", "") or ""}
 
 
 def _spec(t: Any, kind: str) -> TensorSpec:

@@ -29,7 +29,11 @@ from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
 
+from lazybatch.batcher.admission import QueuePolicy
+
 from .config import (BackendSettings, TensorSpec, parse_config_json, parse_request_parameters, validate_request)
+from .faults import FaultInjector
+from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
 from .stages import StageRunner, available_providers, make_session, profile_batch_sizes
 
 try:  # only importable inside the Triton Python backend stub
@@ -95,6 +99,8 @@ class TritonPythonModel:
         cfg = parse_config_json(args["model_config"])
         version_dir = Path(args["model_repository"]) / str(args["model_version"])
         self.settings = s = BackendSettings.from_config(cfg, version_dir)
+        self.metrics: ModelMetrics | None = None
+        self.exporter: TritonMetricsExporter | None = None
         self.runtime = None
         self.session = None
         self.seq2seq: Any = None  # a seq2seq.Seq2SeqSpec for encoder-decoder models
@@ -135,6 +141,20 @@ class TritonPythonModel:
         self.runtime = runtime_cls(runner, table, policy, self._respond, is_cancelled=self._is_cancelled,
                                    cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
                                    on_idle=self._write_stats)
+        self._configure_production(self.runtime)
+
+    def _configure_production(self, runtime: Any) -> None:
+        """Admission control, metrics and fault injection (docs/operations.md), set before any request arrives
+        (Triton sends none until initialize has returned)."""
+        s = self.settings
+        runtime.scheduler.set_queue_policy(QueuePolicy(s.max_queue_size, s.timeout_action))
+        stage_names = [st.name for st in runtime.runner.manifest.stages]
+        runtime.fault = FaultInjector.parse(s.fault_injection, stage_names)
+        if s.metrics:
+            self.metrics = ModelMetrics(s.name, stage_names, s.scheduler_max_batch_size)
+            if pb_utils is not None:  # outside Triton (unit tests) the bookkeeping runs, nothing is exported
+                self.exporter = TritonMetricsExporter(self.metrics, pb_utils, s.metrics_interval_ms / 1e3)
+            runtime.metrics = self.metrics
 
     # ------------------------------------------------------------------ Triton calls
     def execute(self, requests: list[Any]) -> list[Any] | None:
@@ -151,6 +171,8 @@ class TritonPythonModel:
             if err is None:
                 err = self.runtime.submit(request, tensors, batch, opts)
             if err is not None:
+                if self.metrics is not None:
+                    self.metrics.request_done(INVALID)
                 request.get_response_sender().send(_error_response(err),
                                                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
@@ -158,6 +180,8 @@ class TritonPythonModel:
     def finalize(self) -> None:
         if self.runtime is not None:
             self.runtime.close()
+        if self.exporter is not None:
+            self.exporter.close()
 
     # ------------------------------------------------------------------ helpers
     def _respond(self, request: Any, outputs: dict[str, np.ndarray] | None, status: Status,

@@ -30,13 +30,16 @@ from typing import Any, Callable
 
 import numpy as np
 
+from lazybatch.batcher.admission import QueuePolicy
 from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.request import Request, Status
 from lazybatch.batcher.scheduler import Scheduler
 
+from . import metrics as M
 from .config import RequestOptions
+from .faults import FaultInjector
 from .stages import StageRunner
 
 # respond(handle, outputs or None, status, error message or None) -- called from the scheduler thread.
@@ -45,6 +48,7 @@ IsCancelled = Callable[[Any], bool]
 # A sample's tensor is a row of a batched array: (array, row). Kept as the pair, not a 1-row view, so that a
 # sub-batch whose members are the rows of one array, in order, is passed on without a copy.
 Row = tuple[np.ndarray, int]
+DECISION_LOG_CAPACITY = 4096
 
 
 def join_rows(parts: list[Row]) -> np.ndarray:
@@ -154,7 +158,8 @@ class BackendRuntime:
     def __init__(self, runner: StageRunner, table: LatencyTable, policy: Policy, respond: Respond, *,
                  is_cancelled: IsCancelled | None = None, cancel_poll_s: float = 0.002,
                  idle_poll_s: float = 0.02, on_idle: "Callable[[BackendRuntime], None] | None" = None,
-                 name: str = "lazybatch") -> None:
+                 name: str = "lazybatch", queue_policy: QueuePolicy | None = None,
+                 metrics: "M.ModelMetrics | None" = None, fault: FaultInjector | None = None) -> None:
         if table.graph.n != runner.n_stages:
             raise ValueError(f"latency table has {table.graph.n} stages, the stage directory {runner.n_stages}")
         self.runner = runner
@@ -166,6 +171,15 @@ class BackendRuntime:
         self.clock = WallClock()
         self.stats = self.stats_class()
         self.scheduler = Scheduler(table, policy, _ExecutorAdapter(self), self.clock, on_response=self._on_sample_done)
+        # production (docs/operations.md): admission control, metrics, fault injection; and a server keeps only the
+        # newest decisions (the metrics read them as they come): the simulator's default of 100,000 records held
+        # about 15 MB per model once full, which a soak run showed as memory growth
+        if queue_policy is not None:
+            self.scheduler.set_queue_policy(queue_policy)
+        self.scheduler.log.keep(DECISION_LOG_CAPACITY)
+        self.metrics = metrics  # Prometheus bookkeeping (backend/metrics.py), updated on this thread
+        self.fault = fault  # fault injection for tests (backend/faults.py), None unless configured
+        self._admitting = False  # inside Scheduler.submit_many: an UNAVAILABLE answer now is a rejection
         self._inbox: queue.SimpleQueue[tuple[_Parent, RequestOptions, float] | None] = queue.SimpleQueue()
         self._job: tuple[StageJob, DoneCallback] | None = None
         self._ids = itertools.count()
@@ -232,12 +246,18 @@ class BackendRuntime:
                 self._job = None
                 self._check_job(job)
                 result = self._run(job)
+                if self.metrics is not None:  # here, not in _run_batch: subclasses replace that (seq2seq)
+                    ran = sum(1 for r in job.requests if not r.cancelled)
+                    if ran:
+                        self.metrics.stage_run(job.stage, ran)
                 if not self._drain(block=False):
                     break
                 self._poll_cancelled()
                 t0 = time.perf_counter()
                 done(job, result)
                 clock.fire_due()
+                if self.metrics is not None:
+                    self._sync_metrics(0.05)
                 stats.sched_s += time.perf_counter() - t0
         except Exception:  # pragma: no cover - a bug; make it loud and answer what is held
             traceback.print_exc()
@@ -245,7 +265,13 @@ class BackendRuntime:
             self._shutdown()
             self._idle_hook()
 
+    def _sync_metrics(self, min_interval: float = 0.0) -> None:
+        self.metrics.sync_scheduler(self.scheduler.log, held=self.scheduler.held, policy=self.scheduler.policy,
+                                    min_interval=min_interval)
+
     def _idle_hook(self) -> None:
+        if self.metrics is not None:
+            self._sync_metrics()
         if self.on_idle is not None:
             try:
                 self.on_idle(self)
@@ -286,10 +312,14 @@ class BackendRuntime:
             r = Request(next(self._ids), arrival, priority=opts.priority, **self._sample_args(parent, row), **kw)
             parent.samples.append(r)
         self.stats.samples += len(parent.samples)
-        for r in list(parent.samples):
-            if parent.answered:
-                break
-            self.scheduler.submit(r)
+        # admitted or refused as a group; a refusal answers the request (UNAVAILABLE) inside submit_many
+        self._admitting = True
+        try:
+            refused = self.scheduler.submit_many(parent.samples)
+        finally:
+            self._admitting = False
+        if refused is not None and self.metrics is not None:
+            self._sync_metrics(0.05)
         self.stats.sched_s += time.perf_counter() - t0
 
     def _sample_args(self, parent: _Parent, row: int) -> dict[str, Any]:
@@ -309,6 +339,8 @@ class BackendRuntime:
             self._run_batch(job.stage, reqs)
             return None
         except Exception as e:
+            if self.metrics is not None:
+                self.metrics.stage_failed(job.stage)
             if len(reqs) == 1:
                 return StageResult(errors={reqs[0].id: f"{type(e).__name__}: {e}"})
         errors: dict[int, str] = {}
@@ -316,6 +348,8 @@ class BackendRuntime:
             try:
                 self._run_batch(job.stage, [r])
             except Exception as e:  # onnxruntime failure: this request fails, the server goes on
+                if self.metrics is not None:
+                    self.metrics.stage_failed(job.stage)
                 errors[r.id] = f"{type(e).__name__}: {e}"
         return StageResult(errors=errors) if errors else None
 
@@ -332,6 +366,8 @@ class BackendRuntime:
                 parts = [r.payload.tensors[inp.name] for r in reqs]
             feeds[inp.name] = join_rows(parts)
         t1 = time.perf_counter()
+        if self.fault is not None:
+            self.fault.check(stage, [r.id for r in reqs])
         outs = runner.run(stage, feeds)
         t2 = time.perf_counter()
         for k, r in enumerate(reqs):
@@ -414,10 +450,29 @@ class BackendRuntime:
         self._dirty = True
         self._live.pop(id(parent), None)
         self.stats.answered[status.name] = self.stats.answered.get(status.name, 0) + 1
+        if self.metrics is not None:
+            self._record(parent, status)
         try:
             self.respond(parent.handle, outputs, status, error)
         except Exception:  # a response that cannot be sent must not stop the thread
             traceback.print_exc()
+
+    def _record(self, parent: _Parent, status: Status) -> None:
+        """One answered client request into the metrics: outcome, latencies, SLA."""
+        samples = parent.samples
+        if status is Status.OK:
+            now = time.monotonic()
+            first = samples[0]
+            starts = [r.start for r in samples if r.start is not None]
+            deadline = min(r.deadline for r in samples)
+            self.metrics.request_done(M.OK, latency=now - first.arrival,
+                                      queue_delay=min(starts) - first.arrival if starts else None,
+                                      sla_met=None if deadline == float("inf") else now <= deadline)
+        elif status is Status.UNAVAILABLE and self._admitting:
+            self.metrics.request_done(M.REJECTED, reject_reason=self.scheduler.last_rejection or "refused")
+        else:
+            outcome = {Status.CANCELLED: M.CANCELLED, Status.ERROR: M.ERROR}.get(status, M.UNAVAILABLE)
+            self.metrics.request_done(outcome)
 
     def _shutdown(self) -> None:
         # answer what is still queued or held: nothing is lost

@@ -3,6 +3,7 @@
 It imports neither Triton nor onnxruntime: the Triton backend and the simulator plug in a clock and an executor.
 """
 
+from .admission import QueuePolicy  # noqa: F401  (re-exported)
 from .decisions import Decision, DecisionLog
 from .errors import ConfigError, LazyBatchError
 from .graph import ModelGraph, Stage, StageType

@@ -8,8 +8,9 @@ It is single-threaded: the driver (the simulator's event loop, or the backend's 
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
+from .admission import CLOSED, Admission, QueuePolicy
 from .decisions import REJECT, DecisionLog
 from .interfaces import Clock, Executor, StageJob, StageResult, Timer
 from .latency_table import LatencyTable
@@ -21,7 +22,8 @@ ResponseCallback = Callable[[Request], None]
 
 class Scheduler:
     def __init__(self, table: LatencyTable, policy: Policy, executor: Executor, clock: Clock, *,
-                 on_response: ResponseCallback | None = None, log: DecisionLog | None = None) -> None:
+                 on_response: ResponseCallback | None = None, log: DecisionLog | None = None,
+                 queue_policy: QueuePolicy | None = None) -> None:
         self.table = table
         self.policy = policy
         self.executor = executor
@@ -37,22 +39,57 @@ class Scheduler:
         self._again = False
         self.completed = 0
         self.outstanding = 0
+        self.rejected: dict[str, int] = {}  # refused at arrival, by reason (admission.QUEUE_FULL, ...), in samples
+        self.last_rejection: str | None = None
         policy.attach(self)
+        self.admission: Admission | None = None
+        if queue_policy is not None:
+            self.set_queue_policy(queue_policy)
 
     # ------------------------------------------------------------------ driver-facing API
-    def submit(self, request: Request) -> None:
-        """A request arrived (its ``arrival`` is the time it reached the server)."""
-        if request.status is not None:
-            raise ValueError(f"request {request.id} was already answered ({request.status.name})")
-        self.outstanding += 1
+    def submit(self, request: Request) -> str | None:
+        """A request arrived (its ``arrival`` is the time it reached the server). Returns None when it was
+        accepted, else why it was refused (it has then been answered UNAVAILABLE already)."""
+        return self.submit_many((request,))
+
+    def submit_many(self, requests: Sequence[Request]) -> str | None:
+        """Requests that arrived together (the samples of one client request): admitted or refused as a group."""
+        for request in requests:
+            if request.status is not None:
+                raise ValueError(f"request {request.id} was already answered ({request.status.name})")
+        n = len(requests)
+        self.outstanding += n
         now = self.clock.now()
+        refused: tuple[str, str] | None = None
         if self.closed:
-            self.log.add(now, REJECT, 0, 1, "scheduler is closed")
-            self.finish(request, Status.UNAVAILABLE, "the model is shutting down; retry on another instance")
-            return
-        self.policy.enqueue(request, now)
+            refused = CLOSED, "the model is shutting down; retry on another instance"
+        elif self.admission is not None:
+            deadline = min(r.deadline for r in requests)
+            refused = self.admission.check(n, self.outstanding - self.completed - n, now, deadline)
+        if refused is not None:
+            reason, message = refused
+            self.rejected[reason] = self.rejected.get(reason, 0) + n
+            self.last_rejection = reason  # readable from on_response while the refused requests are answered
+            self.log.add(now, REJECT, 0, n, message)
+            for request in requests:
+                self.finish(request, Status.REJECTED, message)
+            return reason
+        for request in requests:
+            self.policy.enqueue(request, now)
         if not self.busy:
             self._dispatch()
+        return None
+
+    def set_queue_policy(self, queue_policy: QueuePolicy) -> None:
+        """Bound the queue and/or reject late requests from now on (batcher/admission.py)."""
+        p = self.policy
+        self.admission = Admission(queue_policy, self.table, p.max_batch_size,
+                                   getattr(p, "dec_timesteps", 1) or 1) if queue_policy.active else None
+
+    @property
+    def held(self) -> int:
+        """Requests (samples) submitted and not yet answered."""
+        return self.outstanding - self.completed
 
     def complete(self, job: StageJob, result: StageResult | None = None) -> None:
         """The executor finished ``job``."""

@@ -103,13 +103,31 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
               sla_ms: float | None = 100.0, max_batch_size: int = 16, stages: str | Path | None = None,
               max_stages: int | None = None, latency_table: str | Path | None = None, profile_reps: int = 3,
               execution_provider: str = "auto", intra_op_threads: int = 0, allow_nan: bool = False,
-              scheduler_max_batch_size: int | None = None, force: bool = False) -> Path:
-    """Make ``repository/name`` (see the module docstring); returns the model directory."""
+              scheduler_max_batch_size: int | None = None, force: bool = False, max_queue_size: int = 0,
+              timeout_action: str | None = None, parameters: dict[str, str] | None = None) -> Path:
+    """Make ``repository/name`` (see the module docstring); returns the model directory.
+
+    ``max_queue_size``/``timeout_action`` are the admission knobs (batcher/admission.py); ``parameters`` adds any
+    other config.pbtxt parameter (e.g. ``fault_injection`` for tests)."""
     if not name or "/" in name or name.startswith("."):
         raise ConfigError(f"invalid model name {name!r}", field="--name")
     if not isinstance(max_batch_size, int) or max_batch_size < 1:
         raise ConfigError("max_batch_size must be a positive integer", field="--max-batch-size")
     pol = parse_repo_policy(policy)
+    extra = dict(parameters or {})
+    if max_queue_size or timeout_action:
+        from lazybatch.batcher.admission import QueuePolicy
+
+        qp = QueuePolicy.parse(max_queue_size, timeout_action)
+        if isinstance(pol, TritonPolicy):
+            raise ConfigError("--max-queue-size/--timeout-action apply to lazybatch policies; for triton:<us> set "
+                              "dynamic_batching.default_queue_policy in config.pbtxt", field="--timeout-action")
+        if 0 < qp.max_queue_size < max_batch_size:
+            raise ConfigError(f"max_queue_size {qp.max_queue_size} is below max_batch_size {max_batch_size}: a "
+                              "full-size request could never be admitted", field="--max-queue-size")
+        if qp.max_queue_size:
+            extra["max_queue_size"] = str(qp.max_queue_size)
+        extra["timeout_action"] = qp.timeout_action
     mdir = Path(repository) / name
     if mdir.exists():
         if not force:
@@ -121,7 +139,7 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
         return _fill(mdir, vdir, model, pol, name=name, policy=policy, sla_ms=sla_ms, max_batch_size=max_batch_size,
                      stages=stages, max_stages=max_stages, latency_table=latency_table, profile_reps=profile_reps,
                      execution_provider=execution_provider, intra_op_threads=intra_op_threads, allow_nan=allow_nan,
-                     scheduler_max_batch_size=scheduler_max_batch_size)
+                     scheduler_max_batch_size=scheduler_max_batch_size, extra=extra)
     except BaseException:
         shutil.rmtree(mdir, ignore_errors=True)
         raise
@@ -130,8 +148,8 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
 def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: str, policy: str,
           sla_ms: float | None, max_batch_size: int, stages: str | Path | None, max_stages: int | None,
           latency_table: str | Path | None, profile_reps: int, execution_provider: str, intra_op_threads: int,
-          allow_nan: bool, scheduler_max_batch_size: int | None) -> Path:
-    params: dict[str, str] = {"execution_provider": execution_provider}
+          allow_nan: bool, scheduler_max_batch_size: int | None, extra: dict[str, str] | None = None) -> Path:
+    params: dict[str, str] = {"execution_provider": execution_provider, **(extra or {})}
     if scheduler_max_batch_size is not None:
         if not 1 <= scheduler_max_batch_size <= max_batch_size:
             raise ConfigError(f"scheduler_max_batch_size must be in 1..max_batch_size ({max_batch_size})",

@@ -30,6 +30,10 @@ def register(sub: Any) -> None:
     a.add_argument("--execution-provider", default="auto", choices=("auto", "cpu", "cuda"))
     a.add_argument("--intra-op-threads", type=int, default=0)
     a.add_argument("--allow-nan", action="store_true", help="accept NaN/Inf inputs (rejected by default)")
+    a.add_argument("--max-queue-size", type=int, default=0, help="most samples the scheduler holds; more are "
+                   "rejected UNAVAILABLE at once (Triton's max_queue_size; default 0: unbounded)")
+    a.add_argument("--timeout-action", type=str.upper, choices=("REJECT", "DELAY"), default=None,
+                   help="REJECT: refuse requests whose deadline cannot be met; DELAY: serve them late (default)")
     a.add_argument("--force", action="store_true", help="replace an existing model directory")
     a.set_defaults(func=run_add)
     d = rsub.add_parser("default", help="build the shipped comparison repository: a model under lazy, Triton's "
@@ -59,7 +63,7 @@ def run_add(args: argparse.Namespace) -> int:
                      latency_table=args.latency_table, profile_reps=args.profile_reps,
                      execution_provider=args.execution_provider, intra_op_threads=args.intra_op_threads,
                      allow_nan=args.allow_nan, scheduler_max_batch_size=args.scheduler_max_batch_size,
-                     force=args.force)
+                     force=args.force, max_queue_size=args.max_queue_size, timeout_action=args.timeout_action)
     print(f"added {mdir}")
     print((mdir / "config.pbtxt").read_text())
     return 0

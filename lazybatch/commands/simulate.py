@@ -45,6 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the paper-sized sweep: rates 16..2000 (8), 20 seeds (overrides --rate and --seeds)")
     p.add_argument("--cdf-rate", type=float, default=None,
                    help="rate whose latency CDF is plotted (default: the highest rate <= 1000)")
+    p.add_argument("--max-queue-size", type=int, default=0, help="admission control: most requests held; more are "
+                   "rejected (counted as SLA violations; default 0: unbounded)")
+    p.add_argument("--timeout-action", type=str.upper, choices=("REJECT", "DELAY"), default="DELAY",
+                   help="REJECT: refuse requests whose deadline cannot be met; DELAY: serve them late (default)")
     p.add_argument("--out", type=Path, default=Path("lazybatch-results"), help="directory for CSV/JSON/plots")
     p.add_argument("--no-plots", action="store_true", help="skip the matplotlib plots")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
@@ -78,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     specs = sweep.plan(models, policies, rates, slas, seeds, requests=args.requests,
                        max_batch_size=args.max_batch_size, dec_timesteps_coverage=args.dec_timesteps_coverage,
                        length_histogram=args.length_histogram, trace=args.trace,
-                       keep_latencies_at=None if args.trace else cdf_rate)
+                       keep_latencies_at=None if args.trace else cdf_rate, max_queue_size=args.max_queue_size,
+                       timeout_action=args.timeout_action)
     if args.trace:
         rates, cdf_rate = [0.0], 0.0
     print(f"lazybatch simulate: {len(models)} model(s) x {len(policies)} policies x {len(rates)} rate(s) x "
@@ -94,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     config = {"models": models, "policies": policies, "rates": rates, "sla_ms": [s * 1e3 for s in slas],
               "seeds": seeds, "requests": args.requests, "max_batch_size": args.max_batch_size,
               "dec_timesteps_coverage": args.dec_timesteps_coverage, "trace": args.trace,
-              "length_histogram": args.length_histogram, "wall_s": wall, "runs": len(specs)}
+              "length_histogram": args.length_histogram, "wall_s": wall, "runs": len(specs),
+              "max_queue_size": args.max_queue_size, "timeout_action": args.timeout_action}
     files = report.write_results(args.out, rows, summary, comps, config)
     if not args.no_plots:
         files += [plots.latency_vs_rate(summary, args.out / "fig12_latency_vs_rate.png"),
@@ -122,7 +128,9 @@ def _explain(args: argparse.Namespace, model: str, policy: str, rate: float, sla
         workload.poisson(rate, args.requests, 0, graph=table.graph, lengths=hist)
     reqs = workload.requests(arrivals, sla)
     log = DecisionLog()
-    Simulation(table, pol, log=log).run(reqs)
+    from lazybatch.batcher.admission import QueuePolicy
+
+    Simulation(table, pol, log=log, queue_policy=QueuePolicy(args.max_queue_size, args.timeout_action)).run(reqs)
     print(f"{table.name} under {pol.describe()} at {rate:g} requests/s, SLA {sla * 1e3:g} ms: "
           f"{', '.join(f'{k} {v}' for k, v in log.counts.items())}")
     for d in list(log)[:args.explain]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Iterable
 
+from lazybatch.batcher.admission import QueuePolicy
 from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
 from lazybatch.batcher.latency_table import LatencyTable
@@ -38,9 +39,11 @@ class Simulation:
     """Virtual clock + latency-table executor + the scheduler, driven by a list of arrivals."""
 
     def __init__(self, table: LatencyTable, policy: Policy, *, log: DecisionLog | None = None,
-                 on_job: JobObserver | None = None, result_for: ResultHook | None = None) -> None:
+                 on_job: JobObserver | None = None, result_for: ResultHook | None = None,
+                 queue_policy: QueuePolicy | None = None) -> None:
         """``on_job`` sees every stage job as it starts; ``result_for`` may return a StageResult for a job (to inject
-        failures or decide loop exits), evaluated when the job completes."""
+        failures or decide loop exits), evaluated when the job completes; ``queue_policy`` bounds the queue and
+        rejects requests whose deadline cannot be met (batcher/admission.py)."""
         self.t = 0.0
         self._heap: list[tuple] = []
         self._seq = 0
@@ -50,7 +53,7 @@ class Simulation:
         self.stage_execs = 0
         self.batch_hist: dict[int, int] = {}
         self.busy_time = 0.0
-        self.scheduler = Scheduler(table, policy, self, self, log=log)
+        self.scheduler = Scheduler(table, policy, self, self, log=log, queue_policy=queue_policy)
 
     # Clock
     def now(self) -> float:

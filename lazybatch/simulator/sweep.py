@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 from tqdm import tqdm
 
+from lazybatch.batcher.admission import QueuePolicy
 from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.latency_table import LatencyTable
@@ -44,6 +45,8 @@ class RunSpec:
     length_histogram: str | None = None  # path; None = the shipped WMT-like histogram
     trace: str | None = None
     keep_latencies: bool = False
+    max_queue_size: int = 0  # admission control (batcher/admission.py); rejected requests count as violations
+    timeout_action: str = "DELAY"
 
 
 @lru_cache(maxsize=32)
@@ -91,7 +94,7 @@ def simulate_once(spec: RunSpec) -> tuple[RunMetrics, float]:
         arrivals = workload.poisson(spec.rate, spec.requests, spec.seed, graph=table.graph, lengths=hist)
     reqs = workload.requests(arrivals, spec.sla_targets[0])
     log = DecisionLog(capacity=1, enabled=False)
-    sim = Simulation(table, policy, log=log)
+    sim = Simulation(table, policy, log=log, queue_policy=QueuePolicy(spec.max_queue_size, spec.timeout_action))
     t0 = time.perf_counter()
     sim.run(reqs)
     wall = time.perf_counter() - t0
@@ -124,8 +127,10 @@ def run_one(spec: RunSpec) -> list[dict]:
 def plan(models: Sequence[str], policies: Sequence[str], rates: Sequence[float], sla_targets: Sequence[float],
          seeds: int, *, requests: int = 1000, max_batch_size: int | None = None, dec_timesteps_coverage: float = 0.9,
          length_histogram: str | None = None, trace: str | None = None,
-         keep_latencies_at: float | None = None) -> list[RunSpec]:
+         keep_latencies_at: float | None = None, max_queue_size: int = 0,
+         timeout_action: str = "DELAY") -> list[RunSpec]:
     """Every run a sweep needs (validated up front, so a typo fails before any work starts)."""
+    queue = QueuePolicy(max_queue_size, timeout_action)
     if not sla_targets:
         raise ConfigError("at least one SLA target is needed", field="sla_ms")
     for s in sla_targets:
@@ -146,14 +151,17 @@ def plan(models: Sequence[str], policies: Sequence[str], rates: Sequence[float],
     out = []
     for m in models:
         for ps in specs:
-            groups = [(s,) for s in sla_targets] if ps.sla_aware else [tuple(sla_targets)]
+            # deadline rejection makes every policy's run depend on the SLA
+            sla_aware = ps.sla_aware or queue.timeout_action == "REJECT"
+            groups = [(s,) for s in sla_targets] if sla_aware else [tuple(sla_targets)]
             for r in rates:
                 for slas in groups:
                     for seed in range(seeds):
                         out.append(RunSpec(m, ps.text, float(r), seed, slas, requests, max_batch_size,
                                            dec_timesteps_coverage, length_histogram, trace,
                                            keep_latencies_at is not None and seed == 0
-                                           and float(r) == float(keep_latencies_at)))
+                                           and float(r) == float(keep_latencies_at),
+                                           queue.max_queue_size, queue.timeout_action))
     return out
 
 

@@ -92,3 +92,72 @@ def build_repository(root: Path) -> tuple[Path, Path, Path]:
     return repo, mlp, slow
 
 
+
+
+def make_heavy(path: Path, *, rows: int = 1024, dim: int = 512, depth: int = 4, seed: int = 3) -> Path:
+    """A compute-bound model (batching does not pay): x [batch, dim] is broadcast to [batch, rows, dim], then
+    ``depth`` MatMul+Relu layers and a mean over the rows. About 40 ms per sample on one core: its capacity is a few
+    dozen requests/s, so a Python client can offer 5x that."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from lazybatch.staging import IR_VERSION
+
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+             numpy_helper.from_array((0.1 * rng.standard_normal((rows, dim))).astype(np.float32), "pos")]
+    nodes = [helper.make_node("Unsqueeze", ["x", "ax1"], ["xu"]), helper.make_node("Add", ["xu", "pos"], ["h"])]
+    prev = "h"
+    for i in range(depth):
+        inits.append(numpy_helper.from_array((rng.standard_normal((dim, dim)) / np.sqrt(dim)).astype(np.float32),
+                                             f"w{i}"))
+        nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
+        prev = f"r{i}"
+    nodes.append(helper.make_node("ReduceMean", [prev, "ax1"], ["y"], keepdims=0))
+    graph = helper.make_graph(nodes, "heavy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", dim])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+@dataclass
+class ProdModels:
+    repo: Path
+    mlp: Path
+    heavy: Path
+    heavy_stages: int
+
+
+def build_prod_repository(root: Path) -> ProdModels:
+    """The production tests' repository (tests/triton/test_ops_server.py), served with explicit model control:
+    small MLPs for metrics, faults and unload/reload, and the heavy model under admission control for the burst."""
+    import onnx
+
+    from lazybatch.batcher.latency_table import LatencyTable
+
+    repo = root / "prod_repository"
+    mlp = make_mlp(root / "mlp.onnx", in_dim=32, width=128, depth=6, out_dim=10, seed=1)
+    relus = [i for i, n in enumerate(onnx.load(str(mlp)).graph.node) if n.op_type == "Relu"]
+    stages = split_model(mlp, root / "prod_mlp_stages", cut_after=relus)
+    common = dict(max_batch_size=MAX_BATCH, stages=stages, profile_reps=2, execution_provider="cpu",
+                  intra_op_threads=1)
+    fast = {"metrics_interval_ms": "100"}
+    add_model(mlp, repo, name="prod_mlp", policy="lazy", sla_ms=2000, parameters=fast, **common)
+    add_model(mlp, repo, name="prod_monitor", policy="monitor:window_ms=200", sla_ms=2000, parameters=fast, **common)
+    add_model(mlp, repo, name="prod_fault", policy="lazy", sla_ms=2000,
+              parameters={**fast, "fault_injection": "stage=2,every=5"}, **common)
+    heavy = make_heavy(root / "heavy.onnx")
+    relus = [i for i, n in enumerate(onnx.load(str(heavy)).graph.node) if n.op_type == "Relu"]
+    hstages = split_model(heavy, root / "heavy_stages", cut_after=relus[:-1])
+    hcommon = dict(max_batch_size=MAX_BATCH, stages=hstages, execution_provider="cpu", intra_op_threads=1)
+    add_model(heavy, repo, name="prod_heavy", policy="lazy", sla_ms=1000, max_queue_size=4 * MAX_BATCH,
+              timeout_action="REJECT", profile_reps=2, parameters={"metrics_interval_ms": "200"}, **hcommon)
+    table = repo / "prod_heavy" / "1" / "latency.json"
+    # the same model without admission control (DELAY): requests queue up, held when it is unloaded
+    add_model(heavy, repo, name="prod_heavy_delay", policy="lazy", sla_ms=60000, latency_table=table, **hcommon)
+    return ProdModels(repo, mlp, heavy, LatencyTable.load(table).graph.n)

@@ -1,0 +1,281 @@
+"""Prometheus metrics of a lazybatch model, exported as Triton custom metrics (``pb_utils.MetricFamily``).
+
+Two halves, so that the bookkeeping is testable without a server:
+
+- ``ModelMetrics`` (no Triton): counters, gauges and cumulative histograms kept in this process. The scheduler
+  thread updates it (a few integer additions per request and per stage); it never talks to the server.
+- ``TritonMetricsExporter``: a background thread that, every ``metrics_interval_ms``, pushes what changed since the
+  last push to Triton's metric families (one ``increment``/``set`` per changed series). Every pb_utils metric call
+  is a round trip to the server process, so one call per observation would put that round trip on the scheduler
+  thread at every stage; pushing deltas keeps the cost per interval bounded however heavy the traffic.
+
+Histograms are exported the way Prometheus lays them out: ``<name>_bucket{le="..."}`` (cumulative), ``<name>_sum``
+and ``<name>_count``, each a Triton COUNTER family. Triton 2.51's Python backend also has a HISTOGRAM kind, but it
+takes one ``observe`` call (one round trip) per value and cannot take a batch of them, which is what the push of
+deltas needs. ``histogram_quantile()`` works on these series as on any Prometheus histogram; the scrape shows
+``# TYPE ... counter`` for them. Names and labels: docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import re
+import threading
+import time
+from typing import Any, Iterable, NamedTuple, Sequence
+
+# request outcomes (label "outcome" of lazybatch_requests_total)
+OK, REJECTED, CANCELLED, ERROR, UNAVAILABLE, INVALID = "ok", "rejected", "cancelled", "error", "unavailable", \
+    "invalid"
+OUTCOMES = (OK, REJECTED, CANCELLED, ERROR, UNAVAILABLE, INVALID)
+SECONDS_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+COUNTER, GAUGE = "counter", "gauge"
+
+# name -> (kind, help)
+FAMILIES: dict[str, tuple[str, str]] = {
+    "lazybatch_requests_total": (COUNTER, "Client requests answered, by outcome (ok, rejected, cancelled, error, "
+                                          "unavailable = unloaded while held, invalid = refused by validation)"),
+    "lazybatch_sla_total": (COUNTER, "Requests answered OK that had a deadline, by result (met, missed)"),
+    "lazybatch_rejected_total": (COUNTER, "Requests refused at admission, by reason (queue_full, deadline, closed)"),
+    "lazybatch_queue_delay_seconds_bucket": (COUNTER, "Arrival to the first stage run, cumulative buckets (le)"),
+    "lazybatch_queue_delay_seconds_sum": (COUNTER, "Sum of queue delays in seconds"),
+    "lazybatch_queue_delay_seconds_count": (COUNTER, "Number of queue delays observed"),
+    "lazybatch_request_latency_seconds_bucket": (COUNTER, "Arrival to response of OK requests, cumulative buckets"),
+    "lazybatch_request_latency_seconds_sum": (COUNTER, "Sum of end-to-end latencies in seconds"),
+    "lazybatch_request_latency_seconds_count": (COUNTER, "Number of end-to-end latencies observed"),
+    "lazybatch_stage_batch_size_bucket": (COUNTER, "Samples per executed stage run, cumulative buckets (le)"),
+    "lazybatch_stage_batch_size_sum": (COUNTER, "Sum of executed stage batch sizes"),
+    "lazybatch_stage_batch_size_count": (COUNTER, "Number of executed stage runs"),
+    "lazybatch_stage_failures_total": (COUNTER, "Stage runs in which onnxruntime raised"),
+    "lazybatch_decisions_total": (COUNTER, "Scheduler decisions by kind (dispatch, preempt, merge, split, reject)"),
+    "lazybatch_dispatch_reasons_total": (COUNTER, "Dispatches by reason (numbers in the reason replaced by N)"),
+    "lazybatch_preferred_batch_size": (GAUGE, "BatchMonitor's current preferred batch size"),
+    "lazybatch_queue_samples": (GAUGE, "Samples the scheduler holds (queued or in a sub-batch)"),
+}
+
+_NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+def reason_label(reason: str) -> str:
+    """A bounded label from a decision's reason text: the part before ':' or '(', numbers replaced by N."""
+    head = reason.split(":", 1)[0].split("(", 1)[0].strip()
+    return _NUMBER.sub("N", head) or "unspecified"
+
+
+class Histogram:
+    """Prometheus-style histogram: per-bucket counts (upper bounds ``bounds`` and +Inf), sum and count."""
+
+    __slots__ = ("bounds", "counts", "sum", "count")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(sorted(bounds))
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(le, count of observations <= le), ending with +Inf = count."""
+        out, run = [], 0
+        for b, c in zip(self.bounds, self.counts):
+            run += c
+            out.append((f"{b:g}", run))
+        out.append(("+Inf", self.count))
+        return out
+
+
+class Sample(NamedTuple):
+    family: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+
+def batch_buckets(max_batch_size: int) -> list[int]:
+    """1, 2, 4, ... up to max_batch_size (included)."""
+    out, b = [], 1
+    while b < max_batch_size:
+        out.append(b)
+        b *= 2
+    out.append(max_batch_size)
+    return out
+
+
+class ModelMetrics:
+    """The metrics of one model (see the module docstring); thread-safe, cheap to update."""
+
+    def __init__(self, model: str, stages: Sequence[str], max_batch_size: int) -> None:
+        self.model = model
+        self.stages = list(stages)
+        self._lock = threading.Lock()
+        self.requests = dict.fromkeys(OUTCOMES, 0)
+        self.sla = {"met": 0, "missed": 0}
+        self.rejected: dict[str, int] = {}
+        self.queue_delay = Histogram(SECONDS_BUCKETS)
+        self.latency = Histogram(SECONDS_BUCKETS)
+        bb = batch_buckets(max_batch_size)
+        self.batch = [Histogram(bb) for _ in self.stages]
+        self.stage_failures = [0] * len(self.stages)
+        self.decisions: dict[str, int] = {}
+        self.reasons: dict[str, int] = {}
+        self.gauges: dict[str, float] = {"lazybatch_queue_samples": 0.0}
+        self._log_seen = 0  # decisions of the log already read
+        self._last_sync = 0.0
+
+    # ------------------------------------------------------------------ updates (any thread)
+    def request_done(self, outcome: str, *, latency: float | None = None, queue_delay: float | None = None,
+                     sla_met: bool | None = None, reject_reason: str | None = None) -> None:
+        with self._lock:
+            self.requests[outcome] += 1
+            if latency is not None:
+                self.latency.observe(latency)
+            if queue_delay is not None:
+                self.queue_delay.observe(queue_delay)
+            if sla_met is not None:
+                self.sla["met" if sla_met else "missed"] += 1
+            if reject_reason is not None:
+                self.rejected[reject_reason] = self.rejected.get(reject_reason, 0) + 1
+
+    def stage_run(self, stage: int, batch_size: int) -> None:
+        with self._lock:
+            self.batch[stage].observe(batch_size)
+
+    def stage_failed(self, stage: int) -> None:
+        with self._lock:
+            self.stage_failures[stage] += 1
+
+    def sync_scheduler(self, log: Any, *, held: int, policy: Any = None, now: float | None = None,
+                       min_interval: float = 0.0) -> None:
+        """Copy the decision log's counts and the new dispatch reasons, the queue gauge and BatchMonitor's preferred
+        batch size. Call it on the thread that owns the scheduler (it reads the log's ring buffer)."""
+        now = time.monotonic() if now is None else now
+        if now - self._last_sync < min_interval:
+            return
+        self._last_sync = now
+        total = sum(log.counts.values())
+        new = total - self._log_seen
+        reasons: dict[str, int] = {}
+        if new > 0:
+            records = log.records
+            for d in itertools.islice(reversed(records), min(new, len(records))):
+                if d.kind == "dispatch":
+                    lab = reason_label(d.reason)
+                    reasons[lab] = reasons.get(lab, 0) + 1
+        self._log_seen = total
+        with self._lock:
+            self.decisions = dict(log.counts)
+            for lab, c in reasons.items():
+                self.reasons[lab] = self.reasons.get(lab, 0) + c
+            self.gauges["lazybatch_queue_samples"] = float(held)
+            pbs = getattr(policy, "pbs", None)
+            if pbs is not None:
+                self.gauges["lazybatch_preferred_batch_size"] = float(pbs)
+
+    # ------------------------------------------------------------------ reading
+    def collect(self) -> list[Sample]:
+        """Every series with its current (cumulative) value."""
+        m = (("model", self.model),)
+        out: list[Sample] = []
+        with self._lock:
+            out += [Sample("lazybatch_requests_total", m + (("outcome", k),), v) for k, v in self.requests.items()]
+            out += [Sample("lazybatch_sla_total", m + (("result", k),), v) for k, v in self.sla.items()]
+            out += [Sample("lazybatch_rejected_total", m + (("reason", k),), v) for k, v in self.rejected.items()]
+            out += _hist("lazybatch_queue_delay_seconds", m, self.queue_delay)
+            out += _hist("lazybatch_request_latency_seconds", m, self.latency)
+            for name, h, fails in zip(self.stages, self.batch, self.stage_failures):
+                lab = m + (("stage", name),)
+                out += _hist("lazybatch_stage_batch_size", lab, h)
+                out.append(Sample("lazybatch_stage_failures_total", lab, fails))
+            out += [Sample("lazybatch_decisions_total", m + (("kind", k),), v) for k, v in self.decisions.items()]
+            out += [Sample("lazybatch_dispatch_reasons_total", m + (("reason", k),), v)
+                    for k, v in self.reasons.items()]
+            out += [Sample(k, m, v) for k, v in self.gauges.items()]
+        return out
+
+    def to_prometheus(self) -> str:
+        """The same series in Prometheus' text format (what a scrape of Triton's metrics port shows)."""
+        lines, typed = [], set()
+        for s in self.collect():
+            if s.family not in typed:
+                typed.add(s.family)
+                kind, help_ = FAMILIES[s.family]
+                lines += [f"# HELP {s.family} {help_}", f"# TYPE {s.family} {kind}"]
+            labels = ",".join(f'{k}="{v}"' for k, v in s.labels)
+            lines.append(f"{s.family}{{{labels}}} {s.value:g}")
+        return "\n".join(lines) + "\n"
+
+
+def _hist(name: str, labels: tuple[tuple[str, str], ...], h: Histogram) -> list[Sample]:
+    out = [Sample(f"{name}_bucket", labels + (("le", le),), c) for le, c in h.cumulative()]
+    out += [Sample(f"{name}_sum", labels, h.sum), Sample(f"{name}_count", labels, h.count)]
+    return out
+
+
+class TritonMetricsExporter:
+    """Pushes a ``ModelMetrics`` to Triton's custom metric families from a background thread."""
+
+    def __init__(self, metrics: ModelMetrics, pb_utils: Any, interval_s: float = 1.0) -> None:
+        self.metrics = metrics
+        self.pb = pb_utils
+        self.interval_s = interval_s
+        kinds = {COUNTER: pb_utils.MetricFamily.COUNTER, GAUGE: pb_utils.MetricFamily.GAUGE}
+        self.families = {name: pb_utils.MetricFamily(name=name, description=help_, kind=kinds[kind])
+                         for name, (kind, help_) in FAMILIES.items()}
+        self._series: dict[tuple[str, tuple], Any] = {}
+        self._pushed: dict[tuple[str, tuple], float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"{metrics.model}-metrics", daemon=True)
+        self._thread.start()
+
+    def push(self) -> None:
+        for s in self.metrics.collect():
+            key = (s.family, s.labels)
+            last = self._pushed.get(key)
+            if last == s.value:
+                continue
+            metric = self._series.get(key)
+            if metric is None:
+                metric = self.families[s.family].Metric(labels=dict(s.labels))
+                self._series[key] = metric
+            if FAMILIES[s.family][0] == GAUGE:
+                metric.set(float(s.value))
+            else:
+                delta = float(s.value) - (last or 0.0)
+                if delta > 0:
+                    metric.increment(delta)
+            self._pushed[key] = s.value
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._safe_push()
+
+    def _safe_push(self) -> None:
+        try:
+            self.push()
+        except Exception as e:  # metrics are never worth a failed request
+            import sys
+
+            print(f"lazybatch: pushing metrics failed: {e}", file=sys.stderr)
+
+    def close(self) -> None:
+        """Stop the thread, push once more, and release the metrics before their families (pb_utils requires it)."""
+        self._stop.set()
+        self._thread.join(5.0)
+        self._safe_push()
+        self._series.clear()
+        self.families.clear()
+
+
+def parse_samples(text: str, family: str) -> Iterable[tuple[dict[str, str], float]]:
+    """(labels, value) of every series of ``family`` in a Prometheus text scrape (for tests and benchmarks)."""
+    pat = re.compile(r"^" + re.escape(family) + r"(\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)$")
+    lab = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+    for line in text.splitlines():
+        mt = pat.match(line.strip())
+        if mt:
+            yield dict(lab.findall(mt.group("labels") or "")), float(mt.group("value"))

@@ -1,0 +1,104 @@
+"""Admission control: a bounded queue and early rejection of requests whose deadline cannot be met.
+
+Under overload a scheduler that accepts everything builds a backlog that every later request waits behind: all of
+them miss their SLA, and the backlog takes as long to drain as it took to build. Rejecting at arrival keeps the
+backlog bounded and answers the refused requests at once (UNAVAILABLE, with the reason), so clients can retry
+elsewhere. The knobs are named after Triton's ``ModelQueuePolicy`` (model_config.proto):
+
+- ``max_queue_size``: the most samples the scheduler may hold (queued or in a sub-batch in flight); 0 = unbounded,
+  as in Triton. LazyBatching's sub-batches are themselves queued work (they are preempted and wait), so the bound
+  counts everything held, not only what has not started.
+- ``timeout_action``: ``REJECT`` refuses a request whose deadline the predictor says cannot be met; ``DELAY`` (the
+  default, and what the scheduler did before) accepts it and serves it late.
+
+The prediction is deliberately optimistic, so that only requests that are very likely doomed are refused: the
+backlog (everything held plus the new samples) is drained in whole-graph batches of ``max_batch_size`` at the
+latency table's batched latencies, starting now; work already done on requests in flight is ignored, and so are
+batching windows. A request is rejected when even that drain would end after its deadline.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .latency_table import LatencyTable
+
+REJECT = "REJECT"
+DELAY = "DELAY"
+TIMEOUT_ACTIONS = (REJECT, DELAY)
+
+# why a request was refused (the label of the rejection metrics)
+QUEUE_FULL = "queue_full"
+DEADLINE = "deadline"
+CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """Triton-style queue policy of one model (see the module docstring)."""
+
+    max_queue_size: int = 0
+    timeout_action: str = DELAY
+
+    def __post_init__(self) -> None:
+        m = self.max_queue_size
+        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+            raise ConfigError(f"max_queue_size must be an integer >= 0 (0: unbounded), got {m!r}",
+                              field="max_queue_size")
+        action = str(self.timeout_action).upper()
+        if action not in TIMEOUT_ACTIONS:
+            raise ConfigError(f"timeout_action must be REJECT or DELAY (Triton's names), got {self.timeout_action!r}",
+                              field="timeout_action")
+        object.__setattr__(self, "timeout_action", action)
+
+    @property
+    def active(self) -> bool:
+        return self.max_queue_size > 0 or self.timeout_action == REJECT
+
+    @classmethod
+    def parse(cls, max_queue_size: int | str | None = None, timeout_action: str | None = None) -> "QueuePolicy":
+        """From user text (config.pbtxt parameters, CLI flags); None keeps the default."""
+        if isinstance(max_queue_size, str):
+            try:
+                max_queue_size = int(max_queue_size.strip() or 0)
+            except ValueError:
+                raise ConfigError(f"max_queue_size must be an integer, got {max_queue_size!r}",
+                                  field="max_queue_size") from None
+        return cls(max_queue_size or 0, (timeout_action or DELAY).strip())
+
+
+class Admission:
+    """Decides, for a group of new samples, whether the scheduler takes them (see the module docstring)."""
+
+    __slots__ = ("policy", "max_batch_size", "_drain")
+
+    def __init__(self, policy: QueuePolicy, table: LatencyTable, max_batch_size: int, dec_timesteps: int = 1) -> None:
+        self.policy = policy
+        b = max(1, min(max_batch_size, table.max_batch_size))
+        self.max_batch_size = b
+        # whole-graph latency at 1..b samples (seq2seq: dec_timesteps decoder steps, one encoder step)
+        self._drain = [0.0] + [table.whole_graph_latency(k, 1, dec_timesteps) for k in range(1, b + 1)]
+
+    def drain_time(self, n: int) -> float:
+        """Seconds to run ``n`` samples in whole-graph batches of max_batch_size."""
+        if n <= 0:
+            return 0.0
+        b = self.max_batch_size
+        full, rest = divmod(n, b)
+        return full * self._drain[b] + self._drain[rest]
+
+    def check(self, n_new: int, held: int, now: float, deadline: float) -> tuple[str, str] | None:
+        """None to admit, else (reason label, message for the client)."""
+        p = self.policy
+        if p.max_queue_size and held + n_new > p.max_queue_size:
+            return QUEUE_FULL, (f"rejected: the queue is full ({held} samples held, max_queue_size "
+                                f"{p.max_queue_size}); retry later or on another instance")
+        if p.timeout_action == REJECT and not math.isinf(deadline):
+            finish = now + self.drain_time(held + n_new)
+            if finish > deadline:
+                return DEADLINE, (f"rejected: the deadline cannot be met: {held} samples are ahead and the predicted "
+                                  f"finish is {(finish - now) * 1e3:.1f} ms away, the deadline "
+                                  f"{(deadline - now) * 1e3:.1f} ms (timeout_action REJECT; DELAY serves it late)")
+        return None

@@ -1,0 +1,134 @@
+"""Admission control in the scheduler core: the bounded queue, deadline rejection (REJECT) and serving late (DELAY)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lazybatch.batcher import (ConfigError, GraphBatching, LatencyTable, LazyBatching, ModelGraph, QueuePolicy,
+                               Request, Scheduler, Serial, Status)
+from lazybatch.batcher.admission import DEADLINE, QUEUE_FULL, Admission
+from lazybatch.simulator.engine import Simulation
+from lazybatch.simulator.workload import poisson, requests as make_requests
+
+from .simhelpers import flat_table
+from .test_scheduler_core import ManualClock
+
+
+class Parked:
+    def __init__(self):
+        self.pending = []
+
+    def submit(self, job, done):
+        self.pending.append((job, done))
+
+
+def test_queue_policy_validates_with_tritons_names():
+    assert QueuePolicy().timeout_action == "DELAY" and not QueuePolicy().active
+    assert QueuePolicy.parse("8", "reject") == QueuePolicy(8, "REJECT")
+    with pytest.raises(ConfigError, match="max_queue_size must be an integer >= 0"):
+        QueuePolicy(-1)
+    with pytest.raises(ConfigError, match="max_queue_size must be an integer"):
+        QueuePolicy.parse("lots")
+    with pytest.raises(ConfigError, match="timeout_action must be REJECT or DELAY"):
+        QueuePolicy(0, "DROP")
+
+
+def test_full_queue_rejects_at_once_and_the_rest_is_served():
+    clock = ManualClock()
+    ex = Parked()
+    answered = []
+    sched = Scheduler(flat_table(2), LazyBatching(max_batch_size=2), ex, clock, on_response=answered.append,
+                      queue_policy=QueuePolicy(max_queue_size=3))
+    reqs = [Request(i, 0.0) for i in range(5)]
+    reasons = [sched.submit(r) for r in reqs]
+    assert reasons == [None, None, None, QUEUE_FULL, QUEUE_FULL]
+    assert [r.status for r in reqs[3:]] == [Status.UNAVAILABLE] * 2
+    assert "queue is full" in reqs[3].error and "max_queue_size 3" in reqs[3].error
+    assert sched.rejected == {QUEUE_FULL: 2} and sched.held == 3 and sched.log.counts["reject"] == 2
+    while ex.pending:  # run the parked jobs to the end
+        job, done = ex.pending.pop(0)
+        clock.t += 1.0
+        done(job, None)
+    assert all(r.status is Status.OK for r in reqs[:3]) and len(answered) == 5
+    assert sched.submit(Request(9, clock.t)) is None  # room again
+
+
+def test_a_group_is_admitted_or_refused_as_a_whole():
+    clock = ManualClock()
+    sched = Scheduler(flat_table(2), LazyBatching(max_batch_size=4), Parked(), clock,
+                      queue_policy=QueuePolicy(max_queue_size=4))
+    assert sched.submit_many([Request(i, 0.0) for i in range(3)]) is None
+    group = [Request(10 + i, 0.0) for i in range(2)]
+    assert sched.submit_many(group) == QUEUE_FULL
+    assert all(r.status is Status.UNAVAILABLE for r in group) and sched.held == 3
+
+
+def test_deadline_rejection_uses_the_batched_drain_time():
+    # 4 stages of 1 s at every batch size: a whole-graph batch of up to 2 takes 4 s
+    table = flat_table(4, unit=1.0, max_batch=2)
+    adm = Admission(QueuePolicy(0, "REJECT"), table, max_batch_size=2)
+    assert [adm.drain_time(n) for n in (0, 1, 2, 3, 5)] == [0.0, 4.0, 4.0, 8.0, 12.0]
+    assert adm.check(1, 0, now=0.0, deadline=4.0) is None
+    assert adm.check(1, 1, now=0.0, deadline=4.0) is None  # joins the one held: one batch of 2
+    reason, msg = adm.check(1, 2, now=0.0, deadline=7.5)
+    assert reason == DEADLINE and "8000.0 ms" in msg and "DELAY serves it late" in msg
+    assert Admission(QueuePolicy(0, "DELAY"), table, 2).check(1, 100, 0.0, 1.0) is None
+
+
+@pytest.mark.parametrize("make", [lambda: LazyBatching(max_batch_size=8), lambda: GraphBatching(8, 0.002), Serial],
+                         ids=["lazy", "graph", "serial"])
+def test_overload_reject_keeps_served_requests_on_time_delay_serves_everything_late(make):
+    """5x the batch-1 service rate for 600 requests on the simulator: DELAY answers all, most of them late; REJECT
+    refuses some at once and the ones it accepts miss far fewer deadlines. Every request is answered exactly once."""
+    graph = ModelGraph("m", ["a", "b", "c", "d"])
+    # per stage: 1 ms at batch 1, 2.5 ms at batch 8: batching pays, but 5x batch-1 load still overloads serial
+    table = LatencyTable(graph, [1, 8], [[1e-3, 2.5e-3]] * 4)
+    sla = 0.040
+    out = {}
+    for action in ("DELAY", "REJECT"):
+        reqs = make_requests(poisson(5 * 250.0, 600, seed=3, graph=graph), sla)
+        answers: dict[int, int] = {}
+        sim = Simulation(table, make(), queue_policy=QueuePolicy(0, action))
+        sim.scheduler.on_response = lambda r: answers.__setitem__(r.id, answers.get(r.id, 0) + 1)
+        sim.run(reqs)
+        assert sorted(answers) == [r.id for r in reqs] and set(answers.values()) == {1}
+        rejected = [r for r in reqs if r.status is Status.UNAVAILABLE]
+        served = [r for r in reqs if r.status is Status.OK]
+        assert len(rejected) + len(served) == len(reqs)
+        assert all(r.finish == r.arrival and "deadline cannot be met" in r.error for r in rejected)
+        late = sum(r.finish > r.deadline for r in served) / max(1, len(served))
+        out[action] = (len(rejected), late)
+    assert out["DELAY"][0] == 0
+    assert out["REJECT"][0] > 0
+    assert out["REJECT"][1] < out["DELAY"][1] / 2, out
+
+
+def test_closed_scheduler_rejects_with_reason():
+    sched = Scheduler(flat_table(2), LazyBatching(), Parked(), ManualClock())
+    sched.close()
+    r = Request(1, 0.0)
+    assert sched.submit(r) == "closed" and r.status is Status.UNAVAILABLE and "shutting down" in r.error
+
+
+def test_simulate_cli_admission_flags(tmp_path, capsys):
+    """`lazybatch simulate --timeout-action REJECT`: serial at 4x its batch-1 rate (1.1 ms per request) completes fewer requests (the rejected
+    ones count as violations), every policy then runs once per SLA target; bad values exit 2 naming the field."""
+    import csv
+    import json
+
+    from lazybatch.cli import main
+
+    runs = {}
+    for action in ("DELAY", "REJECT"):
+        out = tmp_path / action
+        assert main(["simulate", "--model", "resnet50", "--policy", "serial", "--rate", "4000", "--sla-ms",
+                     "20,50", "--seeds", "1", "--requests", "300", "--jobs", "1", "--no-plots", "--quiet",
+                     "--timeout-action", action, "--out", str(out)]) == 0
+        runs[action] = list(csv.DictReader((out / "runs.csv").open()))
+        assert json.loads((out / "results.json").read_text())["config"]["timeout_action"] == action
+    capsys.readouterr()
+    assert {int(r["completed"]) for r in runs["DELAY"]} == {300} and len(runs["DELAY"]) == 2  # one run, 2 SLAs
+    assert len(runs["REJECT"]) == 2 and all(int(r["completed"]) < 300 for r in runs["REJECT"])
+    assert main(["simulate", "--requests", "10", "--seeds", "1", "--no-plots", "--out", str(tmp_path / "x"),
+                 "--max-queue-size", "-1"]) == 2
+    assert "max_queue_size must be an integer >= 0" in capsys.readouterr().err

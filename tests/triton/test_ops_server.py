@@ -1,0 +1,271 @@
+"""Production behaviour on a real tritonserver: metrics on the metrics port, an injected stage fault under load,
+unload/reload with requests in flight, and a burst at 5x capacity (admission control, recovery, memory).
+
+One server for this module, started with ``--model-control-mode=explicit`` so that the repository API can unload
+and reload models (tests/triton/triton_models.py: build_prod_repository).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.client.api import Client, InferError
+from lazybatch.client.soak import OpenLoop, metric_total, process_tree_rss, scrape, wait_for
+from lazybatch.serving import TritonServer, free_port
+
+from triton_models import MAX_BATCH, build_prod_repository
+
+
+@pytest.fixture(scope="module")
+def prod(tmp_path_factory):
+    root = tmp_path_factory.mktemp("prod")
+    models = build_prod_repository(root)
+    log = root / "tritonserver.log"
+    server = TritonServer(models.repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                          log_file=log, env={"OMP_NUM_THREADS": "1"},
+                          extra_args=["--model-control-mode=explicit", "--load-model=*"])
+    server.start(timeout=240)
+    try:
+        yield server, models
+    finally:
+        code = server.stop()
+        assert code == 0, f"tritonserver exited with {code}; see {log}"
+
+
+def _x(batch: int, seed: int, dim: int = 32) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((batch, dim)).astype(np.float32)
+
+
+def _metrics(server) -> str:
+    return scrape(server.endpoints.metrics)
+
+
+def _reference(path):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return lambda x: sess.run(None, {"x": x})[0]
+
+
+def test_metrics_count_the_traffic_sent(prod):
+    """Counts on Triton's metrics port equal what was sent: outcomes, SLA, latency and queue-delay histograms, the
+    batch sizes every stage executed (each sample runs each stage once), decisions, BatchMonitor's gauge."""
+    server, models = prod
+    n_stages = 6
+    before = _metrics(server)
+    batches = [1 + i % 3 for i in range(24)]
+
+    def client(k: int) -> None:
+        with Client(server.endpoints.grpc) as c:
+            for j in range(k, len(batches), 8):
+                c.infer("prod_mlp", {"x": _x(batches[j], j)}, sla_ms=5000)
+                c.infer("prod_monitor", {"x": _x(1, 100 + j)})
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with Client(server.endpoints.grpc) as c:  # NaN: refused by the backend's validation
+        for i in range(3):
+            with pytest.raises(Exception, match="NaN"):
+                c.infer("prod_mlp", {"x": np.full((1, 32), np.nan, np.float32)})
+    samples = sum(batches)
+
+    def delta(family, **labels):
+        return metric_total(_metrics(server), family, **labels) - metric_total(before, family, **labels)
+
+    assert wait_for(lambda: delta("lazybatch_requests_total", model="prod_mlp", outcome="ok") == 24 and
+                    delta("lazybatch_requests_total", model="prod_mlp", outcome="invalid") == 3 and
+                    delta("lazybatch_requests_total", model="prod_monitor", outcome="ok") == 24, 10), \
+        [line for line in _metrics(server).splitlines() if "requests_total" in line]
+    text = _metrics(server)
+    d = lambda fam, **lab: metric_total(text, fam, **lab) - metric_total(before, fam, **lab)  # noqa: E731
+    assert d("lazybatch_request_latency_seconds_count", model="prod_mlp") == 24
+    assert d("lazybatch_request_latency_seconds_bucket", model="prod_mlp", le="+Inf") == 24
+    assert d("lazybatch_queue_delay_seconds_count", model="prod_mlp") == 24
+    assert d("lazybatch_sla_total", model="prod_mlp", result="met") + \
+        d("lazybatch_sla_total", model="prod_mlp", result="missed") == 24
+    assert 0 < d("lazybatch_request_latency_seconds_sum", model="prod_mlp") < 24 * 5.0
+    for s in range(n_stages):  # every sample ran every stage exactly once
+        stage = f"stage_{s:03d}"
+        assert d("lazybatch_stage_batch_size_sum", model="prod_mlp", stage=stage) == samples
+        assert d("lazybatch_stage_batch_size_bucket", model="prod_mlp", stage=stage, le="+Inf") == \
+            d("lazybatch_stage_batch_size_count", model="prod_mlp", stage=stage) > 0
+    assert d("lazybatch_decisions_total", model="prod_mlp", kind="dispatch") >= 1
+    assert d("lazybatch_dispatch_reasons_total", model="prod_mlp") == \
+        d("lazybatch_decisions_total", model="prod_mlp", kind="dispatch")
+    assert d("lazybatch_requests_total", model="prod_mlp", outcome="error") == 0
+    assert "# TYPE lazybatch_requests_total counter" in text
+    assert metric_total(text, "lazybatch_preferred_batch_size", model="prod_monitor") >= 1
+    assert 'lazybatch_queue_samples{model="prod_mlp"} 0' in text
+
+
+def test_fault_in_one_stage_under_load_fails_only_those_requests(prod):
+    """Every 5th sample of prod_fault makes stage 2 raise (parameter fault_injection), under 16 concurrent clients:
+    exactly those requests fail with the error text, every other one gets its correct answer, one answer each, and
+    the scheduler thread goes on serving."""
+    server, models = prod
+    ref = _reference(models.mlp)
+    before = _metrics(server)
+    loop = OpenLoop(server.endpoints.grpc, "prod_fault", lambda i: {"x": _x(1, 7000 + i)})
+    try:
+        phase = loop.run("fault", rate=150, duration=1.0, poisson=False)
+        assert loop.wait_idle(60), "some request got no answer"
+    finally:
+        loop.close()
+    out = phase.outcomes
+    assert phase.lost == 0 and phase.duplicated == 0
+    failed = sorted(i for i, o in out.items() if o.error is not None)
+    # the backend numbers samples in arrival order, which under concurrency need not be the send order: count them
+    assert len(failed) == len(out) // 5, (len(failed), len(out))
+    assert all("injected fault in stage 'stage_002'" in out[i].error and out[i].kind == "error" for i in failed)
+    text = _metrics(server)
+    d = lambda fam, **lab: metric_total(text, fam, **lab) - metric_total(before, fam, **lab)  # noqa: E731
+    assert wait_for(lambda: metric_total(_metrics(server), "lazybatch_requests_total", model="prod_fault",
+                                         outcome="error") - metric_total(before, "lazybatch_requests_total",
+                                                                         model="prod_fault", outcome="error")
+                    == len(failed), 10)
+    text = _metrics(server)
+    assert d("lazybatch_stage_failures_total", model="prod_fault", stage="stage_002") >= len(failed)
+    assert d("lazybatch_stage_failures_total", model="prod_fault", stage="stage_001") == 0
+    # the model still serves: of 5 more requests one after the other exactly one is poisoned, the others are right
+    results = []
+    with Client(server.endpoints.grpc) as c:
+        for k in range(5):
+            x = _x(1, 900 + k)
+            try:
+                results.append(c.infer("prod_fault", {"x": x})["y"])
+                np.testing.assert_allclose(results[-1], ref(x), rtol=1e-4, atol=1e-5)
+            except InferError as e:
+                assert "injected fault" in str(e)
+                results.append(None)
+    assert sum(r is None for r in results) == 1
+
+
+def test_unload_and_reload_with_requests_in_flight(prod):
+    """Unloading a model through the repository API while 24 requests are queued on it: each gets exactly one answer
+    (served, or UNAVAILABLE from the backend or Triton); after a reload the model serves again."""
+    server, models = prod
+    model = "prod_heavy_delay"
+    c = grpcclient.InferenceServerClient(server.endpoints.grpc)
+    answers: dict[int, list] = {}
+    lock = threading.Lock()
+
+    def cb(i):
+        def f(result, error):
+            with lock:
+                answers.setdefault(i, []).append(error)
+        return f
+
+    n = 24
+    for i in range(n):
+        x = np.random.default_rng(i).standard_normal((1, 512)).astype(np.float32)
+        t = grpcclient.InferInput("x", [1, 512], "FP32")
+        t.set_data_from_numpy(x)
+        c.async_infer(model, [t], cb(i))
+    time.sleep(0.3)  # some are running, most are queued (75 ms per sample)
+    c.unload_model(model)
+    assert wait_for(lambda: len(answers) == n, 120), f"{len(answers)} of {n} answered"
+    time.sleep(0.5)
+    assert all(len(v) == 1 for v in answers.values()), "a request was answered twice"
+    errors = [str(e) for v in answers.values() for e in v if e is not None]
+    assert all("unloaded" in e or "unavailable" in e.lower() for e in errors), errors
+    assert wait_for(lambda: not c.is_model_ready(model), 60)
+    c.load_model(model)
+    assert c.is_model_ready(model)
+    x = np.ones((2, 512), np.float32)
+    t = grpcclient.InferInput("x", [2, 512], "FP32")
+    t.set_data_from_numpy(x)
+    y = c.infer(model, [t]).as_numpy("y")
+    np.testing.assert_allclose(y, _reference(models.heavy)(x), rtol=1e-3, atol=1e-4)
+    c.close()
+
+
+def test_burst_at_5x_capacity_then_normal_load(prod):
+    """prod_heavy (max_queue_size 32, timeout_action REJECT, SLA 1 s): 50% load, a 30 s burst at 5x capacity, 50%
+    load again. Every request gets exactly one answer; the overload is refused at once (UNAVAILABLE, with the
+    reason) instead of queueing; after the burst the model serves normal load as before (no more rejections than
+    before, nothing held); the server's memory (tritonserver + stubs) returns near its level before the burst; the
+    metrics count exactly what the client saw."""
+    server, models = prod
+    model = "prod_heavy"
+    table = LatencyTable.load(models.repo / model / "1" / "latency.json")
+    capacity = max(b / table.whole_graph_latency(b) for b in table.batch_sizes)  # samples/s, best batch
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((64, 512)).astype(np.float32)
+    loop = OpenLoop(server.endpoints.grpc, model, lambda i: {"x": xs[i % 64:i % 64 + 1]})
+    try:
+        warm = loop.run("warm-up", rate=capacity * 2, duration=2.0)  # every batch size once: arenas grown
+        assert loop.wait_idle(60)
+        time.sleep(1.0)  # the warm-up's counts reach Triton (pushed every 200 ms) before the baseline scrape
+        before = _metrics(server)
+        normal1 = loop.run("normal", rate=capacity * 0.5, duration=6.0)
+        assert loop.wait_idle(60)
+        rss0 = process_tree_rss(server.proc.pid)
+        burst = loop.run("burst 5x", rate=capacity * 5, duration=30.0)
+        assert loop.wait_idle(120), "some burst request got no answer"
+        normal2 = loop.run("normal after", rate=capacity * 0.5, duration=6.0)
+        assert loop.wait_idle(60)
+        rss1 = process_tree_rss(server.proc.pid)
+    finally:
+        loop.close()
+    phases = (warm, normal1, burst, normal2)
+    print("\ncapacity %.1f samples/s; RSS %.1f -> %.1f MB" % (capacity, rss0 / 2**20, rss1 / 2**20))
+    for p in phases:
+        print(p.summary())
+    for p in phases:
+        assert p.lost == 0 and p.duplicated == 0, p.summary()
+        assert p.count("other") == 0 and p.count("error") == 0 and p.count("unavailable") == 0, p.summary()
+    # the burst was refused at admission, not queued: the rejections say why, the accepted ones were served
+    assert burst.count("rejected") > len(burst.outcomes) / 2, burst.summary()
+    reasons = {o.error.split("rejected: ")[1][:26] for o in burst.outcomes.values() if o.kind == "rejected"}
+    assert all(r.startswith(("the deadline cannot be met", "the queue is full")) for r in reasons), reasons
+    assert burst.count("ok") > 0
+    # recovery: normal load after the burst is served like normal load before it
+    assert normal2.count("rejected") <= normal1.count("rejected") + max(2, len(normal2.outcomes) // 10), \
+        (normal1.summary(), normal2.summary())
+    assert normal2.count("ok") >= len(normal2.outcomes) * 0.8, normal2.summary()
+    # memory: back near its level before the burst (allocator slack allowed)
+    assert rss1 <= rss0 * 1.15 + 64 * 2**20, (rss0, rss1)
+    # the server's counts are the client's
+    sent = [normal1, burst, normal2]
+
+    def delta(text, family, **labels):
+        return (metric_total(text, family, model=model, **labels)
+                - metric_total(before, family, model=model, **labels))
+
+    ok = sum(p.count("ok") for p in sent)
+    rejected = sum(p.count("rejected") for p in sent)
+    assert wait_for(lambda: delta(_metrics(server), "lazybatch_requests_total", outcome="ok") == ok, 10), \
+        (delta(_metrics(server), "lazybatch_requests_total", outcome="ok"), ok)
+    text = _metrics(server)
+    assert delta(text, "lazybatch_requests_total", outcome="rejected") == rejected
+    assert delta(text, "lazybatch_rejected_total") == rejected
+    assert delta(text, "lazybatch_decisions_total", kind="reject") == rejected
+    assert metric_total(text, "lazybatch_queue_samples", model=model) == 0
+    assert MAX_BATCH == 8
+
+
+def test_compose_image_tag_is_the_release_of_this_server(prod):
+    """docker-compose.yml pins NGC YY.MM, which carries Triton 2.(51 + months since 24.10): it must be the release
+    of the server these tests run (nvidia-pytriton's), so the Python backend in production is the one tested."""
+    import json
+    import re
+    import urllib.request
+    from pathlib import Path
+
+    server, _ = prod
+    with urllib.request.urlopen(f"http://{server.endpoints.http}/v2", timeout=5) as r:
+        version = json.load(r)["version"]
+    compose = (Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text()
+    tags = set(re.findall(r'TRITON_TAG: "(\d+)\.(\d+)"', compose))
+    assert len(tags) == 1, tags
+    yy, mm = (int(v) for v in tags.pop())
+    assert version.split(".")[:2] == ["2", str(51 + (yy - 24) * 12 + (mm - 10))], version
