@@ -54,9 +54,6 @@ OUT_LEN = "output_len"
 PAD = -1  # output_tokens past a row's end
 OPTIONAL = (SRC_LEN, MAX_OUT, IGNORE_EOS)
 
-# config.pbtxt parameters lazybatch repo add writes for clients (the backend checks them against the manifest)
-INFO_PARAMETERS = ("max_source_length", "max_output_length", "vocab_size")
-
 
 @dataclass(frozen=True)
 class _State:
@@ -102,7 +99,8 @@ class Seq2SeqSpec:
             raise ConfigError(f"seq2seq: the manifest gives no id range for {TOKENS!r}", source=src)
         self.vocab_size = int(hi) + 1
         self.min_token = int(lo)
-        self.has_src_len = SRC_LEN in request_inputs
+        if SRC_LEN not in graph_inputs:
+            raise ConfigError(f"seq2seq: the graphs need a {SRC_LEN!r} input (the source length)", source=src)
         self.enc_last = self.enc_stages[-1]
         self.dec_first = self.dec_stages[0]
         self.dec_last = self.dec_stages[-1]

@@ -92,3 +92,19 @@ def _shipped_histogram() -> Path:
     if not p.is_file():  # pragma: no cover - the package data is missing
         raise ConfigError("the shipped length histogram is missing; pass --length-histogram FILE")
     return p
+
+
+def perf_input_data(info: Seq2SeqInfo, n: int = 100, *, seed: int = 0, histogram: str | Path | None = None,
+                    ignore_eos: bool = True) -> dict[str, Any]:
+    """perf_analyzer ``--input-data`` JSON for a seq2seq model: ``n`` requests whose source and output lengths are
+    drawn like ``lazybatch load`` draws them (perf_analyzer's ``random`` data would send ids outside the
+    vocabulary). Every input is given (optional ones too), one batch row each."""
+    sampler = LengthSampler(info, histogram, seed)
+    rng = np.random.default_rng(seed)
+    data = []
+    for _ in range(n):
+        src_len, out_len = sampler.draw()
+        feeds = make_request(rng, info, src_len, out_len, ignore_eos=ignore_eos)
+        data.append({"src_tokens": {"content": feeds["src_tokens"][0].tolist(), "shape": [src_len]},
+                     "src_len": [src_len], "max_output_len": [out_len], "ignore_eos": [bool(ignore_eos)]})
+    return {"data": data}

@@ -283,3 +283,22 @@ def test_repo_add_refuses_triton_dynamic_batching_for_seq2seq(tmp_path):
     with pytest.raises(ConfigError, match="graph:<ms>"):
         add_model(tmp_path / "g.onnx", tmp_path / "repo", name="g", policy="triton:0", execution_provider="cpu")
     assert not (tmp_path / "repo" / "g").exists()
+
+
+def test_perf_analyzer_against_a_seq2seq_model_reports_no_errors(s2s, tmp_path):
+    """`lazybatch perf` gives perf_analyzer a JSON of valid requests (drawn lengths) instead of random data."""
+    out = tmp_path / "perf"
+    before = s2s.stats("transformer_lazy")
+    rc = main(["perf", "transformer_lazy", "--url", s2s.grpc, "--rates", "20", "--measurement-ms", "1500",
+               "--out", str(out), "--stability-percentage", "500", "--seed", "2"])
+    assert rc == 0
+    log = (out / "perf_transformer_lazy.log").read_text()
+    assert f"--input-data {out / 'input_transformer_lazy.json'}" in log
+    assert "error" not in log.lower().replace("standard deviation", "")
+    data = json.loads((out / "input_transformer_lazy.json").read_text())["data"]
+    assert len({len(d["src_tokens"]["content"]) for d in data}) > 1
+    rows = json.loads((out / "perf.json").read_text())
+    assert rows[0]["throughput"] > 5
+    after = s2s.stats("transformer_lazy")
+    assert after["answered"].get("OK", 0) > before.get("answered", {}).get("OK", 0)
+    assert after["answered"].get("INTERNAL", 0) == before.get("answered", {}).get("INTERNAL", 0)
