@@ -17,11 +17,12 @@ from __future__ import annotations
 import platform
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
-
-import onnx
+from typing import TYPE_CHECKING, Any, Mapping
 
 from lazybatch.batcher.errors import ConfigError
+
+if TYPE_CHECKING:
+    import onnx
 
 LEVELS = ("basic", "extended", "all")
 OPTIMIZED_WHOLE = "ort_optimized.onnx"
@@ -54,6 +55,7 @@ def host_signature() -> dict[str, Any]:
 
 def optimize_model(model: onnx.ModelProto, level: str, external: bool) -> onnx.ModelProto:
     """The graph onnxruntime's CPU provider runs after optimising ``model`` at ``level`` (as a ModelProto)."""
+    import onnx
     import onnxruntime as ort
 
     if level not in LEVELS:
