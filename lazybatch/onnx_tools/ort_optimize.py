@@ -64,7 +64,9 @@ def optimize_model(model: onnx.ModelProto, level: str, external: bool) -> onnx.M
         src, dst = Path(tmp) / "in.onnx", Path(tmp) / "optimized.onnx"
         big = external or model.ByteSize() > 1_800_000_000
         if big:
-            onnx.save_model(model, str(src), save_as_external_data=True, all_tensors_to_one_file=True,
+            copy = onnx.ModelProto()
+            copy.CopyFrom(model)  # saving as external data rewrites the tensors of the proto it is given
+            onnx.save_model(copy, str(src), save_as_external_data=True, all_tensors_to_one_file=True,
                             location="in.onnx.data", size_threshold=1024)
         else:
             onnx.save_model(model, str(src))

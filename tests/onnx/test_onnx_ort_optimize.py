@@ -85,6 +85,10 @@ def test_all_level_stages_are_refused_on_another_host(resnet_small: Path, tmp_pa
     assert cli("split", resnet_small, "--out", tmp_path / "s", "--graph-optimization-level", "all")[0] == 0
     man_path = tmp_path / "s" / "manifest.json"
     man = json.loads(man_path.read_text())
+    rc, out, err = cli("profile", tmp_path / "s", "--batch-sizes", "1,2", "--repeat", "1", "--no-plot")
+    assert rc == 0, err
+    table = json.loads((tmp_path / "s" / "latency.json").read_text())
+    assert table["meta"]["graph_optimization_level"] == "all"
     chain = StageChain(tmp_path / "s", man)  # this host: fine, and the Triton backend's runner agrees
     from lazybatch.backend.stages import StageRunner
 
@@ -108,3 +112,16 @@ def test_unknown_level_is_a_usage_error(resnet_small: Path, tmp_path: Path, cli)
         cli("split", resnet_small, "--out", tmp_path / "s", "--graph-optimization-level", "fast")
     assert e.value.code == 2
     assert not (tmp_path / "s").exists()
+
+
+def test_external_data_model_optimised_then_split(tmp_path: Path, cli) -> None:
+    """A PyTorch (dynamo) export with its weights in a .data file: optimised, split and verified; every file the
+    directory needs is in it (stages, model.onnx and the optimised whole graph each with their own .data)."""
+    src = Path(__file__).resolve().parent / "data" / "torch_resnetish_dynamo.onnx"
+    rc, out, err = cli("split", src, "--out", tmp_path / "s", "--graph-optimization-level", "all", "--verify")
+    assert rc == 0, err
+    man = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert man["verify"]["passed"] and man["external_data"]
+    names = {p.name for p in (tmp_path / "s").iterdir()}
+    assert {"model.onnx.data", "ort_optimized.onnx.data"} <= names
+    assert all(f"{st['file']}.data" in names for st in man["stages"])
