@@ -200,6 +200,8 @@ class StageRunner:
     def __init__(self, stage_dir: str | Path, *, execution_provider: str = "auto", intra_op_threads: int = 0) -> None:
         self.dir = Path(stage_dir)
         self.manifest = load_manifest(self.dir)
+        from lazybatch.onnx_tools.ort_optimize import check_host  # stages split for another CPU: refuse, not misrun
+        check_host(self.manifest.raw, f"the stages in {self.dir}")
         self.providers = available_providers(execution_provider)
         self.sessions = [make_session(self.dir / s.file, self.providers, intra_op_threads)
                          for s in self.manifest.stages]

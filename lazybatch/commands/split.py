@@ -20,6 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="grow each stage to at least this many FLOPs per sample, e.g. 500M or 2e9")
     p.add_argument("--max-cross", type=int, metavar="N",
                    help="allow cuts where up to N activations cross (default: the narrowest cuts between layers)")
+    p.add_argument("--graph-optimization-level", choices=["basic", "extended", "all"], default=None,
+                   help="optimise the whole graph with onnxruntime at this level (its SessionOptions name) BEFORE "
+                        "cutting it, so that stages keep the fusions and the layout the whole graph gets; 'all' "
+                        "makes stages specific to this CPU and onnxruntime version (recorded in the manifest and "
+                        "checked when they are loaded). Default: cut the model as given (portable)")
     p.add_argument("--verify", action="store_true",
                    help="run whole graph and chained stages in onnxruntime at batch 1 and 8; fail unless they agree")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
@@ -32,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
 
     cost = parse_cost(args.min_stage_cost) if args.min_stage_cost is not None else None
     res = split_model(args.model, args.out, max_stages=args.max_stages, min_stage_cost=cost,
-                      max_cross=args.max_cross, verify=args.verify, force=args.force, progress=True)
+                      max_cross=args.max_cross, verify=args.verify, force=args.force, progress=True,
+                      graph_optimization_level=args.graph_optimization_level)
     m = res.manifest
     types = sorted({s["type"] for s in m["stages"]})
     print(f"wrote {res.out}/: {len(m['stages'])} stages ({', '.join(types)}; the graph allows up to "

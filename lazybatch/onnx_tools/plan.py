@@ -29,7 +29,9 @@ from lazybatch.batcher.graph import StageType
 from .batchable import BATCH, shape_table
 
 HEAVY = {"Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN", "Einsum", "MatMulInteger",
-         "QLinearConv", "QLinearMatMul", "ConvInteger", "Attention", "MultiHeadAttention"}
+         "QLinearConv", "QLinearMatMul", "ConvInteger", "Attention", "MultiHeadAttention",
+         # onnxruntime's fused contrib ops, found in graphs cut after --graph-optimization-level
+         "FusedConv", "NhwcConv", "FusedGemm", "FusedMatMul", "QGemm", "DynamicQuantizeMatMul"}
 NODE_COST = 1e4  # FLOP-equivalents per node: keeps zero-FLOP pieces from looking free
 
 
@@ -69,15 +71,16 @@ def node_flops(node: onnx.NodeProto, shapes: dict[str, tuple[int, Any]]) -> floa
     def dims(name: str) -> Any:
         return shapes.get(name, (0, None))[1]
     out = dims(node.output[0]) if node.output else None
-    if node.op_type in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv"):
+    if node.op_type in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "FusedConv"):
         w = dims(node.input[3] if node.op_type == "QLinearConv" else node.input[1])
         ref = dims(node.input[0]) if node.op_type == "ConvTranspose" else out
         return 2.0 * _numel(ref) * (_numel(w[1:]) if w else 1.0)
-    if node.op_type in ("MatMul", "MatMulInteger", "QLinearMatMul", "Gemm"):
+    if node.op_type in ("MatMul", "MatMulInteger", "QLinearMatMul", "Gemm", "FusedGemm", "FusedMatMul", "QGemm"):
         a = dims(node.input[0])
         k = 1
         if a:
-            trans_a = node.op_type == "Gemm" and any(x.name == "transA" and x.i for x in node.attribute)
+            trans_a = (node.op_type in ("Gemm", "FusedGemm", "QGemm")
+                       and any(x.name == "transA" and x.i for x in node.attribute))
             kd = a[0] if trans_a else a[-1]
             k = kd if isinstance(kd, int) and kd > 0 else 1
         return 2.0 * _numel(out) * k

@@ -125,6 +125,8 @@ def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_B
         "host": platform.node(), "machine": platform.machine(), "processor": platform.processor() or None,
         "interpolation": "linear between measured batch sizes (LatencyTable)",
         "measured_batch_sizes": list(batch_sizes),
+        # stages cut after onnxruntime's optimiser (split --graph-optimization-level) cost less per stage
+        "graph_optimization_level": (manifest.get("ort_optimization") or {}).get("level"),
     }
     if whole:
         meta["whole_graph_latency_s"] = whole_lat

@@ -13,6 +13,8 @@ import numpy as np
 
 from lazybatch.batcher.errors import ConfigError
 
+from .ort_optimize import check_host
+
 
 def make_session(path: Path | bytes, providers: Sequence[str], threads: int = 0, spinning: bool = False) -> Any:
     """An onnxruntime session. Spinning is off by default (as in the Triton backend): each stage session owns an
@@ -62,6 +64,7 @@ class StageChain:
                  providers: Sequence[str] = ("CPUExecutionProvider",), threads: int = 0, whole: bool = True,
                  spinning: bool = False) -> None:
         d = Path(directory)
+        check_host(manifest, f"the stages in {d}")
         self.manifest = manifest
         self.whole = make_session(d / manifest["whole_model"], providers, threads, spinning) if whole else None
         self.stages = [make_session(d / st["file"], providers, threads, spinning) for st in manifest["stages"]]

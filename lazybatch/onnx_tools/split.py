@@ -19,6 +19,7 @@ from .batchable import infer_shapes, make_batchable, probe_shapes, shape_table
 from .fsutil import check_target, replace_dir, staging_dir
 from .loading import default_opset, fold_constant_nodes, load_model
 from .manifest import FORMAT, build_manifest, input_ranges
+from .ort_optimize import OPTIMIZED_WHOLE, manifest_entry, optimize_model
 from .plan import Plan, make_plan
 from .zoo import EXTERNAL_DATA_THRESHOLD, seq2seq_spec
 
@@ -91,7 +92,11 @@ def _save(model: onnx.ModelProto, path: Path, external: bool) -> None:
 
 def split_model(model_path: str | Path, out: str | Path, *, max_stages: int | None = None,
                 min_stage_cost: float | None = None, max_cross: int | None = None, verify: bool = False,
-                force: bool = False, progress: bool = False) -> SplitResult:
+                force: bool = False, progress: bool = False,
+                graph_optimization_level: str | None = None) -> SplitResult:
+    """Split ``model_path`` into ``out``. With ``graph_optimization_level`` (basic, extended, all) the graph is
+    cut after onnxruntime has optimised it at that level (see :mod:`.ort_optimize`); ``model.onnx`` stays the
+    unoptimised (batchable) model, and the optimised whole graph is kept beside it for --verify."""
     t0 = time.perf_counter()
     out = Path(out)
     check_target(out, force, "output directory")
@@ -102,16 +107,23 @@ def split_model(model_path: str | Path, out: str | Path, *, max_stages: int | No
     fold_constant_nodes(model.graph)
     fixes = make_batchable(model)
     model = infer_shapes(model)
+    whole = onnx.ModelProto()
+    whole.CopyFrom(model)
+    del whole.graph.value_info[:]
+    whole.ir_version = max(4, min(whole.ir_version, 13))
+    if graph_optimization_level:
+        model = infer_shapes(optimize_model(whole, graph_optimization_level, loaded.external_data))
     spec = seq2seq_spec(model)
     shapes = probe_shapes(model, shape_table(model), input_ranges(model))
     plan = make_plan(model, spec, max_stages=max_stages, min_stage_cost=min_stage_cost, max_cross=max_cross,
                      shapes=shapes)
     with staging_dir(out) as tmp:
-        whole = onnx.ModelProto()
-        whole.CopyFrom(model)
-        del whole.graph.value_info[:]
-        whole.ir_version = max(4, min(whole.ir_version, 13))
         _save(whole, tmp / WHOLE_MODEL, loaded.external_data)
+        if graph_optimization_level:
+            opt_whole = onnx.ModelProto()
+            opt_whole.CopyFrom(model)
+            del opt_whole.graph.value_info[:]
+            _save(opt_whole, tmp / OPTIMIZED_WHOLE, loaded.external_data)
         stage_io: list[tuple[list[str], list[str]]] = []
         for k in range(len(plan.stages)):
             sm, ins, outs = _stage_model(plan, k, model)
@@ -128,6 +140,8 @@ def split_model(model_path: str | Path, out: str | Path, *, max_stages: int | No
                                                "max_cross": max_cross},
                                   fixes=fixes, external_data=loaded.external_data, opset=default_opset(model),
                                   whole_model=WHOLE_MODEL, version=__version__)
+        if graph_optimization_level:
+            manifest["ort_optimization"] = manifest_entry(graph_optimization_level)
         if not verify:
             from .verify import check_batchable
             check_batchable(tmp, manifest)

@@ -3,7 +3,10 @@
 Every model output and every tensor passed between stages (``boundary:NAME``) is compared. Floats must agree
 within ``TOLERANCE`` times the tensor's scale (its largest magnitude); integer and bool outputs (e.g. ArgMax
 tokens) must agree exactly. Both runs use onnxruntime with the same settings. At batch 1 the chained stages are
-also compared with the original, unmodified file (``original:NAME``).
+also compared with the original, unmodified file (``original:NAME``). Stages cut from an onnxruntime-optimised
+graph (``ort_optimization`` in the manifest) pass tensors that exist only in that graph: their boundaries are
+compared with the optimised whole graph, and their outputs also with the unoptimised ``model.onnx``
+(``unoptimized:NAME``), so the proof still ends at the model the user gave.
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ def _instrumented_whole(directory: Path, manifest: Mapping[str, Any], providers:
     boundary tensor closes that gap."""
     import onnx
 
-    model = onnx.load(str(directory / manifest["whole_model"]))
+    opt = manifest.get("ort_optimization") or {}
+    model = onnx.load(str(directory / (opt.get("whole_model") or manifest["whole_model"])))
     have = {o.name for o in model.graph.output}
     for st in manifest["stages"]:
         for o in st["outputs"]:
@@ -91,8 +95,10 @@ def verify_dir(directory: str | Path, manifest: Mapping[str, Any], *, batch_size
     """
     chain = StageChain(directory, manifest, providers, whole=False)
     instrumented = _instrumented_whole(Path(directory), manifest, providers)
+    opt = manifest.get("ort_optimization") or {}
     if instrumented is None:
-        chain.whole = make_session(Path(directory) / manifest["whole_model"], providers)
+        chain.whole = make_session(Path(directory) / (opt.get("whole_model") or manifest["whole_model"]), providers)
+    unoptimized = make_session(Path(directory) / manifest["whole_model"], providers) if opt else None
     model_outputs = [o["name"] for o in manifest["graph_outputs"]]
     boundaries = [o["name"] for st in manifest["stages"] for o in st["outputs"] if o["name"] not in model_outputs]
     orig = make_session(Path(original), providers) if original is not None else None
@@ -119,6 +125,10 @@ def verify_dir(directory: str | Path, manifest: Mapping[str, Any], *, batch_size
         if instrumented is not None:
             res.update({f"boundary:{k}": v for k, v in compare({n: whole_all[n] for n in boundaries},
                                                                {n: chained_all[n] for n in boundaries}).items()})
+        if unoptimized is not None:
+            names = [o.name for o in unoptimized.get_outputs()]
+            res.update({f"unoptimized:{k}": v for k, v in compare(dict(zip(names, unoptimized.run(names, feeds))),
+                                                                  chained).items()})
         if orig is not None and b == 1:
             names = [o.name for o in orig.get_outputs()]
             try:
