@@ -17,6 +17,8 @@ from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.request import Request
 from lazybatch.batcher.scheduler import Scheduler
 
+from .energy import stage_energy
+
 _COMPLETION, _TIMER = 0, 1
 
 JobObserver = Callable[[float, StageJob], None]
@@ -50,6 +52,8 @@ class Simulation:
         self.stage_execs = 0
         self.batch_hist: dict[int, int] = {}
         self.busy_time = 0.0
+        self._energy = stage_energy(table)  # joules per stage run; None for tables without meta.energy_uj
+        self.energy_j: float | None = None if self._energy is None else 0.0  # modelled, see energy.py
         self.scheduler = Scheduler(table, policy, self, self, log=log)
 
     # Clock
@@ -68,6 +72,8 @@ class Simulation:
         lat = self._dense[job.stage][b]
         self.stage_execs += 1
         self.busy_time += lat
+        if self._energy is not None:
+            self.energy_j += self._energy[job.stage][b]
         hist = self.batch_hist
         hist[b] = hist.get(b, 0) + 1
         if self.on_job is not None:
