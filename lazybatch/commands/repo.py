@@ -41,7 +41,15 @@ def register(sub: Any) -> None:
     d.add_argument("--sla-ms", type=float, default=None, help="default SLA: 100 ms (resnet50), 10 ms (mlp)")
     d.add_argument("--max-stages", type=int, default=20)
     d.add_argument("--force", action="store_true", help="rebuild everything (model, stages, latency table)")
+    d.add_argument("--no-npu-timing", action="store_true", help="leave out the npu_timing query model")
     d.set_defaults(func=run_default)
+    n = rsub.add_parser("npu-timing", help="add the npu_timing model: NPU latency queries over gRPC (docs/npu.md)")
+    n.add_argument("--repository", "--model-repository", dest="repository", default="model_repository")
+    n.add_argument("--name", default="npu_timing")
+    n.add_argument("--npu-config", default=None, help="NPU configuration JSON (`lazybatch npu config` prints one); "
+                   "default: the LazyBatching paper's Table I")
+    n.add_argument("--force", action="store_true", help="replace an existing model directory")
+    n.set_defaults(func=run_npu_timing)
 
 
 def run_add(args: argparse.Namespace) -> int:
@@ -71,5 +79,19 @@ def run_default(args: argparse.Namespace) -> int:
     repo = build_default_repository(args.repository, kind=args.model, max_batch_size=args.max_batch_size,
                                     sla_ms=args.sla_ms,
                                     max_stages=args.max_stages, force=args.force)
+    if not args.no_npu_timing:
+        from lazybatch.npu_repo import add_npu_timing
+
+        if not (repo / "npu_timing").exists() or args.force:
+            add_npu_timing(repo, force=True)
+            print("npu_timing: NPU latency queries (lazybatch npu query --model <name>)")
     print(f"model repository ready: {repo} (serve it with `lazybatch serve --model-repository {repo}`)")
+    return 0
+
+
+def run_npu_timing(args: argparse.Namespace) -> int:
+    from lazybatch.npu_repo import add_npu_timing
+
+    mdir = add_npu_timing(args.repository, name=args.name, npu_config=args.npu_config, force=args.force)
+    print(f"added {mdir}: query it with `lazybatch npu query --model <a model of the repository> --batch 1,8`")
     return 0

@@ -89,6 +89,9 @@ def build_repository(root: Path) -> tuple[Path, Path, Path]:
     slow = make_mlp(root / "slow.onnx", in_dim=256, width=1024, depth=8, out_dim=16, seed=2)
     add_model(slow, repo, name="slow_lazy", policy="lazy", sla_ms=10000, max_batch_size=MAX_BATCH, profile_reps=1,
               execution_provider="cpu", intra_op_threads=1)
+    from lazybatch.npu_repo import add_npu_timing
+
+    add_npu_timing(repo)  # NPU latency queries over the models above (test_npu_timing.py)
     return repo, mlp, slow
 
 
