@@ -28,6 +28,7 @@ from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
 
+from .npu_executor import maybe_wrap
 from .config import (BackendSettings, TensorSpec, parse_config_json, parse_request_parameters, validate_request)
 from .stages import StageRunner, available_providers, make_session, profile_batch_sizes
 
@@ -117,6 +118,7 @@ class TritonPythonModel:
                               "STATIC stages", source=str(s.stage_dir))
         check_against_manifest(s, runner.manifest.inputs, runner.manifest.outputs)
         table = load_table(s, runner)
+        runner, table = maybe_wrap(cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (issue 5)
         policy = spec.build(max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size)
         runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
         self.runtime = BackendRuntime(runner, table, policy, self._respond, is_cancelled=self._is_cancelled,
@@ -169,6 +171,8 @@ class TritonPythonModel:
         try:
             self._stats_path.parent.mkdir(parents=True, exist_ok=True)
             data = {"model": self.settings.name, "policy": self.settings.policy, **runtime.stats.as_dict()}
+            if hasattr(runtime.runner, "npu_stats"):
+                data["npu"] = runtime.runner.npu_stats()
             tmp = self._stats_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data, indent=1))
             tmp.replace(self._stats_path)

@@ -70,3 +70,48 @@ def add_npu_timing(repository: str | Path, *, name: str = "npu_timing", npu_conf
     (mdir / "config.pbtxt").write_text(config_to_text(cfg))
     (vdir / "model.py").write_text(NPU_TIMING_PY)
     return mdir
+
+
+def add_npu_model(model: str | Path | None, repository: str | Path, *, name: str, npu_time_scale: float = 1.0,
+                  npu_config: Any = None, stages: str | Path | None = None, max_stages: int | None = None,
+                  max_batch_size: int = 16, **add_kw: Any) -> Path:
+    """``lazybatch repo add --executor npu``: a lazybatch model whose latency table is the NPU model's (of its own
+    stages) and whose stages are released at the modelled NPU time x ``npu_time_scale`` (backend/npu_executor.py).
+    Outputs are still computed by onnxruntime; no CPU profiling happens."""
+    import tempfile
+
+    from lazybatch.backend.config import load_config
+    from lazybatch.backend.stages import profile_batch_sizes
+    from lazybatch.npu_model import NPUConfig
+    from lazybatch.npu_model.tables import latency_table
+    from lazybatch.repo import add_model, parse_repo_policy, split_into, TritonPolicy
+
+    if isinstance(parse_repo_policy(add_kw.get("policy", "lazy")), TritonPolicy):
+        raise ConfigError("executor npu needs a lazybatch scheduler policy (lazy, oracle, serial, graph:<ms>, ...); "
+                          "triton:<us> runs the whole graph under Triton's own batcher", field="--policy")
+    if not (isinstance(npu_time_scale, (int, float)) and npu_time_scale > 0):
+        raise ConfigError(f"npu_time_scale must be positive, got {npu_time_scale!r}", field="--npu-time-scale")
+    cfg = npu_config if isinstance(npu_config, NPUConfig) or npu_config is None else None
+    if npu_config is not None and cfg is None:
+        p = Path(npu_config)
+        try:
+            cfg = NPUConfig.from_dict(json.loads(p.read_text()), source=str(p))
+        except OSError as e:
+            raise ConfigError(f"cannot read: {e.strerror}", source=str(p)) from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"not valid JSON ({e.msg})", source=str(p)) from None
+    cfg = cfg or NPUConfig()
+    with tempfile.TemporaryDirectory(prefix="lazybatch-npu-") as tmp:
+        if stages is None:
+            if model is None:
+                raise ConfigError("give MODEL.onnx or --stages DIR", field="model")
+            stages = split_into(Path(model), Path(tmp) / "stages", max_stages=max_stages, name=name)
+        table, _ = latency_table(stages, profile_batch_sizes(max_batch_size), cfg, name=name)
+        table_path = table.save(Path(tmp) / "npu_latency.json")
+        mdir = add_model(model, repository, name=name, stages=stages, latency_table=table_path,
+                         max_batch_size=max_batch_size, **add_kw)
+    conf = load_config(mdir / "config.pbtxt")
+    conf.parameters["executor"].string_value = "npu"
+    conf.parameters["npu_time_scale"].string_value = f"{npu_time_scale:g}"
+    (mdir / "config.pbtxt").write_text(config_to_text(conf))
+    return mdir

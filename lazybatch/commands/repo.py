@@ -31,6 +31,12 @@ def register(sub: Any) -> None:
     a.add_argument("--intra-op-threads", type=int, default=0)
     a.add_argument("--allow-nan", action="store_true", help="accept NaN/Inf inputs (rejected by default)")
     a.add_argument("--force", action="store_true", help="replace an existing model directory")
+    a.add_argument("--executor", default="onnxruntime", choices=("onnxruntime", "npu"), help="npu: outputs from "
+                   "onnxruntime, each stage released at its modelled NPU time; the latency table is the NPU "
+                   "model's (docs/npu.md, simulated deployment)")
+    a.add_argument("--npu-time-scale", type=float, default=1.0, help="executor npu: run k times slower than the "
+                   "NPU, so that NPU time dominates the CPU's (1)")
+    a.add_argument("--npu-config", default=None, help="executor npu: NPU configuration JSON (default Table I)")
     a.set_defaults(func=run_add)
     d = rsub.add_parser("default", help="build the shipped comparison repository: a model under lazy, Triton's "
                         "dynamic batcher (0/5000/20000 us) and serial")
@@ -62,12 +68,21 @@ def run_add(args: argparse.Namespace) -> int:
         raise ConfigError("give MODEL.onnx or --stages DIR")
     stem = Path(args.model or args.stages).stem
     name = args.name or f"{stem}_{args.policy.split(':')[0].lower()}"
-    mdir = add_model(args.model, args.repository, name=name, policy=args.policy, sla_ms=args.sla_ms,
-                     max_batch_size=args.max_batch_size, stages=args.stages, max_stages=args.max_stages,
-                     latency_table=args.latency_table, profile_reps=args.profile_reps,
-                     execution_provider=args.execution_provider, intra_op_threads=args.intra_op_threads,
-                     allow_nan=args.allow_nan, scheduler_max_batch_size=args.scheduler_max_batch_size,
-                     force=args.force)
+    add = add_model
+    if args.executor == "npu":
+        from lazybatch.npu_repo import add_npu_model as add
+
+        if args.latency_table:
+            raise ConfigError("--executor npu computes the NPU latency table itself; leave out --latency-table")
+        extra = {"npu_time_scale": args.npu_time_scale, "npu_config": args.npu_config}
+    else:
+        extra = {"latency_table": args.latency_table}
+    mdir = add(args.model, args.repository, name=name, policy=args.policy, sla_ms=args.sla_ms,
+               max_batch_size=args.max_batch_size, stages=args.stages, max_stages=args.max_stages,
+               **extra, profile_reps=args.profile_reps,
+               execution_provider=args.execution_provider, intra_op_threads=args.intra_op_threads,
+               allow_nan=args.allow_nan, scheduler_max_batch_size=args.scheduler_max_batch_size,
+               force=args.force)
     print(f"added {mdir}")
     print((mdir / "config.pbtxt").read_text())
     return 0
