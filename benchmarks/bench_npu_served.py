@@ -37,9 +37,10 @@ from lazybatch.simulator.engine import Simulation
 
 
 def build(root: Path, policies: list[str], k: float, sla_ms: float, window_ms: float, max_batch: int,
-          width: int, depth: int) -> tuple[Path, Path, dict[str, str]]:
+          width: int, depth: int, cancel_poll_ms: float) -> tuple[Path, Path, dict[str, str]]:
     import onnx
 
+    from lazybatch.backend.config import config_to_text, load_config
     from lazybatch.npu_repo import add_npu_model
     from lazybatch.staging import make_mlp, split_model
 
@@ -51,8 +52,11 @@ def build(root: Path, policies: list[str], k: float, sla_ms: float, window_ms: f
     for pol in policies:
         served_pol = f"graph:{window_ms * k:g}" if pol == "graph" else pol
         name = f"mlp_{pol}_npu"
-        add_npu_model(mlp, repo, name=name, npu_time_scale=k, policy=served_pol, sla_ms=sla_ms * k,
-                      max_batch_size=max_batch, stages=stages, execution_provider="cpu", intra_op_threads=1)
+        mdir = add_npu_model(mlp, repo, name=name, npu_time_scale=k, policy=served_pol, sla_ms=sla_ms * k,
+                             max_batch_size=max_batch, stages=stages, execution_provider="cpu", intra_op_threads=1)
+        conf = load_config(mdir / "config.pbtxt")  # each is_cancelled() poll is a round trip to the server process
+        conf.parameters["cancel_poll_ms"].string_value = f"{cancel_poll_ms:g}"
+        (mdir / "config.pbtxt").write_text(config_to_text(conf))
         names[pol] = name
     return repo, mlp, names
 
@@ -131,6 +135,8 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--depth", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cancel-poll-ms", type=float, default=1000.0, help="the served models' cancel_poll_ms (wall "
+                    "time; the backend's default 2 ms costs a round trip per held request and stage)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/npu_served"))
     ap.add_argument("--plot", type=Path, default=None, help="plot path (default OUT/npu_served_vs_sim.png)")
     args = ap.parse_args()
@@ -145,7 +151,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="lazybatch-npu-served-") as tmp:
         root = Path(tmp)
         repo, mlp, names = build(root, policies, k, args.sla_ms, args.window_ms, args.max_batch_size, args.width,
-                                 args.depth)
+                                 args.depth, args.cancel_poll_ms)
         table_k = LatencyTable.load(repo / names[policies[0]] / "1" / "latency.json")  # the unscaled NPU table
         print(f"model: MLP {args.depth} x {args.width} in {table_k.graph.n} stages; NPU batch-1 request "
               f"{sum(table_k.single) * 1e3:.3f} ms; served at npu_time_scale {k:g}")
