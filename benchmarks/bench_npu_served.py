@@ -228,6 +228,7 @@ def plot(cdfs: dict, path: Path, k: float) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     rates = sorted({r for _, r in cdfs})
     fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 3.8), squeeze=False)
@@ -241,6 +242,8 @@ def plot(cdfs: dict, path: Path, k: float) -> None:
                 v = np.sort(np.array(xs) * 1e3)
                 ax.plot(v, np.arange(1, len(v) + 1) / len(v), style, color=c, label=f"{label} {what}")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.set_xlabel("latency, ms of NPU time")
         ax.set_title(f"{rate:g} req/s" if rate else "trace")
         ax.grid(alpha=0.3)
