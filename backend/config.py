@@ -53,6 +53,10 @@ PARAMETERS.update({
                        "(default off)",
 })
 
+from .npu_executor import PARAMETERS as _NPU_EXECUTOR_PARAMETERS  # noqa: E402 (read by npu_executor.py)
+
+PARAMETERS.update(_NPU_EXECUTOR_PARAMETERS)
+
 
 def model_config_pb2() -> Any:
     from tritonclient.grpc import model_config_pb2 as pb

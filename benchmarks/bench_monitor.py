@@ -8,7 +8,9 @@ size, and latency / batch-size time series. Compared in one run: ad-hoc batching
 deadline, Triton's dynamic batcher (GraphB(5)) and LazyBatching. Goals printed as ratios: BatchMonitor's average
 latency within 1.1x of ad-hoc; at least 10x lower than max-batch-under-deadline.
 
-Energy per request needs the NPU timing model's energy estimate, which does not exist yet: the column says n/a.
+Energy per request is *modelled*: the NPU timing model's dynamic-energy estimate summed over the executed stage runs
+(lazybatch/simulator/energy.py), for tables that carry it (`--model npu_resnet50`, any `lazybatch npu latency`
+table); the synthetic tables carry none and print n/a. Latency and batch sizes are simulated, nothing is measured.
 """
 
 from __future__ import annotations
@@ -22,15 +24,17 @@ from lazybatch.batcher import LatencyTable, parse_policy
 from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.simulator import paper_tables, workload
 from lazybatch.simulator.engine import Simulation
+from lazybatch.simulator.energy import per_request
+from lazybatch.simulator.sweep import load_table
 
 MODELS = ("resnet50", "vgg19", "bert_base")
 POLICIES = ("adhoc", "monitor", "deadline", "graph:5", "lazy")
 
 
 def scaled(model: str, factor: float) -> LatencyTable:
-    t = paper_tables.shipped_table(model)
+    t = load_table(model)  # shipped synthetic tables, NPU tables (npu_*) or a table path
     return LatencyTable(t.graph, t.batch_sizes, [[v * factor for v in row] for row in t.measured],
-                        provenance=f"{t.provenance}; every latency x{factor:g}")
+                        provenance=f"{t.provenance}; every latency x{factor:g}", meta=t.meta)
 
 
 def run(model: str, policy: str, arrivals, sla: float, scale: float = 1.0):
@@ -41,6 +45,7 @@ def run(model: str, policy: str, arrivals, sla: float, scale: float = 1.0):
                      on_job=lambda t, job: batches.append((t, job.batch_size)) if job.stage == 0 else None)
     reqs = workload.requests(arrivals, sla)
     sim.run(reqs)
+    pol.energy_j = sim.energy_j  # modelled energy of the run (None without an energy table)
     return reqs, batches, pol
 
 
@@ -59,6 +64,8 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=300.0)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/monitor"))
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--model", action="append", help=f"repeatable (default {', '.join(MODELS)}); npu_resnet50 or "
+                    "a `lazybatch npu latency` table adds the modelled energy per request")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="multiply every table latency (e.g. 4: a device 4x slower than the NPU-shaped tables, "
                          "closer to the seed's GPUs, where 240 requests/s needs batching)")
@@ -72,7 +79,7 @@ def main() -> int:
     workload.save_trace(arrivals, args.out / "trace.csv")
     results: dict[tuple[str, str], dict] = {}
     series: dict[str, dict[str, tuple]] = {}
-    for model in MODELS:
+    for model in args.model or MODELS:
         print(f"\n== {model} ==")
         print(f"  {'policy':18s} {'avg ms':>8} {'p99 ms':>8} {'mean batch':>10} {'SLA viol':>8} {'energy/req':>10}")
         for policy in POLICIES:
@@ -83,12 +90,13 @@ def main() -> int:
             mean_b = statistics.fmean(b for _, b in batches)
             viol = sum(1 for r in reqs if r.finish > r.deadline) / len(reqs)
             label = parse_policy(policy).label
-            results[(model, label)] = {"avg": avg, "p99": p99, "batch": mean_b, "viol": viol}
+            mj, _ = per_request(pol.energy_j, sum(1 for r in reqs if r.status.name == "OK"))
+            results[(model, label)] = {"avg": avg, "p99": p99, "batch": mean_b, "viol": viol, "mj": mj}
             series.setdefault(model, {})[label] = (
                 bins([(r.arrival, r.latency * 1e3) for r in reqs], 1.0, args.duration),
                 bins([(t, float(b)) for t, b in batches], 1.0, args.duration),
                 getattr(pol, "history", None))
-            print(f"  {label:18s} {avg * 1e3:8.2f} {p99 * 1e3:8.2f} {mean_b:10.2f} {viol * 100:7.1f}% {'n/a':>10}")
+            print(f"  {label:18s} {avg * 1e3:8.2f} {p99 * 1e3:8.2f} {mean_b:10.2f} {viol * 100:7.1f}% {'n/a' if mj != mj else f'{mj:.3g} mJ':>10}")
         m, a, d = (results[(model, k)]["avg"] for k in ("BatchMonitor", "AdHoc", "MaxBatchDeadline"))
         print(f"  BatchMonitor / AdHoc average latency = {m / a:.3f}x (goal <= 1.1x); "
               f"MaxBatchDeadline / BatchMonitor = {d / m:.1f}x (goal >= 10x; the seed reports 14x); "

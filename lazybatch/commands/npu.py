@@ -103,9 +103,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_config_args(val)
     val.set_defaults(func=run_validate)
 
+    q = nsub.add_parser("query", help="ask a served npu_timing model (gRPC) for stage latencies, cycles and energy",
+                        description="Queries the npu_timing model of a running server (`lazybatch repo npu-timing` "
+                                    "adds it): a model of that repository by name, or layer descriptors.")
+    qwhat = q.add_mutually_exclusive_group(required=True)
+    qwhat.add_argument("--model", help="a model of the served repository that has stages (e.g. resnet50_lazy)")
+    qwhat.add_argument("--layer", action="append", metavar="DESC",
+                       help="conv:H,W,C,R,S,M,STRIDE or gemm:M,K,N; repeatable (each is one stage)")
+    q.add_argument("--stage", default=None, help="stage ids, comma-separated (default: every stage)")
+    q.add_argument("--batch", default="1", help="batch sizes, comma-separated (1)")
+    q.add_argument("-u", "--url", default="127.0.0.1:8001", help="server address (gRPC; 127.0.0.1:8001)")
+    q.add_argument("-i", "--protocol", default="grpc", choices=("grpc", "http"))
+    q.add_argument("--timing-model", default="npu_timing", help="name of the timing model (npu_timing)")
+    q.add_argument("--json", action="store_true", help="print the answer as JSON")
+    q.set_defaults(func=run_query)
+
     conf = nsub.add_parser("config", help="print the NPU configuration (Table I, or as changed by the flags) as JSON")
     _add_config_args(conf)
     conf.set_defaults(func=lambda a: print(json.dumps(npu_config(a).to_dict(), indent=1)) or 0)
+
+
+def run_query(args: argparse.Namespace) -> int:
+    from lazybatch.client.npu import npu_query
+
+    ans = npu_query(args.url, model=args.model, layers=args.layer, protocol=args.protocol,
+                    stages=comma_list(args.stage, "stage", int) if args.stage else None,
+                    batches=comma_list(args.batch, "batch", int), timing_model=args.timing_model)
+    if args.json:
+        print(json.dumps(ans, indent=1))
+        return 0
+    print(f"{'stage':<28}" + "".join(f"{'b=' + str(b) + ' us':>14}" for b in ans["batch"])
+          + "".join(f"{'b=' + str(b) + ' uJ':>14}" for b in ans["batch"]))
+    for name, lat, en in zip(ans["stage_name"], ans["latency_us"], ans["energy_uj"]):
+        print(f"{name[:27]:<28}" + "".join(f"{v:>14.2f}" for v in lat) + "".join(f"{v:>14.2f}" for v in en))
+    return 0
 
 
 def _resolve_target(target: str, tmp: Path) -> Path:

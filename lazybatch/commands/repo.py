@@ -35,6 +35,12 @@ def register(sub: Any) -> None:
     a.add_argument("--timeout-action", type=str.upper, choices=("REJECT", "DELAY"), default=None,
                    help="REJECT: refuse requests whose deadline cannot be met; DELAY: serve them late (default)")
     a.add_argument("--force", action="store_true", help="replace an existing model directory")
+    a.add_argument("--executor", default="onnxruntime", choices=("onnxruntime", "npu"), help="npu: outputs from "
+                   "onnxruntime, each stage released at its modelled NPU time; the latency table is the NPU "
+                   "model's (docs/npu.md, simulated deployment)")
+    a.add_argument("--npu-time-scale", type=float, default=1.0, help="executor npu: run k times slower than the "
+                   "NPU, so that NPU time dominates the CPU's (1)")
+    a.add_argument("--npu-config", default=None, help="executor npu: NPU configuration JSON (default Table I)")
     a.set_defaults(func=run_add)
     d = rsub.add_parser("default", help="build the shipped comparison repository: a model under lazy, Triton's "
                         "dynamic batcher (0/5000/20000 us) and serial")
@@ -45,7 +51,15 @@ def register(sub: Any) -> None:
     d.add_argument("--sla-ms", type=float, default=None, help="default SLA: 100 ms (resnet50), 10 ms (mlp)")
     d.add_argument("--max-stages", type=int, default=20)
     d.add_argument("--force", action="store_true", help="rebuild everything (model, stages, latency table)")
+    d.add_argument("--no-npu-timing", action="store_true", help="leave out the npu_timing query model")
     d.set_defaults(func=run_default)
+    n = rsub.add_parser("npu-timing", help="add the npu_timing model: NPU latency queries over gRPC (docs/npu.md)")
+    n.add_argument("--repository", "--model-repository", dest="repository", default="model_repository")
+    n.add_argument("--name", default="npu_timing")
+    n.add_argument("--npu-config", default=None, help="NPU configuration JSON (`lazybatch npu config` prints one); "
+                   "default: the LazyBatching paper's Table I")
+    n.add_argument("--force", action="store_true", help="replace an existing model directory")
+    n.set_defaults(func=run_npu_timing)
 
 
 def run_add(args: argparse.Namespace) -> int:
@@ -58,12 +72,21 @@ def run_add(args: argparse.Namespace) -> int:
         raise ConfigError("give MODEL.onnx or --stages DIR")
     stem = Path(args.model or args.stages).stem
     name = args.name or f"{stem}_{args.policy.split(':')[0].lower()}"
-    mdir = add_model(args.model, args.repository, name=name, policy=args.policy, sla_ms=args.sla_ms,
-                     max_batch_size=args.max_batch_size, stages=args.stages, max_stages=args.max_stages,
-                     latency_table=args.latency_table, profile_reps=args.profile_reps,
-                     execution_provider=args.execution_provider, intra_op_threads=args.intra_op_threads,
-                     allow_nan=args.allow_nan, scheduler_max_batch_size=args.scheduler_max_batch_size,
-                     force=args.force, max_queue_size=args.max_queue_size, timeout_action=args.timeout_action)
+    add = add_model
+    if args.executor == "npu":
+        from lazybatch.npu_repo import add_npu_model as add
+
+        if args.latency_table:
+            raise ConfigError("--executor npu computes the NPU latency table itself; leave out --latency-table")
+        extra = {"npu_time_scale": args.npu_time_scale, "npu_config": args.npu_config}
+    else:
+        extra = {"latency_table": args.latency_table}
+    mdir = add(args.model, args.repository, name=name, policy=args.policy, sla_ms=args.sla_ms,
+               max_batch_size=args.max_batch_size, stages=args.stages, max_stages=args.max_stages,
+               **extra, profile_reps=args.profile_reps,
+               execution_provider=args.execution_provider, intra_op_threads=args.intra_op_threads,
+               allow_nan=args.allow_nan, scheduler_max_batch_size=args.scheduler_max_batch_size,
+               force=args.force, max_queue_size=args.max_queue_size, timeout_action=args.timeout_action)
     print(f"added {mdir}")
     print((mdir / "config.pbtxt").read_text())
     return 0
@@ -75,5 +98,19 @@ def run_default(args: argparse.Namespace) -> int:
     repo = build_default_repository(args.repository, kind=args.model, max_batch_size=args.max_batch_size,
                                     sla_ms=args.sla_ms,
                                     max_stages=args.max_stages, force=args.force)
+    if not args.no_npu_timing:
+        from lazybatch.npu_repo import add_npu_timing
+
+        if not (repo / "npu_timing").exists() or args.force:
+            add_npu_timing(repo, force=True)
+            print("npu_timing: NPU latency queries (lazybatch npu query --model <name>)")
     print(f"model repository ready: {repo} (serve it with `lazybatch serve --model-repository {repo}`)")
+    return 0
+
+
+def run_npu_timing(args: argparse.Namespace) -> int:
+    from lazybatch.npu_repo import add_npu_timing
+
+    mdir = add_npu_timing(args.repository, name=args.name, npu_config=args.npu_config, force=args.force)
+    print(f"added {mdir}: query it with `lazybatch npu query --model <a model of the repository> --batch 1,8`")
     return 0

@@ -18,6 +18,8 @@ from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.request import Request
 from lazybatch.batcher.scheduler import Scheduler
 
+from .energy import stage_energy
+
 _COMPLETION, _TIMER = 0, 1
 
 JobObserver = Callable[[float, StageJob], None]
@@ -53,6 +55,8 @@ class Simulation:
         self.stage_execs = 0
         self.batch_hist: dict[int, int] = {}
         self.busy_time = 0.0
+        self._energy = stage_energy(table)  # joules per stage run; None for tables without meta.energy_uj
+        self.energy_j: float | None = None if self._energy is None else 0.0  # modelled, see energy.py
         self.scheduler = Scheduler(table, policy, self, self, log=log, queue_policy=queue_policy)
 
     # Clock
@@ -71,6 +75,8 @@ class Simulation:
         lat = self._dense[job.stage][b]
         self.stage_execs += 1
         self.busy_time += lat
+        if self._energy is not None:
+            self.energy_j += self._energy[job.stage][b]
         hist = self.batch_hist
         hist[b] = hist.get(b, 0) + 1
         if self.on_job is not None:

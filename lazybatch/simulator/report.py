@@ -33,6 +33,8 @@ def _fmt(v: float, kind: str) -> str:
         return f"{v:.2f}" if v < 100 else f"{v:.0f}"
     if kind == "batch":
         return f"{v:.2f}"
+    if kind == "energy":
+        return f"{v:.3g}"
     return f"{v:.0f}"
 
 
@@ -52,7 +54,11 @@ def print_tables(summary: Sequence[dict], comparisons: Sequence[Comparison], out
                                           ("p99 latency, ms", "p99_ms", "ms", False),
                                           ("throughput, requests/s", "throughput", "num", False),
                                           ("mean executed batch size", "mean_batch", "batch", False),
+                                          ("modelled energy per request, mJ (NPU model, dynamic energy only)",
+                                           "energy_mj_per_req", "energy", False),
                                           ("SLA violation rate", "sla_violation", "pct", True)):
+            if key == "energy_mj_per_req" and not any(r.get(key, float("nan")) == r.get(key) for r in rows):
+                continue  # a measured table: no energy to report
             for sla in (slas if per_sla else slas[:1]):
                 suffix = f" (SLA {sla:g} ms)" if per_sla or len(slas) > 1 else ""
                 print(f"{title}{suffix}", file=out)

@@ -99,7 +99,7 @@ def simulate_once(spec: RunSpec) -> tuple[RunMetrics, float]:
     sim.run(reqs)
     wall = time.perf_counter() - t0
     m = measure(reqs, sla_targets=spec.sla_targets, batch_hist=sim.batch_hist, stage_execs=sim.stage_execs,
-                decisions=log.counts, keep_latencies=spec.keep_latencies)
+                decisions=log.counts, keep_latencies=spec.keep_latencies, energy_j=sim.energy_j)
     return m, wall
 
 
@@ -113,7 +113,8 @@ def run_one(spec: RunSpec) -> list[dict]:
         "p99_ms": m.p99_latency * 1e3, "max_ms": m.max_latency * 1e3, "queue_p50_ms": m.queue_p50 * 1e3,
         "queue_p90_ms": m.queue_p90 * 1e3, "queue_p99_ms": m.queue_p99 * 1e3, "mean_batch": m.mean_batch,
         "stage_execs": m.stage_execs, "preempt": m.decisions.get("preempt", 0),
-        "merge": m.decisions.get("merge", 0), "wall_s": wall, "batch_hist": m.batch_hist,
+        "merge": m.decisions.get("merge", 0), "energy_mj_per_req": m.energy_mj_per_req,
+        "req_per_joule": m.req_per_joule, "wall_s": wall, "batch_hist": m.batch_hist,
     }
     rows = []
     for sla, v in m.violations.items():
@@ -188,7 +189,7 @@ def run(specs: Sequence[RunSpec], *, jobs: int = 1, progress: bool = True) -> li
 
 
 _METRICS = ("throughput", "avg_ms", "p50_ms", "p90_ms", "p99_ms", "sla_violation", "mean_batch", "queue_p50_ms",
-            "queue_p99_ms", "preempt", "merge", "completed", "requests")
+            "queue_p99_ms", "preempt", "merge", "completed", "requests", "energy_mj_per_req", "req_per_joule")
 
 
 def _q(xs: list[float], q: float) -> float:

@@ -29,6 +29,7 @@ POLICIES = {
 }
 EXTRA = {"mlp_graph300": "graph:300"}  # a long batching window: requests wait, so cancellations land
 MAX_BATCH = 8
+NPU_SCALE = 1000  # mlp_npu: the wall clock runs 1000x slower than the modelled NPU (~0.7 ms per stage)
 
 
 @dataclass
@@ -89,6 +90,12 @@ def build_repository(root: Path) -> tuple[Path, Path, Path]:
     slow = make_mlp(root / "slow.onnx", in_dim=256, width=1024, depth=8, out_dim=16, seed=2)
     add_model(slow, repo, name="slow_lazy", policy="lazy", sla_ms=10000, max_batch_size=MAX_BATCH, profile_reps=1,
               execution_provider="cpu", intra_op_threads=1)
+    from lazybatch.npu_repo import add_npu_model, add_npu_timing
+
+    # the NPU-time executor: outputs from onnxruntime, stages released at the NPU time x 1000 (test_npu_executor.py)
+    add_npu_model(mlp, repo, name="mlp_npu", npu_time_scale=NPU_SCALE, policy="lazy", sla_ms=500,
+                  max_batch_size=MAX_BATCH, stages=stages, execution_provider="cpu", intra_op_threads=1)
+    add_npu_timing(repo)  # NPU latency queries over the models above (test_npu_timing.py)
     return repo, mlp, slow
 
 
