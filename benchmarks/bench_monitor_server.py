@@ -74,7 +74,7 @@ def build_onnx(kind: str, path: Path) -> None:
 
 
 def build_repository(kind: str, repo: Path, work: Path, *, max_batch_size: int, max_stages: int, triton_us: int,
-                     policies: list[str], log: Any = print) -> dict[str, str]:
+                     policies: list[str], intra_op_threads: int, log: Any = print) -> dict[str, str]:
     """``kind`` built, split and profiled once (cached in ``work``), one model directory per policy; returns
     policy -> model name."""
     from lazybatch.backend.stages import StageRunner, profile_batch_sizes
@@ -88,10 +88,10 @@ def build_repository(kind: str, repo: Path, work: Path, *, max_batch_size: int, 
     if not (stages / "manifest.json").exists():
         log(f"{kind}: splitting into at most {max_stages} stages")
         split_into(onnx_path, stages, max_stages=max_stages, name=kind)
-    table = work / f"{kind}_stages{max_stages}_latency_b{max_batch_size}.json"
+    table = table_path(work, kind, max_stages, max_batch_size, intra_op_threads)
     if not table.exists():
         log(f"{kind}: profiling the stages at batch sizes up to {max_batch_size}")
-        runner = StageRunner(stages)
+        runner = StageRunner(stages, intra_op_threads=intra_op_threads)
         runner.run_all(runner.sample_inputs(1))
         runner.profile(profile_batch_sizes(max_batch_size), reps=3).save(table)
     if repo.exists():
@@ -102,9 +102,13 @@ def build_repository(kind: str, repo: Path, work: Path, *, max_batch_size: int, 
         spec = f"triton:{triton_us}" if p == "triton" else p
         name = f"{kind}_{p}"
         add_model(None, repo, name=name, policy=spec, sla_ms=None, max_batch_size=max_batch_size, stages=stages,
-                  latency_table=table, force=True)
+                  latency_table=table, intra_op_threads=intra_op_threads, force=True)
         names[p] = name
     return names
+
+
+def table_path(work: Path, kind: str, max_stages: int, max_batch_size: int, threads: int) -> Path:
+    return work / f"{kind}_stages{max_stages}_latency_b{max_batch_size}_t{threads}.json"
 
 
 def service_time(client: Client, model: str, n: int) -> float:
@@ -120,13 +124,13 @@ def service_time(client: Client, model: str, n: int) -> float:
     return statistics.median(times)
 
 
-def read_batch_log(path: Path) -> list[tuple[float, int, int]]:
-    """(unix time at the batch's end, stage, batch size) from the backend's batch log."""
+def read_batch_log(path: Path) -> list[tuple[float, int, int, float]]:
+    """(unix time at the batch's end, stage, batch size, onnxruntime seconds) from the backend's batch log."""
     out = []
     try:
         for line in path.read_text().splitlines():
-            t, stage, size, _ = line.split(",")
-            out.append((float(t), int(stage), int(size)))
+            t, stage, size, sec = line.split(",")
+            out.append((float(t), int(stage), int(size), float(sec)))
     except (OSError, ValueError):
         pass
     return out
@@ -136,7 +140,7 @@ def wait_for_batches(path: Path, t0: float, t1: float, stage0_samples: int, time
     """The batch log is appended as batches end; give the last lines a moment to land."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if sum(s for t, st, s in read_batch_log(path) if t0 <= t <= t1 + 1 and st == 0) >= stage0_samples:
+        if sum(s for t, st, s, _ in read_batch_log(path) if t0 <= t <= t1 + 1 and st == 0) >= stage0_samples:
             return
         time.sleep(0.1)
 
@@ -154,7 +158,8 @@ def run_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     policies = args.policies
     repo = out / f"repo-{kind}"
     names = build_repository(kind, repo, Path(args.work), max_batch_size=args.max_batch_size,
-                             max_stages=args.max_stages, triton_us=args.triton_delay_us, policies=policies)
+                             max_stages=args.max_stages, triton_us=args.triton_delay_us, policies=policies,
+                             intra_op_threads=args.intra_op_threads)
     stats_dir = (out / f"stats-{kind}").resolve()
     if stats_dir.exists():
         shutil.rmtree(stats_dir)
@@ -198,20 +203,27 @@ def run_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         if code:
             print(f"{kind}: tritonserver exited with {code}", flush=True)
     rows, series = {}, {}
+    b1_time = b1_count = 0.0  # batch-1 device time during the run (policies that run whole requests together)
     for p in policies:
         log = read_batch_log(stats_dir / f"{names[p]}.batches.csv")
         recs: list[tuple[float, float, bool]] = []  # (trace-time s of the send, latency ms, ok)
         batches: list[tuple[float, int]] = []  # (trace-time s of the batch end, size), every stage
         sent = ok = errors = executed = 0
+        ort_s = wall_s = 0.0
         for seg_start, r, u0, u1 in runs[p]:
             sent += r.sent
             ok += r.ok
             errors += r.errors
+            wall_s += u1 - u0
             recs += [((seg_start + o) * compress, l, good) for o, l, good in r.records]
-            for t, st, s in log:
+            for t, st, s, sec in log:
                 if u0 <= t <= u1:
                     batches.append(((seg_start + t - u0) * compress, s))
                     executed += s if st == 0 else 0
+                    ort_s += sec
+                    if s == 1 and p != "lazy":
+                        b1_time += sec
+                        b1_count += 1 if st == 0 else 0
         lat = [l for _, l, good in recs if good]
         rows[p] = {"policy": POLICY_LABELS[p], "model": names[p], "sent": sent, "ok": ok, "errors": errors,
                    "unanswered": sent - ok - errors, "executed": executed,
@@ -220,13 +232,68 @@ def run_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
                    "sla_violation": (sum(1 for l in lat if l > sla_ms) + errors + (sent - ok - errors)) / sent
                    if sent else math.nan,
                    "mean_batch": statistics.fmean(s for _, s in batches) if batches else math.nan,
-                   "batches": len(batches)}
+                   "batches": len(batches),
+                   # onnxruntime time per request (batching's gain, and the machine's contention, show here) and
+                   # the share of the run's wall time the model computed
+                   "device_ms_per_request": ort_s / executed * 1e3 if executed else math.nan,
+                   "busy": ort_s / wall_s if wall_s else math.nan}
         series[p] = {"latency": [(t, l) for t, l, good in recs if good], "batch": batches}
-    res = {"model": kind, "t1_ms": t1 * 1e3, "mu": mu, "sla_ms": sla_ms, "rate_scale": scale,
+    table = table_path(Path(args.work), kind, args.max_stages, args.max_batch_size, args.intra_op_threads)
+    res = {"model": kind, "table": str(table), "t1_ms": t1 * 1e3,
+           "t1_during_ms": b1_time / b1_count * 1e3 if b1_count else math.nan, "mu": mu, "sla_ms": sla_ms,
+           "rate_scale": scale,
            "time_compression": compress, "duration_s": args.duration, "requests": len(offsets),
            "trace": trace, "rows": rows, "series": series}
     res["goals"] = goals(rows)
+    add_simulation(res, table, policies, args.slices, args.max_batch_size, args.seed)
     return res
+
+
+def add_simulation(res: dict, table_path: Path, policies: list[str], slices: int, max_batch_size: int,
+                   seed: int) -> None:
+    from lazybatch.batcher import LatencyTable
+
+    res["table"] = str(table_path)
+    res["table_t1_ms"] = LatencyTable.load(table_path).whole_graph_latency(1) * 1e3
+    res["sim"] = simulate(res, table_path, policies, slices, max_batch_size, seed)
+    res["sim_goals"] = goals(res["sim"])
+
+
+SIM_POLICY = {"triton": "graph:0"}  # Triton's dynamic batcher at max_queue_delay 0 is graph batching without a window
+
+
+def simulate(res: dict, table_path: Path, policies: list[str], slices: int, max_batch_size: int,
+             seed: int) -> dict[str, dict]:
+    """The same arrivals, slices and SLA on the discrete-event simulator with the latency table the server used
+    (one scheduler core, two clocks): what the policies would do on a device that runs exactly as profiled, without
+    gRPC, Python-backend and other processes' overheads."""
+    from lazybatch.batcher import LatencyTable, parse_policy
+    from lazybatch.batcher.decisions import DecisionLog
+    from lazybatch.simulator.engine import Simulation
+    from lazybatch.simulator.workload import Arrival, requests
+
+    table = LatencyTable.load(table_path)
+    duration = res["duration_s"]
+    offsets = schedule_from_rates([tuple(x) for x in res["trace"]], duration, seed=seed)
+    bounds = [duration * k / slices for k in range(slices + 1)]
+    out = {}
+    for p in policies:
+        lat: list[float] = []
+        sizes: list[int] = []
+        for k in range(slices):
+            seg = [o - bounds[k] for o in offsets if bounds[k] <= o < bounds[k + 1]]
+            if not seg:
+                continue
+            pol = parse_policy(SIM_POLICY.get(p, p)).build(max_batch_size=max_batch_size)
+            sim = Simulation(table, pol, log=DecisionLog(capacity=1, enabled=False),
+                             on_job=lambda t, job: sizes.append(job.batch_size))
+            reqs = requests([Arrival(o) for o in seg], res["sla_ms"] / 1e3)
+            sim.run(reqs)
+            lat += [r.latency * 1e3 for r in reqs]
+        out[p] = {"avg_ms": statistics.fmean(lat) if lat else math.nan, "p99_ms": percentile(lat, 0.99),
+                  "sla_violation": sum(1 for v in lat if v > res["sla_ms"]) / len(lat) if lat else math.nan,
+                  "mean_batch": statistics.fmean(sizes) if sizes else math.nan}
+    return out
 
 
 def goals(rows: dict[str, dict]) -> dict[str, float]:
@@ -242,23 +309,42 @@ def markdown(results: list[dict], meta: dict) -> str:
     lines = [f"Machine: {meta['machine']}; load average at the end {meta['loadavg']}. Command: `{meta['command']}`",
              ""]
     for res in results:
-        lines += [f"**{res['model']}**: batch-1 latency {res['t1_ms']:.1f} ms (mu {res['mu']:.2f}/s); trace rates "
+        lines += [f"**{res['model']}**: batch-1 latency {ms(res['t1_ms'])} ms at the start (mu {res['mu']:.2f}/s; "
+                  f"onnxruntime time of a batch-1 request during the run: {ms(res.get('t1_during_ms', math.nan))} "
+                  f"ms); trace rates "
                   f"x{res['rate_scale']:.4f} (peak {PEAK * res['rate_scale']:.2f}/s), time compressed "
                   f"{res['time_compression']:g}x ({res['duration_s']:g} s per policy, {res['requests']} requests); "
-                  f"SLA {res['sla_ms']:.0f} ms", "",
-                  "| policy | sent | ok | err | executed | avg ms | p50 ms | p99 ms | SLA viol | mean batch |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for r in res["rows"].values():
+                  f"SLA {ms(res['sla_ms'])} ms" + (f"; the latency table's batch-1 time {ms(res['table_t1_ms'])} ms"
+                                                   if "table_t1_ms" in res else ""), "",
+                  "| policy | sent | ok | err | executed | avg ms | p50 ms | p99 ms | SLA viol | mean batch "
+                  "| device ms/request | busy | sim avg ms | sim p99 ms | sim SLA viol | sim mean batch |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for p, r in res["rows"].items():
+            sm = res.get("sim", {}).get(p)
+            simcols = (f"{ms(sm['avg_ms'])} | {ms(sm['p99_ms'])} | {sm['sla_violation']:.1%} | "
+                       f"{sm['mean_batch']:.2f}" if sm else "- | - | - | -")
             lines.append(f"| {r['policy']} | {r['sent']} | {r['ok']} | {r['errors']} | {r['executed']} | "
-                         f"{r['avg_ms']:.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['sla_violation']:.1%} | "
-                         f"{r['mean_batch']:.2f} |")
-        g = res["goals"]
-        lines += ["", "Goals: " + "; ".join(
-            ([f"BatchMonitor / AdHoc average latency **{g['monitor_over_adhoc']:.2f}x** (goal <= 1.1x)"]
-             if "monitor_over_adhoc" in g else []) +
-            ([f"MaxBatchDeadline / BatchMonitor **{g['deadline_over_monitor']:.1f}x** (goal >= 10x)"]
-             if "deadline_over_monitor" in g else [])), ""]
+                         f"{ms(r['avg_ms'])} | {ms(r['p50_ms'])} | {ms(r['p99_ms'])} | {r['sla_violation']:.1%} | "
+                         f"{r['mean_batch']:.2f} | {ms(r.get('device_ms_per_request', math.nan))} | "
+                         f"{r.get('busy', math.nan):.0%} | {simcols} |")
+        lines += ["", "Goals, server: " + goal_text(res["goals"])]
+        if "sim_goals" in res:
+            lines += ["", "Goals, simulator (same arrivals, same table): " + goal_text(res["sim_goals"])]
+        lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def ms(v: float) -> str:
+    """Milliseconds with the digits that matter: 0.12, 3.4, 56, 789."""
+    return "nan" if not math.isfinite(v) else f"{v:.2f}" if v < 1 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
+
+
+def goal_text(g: dict[str, float]) -> str:
+    return "; ".join(
+        ([f"BatchMonitor / AdHoc average latency **{g['monitor_over_adhoc']:.2f}x** (goal <= 1.1x)"]
+         if "monitor_over_adhoc" in g else []) +
+        ([f"MaxBatchDeadline / BatchMonitor **{g['deadline_over_monitor']:.1f}x** (goal >= 10x)"]
+         if "deadline_over_monitor" in g else []))
 
 
 def bins(points: list[tuple[float, float]], width: float, end: float) -> tuple[list[float], list[float]]:
@@ -308,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}, tiny")
     ap.add_argument("--policies", default="monitor,adhoc,deadline,triton,lazy")
-    ap.add_argument("--duration", type=float, default=60.0, help="wall seconds the 300 s trace is compressed into")
+    ap.add_argument("--duration", type=float, default=None,
+                    help="wall seconds the 300 s trace is compressed into, per policy (60; --quick: 6)")
     ap.add_argument("--durations", default="",
                     help="per-model overrides of --duration, e.g. vgg19=90 (slow models need more wall time for as "
                          "many requests)")
@@ -317,26 +404,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slices", type=int, default=3, help="policies take turns in this many slices of the trace")
     ap.add_argument("--max-batch-size", type=int, default=8)
     ap.add_argument("--max-stages", type=int, default=8)
+    ap.add_argument("--intra-op-threads", type=int, default=1,
+                    help="onnxruntime intra-op threads of every model (and of the profile): 1 keeps service times "
+                         "steady when other processes share the cores (0: onnxruntime's default)")
     ap.add_argument("--triton-delay-us", type=int, default=0, help="max_queue_delay_microseconds of triton:N")
-    ap.add_argument("--calibration", type=int, default=8, help="sequential requests that measure the batch-1 time")
+    ap.add_argument("--calibration", type=int, default=12, help="sequential requests that measure the batch-1 time")
     ap.add_argument("--pause", type=float, default=1.0, help="seconds between runs")
     ap.add_argument("--bin", type=float, default=10.0, help="time-series bin width in trace seconds")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default=".lazybatch-build/monitor-server", help="cache of built models and tables")
     ap.add_argument("--out", default="lazybatch-results/monitor-server")
     ap.add_argument("--img-dir", default=None, help="also copy the plots here (docs/img)")
+    ap.add_argument("--resimulate", metavar="BENCH_JSON", default=None,
+                    help="add the simulator columns to an earlier run's bench.json (no server) and rewrite its report")
     ap.add_argument("--quick", action="store_true",
                     help="the tiny MLP, 6 s per policy, one slice: a smoke run (and the test's)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.models, args.duration, args.slices, args.calibration, args.pause = "tiny", 6.0, 1, 20, 0.3
+        args.models, args.slices, args.calibration, args.pause = "tiny", 1, 20, 0.3
+        args.duration = args.duration or 6.0
         args.max_stages = 2
+    args.duration = args.duration or 60.0
     args.policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     bad = [p for p in args.policies if p not in POLICY_LABELS]
     if bad:
         ap.error(f"unknown policy {bad[0]!r}; choose from {', '.join(POLICY_LABELS)}")
     if args.duration <= 0 or args.load <= 0 or args.sla_x <= 0 or args.slices < 1:
         ap.error("--duration, --load, --sla-x must be positive and --slices at least 1")
+    if args.resimulate:
+        return resimulate(Path(args.resimulate), args)
     try:
         overrides = {k.strip(): float(v) for k, v in (d.split("=") for d in args.durations.split(",") if d.strip())}
     except ValueError:
@@ -353,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
             "command": " ".join(["python", *([sys.argv[0]] if argv is None else ["bench_monitor_server.py"]),
                                  *(sys.argv[1:] if argv is None else argv)]),
             "policies": args.policies, "durations": {r["model"]: r["duration_s"] for r in results}, "load": args.load, "sla_x": args.sla_x, "slices": args.slices,
-            "max_batch_size": args.max_batch_size, "triton_delay_us": args.triton_delay_us}
+            "max_batch_size": args.max_batch_size, "intra_op_threads": args.intra_op_threads,
+            "triton_delay_us": args.triton_delay_us}
     (out / "bench.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     table = markdown(results, meta)
     (out / "bench.md").write_text(table)
@@ -365,6 +462,20 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.img_dir).mkdir(parents=True, exist_ok=True)
             shutil.copy(png, Path(args.img_dir) / png.name)
     print(f"wrote {out / 'bench.json'}, {out / 'bench.md'} and the plots in {out} ({meta['wall_s']:.0f} s)")
+    return 0
+
+
+def resimulate(path: Path, args: argparse.Namespace) -> int:
+    data = json.loads(path.read_text())
+    meta = data["meta"]
+    for res in data["results"]:
+        table = Path(res.get("table") or table_path(Path(args.work), res["model"], args.max_stages,
+                                                    meta["max_batch_size"], args.intra_op_threads))
+        add_simulation(res, table, meta["policies"], meta["slices"], meta["max_batch_size"], args.seed)
+    path.write_text(json.dumps(data, indent=1))
+    table_md = markdown(data["results"], meta)
+    path.with_suffix(".md").write_text(table_md)
+    print(table_md)
     return 0
 
 
