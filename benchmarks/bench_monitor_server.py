@@ -375,9 +375,9 @@ def plot(res: dict, path: Path, bin_s: float) -> None:
     for p, s in res["series"].items():
         label = POLICY_LABELS[p]
         x, y = bins(s["latency"], bin_s, TRACE_S)
-        axes[1].plot(x, y, label=label, linewidth=1)
+        axes[1].plot(x, y, label=label, linewidth=1, marker="o", markersize=2)
         x, y = bins([(t, float(b)) for t, b in s["batch"]], bin_s, TRACE_S)
-        axes[2].plot(x, y, label=label, linewidth=1)
+        axes[2].plot(x, y, label=label, linewidth=1, marker="o", markersize=2)
     axes[1].axhline(res["sla_ms"], color="tab:red", linestyle=":", label="SLA")
     axes[1].set_yscale("log")
     axes[1].set_ylabel(f"mean latency per {bin_s:g} trace-s (ms)")
@@ -476,6 +476,9 @@ def resimulate(path: Path, args: argparse.Namespace) -> int:
     table_md = markdown(data["results"], meta)
     path.with_suffix(".md").write_text(table_md)
     print(table_md)
+    for res in data["results"]:
+        if "series" in res:  # plots need the per-request series (the full bench.json, not the docs' copy)
+            plot(res, path.parent / f"monitor_server_{res['model']}.png", args.bin)
     return 0
 
 
