@@ -75,8 +75,10 @@ def test_quick_mode_on_a_real_server(tmp_path: Path) -> None:
     assert set(res["rows"]) == {"monitor", "adhoc", "deadline", "triton", "lazy"}
     assert res["requests"] > 20 and res["sla_ms"] > 0 and res["mu"] > 0
     assert res["time_compression"] == pytest.approx(300 / 4)
+    # the trace's 240 requests/s map to 1.1x the measured batch-1 rate (seed 0's walk peaks a little below 240)
+    assert res["rate_scale"] == pytest.approx(1.1 * res["mu"] / 240)
     peak = max(r for _, r in res["trace"])
-    assert peak == pytest.approx(1.1 * res["mu"], rel=0.02)  # the trace's peak maps to 1.1x the batch-1 rate
+    assert 0.9 * 1.1 * res["mu"] <= peak <= 1.1 * res["mu"] * (1 + 1e-9)
     for policy, row in res["rows"].items():
         assert row["sent"] == res["requests"], policy  # every policy saw the same arrivals
         assert row["ok"] == row["sent"] and row["errors"] == 0 and row["unanswered"] == 0, (policy, row)
