@@ -19,6 +19,8 @@ import functools
 import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +94,32 @@ def load_table(settings: BackendSettings, runner: StageRunner) -> LatencyTable:
     return table
 
 
+class BatchLog:
+    """One CSV line per executed batch (unix time at its end, stage, batch size, onnxruntime seconds), appended to
+    ``LAZYBATCH_STATS_DIR/<model>.batches.csv``: what benchmarks plot as batch size over time. Best effort."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._file: Any = None
+
+    def record(self, stage: int, size: int, seconds: float) -> None:
+        try:
+            with self._lock:
+                if self._file is None:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self._file = self.path.open("a", buffering=1)
+                self._file.write(f"{time.time():.6f},{stage},{size},{seconds:.6f}\n")
+        except OSError as e:
+            print(f"lazybatch: cannot write the batch log: {e}", file=sys.stderr)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
 class TritonPythonModel:
     """Serves a staged ONNX model under a batching policy (see the module docstring)."""
 
@@ -106,6 +134,7 @@ class TritonPythonModel:
         self.seq2seq: Any = None  # a seq2seq.Seq2SeqSpec for encoder-decoder models
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
         self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
+        self._batch_log = BatchLog(Path(stats_dir) / f"{s.name}.batches.csv") if stats_dir else None
         if s.whole_graph:
             self.session = make_session(s.whole_graph_model, available_providers(s.execution_provider),
                                         s.intra_op_threads)
@@ -146,7 +175,8 @@ class TritonPythonModel:
             runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
         self.runtime = runtime_cls(runner, table, policy, self._respond, is_cancelled=self._is_cancelled,
                                    cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
-                                   on_idle=self._write_stats)
+                                   on_idle=self._write_stats,
+                                   on_batch=self._batch_log.record if self._batch_log else None)
         self._configure_production(self.runtime)
 
     def _configure_production(self, runtime: Any) -> None:
@@ -188,6 +218,8 @@ class TritonPythonModel:
             self.runtime.close()
         if self.exporter is not None:
             self.exporter.close()
+        if self._batch_log is not None:
+            self._batch_log.close()
 
     # ------------------------------------------------------------------ helpers
     def _respond(self, request: Any, outputs: dict[str, np.ndarray] | None, status: Status,
@@ -236,7 +268,10 @@ class TritonPythonModel:
             feeds = {t.name: np.concatenate([g[1][t.name] for g in good], axis=0) if len(good) > 1
                      else good[0][1][t.name] for t in s.inputs}
             try:
+                t0 = time.perf_counter()
                 outs = dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
+                if self._batch_log is not None:
+                    self._batch_log.record(0, sum(g[2] for g in good), time.perf_counter() - t0)
             except Exception as e:
                 for i, _, _ in good:
                     responses[i] = _error_response(f"onnxruntime failed: {e}", "INTERNAL")

@@ -158,6 +158,7 @@ class BackendRuntime:
     def __init__(self, runner: StageRunner, table: LatencyTable, policy: Policy, respond: Respond, *,
                  is_cancelled: IsCancelled | None = None, cancel_poll_s: float = 0.002,
                  idle_poll_s: float = 0.02, on_idle: "Callable[[BackendRuntime], None] | None" = None,
+                 on_batch: "Callable[[int, int, float], None] | None" = None,
                  name: str = "lazybatch", queue_policy: QueuePolicy | None = None,
                  metrics: "M.ModelMetrics | None" = None, fault: FaultInjector | None = None) -> None:
         if table.graph.n != runner.n_stages:
@@ -168,6 +169,7 @@ class BackendRuntime:
         self.cancel_poll_s = cancel_poll_s
         self.idle_poll_s = idle_poll_s
         self.on_idle = on_idle  # called on the scheduler thread whenever nothing is held (statistics)
+        self.on_batch = on_batch  # (stage, batch size, onnxruntime seconds) after every stage run (batch logs)
         self.clock = WallClock()
         self.stats = self.stats_class()
         self.scheduler = Scheduler(table, policy, _ExecutorAdapter(self), self.clock, on_response=self._on_sample_done)
@@ -381,6 +383,8 @@ class BackendRuntime:
         stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
         stats.ort_s += t2 - t1
         stats.io_s += (t1 - t0) + (t3 - t2)
+        if self.on_batch is not None:
+            self.on_batch(stage, len(reqs), t2 - t1)
 
     def _poll_cancelled(self) -> None:
         """Poll a bounded round-robin slice of the held requests (``is_cancelled()`` is a round trip to the server

@@ -43,10 +43,14 @@ class LoadResult:
     sla_violation_rate: float = math.nan  # (late + failed) / sent
     error_kinds: dict[str, int] = field(default_factory=dict)
     latencies_ms: list[float] = field(default_factory=list, repr=False)
+    # per request, in send order: (scheduled send offset s, latency ms or NaN, answered ok); time series need these
+    records: list[tuple[float, float, bool]] = field(default_factory=list, repr=False)
+    start_unix: float = 0.0  # wall-clock time of offset 0 (to line requests up with server-side logs)
 
     def row(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("latencies_ms")
+        d.pop("records")
         d["error_kinds"] = json.dumps(self.error_kinds)
         return d
 
@@ -87,9 +91,27 @@ def summarize(res: LoadResult, latencies_s: list[float], ok_flags: list[bool], e
     return res
 
 
+def schedule_from_rates(trace: Sequence[tuple[float, float]], duration_s: float, seed: int = 0) -> list[float]:
+    """Send offsets (s) of a Poisson process whose rate follows a piecewise-constant ``(start_s, rate)`` trace (e.g.
+    ``lazybatch.simulator.workload.rate_trace``), over ``duration_s``: the time-varying open loop."""
+    rng = np.random.default_rng(seed)
+    out: list[float] = []
+    for i, (t0, rate) in enumerate(trace):
+        t1 = trace[i + 1][0] if i + 1 < len(trace) else duration_s
+        t1 = min(t1, duration_s)
+        if rate <= 0 or t1 <= t0:
+            continue
+        t = t0 + float(rng.exponential(1.0 / rate))
+        while t < t1:
+            out.append(t)
+            t += float(rng.exponential(1.0 / rate))
+    return out
+
+
 async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *, sla_ms: float | None,
                         batch: int, seed: int, max_requests: int, timeout_s: float,
-                        send_sla: bool, length_histogram: str | None = None, ignore_eos: bool = True) -> LoadResult:
+                        send_sla: bool, length_histogram: str | None = None, ignore_eos: bool = True,
+                        offsets: Sequence[float] | None = None) -> LoadResult:
     import tritonclient.grpc as grpcmod
     import tritonclient.grpc.aio as aio
 
@@ -109,7 +131,10 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
         from .seq2seq import grpc_parameters, info_from_parameters
 
         s2s = info_from_parameters(grpc_parameters(await client.get_model_config(model)))
-        offsets = poisson_schedule(rate, duration_s, seed, max_requests)
+        if offsets is None:
+            offsets = poisson_schedule(rate, duration_s, seed, max_requests)
+        else:
+            offsets = sorted(offsets)[:max_requests]
         per_request: list[Any] = []
         if s2s is not None:  # seq2seq: source and output lengths drawn from the histogram, one pair per request
             from .seq2seq import LengthSampler, make_request
@@ -145,6 +170,7 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
 
         tasks = []
         start = time.perf_counter()
+        res.start_unix = time.time()
         for i, off in enumerate(offsets):
             delay = start + off - time.perf_counter()
             if delay > 0:
@@ -159,6 +185,7 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
             if not t.done():
                 t.cancel()
         last = max(done_times) if done_times else start
+        res.records = [(float(o), float(l) * 1e3, ok) for o, l, ok in zip(offsets, latencies, ok_flags)]
         return summarize(res, latencies, ok_flags, errors, start, last)
     finally:
         await client.close()
@@ -175,6 +202,18 @@ def run_load(url: str, model: str, rate: float, duration_s: float = 10.0, *, sla
     return asyncio.run(_run_one_rate(url, model, rate, duration_s, sla_ms=sla_ms, batch=batch, seed=seed,
                                      max_requests=max_requests, timeout_s=timeout_s, send_sla=send_sla,
                                      length_histogram=length_histogram, ignore_eos=ignore_eos))
+
+
+def run_schedule(url: str, model: str, offsets: Sequence[float], *, sla_ms: float | None = 100.0, batch: int = 1,
+                 seed: int = 0, max_requests: int = 1_000_000, timeout_s: float = 30.0,
+                 send_sla: bool = True) -> LoadResult:
+    """Open-loop load that sends one request at each of ``offsets`` (seconds from the start), e.g. from
+    ``schedule_from_rates``; ``offered_rate`` is reported as the schedule's mean rate."""
+    span = max(offsets) if offsets else 0.0
+    rate = len(offsets) / span if span > 0 else 0.0
+    return asyncio.run(_run_one_rate(url, model, rate, span, sla_ms=sla_ms, batch=batch, seed=seed,
+                                     max_requests=max_requests, timeout_s=timeout_s, send_sla=send_sla,
+                                     offsets=offsets))
 
 
 def sweep(url: str, models: Sequence[str], rates: Sequence[float], duration_s: float = 10.0, *,

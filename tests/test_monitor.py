@@ -48,7 +48,7 @@ def test_dispatcher_follows_a_step_change_of_rate():
         reqs.append(Request(i, t, sla=1.0))
         t += 1 / 400
         i += 1
-    policy = BatchMonitor(64, window=1.0)
+    policy = BatchMonitor(64, window=1.0, rate_sigma=0.0)  # Algorithm 1's raw count
     starts: list[tuple[float, int]] = []
     sim = Simulation(linear_table(), policy, on_job=lambda now, job: starts.append((now, job.batch_size)))
     sim.run(reqs)
@@ -100,3 +100,48 @@ def test_specs_and_labels():
     assert parse_policy("adhoc").build().max_queue_delay == 0.0
     with pytest.raises(Exception, match="window must be a positive"):
         parse_policy("monitor:window_ms=0").build()
+    assert parse_policy("monitor:rate_sigma=0").build().rate_sigma == 0.0
+    assert parse_policy("monitor").build().rate_sigma == 1.0
+    assert parse_policy("monitor:rate_sigma=2").label == "BatchMonitor(sigma2)"
+    with pytest.raises(Exception, match="rate_sigma must be a number >= 0"):
+        parse_policy("monitor:rate_sigma=-1").build()
+
+
+@pytest.mark.parametrize("sigma, count, expected", [
+    (0.0, 400, 21),  # the raw count: b / (0.01 + 0.002 b) > 400  <=>  b > 20
+    (1.0, 400, 16),  # 400 - sqrt(400) = 380: b > 380 * 0.01 / (1 - 0.76) = 15.8
+    (0.0, 100, 2),  # 1 / 0.012 = 83 < 100 <= 2 / 0.014 = 143
+    (1.0, 100, 2),  # 100 - 10 = 90 is still above 83
+    (2.0, 100, 1),  # 100 - 20 = 80 < 83: one at a time keeps up
+])
+def test_monitor_plans_for_the_rate_its_count_supports(sigma, count, expected):
+    policy = BatchMonitor(64, window=1.0, rate_sigma=sigma)
+    Simulation(linear_table(), policy)  # attaches: the regression comes from the table
+    policy._close_window(1.0, float(count))
+    assert policy.pbs == expected and policy.history[-1] == (1.0, float(count), expected)
+
+
+def test_one_arrival_per_window_at_about_the_service_rate_is_not_batched():
+    """A model served at about 1 request/s (VGG-19 on 2 CPU cores): windows of 1 s count 0, 1 or 2 arrivals. The
+    raw count reads one arrival as 1 request/s > 1 / T_1 and makes the dispatcher wait for a second request; the
+    supported rate does not."""
+    table = linear_table(a=0.2, c=0.9)  # T_1 = 1.1 s: 0.91 requests/s at batch 1, 1.0 at batch 2, 1.09 at 64
+    arrivals = [0.5, 1.5, 6.0, 7.0]  # 0.6 requests/s, but twice one arrival in consecutive windows
+    idle_waits = {}  # time a request waited while the device was free
+    for sigma in (0.0, 1.0):
+        policy = BatchMonitor(64, window=1.0, rate_sigma=sigma)
+        starts: list[tuple[float, int]] = []
+        sim = Simulation(table, policy, on_job=lambda now, job: starts.append((now, len(job.requests))))
+        reqs = [Request(i, t, sla=100.0) for i, t in enumerate(arrivals)]
+        sim.run(reqs)
+        assert all(r.status.name == "OK" for r in reqs)
+        assert [n for _, n in starts] == [1, 1, 1, 1]
+        free = 0.0
+        idle_waits[sigma] = 0.0
+        for (t0, _), arrival in zip(starts, arrivals):
+            idle_waits[sigma] += t0 - max(arrival, free)
+            free = t0 + 1.1
+        if sigma == 1.0:
+            assert {p for _, _, p in policy.history} == {1}
+    assert idle_waits[1.0] == pytest.approx(0.0, abs=1e-9)
+    assert idle_waits[0.0] > 1.0  # the raw count held requests back for a batch of 3 that never filled

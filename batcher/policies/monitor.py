@@ -10,6 +10,13 @@ Two things the seed leaves open, decided here:
 
 * Algorithm 1's loop starts at batch size 2; we start at 1, so that a rate that one request at a time can serve
   gets no batching delay (the smallest b with b / T_b > R, as the text of the seed states it).
+* The rate a window's count supports, not the raw count: the preferred size is planned for ``n - rate_sigma *
+  sqrt(n)`` arrivals per window (one Poisson standard deviation below the count n by default; ``rate_sigma=0`` is
+  Algorithm 1's raw count). Where a window holds hundreds of arrivals (the seed's GPUs: 1 s, up to 240 requests/s)
+  this lowers the planned rate by a few percent; where it holds one or two (a model served at about one request per
+  second, as VGG-19 on a 2-core CPU), a single arrival no longer reads as a rate above the batch-1 service rate, which
+  made the dispatcher wait up to T_2 for a second request that was not coming (measured: 2.4x ad-hoc's average
+  latency in the simulator with the CPU's table, docs/monitor.md).
 * Preferred sizes are hints, never prerequisites: a request never waits past what its SLA allows for a batch to
   fill (the deadline guard dispatches whatever is queued once the oldest request's deadline minus the predicted
   batch time is reached), nor longer than the preferred batch's own predicted compute time T_b (the seed's
@@ -132,12 +139,16 @@ class BatchMonitor(_DeadlineAware):
     name = "monitor"
 
     def __init__(self, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, window: float = 1.0, *,
-                 forget: float = 0.98) -> None:
+                 forget: float = 0.98, rate_sigma: float = 1.0) -> None:
         if not isinstance(window, (int, float)) or not window > 0:
             raise ConfigError(f"the monitor window must be a positive number of seconds, got {window!r}",
                               field="window_ms")
+        if not isinstance(rate_sigma, (int, float)) or not 0 <= rate_sigma < math.inf:
+            raise ConfigError(f"rate_sigma must be a number >= 0 (Poisson standard deviations below a window's "
+                              f"count; 0: the raw count), got {rate_sigma!r}", field="rate_sigma")
         super().__init__(max_batch_size, forget)
         self.window = float(window)
+        self.rate_sigma = float(rate_sigma)
         self.pbs = 1  # the dispatcher starts from batch size 1
         self.rate = 0.0
         self._count = 0
@@ -145,7 +156,8 @@ class BatchMonitor(_DeadlineAware):
         self.history: list[tuple[float, float, int]] = []  # (window end, observed rate, preferred batch size)
 
     def describe(self) -> str:
-        return f"monitor(max_batch_size={self.max_batch_size}, window={self.window:g} s)"
+        return (f"monitor(max_batch_size={self.max_batch_size}, window={self.window:g} s, "
+                f"rate_sigma={self.rate_sigma:g})")
 
     def _roll(self, now: float) -> None:
         end = self._window_end
@@ -163,9 +175,14 @@ class BatchMonitor(_DeadlineAware):
             self._close_window(end - self.window, 0.0)
         self._window_end = end
 
+    def supported_rate(self, rate: float) -> float:
+        """The rate a window's count supports: ``rate_sigma`` Poisson standard deviations below the count."""
+        n = rate * self.window
+        return max(0.0, n - self.rate_sigma * math.sqrt(n)) / self.window
+
     def _close_window(self, t: float, rate: float) -> None:
         self.rate = rate
-        self.pbs = preferred_batch_size(rate, self.model, self.max_batch_size)
+        self.pbs = preferred_batch_size(self.supported_rate(rate), self.model, self.max_batch_size)
         self.history.append((t, rate, self.pbs))
 
     def enqueue(self, request, now: float) -> None:  # type: ignore[override]

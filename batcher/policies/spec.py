@@ -2,7 +2,7 @@
 
     serial
     adhoc                     serve what has arrived when the device frees (GraphBatching, no window)
-    monitor                   BatchMonitor/BatchDispatcher: monitor:window_ms=1000,max_batch_size=32
+    monitor                   BatchMonitor/BatchDispatcher: monitor:window_ms=1000,max_batch_size=32,rate_sigma=1
     deadline                  the largest batch that still meets the oldest request's deadline
     cellular                  cell-level batching (BatchMaker): cellular:max_batch_size=32
     lazy                      lazy:max_batch_size=32,dec_timesteps=10
@@ -30,7 +30,7 @@ POLICY_NAMES = ("serial", "graph", "adhoc", "monitor", "deadline", "cellular", "
 _KEYS = {
     "serial": set(),
     "adhoc": {"max_batch_size"},
-    "monitor": {"max_batch_size", "window_ms"},
+    "monitor": {"max_batch_size", "window_ms", "rate_sigma"},
     "deadline": {"max_batch_size"},
     "cellular": {"max_batch_size"},
     "graph": {"max_batch_size", "max_queue_delay_microseconds", "max_queue_delay_ms", "preferred_batch_size"},
@@ -58,6 +58,8 @@ class PolicySpec:
             extra = [f"b{p['max_batch_size']}"] if "max_batch_size" in p else []
             if "window_ms" in p:
                 extra.append(f"{p['window_ms']:g}ms")
+            if "rate_sigma" in p:
+                extra.append(f"sigma{p['rate_sigma']:g}")
             return base + (f"({','.join(extra)})" if extra else "")
         if self.kind == "graph":
             ms = p.get("max_queue_delay_microseconds", 0) / 1000
@@ -89,7 +91,7 @@ class PolicySpec:
             policy.name = "adhoc"
             return policy
         if self.kind == "monitor":
-            return BatchMonitor(window=p.get("window_ms", 1000.0) / 1e3, **kw)
+            return BatchMonitor(window=p.get("window_ms", 1000.0) / 1e3, rate_sigma=p.get("rate_sigma", 1.0), **kw)
         if self.kind == "deadline":
             return MaxBatchUnderDeadline(**kw)
         if self.kind == "cellular":
@@ -107,7 +109,7 @@ def _num(kind: str, key: str, value: str) -> Any:
     try:
         if key == "preferred_batch_size":
             return tuple(int(v) for v in value.replace("/", " ").split())
-        if key in ("dec_timesteps_coverage", "max_queue_delay_ms", "window_ms"):
+        if key in ("dec_timesteps_coverage", "max_queue_delay_ms", "window_ms", "rate_sigma"):
             return float(value)
         return int(value)
     except ValueError:

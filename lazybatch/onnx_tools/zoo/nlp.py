@@ -27,9 +27,12 @@ def _positional(n: int, d: int) -> np.ndarray:
     return np.where(i % 2 == 0, np.sin(angle), np.cos(angle)).astype(np.float32)
 
 
-def bert(seed: int = 0, small: bool = False) -> GraphBuilder:
-    """BERT-base: 12 layers, hidden 768, 12 heads, FFN 3072, sequence 128 (small: 2 layers, hidden 32, seq 16)."""
+def bert(seed: int = 0, small: bool = False, seq_len: int | None = None) -> GraphBuilder:
+    """BERT-base: 12 layers, hidden 768, 12 heads, FFN 3072, sequence 128 (small: 2 layers, hidden 32, seq 16).
+
+    ``seq_len`` overrides the sequence length (the BatchMonitor evaluation uses 32, as its simulator table does)."""
     layers, d, n_heads, d_ff, seq, vocab = (2, 32, 2, 64, 16, 100) if small else (12, 768, 12, 3072, 128, 30522)
+    seq = seq_len or seq
     g = GraphBuilder("bert_small" if small else "bert_base", seed)
     ids = g.input("input_ids", INT64, [BATCH, seq], value_range=(0, vocab - 1))
     am = g.input("attention_mask", INT64, [BATCH, seq], value_range=(0, 1))
