@@ -31,8 +31,8 @@ _KEYS = {
     "monitor": {"max_batch_size", "window_ms"},
     "deadline": {"max_batch_size"},
     "graph": {"max_batch_size", "max_queue_delay_microseconds", "max_queue_delay_ms", "preferred_batch_size"},
-    "lazy": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage"},
-    "oracle": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage"},
+    "lazy": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_batch_gain"},
+    "oracle": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_batch_gain"},
 }
 
 
@@ -94,14 +94,15 @@ class PolicySpec:
         cls = LazyBatching if self.kind == "lazy" else OracleLazyBatching
         return cls(dec_timesteps=p.get("dec_timesteps"),
                    dec_timesteps_coverage=p.get("dec_timesteps_coverage", dec_timesteps_coverage),
-                   length_histogram=length_histogram, **kw)
+                   length_histogram=length_histogram,
+                   **({"min_batch_gain": p["min_batch_gain"]} if "min_batch_gain" in p else {}), **kw)
 
 
 def _num(kind: str, key: str, value: str) -> Any:
     try:
         if key == "preferred_batch_size":
             return tuple(int(v) for v in value.replace("/", " ").split())
-        if key in ("dec_timesteps_coverage", "max_queue_delay_ms", "window_ms"):
+        if key in ("dec_timesteps_coverage", "max_queue_delay_ms", "window_ms", "min_batch_gain"):
             return float(value)
         return int(value)
     except ValueError:
