@@ -110,7 +110,7 @@ class PerfRow:
 def command(perf: Path, model: str, url: str, rates: Sequence[float], *, batch: int = 1,
             measurement_ms: int = 4000, sla_ms: float | None = None, csv_path: Path | None = None,
             protocol: str = "grpc", stability_percentage: float = 50.0, max_trials: int = 6,
-            extra: Sequence[str] = ()) -> list[str]:
+            input_data: str = "random", extra: Sequence[str] = ()) -> list[str]:
     if len(rates) == 1:
         rr = f"{rates[0]:g}"
     else:
@@ -119,7 +119,7 @@ def command(perf: Path, model: str, url: str, rates: Sequence[float], *, batch: 
             raise ConfigError("perf_analyzer sweeps evenly spaced rates (start:end:step); give rates like 5,10,15")
         rr = f"{rates[0]:g}:{rates[-1]:g}:{step:g}"
     cmd = [str(perf), "-m", model, "-u", url, "-i", protocol, "-b", str(batch), "--async",
-           "--request-distribution", "poisson", "--request-rate-range", rr, "--input-data", "random",
+           "--request-distribution", "poisson", "--request-rate-range", rr, "--input-data", input_data,
            "-p", str(measurement_ms), "--max-trials", str(max_trials),
            "--stability-percentage", f"{stability_percentage:g}"]
     if sla_ms is not None:
