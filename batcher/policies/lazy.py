@@ -95,6 +95,11 @@ class LazyBatching(Policy):
             raise ConfigError(f"min_batch_gain must be in [0, 1), got {min_batch_gain!r}", field="min_batch_gain")
         self.min_batch_gain = min_batch_gain
         self.batch_cap = max_batch_size
+        # How much longer stages take on the device now than the latency table says. An executor that measures
+        # its stages (the Triton backend) keeps it current: a table profiled on a quiet machine underestimates a
+        # loaded one, and an underestimating slack predictor admits work that then misses its deadline. The
+        # simulator runs exactly the table: 1.0.
+        self.time_scale = 1.0
         self.dec_timesteps = resolve_dec_timesteps(dec_timesteps, length_histogram, dec_timesteps_coverage)
         self.dec_timesteps_coverage = dec_timesteps_coverage
         self.infq: deque[Request] = deque()
@@ -220,25 +225,26 @@ class LazyBatching(Policy):
 
     def _admissible(self, now: float) -> tuple[int, float]:
         """How many queued requests (in arrival order) may join now, and the slack that leaves."""
-        t = now
+        work = 0.0
         dmin = math.inf
         for e in self.stack:
-            t += e.rem
+            work += e.rem
             if e.dmin < dmin:
                 dmin = e.dmin
+        scale = self.time_scale
         k = 0
         cap = self.batch_cap - len(self.stack[-1].reqs)  # what can still merge with the preempted sub-batch
         for r in self.infq:
             if k >= cap:
                 break
-            t2 = t + r.est
+            w2 = work + r.est
             d = r.deadline if r.deadline < dmin else dmin
-            if t2 > d:
+            if now + scale * w2 > d:
                 break
-            t = t2
+            work = w2
             dmin = d
             k += 1
-        return k, dmin - t
+        return k, dmin - (now + scale * work)
 
     def _merge_top(self, now: float) -> None:
         stack = self.stack
@@ -290,6 +296,7 @@ class OracleLazyBatching(LazyBatching):
         dense = self.table.dense
         dec = self.dec_timesteps
         cap = self.batch_cap
+        scale = self.time_scale
         # shadow BatchTable: [node, [[deadline, enc_steps, loop_iter], ...]]
         groups = [[e.node, [[r.deadline, r.enc_steps, r.loop_iter] for r in e.reqs]] for e in self.stack]
         if k:
@@ -307,7 +314,7 @@ class OracleLazyBatching(LazyBatching):
                 top = groups.pop()
                 groups[-1][1] = groups[-1][1] + top[1]
             node, members = groups.pop()
-            t += dense[node][len(members)]
+            t += dense[node][len(members)] * scale
             if not g.is_loop_end[node]:
                 if node + 1 >= n:
                     for m in members:
