@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
+from lazybatch.batcher.policies.lazy import DEFAULT_MIN_BATCH_GAIN  # noqa: E402
 from lazybatch.client.api import Client  # noqa: E402
 from lazybatch.client.load import LoadResult, run_load, summarize  # noqa: E402
 from lazybatch.repo import ALL_POLICIES, build_default_repository  # noqa: E402
@@ -73,6 +74,17 @@ def triton_stats(http: str, model: str) -> dict[str, int]:
     inf = s.get("inference_stats", {})
     return {"success": int(inf.get("success", {}).get("count", 0)), "fail": int(inf.get("fail", {}).get("count", 0)),
             "inference_count": int(s.get("inference_count", 0)), "execution_count": int(s.get("execution_count", 0))}
+
+
+def settled_stats(http: str, model: str, before: dict[str, int], expect: int, timeout: float = 3.0) -> dict:
+    """Triton's counters once they cover ``expect`` more requests than ``before``: it counts a request after its
+    response has left, so a read right after the client's last answer can miss the newest ones."""
+    end = time.monotonic() + timeout
+    while True:
+        now = triton_stats(http, model)
+        if now["success"] + now["fail"] - before["success"] - before["fail"] >= expect or time.monotonic() > end:
+            return now
+        time.sleep(0.05)
 
 
 def runtime_stats(stats_dir: Path, model: str, at_least: int = 0, timeout: float = 20.0) -> dict:
@@ -208,7 +220,7 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
                     r = run_load(url, m, rate, cell_s / st.slices, sla_ms=sched_sla,
                                  seed=st.seed + 1000 * k + int(f * 100), timeout_s=60.0,
                                  send_sla=p in SLA_AWARE)
-                    ta = triton_stats(http, m)
+                    ta = settled_stats(http, m, tb, r.sent + 1)  # + its warm-up request
                     acc = counts[p]
                     acc["server_success"] = acc.get("server_success", 0) + ta["success"] - tb["success"] - 1
                     acc["server_fail"] = acc.get("server_fail", 0) + ta["fail"] - tb["fail"]
@@ -251,7 +263,9 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
                 bar.set_postfix_str(f"{kind} perf_analyzer {f:.0%} {p}")
                 perf_cells.append(perf_cell(perf, kind, p, m, f, rate, url, http, stats_dir, st, sched_sla, slas))
                 bar.update(1)
-    return {"model": kind, "description": DESCRIPTION.get(kind, kind), "t1_ms": t1 * 1e3, "mu": mu,
+    final = runtime_stats(stats_dir, names["lazy"], timeout=1.0) if "lazy" in names else {}
+    extra = {"time_scale": final["time_scale"]} if "time_scale" in final else {}
+    return extra | {"model": kind, "description": DESCRIPTION.get(kind, kind), "t1_ms": t1 * 1e3, "mu": mu,
             "t1_lazy_ms": t1_lazy * 1e3, "t1_serial_ms": t1_serial * 1e3, "calibration_requests": n_cal,
             "sla_ms": slas, "sched_sla_ms": sched_sla, "scaling": scaling, "max_batch_size": table.max_batch_size,
             "stages": table.graph.n, "tritonserver": version, "cells": cells, "perf": perf_cells}
@@ -281,6 +295,7 @@ def perf_cell(perf: Path | None, kind: str, p: str, m: str, f: float, rate: floa
     except ConfigError as e:
         err = str(e).splitlines()[-1][:200]
     wall = time.monotonic() - t0
+    time.sleep(0.2)  # let Triton count the last answers (see settled_stats)
     ta = triton_stats(http, m)
     served = ta["success"] + ta["fail"] - tb["success"] - tb["fail"]
     out: dict[str, Any] = {"model": kind, "policy": p, "load": f, "rate": rate, "wall_s": wall,
@@ -381,6 +396,69 @@ def goals(res: dict) -> list[str]:
     return lines
 
 
+def batch_cap(sc: dict, max_batch: int, min_gain: float = DEFAULT_MIN_BATCH_GAIN) -> int:
+    """lazy's batch cap (batcher.policies.lazy.useful_batch_size) from the whole-program curve on the page."""
+    t1, cap, prev = sc["whole_ms"][0], 1, 0
+    for i in range(1, len(sc["batch_sizes"])):
+        b, pb = sc["batch_sizes"][i], sc["batch_sizes"][prev]
+        if b > max_batch or (sc["whole_ms"][i] - sc["whole_ms"][prev]) / (b - pb) >= (1 - min_gain) * t1:
+            break
+        cap, prev = b, i
+    return cap
+
+
+def why(res: dict, st: Settings) -> list[str]:
+    """The mechanisms behind this model's figures, each with the numbers of this run that show it."""
+    cells = res["cells"]
+    by = {(c["policy"], c["load"]): c for c in cells}
+    pols = {c["policy"] for c in cells}
+    loads = sorted({c["load"] for c in cells})
+    key = f"{st.sched_sla_multiple:g}x"
+    sc = res["scaling"]
+    out = []
+    cap = batch_cap(sc, res["max_batch_size"])
+    ov = [c["overhead_per_stage_ms"] for c in cells if c["policy"] == "lazy" and c["overhead_per_stage_ms"]]
+    if ov:
+        per_pass = statistics.median(ov) * res["stages"]
+        out.append(f"Our backend's own cost (decision, hand-off, tensor joins and splits; onnxruntime excluded): "
+                   f"median {statistics.median(ov):.3f} ms per stage x {res['stages']} stages = {per_pass:.2f} ms "
+                   f"per pass, {per_pass / res['t1_ms']:.0%} of t1. Serving one request alone through lazy took "
+                   f"{fmt(res['t1_lazy_ms'], '.2f')} ms against {res['t1_ms']:.2f} ms for the whole graph in one "
+                   f"onnxruntime call under Triton.")
+    if "time_scale" in res:
+        out.append(f"Stages ran {res['time_scale']:.2f}x the latency table's time at the end of the run (moving "
+                   f"average; the table is profiled once, alone, before serving, and the machine's background load "
+                   f"differs between then and now): the backend passes this factor to the slack predictor "
+                   f"(`time_scale`).")
+    if cap < res["max_batch_size"]:
+        out.append(f"lazy's batch cap from the latency table is {cap} (one more sample costs at least "
+                   f"{1 - DEFAULT_MIN_BATCH_GAIN:.0%} of a batch-1 run beyond that size)" + (": lazy runs requests one at a time in arrival order, like "
+                   "serial, so the two differ by per-request overhead and noise only." if cap == 1 else "."))
+    if sc["regime"] != "no batching gain" and "triton_0us" in pols and "lazy" in pols:
+        gaps = [by[("lazy", f)]["avg_ms"] - by[("triton_0us", f)]["avg_ms"] for f in loads]
+        out.append("Triton's dynamic batcher at max_queue_delay 0 is work-conserving: it runs whatever queued "
+                   "while the previous batch ran, as one batch of the whole graph. LazyBatching can only save the "
+                   "wait for the rest of the running batch (less than one t1) by preempting, and pays its per-stage "
+                   "cost on every pass; a 2x lower average than that baseline is out of reach when t1 is a few ms. "
+                   "lazy minus triton_0us average latency per load (ms): "
+                   + ", ".join(f"{f:.0%}: {g:+.1f}" for f, g in zip(loads, gaps)) + ".")
+    if sc["regime"] != "no batching gain" and "oracle" in pols and "lazy" in pols:
+        lv = [by[("lazy", f)]["violation"][key] for f in loads]
+        ovv = [by[("oracle", f)]["violation"][key] for f in loads]
+        out.append(f"The conservative slack predictor (Eq. 2: a batch costs the sum of its members' single-input "
+                   f"times) over-estimates a k-request batch by up to k times on a model with a {sc['gain']:.1f}x "
+                   f"gain, so lazy refuses preemptions the oracle (exact batched times) accepts; violations at {key}"
+                   f" lazy vs oracle: " + ", ".join(f"{f:.0%}: {a:.0%}/{b:.0%}" for f, a, b in zip(loads, lv, ovv))
+                   + ".")
+    if "serial" in pols and sc["regime"] != "no batching gain":
+        lost = [f for f in loads if by[("serial", f)]["throughput"] < 0.9 * by[("serial", f)]["rate"]]
+        if lost:
+            out.append(f"serial cannot keep up from {lost[0]:.0%} load on (its throughput falls below 90% of the "
+                       f"offered rate): without batching, the backend's per-stage cost and the shared cores cap it "
+                       f"below mu, measured on the whole graph.")
+    return out
+
+
 def driver_notes(res: dict) -> list[str]:
     """Where lazybatch load and perf_analyzer disagree, in numbers."""
     by = {(c["policy"], c["load"]): c for c in res["cells"]}
@@ -424,6 +502,7 @@ def model_section(res: dict, img_rel: str, st: Settings) -> list[str]:
          f"![{kind}: latency, violations and throughput vs load]({img_rel})", "",
          "### Goals", ""]
     L += [f"- {g}" for g in goals(res | {"sched_multiple": st.sched_sla_multiple})]
+    L += ["", "### Why (mechanisms, with this run's figures)", ""] + [f"- {w}" for w in why(res, st)]
     L += ["", f"### `lazybatch load` (open-loop Poisson, Python asyncio gRPC client), {st.duration:g} s per cell"
           " (see Method)",
           "", "asked/s: offered rate; sent/s: what the client sent; server/s: requests Triton counted for the "
@@ -438,6 +517,14 @@ def model_section(res: dict, img_rel: str, st: Settings) -> list[str]:
                  f"{fmt(c['p99_ms'])} | " + " | ".join(f"{v:.1%}" for v in c["violation"].values())
                  + f" | {fmt(c['mean_batch'], '.2f')} | {fmt(c['preemptions'], 'd')} | {fmt(c['merges'], 'd')} "
                  f"| {c['errors']} |")
+    same = sum(1 for c in res["cells"] if c["server_requests"] == c["sent"])
+    worst = max(res["cells"], key=lambda c: abs(c["server_requests"] - c["sent"]))
+    send = [c["send_rate"] / c["rate"] for c in res["cells"]]
+    L += ["", f"Offered rate check: the client sent {min(send):.0%}-{max(send):.0%} of the asked rate (a Poisson "
+          f"sample of a few hundred arrivals differs from its mean by several percent); Triton counted exactly the "
+          f"requests the client sent in {same} of {len(res['cells'])} cells"
+          + (f" (largest difference: {worst['server_requests'] - worst['sent']:+d} at {worst['load']:.0%} "
+             f"{worst['policy']})" if same < len(res["cells"]) else "") + "."]
     if res["perf"]:
         L += ["", f"### perf_analyzer (Poisson, --async, 3 windows of {st.perf_measurement_ms} ms, stability check "
               "off)", "", "server/s: requests Triton counted over perf_analyzer's whole run (its warm-up and three "
@@ -453,7 +540,14 @@ def model_section(res: dict, img_rel: str, st: Settings) -> list[str]:
                      f"{pc['server_requests'] / pc['wall_s']:.1f} | {fmt(pc.get('throughput'))} | "
                      f"{fmt(pc.get('avg_ms'))} | {fmt(pc.get('p50_ms'))} | {fmt(pc.get('p99_ms'))} | "
                      f"{fmt(ratio, '.2f')} | {pc.get('error') or ''} |")
-        L += [""] + [f"- {n}" for n in driver_notes(res)]
+        L += [""] + [f"- {n}" for n in driver_notes(res)] + [
+            "- Why the drivers can disagree: (1) where a policy is near or past its capacity, latency depends on "
+            "how long the queue has been building: the load driver's cell is cut into slices that each start from an"
+            " empty queue, perf_analyzer's three windows follow its warm-up back to back; (2) perf_analyzer's "
+            "Poisson schedule has a fixed seed and it sent fewer requests than asked (server/s above); (3) the "
+            "Python asyncio client and perf_analyzer's C++ client cost different CPU time on the cores the server "
+            "uses; (4) the two ran minutes apart on a machine whose background load drifts. Where the two agree "
+            "within a few ms (light load), the figures carry; where they do not, the policy is at its limit."]
     return L + [""]
 
 
@@ -506,8 +600,11 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
     L += summary(results, st) + [""]
     for res in results:
         L += model_section(res, f"{rel}/regimes_{res['model']}.png", st)
-    L += ["## Raw data", "", f"Every cell (latencies summarised, server counters, backend statistics): "
-          f"`{meta['results_json']}` of this run.", ""]
+    data = meta.get("data_copy")
+    where = f"[{os.path.relpath(data, page.parent)}]({os.path.relpath(data, page.parent)})" if data else \
+        f"`{meta['results_json']}`"
+    L += ["## Raw data", "", f"Every cell (latencies summarised, server counters, backend statistics, the settings "
+          f"of the run): {where}. `--from-results FILE` renders this page again from such a file.", ""]
     page.write_text("\n".join(L))
 
 
@@ -653,8 +750,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sched-sla-multiple", type=float, default=5.0, help="the target lazy/oracle schedule by")
     ap.add_argument("--policies", default=",".join(POLICY_ORDER), help="subset of " + ",".join(POLICY_ORDER))
     ap.add_argument("--out", default=None, help="work and raw results (default lazybatch-results/regimes[-quick])")
-    ap.add_argument("--page", default=None, help="results page (default docs/results/regimes.md; --quick: OUT/regimes.md)")
+    ap.add_argument("--page", default=None,
+                    help="results page (default docs/results/regimes.md; --quick: OUT/regimes.md)")
     ap.add_argument("--img-dir", default=None, help="plots (default docs/img; --quick: OUT/img)")
+    ap.add_argument("--data", default=None, help="copy of the raw results (default docs/data/regimes.json; "
+                    "--quick: none)")
+    ap.add_argument("--from-results", default=None, help="render the page again from a results.json, measure nothing")
     ap.add_argument("--reuse-profile", action="store_true", help="keep latency tables from an earlier run in --out")
     ap.add_argument("--quiet-machine", action="store_true", help="say on the page that nothing else ran")
     ap.add_argument("--quick", action="store_true", help="smoke test: tiny model, two loads, short windows")
@@ -683,14 +784,38 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or ("lazybatch-results/regimes-quick" if q else "lazybatch-results/regimes"))
     st = Settings(models=models, loads=loads, perf_loads=perf_loads,
                   duration=args.duration or (2.0 if q else 8.0),
-                  min_requests=args.min_requests if args.min_requests is not None else (0 if q else 16), slices=args.slices or (1 if q else 2),
+                  min_requests=args.min_requests if args.min_requests is not None else (0 if q else 16),
+                  slices=args.slices or (1 if q else 2),
                   perf_measurement_ms=args.perf_measurement_ms or (1000 if q else 2500),
                   sla_multiples=parse_list(args.sla_multiples), sched_sla_multiple=args.sched_sla_multiple,
                   policies=policies, out=out, seed=args.seed, reprofile=not args.reuse_profile)
     page = Path(args.page or (out / "regimes.md" if q else ROOT / "docs" / "results" / "regimes.md"))
     img_dir = Path(args.img_dir or (out / "img" if q else ROOT / "docs" / "img"))
+    data_copy = Path(args.data) if args.data else (None if q else ROOT / "docs" / "data" / "regimes.json")
+    if args.from_results:
+        saved = json.loads(Path(args.from_results).read_text())
+        if "settings" in saved["meta"]:
+            st = Settings(**(saved["meta"]["settings"] | {"out": Path(saved["meta"]["settings"]["out"])}))
+        if data_copy is not None and Path(args.from_results).resolve() != data_copy.resolve():
+            saved["meta"]["data_copy"] = str(data_copy)
+            data_copy.parent.mkdir(parents=True, exist_ok=True)
+            data_copy.write_text(json.dumps(saved, indent=1))
+        m = saved["meta"]  # a results file written before the run ended (after each model) lacks these
+        for k, v in (("finished", "? (run not finished)"), ("elapsed_min", math.nan), ("loadavg_after", "?"),
+                     ("shared", True), ("results_json", args.from_results)):
+            m.setdefault(k, v)
+        m.setdefault("tritonserver", saved["results"][0]["tritonserver"] if saved["results"] else "?")
+        for res in saved["results"]:  # a run's statistics files, when the results predate time_scale in them
+            if "time_scale" not in res and "lazy" in st.policies:
+                final = runtime_stats(st.out / "stats" / res["model"], f"{res['model']}_lazy", timeout=0.0)
+                if "time_scale" in final:
+                    res["time_scale"] = final["time_scale"]
+        write_page(saved["results"], saved["meta"], st, page, img_dir)
+        print(f"results page: {page}")
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     meta = machine_meta()
+    meta["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(st).items()}
     meta["command"] = "python benchmarks/bench_regimes.py " + " ".join(sys.argv[1:] if argv is None else argv)
     meta["started"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     t_start = time.monotonic()
@@ -707,6 +832,10 @@ def main(argv: list[str] | None = None) -> int:
                  "loadavg_after": " ".join(f"{v:.1f}" for v in os.getloadavg()), "shared": not args.quiet_machine,
                  "tritonserver": results[0]["tritonserver"] if results else "?",
                  "results_json": str(out / "results.json")})
+    if data_copy is not None:
+        meta["data_copy"] = str(data_copy)
+        data_copy.parent.mkdir(parents=True, exist_ok=True)
+        data_copy.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     write_page(results, meta, st, page, img_dir)
     print(f"results page: {page}\nraw results: {out / 'results.json'}")

@@ -4,7 +4,7 @@
     adhoc                     serve what has arrived when the device frees (GraphBatching, no window)
     monitor                   BatchMonitor/BatchDispatcher: monitor:window_ms=1000,max_batch_size=32
     deadline                  the largest batch that still meets the oldest request's deadline
-    lazy                      lazy:max_batch_size=32,dec_timesteps=10,min_batch_gain=0.1
+    lazy                      lazy:max_batch_size=32,dec_timesteps=10,min_batch_gain=0.2
     oracle                    oracle:dec_timesteps_coverage=0.8
     graph:5                   GraphB(5): max_queue_delay of 5 ms (the paper's batching time-window)
     graph:max_queue_delay_microseconds=5000,max_batch_size=64,preferred_batch_size=4/8
