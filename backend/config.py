@@ -36,6 +36,10 @@ PARAMETERS = {
     "execution_provider": "auto (CUDA when onnxruntime has it, else CPU) | cpu | cuda",
     "intra_op_threads": "onnxruntime intra-op threads (0: onnxruntime's default)",
     "cancel_poll_ms": "how often held requests are polled for client cancellation (default 2 ms)",
+    # seq2seq models: written by `lazybatch repo add` for clients, checked against the stage manifest at load
+    "max_source_length": "seq2seq: most source tokens a request may send",
+    "max_output_length": "seq2seq: most tokens the decoder generates per sequence",
+    "vocab_size": "seq2seq: token ids are 0..vocab_size-1",
 }
 
 

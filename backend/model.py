@@ -15,6 +15,7 @@ Two modes:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -96,6 +97,7 @@ class TritonPythonModel:
         self.settings = s = BackendSettings.from_config(cfg, version_dir)
         self.runtime = None
         self.session = None
+        self.seq2seq: Any = None  # a seq2seq.Seq2SeqSpec for encoder-decoder models
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
         self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
         if s.whole_graph:
@@ -112,16 +114,27 @@ class TritonPythonModel:
             s.scheduler_max_batch_size = 1
         runner = StageRunner(s.stage_dir, execution_provider=s.execution_provider,
                              intra_op_threads=s.intra_op_threads)
-        if any(st.type.value != "STATIC" for st in runner.manifest.stages):
-            raise ConfigError("ENCODER/DECODER stages (seq2seq loops) are not served by the backend yet; only "
-                              "STATIC stages", source=str(s.stage_dir))
-        check_against_manifest(s, runner.manifest.inputs, runner.manifest.outputs)
-        table = load_table(s, runner)
-        policy = spec.build(max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size)
-        runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
-        self.runtime = BackendRuntime(runner, table, policy, self._respond, is_cancelled=self._is_cancelled,
-                                      cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
-                                      on_idle=self._write_stats)
+        runtime_cls: Any = BackendRuntime
+        if "seq2seq" in runner.manifest.raw:  # encoder + decoder-step loop: backend/seq2seq.py
+            from . import seq2seq
+
+            self.seq2seq = seq2seq.Seq2SeqSpec(runner.manifest, str(runner.dir / "manifest.json"))
+            self.seq2seq.check_config(s.inputs, s.outputs, {k: v.string_value for k, v in cfg.parameters.items()},
+                                      s.name)
+            table = load_table(s, runner)
+            policy = seq2seq.build_policy(spec, self.seq2seq, table, coverage=s.dec_timesteps_coverage,
+                                          max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size,
+                                          dec_timesteps=s.dec_timesteps)
+            seq2seq.warm_up(runner, self.seq2seq)
+            runtime_cls = functools.partial(seq2seq.Seq2SeqRuntime, spec=self.seq2seq)
+        else:
+            check_against_manifest(s, runner.manifest.inputs, runner.manifest.outputs)
+            table = load_table(s, runner)
+            policy = spec.build(max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size)
+            runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
+        self.runtime = runtime_cls(runner, table, policy, self._respond, is_cancelled=self._is_cancelled,
+                                   cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
+                                   on_idle=self._write_stats)
 
     # ------------------------------------------------------------------ Triton calls
     def execute(self, requests: list[Any]) -> list[Any] | None:
@@ -130,7 +143,8 @@ class TritonPythonModel:
         s = self.settings
         for request in requests:
             tensors = {t.name(): t.as_numpy() for t in request.inputs()}
-            batch, err = validate_request(tensors, s.inputs, s.max_batch_size, s.allow_nan)
+            batch, err = (self.seq2seq.validate(tensors, s.max_batch_size) if self.seq2seq is not None else
+                          validate_request(tensors, s.inputs, s.max_batch_size, s.allow_nan))
             opts = None
             if err is None:
                 opts, err = parse_request_parameters(request.parameters(), s.sla_ms)

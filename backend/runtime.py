@@ -151,6 +151,8 @@ class RuntimeStats:
 class BackendRuntime:
     """Owns the scheduler thread of one model instance."""
 
+    stats_class: Callable[[], RuntimeStats] = RuntimeStats  # a subclass may count more (backend/seq2seq.py)
+
     def __init__(self, runner: StageRunner, table: LatencyTable, policy: Policy, respond: Respond, *,
                  is_cancelled: IsCancelled | None = None, cancel_poll_s: float = 0.002,
                  idle_poll_s: float = 0.02, on_idle: "Callable[[BackendRuntime], None] | None" = None,
@@ -166,7 +168,7 @@ class BackendRuntime:
         self.idle_poll_s = idle_poll_s
         self.on_idle = on_idle  # called on the scheduler thread whenever nothing is held (statistics)
         self.clock = WallClock()
-        self.stats = RuntimeStats()
+        self.stats = self.stats_class()
         self.scheduler = Scheduler(table, policy, _ExecutorAdapter(self), self.clock, on_response=self._on_sample_done)
         self._inbox: queue.SimpleQueue[tuple[_Parent, RequestOptions, float] | None] = queue.SimpleQueue()
         self._job: tuple[StageJob, DoneCallback] | None = None
@@ -285,7 +287,7 @@ class BackendRuntime:
         self._ring.append(parent)
         self.stats.requests += 1
         for row in range(parent.remaining):
-            r = Request(next(self._ids), arrival, priority=opts.priority, payload=_Sample(parent, row), **kw)
+            r = Request(next(self._ids), arrival, priority=opts.priority, **self._sample_args(parent, row), **kw)
             parent.samples.append(r)
         self.stats.samples += len(parent.samples)
         for r in list(parent.samples):
@@ -293,6 +295,10 @@ class BackendRuntime:
                 break
             self.scheduler.submit(r)
         self.stats.sched_s += time.perf_counter() - t0
+
+    def _sample_args(self, parent: _Parent, row: int) -> dict[str, Any]:
+        """Request() arguments of one sample (a seq2seq runtime adds its per-sequence state and enc_steps)."""
+        return {"payload": _Sample(parent, row)}
 
     def _run(self, job: StageJob) -> StageResult | None:
         """Run one stage on the job's (not cancelled) requests: concatenate, onnxruntime, split.

@@ -120,6 +120,16 @@ class Client:
             self._info[model] = ModelInfo(model, tuple(ins), tuple(outs))
         return self._info[model]
 
+    def model_parameters(self, model: str) -> dict[str, str]:
+        """The model config's ``parameters`` (e.g. a seq2seq model's max_source_length, vocab_size)."""
+        try:
+            cfg = self._client.get_model_config(model)
+        except Exception as e:
+            raise InferError(f"cannot get the config of model {model!r}: {_msg(e)}", _status(e)) from None
+        from .seq2seq import grpc_parameters, http_parameters
+
+        return grpc_parameters(cfg) if self.protocol == "grpc" else http_parameters(cfg.get("config", cfg))
+
     def random_inputs(self, model: str, batch: int = 1, seed: int | None = None) -> dict[str, np.ndarray]:
         """Random inputs of the model's shapes (wildcard dims become 1)."""
         rng = np.random.default_rng(seed)

@@ -89,7 +89,7 @@ def summarize(res: LoadResult, latencies_s: list[float], ok_flags: list[bool], e
 
 async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *, sla_ms: float | None,
                         batch: int, seed: int, max_requests: int, timeout_s: float,
-                        send_sla: bool) -> LoadResult:
+                        send_sla: bool, length_histogram: str | None = None, ignore_eos: bool = True) -> LoadResult:
     import tritonclient.grpc as grpcmod
     import tritonclient.grpc.aio as aio
 
@@ -106,13 +106,25 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
             dt = DATATYPES[t.datatype]
             feeds[t.name] = (rng.standard_normal(shape) if dt.kind == "f" else rng.integers(0, 10, shape)).astype(dt)
         params = request_parameters(sla_ms if send_sla else None)
+        from .seq2seq import grpc_parameters, info_from_parameters
+
+        s2s = info_from_parameters(grpc_parameters(await client.get_model_config(model)))
+        offsets = poisson_schedule(rate, duration_s, seed, max_requests)
+        per_request: list[Any] = []
+        if s2s is not None:  # seq2seq: source and output lengths drawn from the histogram, one pair per request
+            from .seq2seq import LengthSampler, make_request
+
+            sampler = LengthSampler(s2s, length_histogram, seed)
+            for _ in range(len(offsets)):
+                src_len, out_len = sampler.draw()
+                per_request.append(make_request(rng, s2s, src_len, out_len, batch=batch, ignore_eos=ignore_eos))
+            feeds = make_request(rng, s2s, 1, 1, batch=batch)  # the warm-up: one source token, one output token
         # one warm-up request, not counted
         try:
             await client.infer(model, make_inputs(grpcmod, feeds), parameters=params or None,
                                client_timeout=timeout_s)
         except Exception:
             pass
-        offsets = poisson_schedule(rate, duration_s, seed, max_requests)
         latencies: list[float] = [math.nan] * len(offsets)
         ok_flags = [False] * len(offsets)
         errors: list[str] = []
@@ -121,8 +133,8 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
         async def one(i: int) -> None:
             t0 = time.perf_counter()
             try:
-                await client.infer(model, make_inputs(grpcmod, feeds), parameters=params or None,
-                                   client_timeout=timeout_s)
+                await client.infer(model, make_inputs(grpcmod, per_request[i] if per_request else feeds),
+                                   parameters=params or None, client_timeout=timeout_s)
                 ok_flags[i] = True
             except Exception as e:  # counted, reported by kind
                 m = getattr(e, "message", None)
@@ -154,20 +166,27 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
 
 def run_load(url: str, model: str, rate: float, duration_s: float = 10.0, *, sla_ms: float | None = 100.0,
              batch: int = 1, seed: int = 0, max_requests: int = 100_000, timeout_s: float = 30.0,
-             send_sla: bool = True) -> LoadResult:
-    """Poisson load at ``rate`` requests/s for ``duration_s`` seconds against one model."""
+             send_sla: bool = True, length_histogram: str | None = None, ignore_eos: bool = True) -> LoadResult:
+    """Poisson load at ``rate`` requests/s for ``duration_s`` seconds against one model.
+
+    Seq2seq models (client/seq2seq.py) get per-request source and output lengths drawn from ``length_histogram``
+    (default: the shipped WMT-like one) with ``seed``; ``ignore_eos`` makes each request decode exactly its drawn
+    output length."""
     return asyncio.run(_run_one_rate(url, model, rate, duration_s, sla_ms=sla_ms, batch=batch, seed=seed,
-                                     max_requests=max_requests, timeout_s=timeout_s, send_sla=send_sla))
+                                     max_requests=max_requests, timeout_s=timeout_s, send_sla=send_sla,
+                                     length_histogram=length_histogram, ignore_eos=ignore_eos))
 
 
 def sweep(url: str, models: Sequence[str], rates: Sequence[float], duration_s: float = 10.0, *,
           sla_ms: float | None = 100.0, batch: int = 1, seed: int = 0, timeout_s: float = 30.0,
-          pause_s: float = 0.5, progress: Any = None) -> list[LoadResult]:
+          pause_s: float = 0.5, progress: Any = None, length_histogram: str | None = None,
+          ignore_eos: bool = True) -> list[LoadResult]:
     """Every model at every rate, one after the other (models never share the CPU during a measurement)."""
     out = []
     for rate in rates:
         for model in models:
-            r = run_load(url, model, rate, duration_s, sla_ms=sla_ms, batch=batch, seed=seed, timeout_s=timeout_s)
+            r = run_load(url, model, rate, duration_s, sla_ms=sla_ms, batch=batch, seed=seed, timeout_s=timeout_s,
+                         length_histogram=length_histogram, ignore_eos=ignore_eos)
             out.append(r)
             if progress is not None:
                 progress(r)

@@ -110,7 +110,7 @@ class PerfRow:
 def command(perf: Path, model: str, url: str, rates: Sequence[float], *, batch: int = 1,
             measurement_ms: int = 4000, sla_ms: float | None = None, csv_path: Path | None = None,
             protocol: str = "grpc", stability_percentage: float = 50.0, max_trials: int = 6,
-            input_data: str = "random", extra: Sequence[str] = ()) -> list[str]:
+            extra: Sequence[str] = (), input_data: str = "random") -> list[str]:
     if len(rates) == 1:
         rr = f"{rates[0]:g}"
     else:

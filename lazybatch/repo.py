@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lazybatch.backend.config import WHOLE_GRAPH, config_to_text, model_config_pb2
+from lazybatch.backend.seq2seq import Seq2SeqSpec
 from lazybatch.backend.stages import StageRunner, load_manifest, profile_batch_sizes
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.latency_table import LatencyTable
@@ -160,6 +161,12 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
         whole = man.raw.get("whole_model")  # the splitter's batchable copy of the whole graph, when it made one
         _link_file(vdir / "stages" / whole if whole and (vdir / "stages" / whole).exists() else mp,
                    vdir / "model.onnx")
+    s2s = Seq2SeqSpec(man, str(vdir / "stages" / "manifest.json")) if "seq2seq" in man.raw else None
+    if s2s is not None and isinstance(pol, TritonPolicy):
+        raise ConfigError("a seq2seq model loops its decoder step per request inside the lazybatch backend; Triton's "
+                          "dynamic batcher runs one whole graph per batch and has no such loop. Use --policy "
+                          "graph:<ms> for graph batching (whole batches, padded until the longest sequence ends)",
+                          field="--policy")
     if isinstance(pol, TritonPolicy):
         params["policy"] = WHOLE_GRAPH
         if not (vdir / "model.onnx").exists():
@@ -175,16 +182,51 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
             table = LatencyTable.load(latency_table)
             table.check_covers(max_batch_size)
             table.save(table_path)
+        elif s2s is not None:
+            table = profile_seq2seq(vdir / "stages", max_batch_size, reps=profile_reps,
+                                    execution_provider=execution_provider, intra_op_threads=intra_op_threads)
+            table.save(table_path)
         else:
             runner = StageRunner(vdir / "stages", execution_provider=execution_provider,
                                  intra_op_threads=intra_op_threads)
             runner.run_all(runner.sample_inputs(1))
             table = runner.profile(profile_batch_sizes(max_batch_size), reps=profile_reps)
             table.save(table_path)
-        cfg = build_config(name, man.inputs, man.outputs, max_batch_size=max_batch_size, parameters=params)
+        if s2s is not None:
+            cfg = seq2seq_config(name, s2s, table, max_batch_size=max_batch_size, parameters=params)
+        else:
+            cfg = build_config(name, man.inputs, man.outputs, max_batch_size=max_batch_size, parameters=params)
     (mdir / "config.pbtxt").write_text(config_to_text(cfg))
     (vdir / "model.py").write_text(MODEL_PY)
     return mdir
+
+
+def profile_seq2seq(stage_dir: Path, max_batch_size: int, *, reps: int, execution_provider: str,
+                    intra_op_threads: int) -> LatencyTable:
+    """Encoder (step) and decoder-step stages timed at batch sizes 1, 2, 4, ..., max (``lazybatch profile``: valid
+    token ids and positions, every stage on the outputs of the ones before it); the length histogram's
+    dec_timesteps_90 goes into the table's meta."""
+    from lazybatch.backend.stages import available_providers
+    from lazybatch.onnx_tools.profile import profile_dir
+
+    provider = available_providers(execution_provider)[0]
+    return profile_dir(stage_dir, batch_sizes=profile_batch_sizes(max_batch_size), provider=provider, warmup=1,
+                       repeat=max(1, reps), threads=intra_op_threads, whole=False, progress=False)
+
+
+def seq2seq_config(name: str, s2s: Seq2SeqSpec, table: LatencyTable, *, max_batch_size: int,
+                   parameters: dict[str, str]) -> Any:
+    """The served interface of a seq2seq model (backend/seq2seq.py): source tokens in, generated tokens out."""
+    params = {**parameters, **s2s.info_parameters()}
+    dec = table.meta.get("dec_timesteps_90")
+    if dec:
+        params["dec_timesteps"] = str(min(int(dec), s2s.max_length))
+    served = s2s.served_inputs()
+    cfg = build_config(name, [t for t, _ in served], s2s.served_outputs(), max_batch_size=max_batch_size,
+                       parameters=params)
+    for entry, (_, optional) in zip(cfg.input, served):
+        entry.optional = optional
+    return cfg
 
 
 def split_into(model: Path, dest: Path, *, max_stages: int | None, name: str) -> Path:

@@ -21,6 +21,11 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sla-ms", type=float, default=None, help="this request's SLA target (request parameter)")
     p.add_argument("--priority", type=int, default=None)
+    p.add_argument("--src-len", type=int, default=None, help="seq2seq: source tokens of the random request "
+                   "(default: the model's max_source_length)")
+    p.add_argument("--max-output-len", type=int, default=None, help="seq2seq: tokens to generate at most")
+    p.add_argument("--ignore-eos", action="store_true", help="seq2seq: generate exactly --max-output-len tokens "
+                   "(random weights never produce a meaningful end token)")
     p.add_argument("--save", default=None, metavar="DIR", help="write each output as DIR/NAME.npy")
     p.add_argument("--json", action="store_true", help="print the outputs as JSON lists")
     p.set_defaults(func=run)
@@ -34,7 +39,16 @@ def run(args: argparse.Namespace) -> int:
     with Client(url, args.protocol) as c:
         if not c.is_ready():
             raise ConfigError(f"no ready Triton server at {url} ({args.protocol}); start one with `lazybatch serve`")
-        inputs = c.random_inputs(args.model, args.batch, args.seed)
+        from lazybatch.client.seq2seq import info_from_parameters, make_request
+
+        info = info_from_parameters(c.model_parameters(args.model))
+        if info is not None:
+            if args.ignore_eos and args.max_output_len is None:
+                raise ConfigError("--ignore-eos needs --max-output-len (how many tokens to generate)")
+            inputs = make_request(np.random.default_rng(args.seed), info, args.src_len or info.max_source_length,
+                                  args.max_output_len, batch=args.batch, ignore_eos=args.ignore_eos)
+        else:
+            inputs = c.random_inputs(args.model, args.batch, args.seed)
         for item in args.input:
             name, eq, path = item.partition("=")
             if not eq:
@@ -46,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         outputs, seconds = c.timed_infer(args.model, inputs, sla_ms=args.sla_ms, priority=args.priority)
     print(f"{args.model}: {seconds * 1e3:.2f} ms over {args.protocol}")
     for name, arr in outputs.items():
-        if args.json:
+        if args.json or info is not None:  # seq2seq: the token lists themselves
             print(json.dumps({name: arr.tolist()}))
             continue
         flat = arr.reshape(arr.shape[0], -1)

@@ -31,6 +31,11 @@ def register(sub: Any) -> None:
     p.add_argument("--batch", type=int, default=1, help="samples per request")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=30.0, help="per-request client timeout in s")
+    p.add_argument("--length-histogram", default=None, metavar="FILE", help="seq2seq models: source and output "
+                   "lengths are drawn from this histogram (lazybatch.length_histogram/1 JSON or CSV; default: the "
+                   "shipped WMT en-de one) with --seed")
+    p.add_argument("--stop-at-eos", action="store_true", help="seq2seq models: stop at the end token (default: "
+                   "decode exactly the drawn output length; random weights make no meaningful end token)")
     p.add_argument("--out", default=None, help="write load.csv, load.json and load.png here")
     p.set_defaults(func=run)
 
@@ -50,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
               f"p99 {r.p99_ms:.1f} ms", flush=True)
 
     results = sweep(args.url, args.models, rates, args.duration, sla_ms=args.sla_ms, batch=args.batch,
-                    seed=args.seed, timeout_s=args.timeout, progress=progress)
+                    seed=args.seed, timeout_s=args.timeout, progress=progress,
+                    length_histogram=args.length_histogram, ignore_eos=not args.stop_at_eos)
     print(format_table(results))
     if args.out:
         for p in write_reports(results, args.out):

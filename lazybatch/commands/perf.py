@@ -23,6 +23,9 @@ def register(sub: Any) -> None:
     p.add_argument("--perf-analyzer", default=None, help="a perf_analyzer binary (default: the venv's, installed "
                    "on first use from the tritonclient 2.41.0 wheel)")
     p.add_argument("--install", action="store_true", help="(re)install perf_analyzer and exit")
+    p.add_argument("--length-histogram", default=None, metavar="FILE", help="seq2seq models: source/output lengths "
+                   "of the generated --input-data are drawn from this histogram (default: the shipped one)")
+    p.add_argument("--seed", type=int, default=0, help="seq2seq models: seed of the generated input data")
     p.add_argument("--out", default="lazybatch-results/perf", help="CSV/JSON/logs go here (default %(default)s)")
     p.set_defaults(func=run)
 
@@ -49,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     for model in args.models:
         rows, _ = perf.run(binary, model, args.url, rates, out, batch=args.batch,
                            measurement_ms=args.measurement_ms, sla_ms=args.sla_ms,
-                           stability_percentage=args.stability_percentage, max_trials=args.max_trials)
+                           stability_percentage=args.stability_percentage, max_trials=args.max_trials,
+                           input_data=_seq2seq_input_data(args, model, out))
         all_rows += rows
     print(f"{'model':<22} {'rate/s':>7} {'infer/s':>8} {'avg ms':>8} {'p50':>8} {'p90':>8} {'p99':>8} "
           f"{'queue':>7} {'compute':>8}")
@@ -59,3 +63,18 @@ def run(args: argparse.Namespace) -> int:
     (out / "perf.json").write_text(json.dumps([asdict(r) for r in all_rows], indent=1))
     print(f"wrote {out / 'perf.json'} and perf_<model>.csv/.log")
     return 0
+
+
+def _seq2seq_input_data(args: argparse.Namespace, model: str, out: Path) -> str:
+    """"random" for ordinary models; for a seq2seq model a JSON of valid requests (client/seq2seq.py)."""
+    from lazybatch.client.api import Client
+    from lazybatch.client.seq2seq import info_from_parameters, perf_input_data
+
+    with Client(args.url) as c:
+        info = info_from_parameters(c.model_parameters(model))
+    if info is None:
+        return "random"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"input_{model}.json"
+    path.write_text(json.dumps(perf_input_data(info, seed=args.seed, histogram=args.length_histogram)))
+    return str(path)

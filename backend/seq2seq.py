@@ -1,0 +1,381 @@
+"""Seq2seq serving: the encoder/decoder-step loop of an exported encoder-decoder, driven by the scheduler.
+
+A seq2seq stage directory (``lazybatch export gnmt|transformer`` + ``lazybatch split``) holds an encoder (a per-token
+ENCODER step for GNMT, STATIC stages run once for the Transformer) and a DECODER step whose carried state (LSTM h/c,
+attention feed, KV caches, positions) is a graph input and output with the batch first. The manifest's ``seq2seq``
+section says which output feeds which input on the next step (see docs/formats.md); ``Seq2SeqRunner`` in
+``lazybatch.onnx_tools.seq2seq`` is the reference loop this module must agree with.
+
+Why it is shaped this way:
+
+- Every state tensor lives *per request* (a row of the batch that produced it). A stage job over requests at
+  different timesteps gathers their rows into one batch, runs the stage, and scatters the outputs back as rows:
+  a request's result never depends on who shared its batches (positions and masks are per row in the graphs, and
+  the memory is a fixed ``[max_source_length, d]`` block masked by each row's ``src_len``, so no re-padding is
+  needed when sources of different lengths meet).
+- The executor reports the end of each sequence (end token, the request's ``max_output_len``, or the model's
+  ``max_length``) in ``StageResult.loop_exits``; the scheduler's requests carry no ``dec_steps``.
+- Graph batching keeps finished sequences in the batch until the longest one ends (``StageJob.batch_size`` >
+  ``len(requests)``): the executor pads the batch with copies of a live row, so its cost is that of a whole-graph
+  run, and throws the padding away.
+
+The served interface (config.pbtxt, written by ``lazybatch repo add``): inputs ``src_tokens`` (INT64 ``[-1]``, the
+source ids, 1..max_source_length of them), optional ``src_len`` (INT64 ``[1]``, the row's true length when rows of
+one request are padded to a common length), optional ``max_output_len`` (INT64 ``[1]``), optional ``ignore_eos``
+(BOOL ``[1]``: decode exactly ``max_output_len`` tokens; random weights never make a meaningful end token, so
+benchmarks fix output lengths this way); outputs ``output_tokens`` (INT64 ``[-1]``, padded with -1 past each row's
+end) and ``output_len`` (INT64 ``[1]``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from lazybatch.batcher.errors import ConfigError
+from lazybatch.batcher.interfaces import StageJob, StageResult
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.policies.base import Policy
+from lazybatch.batcher.policies.spec import PolicySpec
+from lazybatch.batcher.request import Request, Status
+
+from .runtime import BackendRuntime, Row, RuntimeStats, _Parent, _Sample, join_rows
+from .stages import Manifest, StageRunner, TensorSpec
+
+TOKENS = "src_tokens"
+SRC_LEN = "src_len"
+MAX_OUT = "max_output_len"
+IGNORE_EOS = "ignore_eos"
+OUT_TOKENS = "output_tokens"
+OUT_LEN = "output_len"
+PAD = -1  # output_tokens past a row's end
+OPTIONAL = (SRC_LEN, MAX_OUT, IGNORE_EOS)
+
+
+@dataclass(frozen=True)
+class _State:
+    input: str
+    output: str
+    init: Any
+
+
+class Seq2SeqSpec:
+    """The manifest's seq2seq section, checked once, in the form the runtime needs."""
+
+    def __init__(self, manifest: Manifest, source: str = "manifest.json") -> None:
+        raw = manifest.raw
+        src = source
+        sec = raw.get("seq2seq")
+        if not isinstance(sec, Mapping):
+            raise ConfigError("the stage manifest has no seq2seq section", source=src)
+        try:
+            self.enc_stages: list[int] = list(sec["encoder"]["stages"])
+            self.dec_stages: list[int] = list(sec["decoder"]["stages"])
+            self.per_token = sec["encoder"].get("runs") == "per_token"
+            self.steps_input: str | None = sec["encoder"].get("steps_input")
+            self.enc_outputs: list[str] = list(sec["encoder"]["outputs"])
+            self.enc_state = [_State(s["input"], s["output"], s["init"]) for s in sec["encoder"]["state"]]
+            self.dec_state = [_State(s["input"], s["output"], s["init"]) for s in sec["decoder"]["state"]]
+            self.bind: list[dict[str, str]] = list(sec.get("bind", []))
+            self.token_output: str = sec["token_output"]
+            self.end_token: int = int(sec["end_token_id"])
+            self.max_length: int = int(sec["max_length"])
+            self.max_source_length: int = int(sec["max_source_length"])
+            request_inputs = list(sec["request_inputs"])
+        except (KeyError, TypeError) as e:
+            raise ConfigError(f"the seq2seq section lacks {e}; re-run `lazybatch split` on the export",
+                              source=src) from None
+        if not self.enc_stages or not self.dec_stages or self.enc_stages[-1] >= self.dec_stages[0]:
+            raise ConfigError("seq2seq: encoder stages must come first, then decoder stages", source=src)
+        graph_inputs = {e["name"]: e for e in raw.get("graph_inputs") or raw.get("inputs") or []}
+        self.graph_inputs = graph_inputs
+        if TOKENS not in request_inputs or TOKENS not in graph_inputs:
+            raise ConfigError(f"seq2seq: the served model needs a {TOKENS!r} request input", source=src)
+        lo, hi = graph_inputs[TOKENS].get("range", [0, None])
+        if hi is None:
+            raise ConfigError(f"seq2seq: the manifest gives no id range for {TOKENS!r}", source=src)
+        self.vocab_size = int(hi) + 1
+        self.min_token = int(lo)
+        if SRC_LEN not in graph_inputs:
+            raise ConfigError(f"seq2seq: the graphs need a {SRC_LEN!r} input (the source length)", source=src)
+        self.enc_last = self.enc_stages[-1]
+        self.dec_first = self.dec_stages[0]
+        self.dec_last = self.dec_stages[-1]
+        self._init_cache: dict[str, np.ndarray] = {}
+
+    # ------------------------------------------------------------------ served interface
+    def served_inputs(self) -> list[tuple[TensorSpec, bool]]:
+        """(tensor, optional) of config.pbtxt's input section."""
+        i64 = np.dtype(np.int64)
+        return [(TensorSpec(TOKENS, i64, (-1,)), False), (TensorSpec(SRC_LEN, i64, (1,)), True),
+                (TensorSpec(MAX_OUT, i64, (1,)), True), (TensorSpec(IGNORE_EOS, np.dtype(np.bool_), (1,)), True)]
+
+    def served_outputs(self) -> list[TensorSpec]:
+        i64 = np.dtype(np.int64)
+        return [TensorSpec(OUT_TOKENS, i64, (-1,)), TensorSpec(OUT_LEN, i64, (1,))]
+
+    def info_parameters(self) -> dict[str, str]:
+        return {"max_source_length": str(self.max_source_length), "max_output_length": str(self.max_length),
+                "vocab_size": str(self.vocab_size)}
+
+    def check_config(self, inputs: list[TensorSpec], outputs: list[TensorSpec], params: Mapping[str, str],
+                     source: str) -> None:
+        want_in = {t.name: (t.dtype, t.dims) for t, _ in self.served_inputs()}
+        want_out = {t.name: (t.dtype, t.dims) for t in self.served_outputs()}
+        have_in = {t.name: (t.dtype, t.dims) for t in inputs}
+        have_out = {t.name: (t.dtype, t.dims) for t in outputs}
+        if have_in.get(TOKENS) != want_in[TOKENS] or any(have_in[k] != want_in.get(k) for k in have_in):
+            raise ConfigError(f"config.pbtxt inputs {have_in} do not match the seq2seq model's {want_in} (src_tokens "
+                              "required, the others optional); re-run `lazybatch repo add`", field="input",
+                              source=source)
+        if have_out != want_out:
+            raise ConfigError(f"config.pbtxt outputs {have_out} differ from the seq2seq model's {want_out}; re-run "
+                              "`lazybatch repo add`", field="output", source=source)
+        for k, v in self.info_parameters().items():
+            if k in params and params[k] != v:
+                raise ConfigError(f"parameter {k} is {params[k]!r} but the stage manifest says {v}; re-run "
+                                  "`lazybatch repo add`", field=f"parameters.{k}", source=source)
+
+    # ------------------------------------------------------------------ requests
+    def validate(self, tensors: Mapping[str, np.ndarray], max_batch_size: int) -> tuple[int, str | None]:
+        """Check one request: (batch size, None) or (0, what is wrong and what to send instead)."""
+        if TOKENS not in tensors:
+            return 0, f"missing input {TOKENS!r} (INT64 [batch, length], the source token ids)"
+        extra = sorted(set(tensors) - {TOKENS, *OPTIONAL})
+        if extra:
+            return 0, f"unexpected input(s) {extra}; this seq2seq model takes {TOKENS} and optionally {list(OPTIONAL)}"
+        tok = tensors[TOKENS]
+        if tok.dtype.kind not in "iu":
+            return 0, f"input {TOKENS!r} has dtype {tok.dtype}, expected int64 token ids"
+        if tok.ndim != 2 or tok.shape[0] < 1:
+            return 0, f"input {TOKENS!r} has shape {list(tok.shape)}, expected [batch, length]"
+        batch, length = int(tok.shape[0]), int(tok.shape[1])
+        if batch > max_batch_size:
+            return 0, f"batch size {batch} exceeds the model's max_batch_size {max_batch_size}"
+        if not 1 <= length <= self.max_source_length:
+            return 0, (f"source length {length} is out of range: send 1..{self.max_source_length} tokens "
+                       "(the model's max_source_length)")
+        bad = (tok < self.min_token) | (tok >= self.vocab_size)
+        if bad.any():
+            r, c = (int(v[0]) for v in np.nonzero(bad))
+            return 0, (f"token id {int(tok[r, c])} at row {r}, position {c} of {TOKENS!r} is outside the vocabulary "
+                       f"{self.min_token}..{self.vocab_size - 1}")
+        for name, lo, hi in ((SRC_LEN, 1, length), (MAX_OUT, 1, self.max_length)):
+            if name not in tensors:
+                continue
+            a = tensors[name]
+            if a.dtype.kind not in "iu" or a.shape != (batch, 1):
+                return 0, f"input {name!r} must be integers of shape [{batch}, 1], got {a.dtype} {list(a.shape)}"
+            if ((a < lo) | (a > hi)).any():
+                what = "the row's source length (at most the src_tokens length)" if name == SRC_LEN else \
+                    "the number of tokens to generate (at most the model's max_length)"
+                return 0, f"input {name!r} holds {a.reshape(-1).tolist()}: each value must be in {lo}..{hi}, {what}"
+        if IGNORE_EOS in tensors:
+            a = tensors[IGNORE_EOS]
+            if a.shape != (batch, 1):
+                return 0, f"input {IGNORE_EOS!r} must have shape [{batch}, 1], got {list(a.shape)}"
+            if a.astype(bool).any() and MAX_OUT not in tensors:
+                return 0, f"{IGNORE_EOS} needs {MAX_OUT}: say how many tokens to generate"
+        return batch, None
+
+    def init_state(self, states: list[_State]) -> dict[str, Row]:
+        """Initial carried state of one request (shared, read-only arrays)."""
+        out: dict[str, Row] = {}
+        for s in states:
+            a = self._init_cache.get(s.input)
+            if a is None:
+                spec = self.graph_inputs[s.input]
+                a = np.full([1] + [max(d, 1) for d in spec["dims"]], s.init, dtype=spec["dtype"])
+                self._init_cache[s.input] = a
+            out[s.input] = (a, 0)
+        return out
+
+
+class _Seq(_Sample):
+    """One sequence (a row of a client request) and everything it carries between steps."""
+
+    __slots__ = ("inputs", "state", "enc_done", "enc_steps", "encoded", "enc_out", "tokens", "limit", "stop_at_eos")
+
+    def __init__(self, parent: _Parent, row: int, spec: Seq2SeqSpec) -> None:
+        super().__init__(parent, row)
+        t = parent.inputs
+        tok = t[TOKENS][row]
+        n = int(t[SRC_LEN][row, 0]) if SRC_LEN in t else tok.shape[0]
+        src = np.zeros((1, spec.max_source_length), np.int64)
+        src[0, :tok.shape[0]] = tok
+        self.inputs: dict[str, Row] = {TOKENS: (src, 0), SRC_LEN: (np.array([n], np.int64), 0)}
+        self.state = spec.init_state(spec.enc_state)
+        self.enc_done = 0
+        self.enc_steps = n if spec.per_token else 1
+        self.encoded = False
+        self.enc_out: dict[str, Row] = {}
+        self.tokens: list[int] = []
+        self.limit = min(int(t[MAX_OUT][row, 0]), spec.max_length) if MAX_OUT in t else spec.max_length
+        self.stop_at_eos = not (IGNORE_EOS in t and bool(t[IGNORE_EOS][row, 0]))
+
+    def value(self, name: str, spec: Seq2SeqSpec) -> Row:
+        """A stage input that comes "from the model": carried state, a request input, or a bound tensor."""
+        v = self.state.get(name) or self.inputs.get(name)
+        if v is not None:
+            return v
+        for b in spec.bind:
+            if b["input"] == name:
+                return self.enc_out[b["encoder_output"]] if "encoder_output" in b else self.inputs[b["request_input"]]
+        raise KeyError(f"no value for stage input {name!r}")
+
+
+@dataclass
+class Seq2SeqStats(RuntimeStats):
+    """RuntimeStats plus what shows that decoder steps of requests at different timesteps shared a batch."""
+
+    decoder_steps: int = 0  # decoder-step jobs (one per batched step)
+    mixed_timestep_steps: int = 0  # of those, how many held rows at different timesteps
+    max_timestep_spread: int = 0  # largest (max - min) timestep within one batched step
+    tokens: int = 0
+    padded_rows: int = 0  # rows added to graph-batching runs for sequences that already ended
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**super().as_dict(), "decoder_steps": self.decoder_steps,
+                "mixed_timestep_steps": self.mixed_timestep_steps, "max_timestep_spread": self.max_timestep_spread,
+                "tokens": self.tokens, "padded_rows": self.padded_rows}
+
+
+class Seq2SeqRuntime(BackendRuntime):
+    """The backend runtime with per-request seq2seq state and loop exits (see the module docstring)."""
+
+    stats_class = Seq2SeqStats
+
+    def __init__(self, runner: StageRunner, table: LatencyTable, policy: Policy, respond: Any, *,
+                 spec: Seq2SeqSpec, **kw: Any) -> None:
+        self.spec = spec
+        super().__init__(runner, table, policy, respond, **kw)
+
+    def _sample_args(self, parent: _Parent, row: int) -> dict[str, Any]:
+        seq = _Seq(parent, row, self.spec)
+        return {"payload": seq, "enc_steps": seq.enc_steps}
+
+    def _run(self, job: StageJob) -> StageResult | None:
+        reqs = [r for r in job.requests if not r.cancelled]
+        if not reqs:
+            return None
+        pad = max(0, job.batch_size - len(job.requests))
+        errors: dict[int, str] = {}
+        exits: set[int] = set()
+        try:
+            exits = self._run_batch(job.stage, reqs, pad)
+        except Exception as e:
+            if len(reqs) == 1:
+                errors[reqs[0].id] = f"{type(e).__name__}: {e}"
+            else:  # nothing was written back: run each alone, so only the ones that fail on their own fail
+                for r in reqs:
+                    try:
+                        exits |= self._run_batch(job.stage, [r], 0)
+                    except Exception as e1:
+                        errors[r.id] = f"{type(e1).__name__}: {e1}"
+        if job.stage == self.spec.dec_last:
+            return StageResult(loop_exits=exits, errors=errors or None)
+        return StageResult(errors=errors) if errors else None
+
+    def _run_batch(self, stage: int, reqs: list[Request], pad: int = 0) -> set[int]:  # type: ignore[override]
+        """Gather the rows, run the stage, scatter the rows back; returns the ids whose sequence ended."""
+        spec = self.spec
+        runner = self.runner
+        stats: Seq2SeqStats = self.stats  # type: ignore[assignment]
+        t0 = time.perf_counter()
+        seqs: list[_Seq] = [r.payload for r in reqs]
+        feeds: dict[str, np.ndarray] = {}
+        for inp in runner.manifest.stages[stage].inputs:
+            if inp.source is None:
+                x = join_rows([s.value(inp.name, spec) for s in seqs])
+            else:
+                x = join_rows([s.tensors[inp.name] for s in seqs])
+            if pad:
+                x = np.concatenate([x, np.repeat(x[-1:], pad, axis=0)], axis=0)
+            feeds[inp.name] = x
+        if stage == spec.dec_first:
+            stats.decoder_steps += 1
+            steps = [len(s.tokens) for s in seqs]
+            if len(set(steps)) > 1:
+                stats.mixed_timestep_steps += 1
+                stats.max_timestep_spread = max(stats.max_timestep_spread, max(steps) - min(steps))
+        t1 = time.perf_counter()
+        outs = runner.run(stage, feeds)
+        t2 = time.perf_counter()
+        exits: set[int] = set()
+        for k, s in enumerate(seqs):
+            for name, arr in outs.items():
+                s.tensors[name] = (arr, k)
+        if stage == spec.enc_last:
+            for s in seqs:
+                self._end_encoder_step(s)
+        elif stage == spec.dec_last:
+            tok = outs[spec.token_output]
+            for k, (r, s) in enumerate(zip(reqs, seqs)):
+                t = int(tok[k])
+                s.tokens.append(t)
+                s.state = {st.input: s.tensors[st.output] for st in spec.dec_state}
+                s.tensors = {}
+                if (s.stop_at_eos and t == spec.end_token) or len(s.tokens) >= s.limit:
+                    exits.add(r.id)
+            stats.tokens += len(seqs)
+        t3 = time.perf_counter()
+        stats.stage_runs += 1
+        stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
+        stats.padded_rows += pad
+        stats.ort_s += t2 - t1
+        stats.io_s += (t1 - t0) + (t3 - t2)
+        return exits
+
+    def _end_encoder_step(self, s: _Seq) -> None:
+        spec = self.spec
+        s.enc_done += 1
+        if s.enc_done < s.enc_steps:
+            s.state = {st.input: s.tensors[st.output] for st in spec.enc_state}
+        else:  # the encoder is done: keep its outputs (the attention memory), start the decoder
+            s.enc_out = {n: s.tensors[n] for n in spec.enc_outputs if n in s.tensors}
+            s.state = spec.init_state(spec.dec_state)
+            s.encoded = True
+        s.tensors = {}
+
+    def _on_sample_done(self, r: Request) -> None:
+        seq: _Seq = r.payload
+        parent = seq.parent
+        if parent.answered:
+            return
+        if r.status is not Status.OK:
+            super()._on_sample_done(r)
+            return
+        parent.rows[seq.row] = seq.tokens  # type: ignore[assignment]
+        seq.state, seq.enc_out, seq.tensors = {}, {}, {}
+        parent.remaining -= 1
+        if parent.remaining:
+            return
+        rows: list[list[int]] = parent.rows  # type: ignore[assignment]
+        width = max(len(t) for t in rows)
+        out = np.full((len(rows), width), PAD, np.int64)
+        for i, t in enumerate(rows):
+            out[i, :len(t)] = t
+        lens = np.array([[len(t)] for t in rows], np.int64)
+        self._answer(parent, {OUT_TOKENS: out, OUT_LEN: lens}, Status.OK, None)
+
+
+def build_policy(spec: PolicySpec, s2s: Seq2SeqSpec, table: LatencyTable, *, max_batch_size: int | None,
+                 dec_timesteps: int | None, coverage: float) -> Policy:
+    """The policy, with the decoder steps Algorithm 1 assumes: the policy's own dec_timesteps, else the config's,
+    else the latency table's (``dec_timesteps_90`` of its length histogram), capped at the model's max_length."""
+    if spec.kind in ("lazy", "oracle") and "dec_timesteps" not in spec.params:
+        dec = dec_timesteps or table.meta.get("dec_timesteps") or table.meta.get("dec_timesteps_90")
+        if dec:
+            spec = PolicySpec(spec.kind, {**spec.params, "dec_timesteps": min(int(dec), s2s.max_length)}, spec.text)
+    return spec.build(max_batch_size=max_batch_size, dec_timesteps_coverage=coverage)
+
+
+def warm_up(runner: StageRunner, spec: Seq2SeqSpec) -> None:
+    """One run of every stage on valid inputs (the first onnxruntime run is slow)."""
+    from lazybatch.onnx_tools.runtime import random_feeds
+
+    feeds = random_feeds(list(spec.graph_inputs.values()), 1, np.random.default_rng(0))
+    runner.run_all(feeds)

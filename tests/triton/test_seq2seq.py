@@ -1,0 +1,304 @@
+"""Seq2seq models (small GNMT and Transformer exports) through a real Triton server: the backend's decoder loop.
+
+Served tokens must equal the reference runner's (``Seq2SeqRunner`` on the same stages) for concurrent requests of
+different source and output lengths under lazy, graph and serial; decoder steps of requests at different timesteps
+must really share batches; a bad request gets its own clear error while the others succeed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lazybatch.batcher.errors import ConfigError
+from lazybatch.cli import main
+from lazybatch.client.api import Client, InferError
+from lazybatch.client.seq2seq import LengthSampler, Seq2SeqInfo, make_request
+from lazybatch.onnx_tools.runtime import StageChain
+from lazybatch.onnx_tools.seq2seq import Seq2SeqRunner
+from lazybatch.onnx_tools.split import split_model
+from lazybatch.onnx_tools.zoo import export_model
+from lazybatch.repo import add_model
+from lazybatch.serving import TritonServer, free_port
+
+KINDS = ("gnmt", "transformer")
+POLICIES = {"lazy": "lazy", "graph": "graph:2", "serial": "serial"}
+MAX_BATCH = 8
+
+
+class Seq2SeqServed:
+    def __init__(self, server: TritonServer, root: Path, stats_dir: Path) -> None:
+        self.server = server
+        self.root = root
+        self.stats_dir = stats_dir
+        self.refs: dict[str, Seq2SeqRunner] = {}
+        self.info: dict[str, Seq2SeqInfo] = {}
+
+    @property
+    def grpc(self) -> str:
+        return self.server.endpoints.grpc
+
+    def stats(self, model: str, settle: float = 10.0) -> dict[str, Any]:
+        """The backend's statistics file, once it stopped changing (it is rewritten whenever the model goes idle)."""
+        path = self.stats_dir / f"{model}.json"
+        end, last = time.monotonic() + settle, None
+        while time.monotonic() < end:
+            try:
+                data = json.loads(path.read_text()) if path.exists() else {}
+            except ValueError:
+                data = None
+            if data is not None and data == last:
+                return data
+            last = data
+            time.sleep(0.3)
+        raise AssertionError(f"statistics of {model} did not settle")
+
+    def expected(self, kind: str, feeds: dict[str, np.ndarray]) -> list[list[int]]:
+        """The reference runner, row by row: greedy decoding until the end token or the length limit."""
+        runner = self.refs[kind]
+        sec = runner.sec
+        tok = feeds["src_tokens"]
+        out = []
+        for i in range(tok.shape[0]):
+            n = int(feeds["src_len"][i, 0]) if "src_len" in feeds else tok.shape[1]
+            src = np.zeros((1, sec["max_source_length"]), np.int64)
+            src[0, :tok.shape[1]] = tok[i]
+            limit = int(feeds["max_output_len"][i, 0]) if "max_output_len" in feeds else sec["max_length"]
+            ignore = "ignore_eos" in feeds and bool(feeds["ignore_eos"][i, 0])
+            r = runner.start({"src_tokens": src, "src_len": np.array([n], np.int64)})
+            while r.phase != "done":
+                runner.step([r])
+                if r.phase == "done" and ignore and len(r.tokens) < limit:
+                    r.phase = "decoder"  # the runner stops at the end token; this request asked to go on
+            out.append(r.tokens[:limit])
+        return out
+
+
+@pytest.fixture(scope="module")
+def s2s(tmp_path_factory: pytest.TempPathFactory) -> Seq2SeqServed:
+    root = tmp_path_factory.mktemp("seq2seq")
+    repo = root / "model_repository"
+    refs, infos = {}, {}
+    for kind in KINDS:
+        export_model(kind, root / f"{kind}.onnx", small=True, seed=3)
+        stages = root / f"{kind}_stages"
+        split_model(root / f"{kind}.onnx", stages)
+        table = None
+        for pol, spec in POLICIES.items():
+            add_model(None, repo, name=f"{kind}_{pol}", policy=spec, sla_ms=2000, max_batch_size=MAX_BATCH,
+                      stages=stages, latency_table=table, profile_reps=2, execution_provider="cpu",
+                      intra_op_threads=1)
+            table = repo / f"{kind}_{pol}" / "1" / "latency.json"  # profiled once, shared by the others
+        man = json.loads((stages / "manifest.json").read_text())
+        refs[kind] = Seq2SeqRunner(StageChain(stages, man, whole=False))
+        sec = man["seq2seq"]
+        infos[kind] = Seq2SeqInfo(sec["max_source_length"], sec["max_length"],
+                                  man["inputs"][0]["range"][1] + 1)
+    stats_dir = root / "stats"
+    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                          log_file=root / "tritonserver.log",
+                          env={"LAZYBATCH_STATS_DIR": str(stats_dir), "OMP_NUM_THREADS": "1"})
+    server.start(timeout=240)
+    served = Seq2SeqServed(server, root, stats_dir)
+    served.refs, served.info = refs, infos
+    try:
+        yield served
+    finally:
+        assert server.stop() == 0, f"tritonserver failed; see {root / 'tritonserver.log'}"
+
+
+def _request(rng: np.random.Generator, info: Seq2SeqInfo, k: int) -> dict[str, np.ndarray]:
+    """Different source lengths, output limits, EOS handling and batch sizes (rows padded, with src_len)."""
+    src_len = int(rng.integers(1, info.max_source_length + 1))
+    kind = k % 4
+    if kind == 0:  # decode until the end token or the model's max_length
+        return make_request(rng, info, src_len, None)
+    if kind == 1:  # at most n tokens, stopping at the end token
+        return make_request(rng, info, src_len, int(rng.integers(1, info.max_output_length + 1)), ignore_eos=False)
+    if kind == 2:  # exactly n tokens
+        return make_request(rng, info, src_len, int(rng.integers(1, info.max_output_length + 1)))
+    feeds = make_request(rng, info, src_len, int(rng.integers(2, info.max_output_length + 1)), batch=3)
+    feeds["src_len"] = np.array([[src_len], [max(1, src_len - 2)], [1]], np.int64)  # rows of different lengths
+    feeds["max_output_len"][1, 0] = 1
+    return feeds
+
+
+def _check(served: Seq2SeqServed, kind: str, feeds: dict[str, np.ndarray], out: dict[str, np.ndarray]) -> None:
+    want = served.expected(kind, feeds)
+    lens = out["output_len"].reshape(-1).tolist()
+    assert lens == [len(t) for t in want]
+    toks = out["output_tokens"]
+    assert toks.shape == (len(want), max(lens))
+    for row, w in zip(toks, want):
+        assert row[:len(w)].tolist() == w
+        assert (row[len(w):] == -1).all()
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("kind", KINDS)
+def test_concurrent_requests_match_reference_runner(s2s, kind, policy):
+    model = f"{kind}_{policy}"
+    info = s2s.info[kind]
+    before = s2s.stats(model)
+
+    def client(k: int) -> int:
+        rng = np.random.default_rng(1000 + k)
+        with Client(s2s.grpc) as c:
+            for j in range(3):
+                feeds = _request(rng, info, k + j)
+                _check(s2s, kind, feeds, c.infer(model, feeds))
+        return 3
+
+    with ThreadPoolExecutor(12) as pool:
+        assert sum(pool.map(client, range(12))) == 36
+    after = s2s.stats(model)
+    assert after["answered"].get("OK", 0) - before.get("answered", {}).get("OK", 0) == 36
+    if policy != "serial":
+        assert max(int(b) for b in after["batch_hist"]) > 1, after["batch_hist"]
+    else:
+        assert set(after["batch_hist"]) == {"1"}
+    if policy == "graph":
+        assert after["padded_rows"] > 0  # finished sequences rode along until the longest ended
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_decoder_steps_at_different_timesteps_share_a_batch(s2s, kind):
+    """Requests arriving while others decode join their decoder steps (LazyBatching merges sub-batches at the
+    same stage whatever their timestep). Timing decides which steps mix: rounds of arrivals one after another, short
+    sources (so that the next arrival finds the previous request decoding), until one round shows it."""
+    model = f"{kind}_lazy"
+    info = s2s.info[kind]
+    base = s2s.stats(model).get("mixed_timestep_steps", 0)
+    mixed = 0
+    clients = [Client(s2s.grpc) for _ in range(8)]
+    try:
+        for c in clients:  # connected before the round starts, so that send times are what the round says
+            c.model_info(model)
+        for rnd in range(30):  # usually the first or second round; a failing backend never mixes
+            rng = np.random.default_rng(50 + rnd)
+            feeds = [make_request(rng, info, int(rng.integers(1, 3)), info.max_output_length) for _ in clients]
+            delays = np.arange(len(clients)) * (0.0005, 0.001, 0.002, 0.003)[rnd % 4]  # one arrival after another
+            start = threading.Barrier(len(clients))
+
+            def client(k: int) -> None:
+                start.wait()
+                time.sleep(delays[k])
+                _check(s2s, kind, feeds[k], clients[k].infer(model, feeds[k]))
+
+            with ThreadPoolExecutor(len(clients)) as pool:
+                list(pool.map(client, range(len(clients))))
+            stats = s2s.stats(model)
+            mixed = stats["mixed_timestep_steps"] - base
+            if mixed > 0:
+                print(f"{kind}: decoder steps at different timesteps shared a batch in round {rnd + 1}")
+                break
+    finally:
+        for c in clients:
+            c.close()
+    assert mixed > 0, stats
+    assert stats["max_timestep_spread"] >= 1
+
+
+BAD = {
+    "token id above the vocabulary": (lambda i: {"src_tokens": np.array([[5, i.vocab_size]], np.int64)},
+                                      "outside the vocabulary"),
+    "negative token id": (lambda i: {"src_tokens": np.array([[-1, 4]], np.int64)}, "outside the vocabulary"),
+    "source too long": (lambda i: {"src_tokens": np.full((1, i.max_source_length + 1), 4, np.int64)},
+                        "source length"),
+    "output length zero": (lambda i: {"src_tokens": np.full((1, 3), 4, np.int64),
+                                      "max_output_len": np.zeros((1, 1), np.int64)}, "max_output_len"),
+    "output length above the model's": (lambda i: {"src_tokens": np.full((1, 3), 4, np.int64),
+                                                   "max_output_len": np.array([[i.max_output_length + 1]])},
+                                        "max_length"),
+    "src_len above the tokens sent": (lambda i: {"src_tokens": np.full((1, 3), 4, np.int64),
+                                                 "src_len": np.array([[4]], np.int64)}, "src_len"),
+    "ignore_eos without a length": (lambda i: {"src_tokens": np.full((1, 3), 4, np.int64),
+                                               "ignore_eos": np.ones((1, 1), np.bool_)}, "needs max_output_len"),
+    "batch above max": (lambda i: {"src_tokens": np.full((MAX_BATCH + 1, 3), 4, np.int64)}, "batch"),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bad_requests_get_clear_errors_while_others_succeed(s2s, kind):
+    model = f"{kind}_lazy"
+    info = s2s.info[kind]
+    cases = sorted(BAD) * 2
+    good_rng = np.random.default_rng(9)
+    goods = [_request(good_rng, info, k) for k in range(len(cases))]
+
+    def bad(k: int) -> str:
+        feeds, _ = BAD[cases[k]]
+        with Client(s2s.grpc) as c:
+            with pytest.raises(InferError) as e:
+                c.infer(model, {n: np.asarray(v, np.int64) if v.dtype.kind == "i" else v
+                                for n, v in feeds(info).items()})
+        return str(e.value)
+
+    def good(k: int) -> None:
+        with Client(s2s.grpc) as c:
+            _check(s2s, kind, goods[k], c.infer(model, goods[k]))
+
+    with ThreadPoolExecutor(16) as pool:
+        goods_done = [pool.submit(good, k) for k in range(len(goods))]
+        bads = list(pool.map(bad, range(len(cases))))
+        for f in goods_done:
+            f.result()
+    for case, msg in zip(cases, bads):
+        assert BAD[case][1].lower() in msg.lower(), (case, msg)
+
+
+def test_infer_and_load_cli_drive_a_seq2seq_model(s2s, tmp_path, capsys):
+    info = s2s.info["transformer"]
+    rc = main(["infer", "transformer_lazy", "--url", s2s.grpc, "--src-len", "5", "--max-output-len", "4",
+               "--ignore-eos", "--seed", "4", "--batch", "2"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    feeds = make_request(np.random.default_rng(4), info, 5, 4, batch=2)
+    want = s2s.expected("transformer", feeds)
+    assert json.dumps({"output_tokens": want}) in out and json.dumps({"output_len": [[4], [4]]}) in out
+
+    before = s2s.stats("gnmt_lazy")
+    rc = main(["load", "gnmt_lazy", "--url", s2s.grpc, "--rate", "40", "--duration", "1.5", "--sla-ms", "500",
+               "--seed", "11", "--out", str(tmp_path / "load")])
+    assert rc == 0
+    row = json.loads((tmp_path / "load" / "load.json").read_text())[0]
+    assert row["sent"] > 10 and row["errors"] == 0 and row["ok"] == row["sent"]
+    after = s2s.stats("gnmt_lazy")
+    # every request decoded exactly its drawn output length (plus the one-token warm-up request)
+    sampler = LengthSampler(s2s.info["gnmt"], None, 11)
+    drawn = [sampler.draw() for _ in range(row["sent"])]
+    assert after["tokens"] - before.get("tokens", 0) == sum(o for _, o in drawn) + 1
+    assert len({s for s, _ in drawn}) > 1 and len({o for _, o in drawn}) > 1
+
+
+def test_repo_add_refuses_triton_dynamic_batching_for_seq2seq(tmp_path):
+    export_model("gnmt", tmp_path / "g.onnx", small=True)
+    with pytest.raises(ConfigError, match="graph:<ms>"):
+        add_model(tmp_path / "g.onnx", tmp_path / "repo", name="g", policy="triton:0", execution_provider="cpu")
+    assert not (tmp_path / "repo" / "g").exists()
+
+
+def test_perf_analyzer_against_a_seq2seq_model_reports_no_errors(s2s, tmp_path):
+    """`lazybatch perf` gives perf_analyzer a JSON of valid requests (drawn lengths) instead of random data."""
+    out = tmp_path / "perf"
+    before = s2s.stats("transformer_lazy")
+    rc = main(["perf", "transformer_lazy", "--url", s2s.grpc, "--rates", "20", "--measurement-ms", "1500",
+               "--out", str(out), "--stability-percentage", "500", "--seed", "2"])
+    assert rc == 0
+    log = (out / "perf_transformer_lazy.log").read_text()
+    assert f"--input-data {out / 'input_transformer_lazy.json'}" in log
+    assert "error" not in log.lower().replace("standard deviation", "")
+    data = json.loads((out / "input_transformer_lazy.json").read_text())["data"]
+    assert len({len(d["src_tokens"]["content"]) for d in data}) > 1
+    rows = json.loads((out / "perf.json").read_text())
+    assert rows[0]["throughput"] > 5
+    after = s2s.stats("transformer_lazy")
+    assert after["answered"].get("OK", 0) > before.get("answered", {}).get("OK", 0)
+    assert after["answered"].get("INTERNAL", 0) == before.get("answered", {}).get("INTERNAL", 0)
