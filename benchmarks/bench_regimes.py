@@ -45,23 +45,28 @@ from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.batcher.policies.lazy import DEFAULT_MIN_BATCH_GAIN  # noqa: E402
 from lazybatch.client.api import Client  # noqa: E402
 from lazybatch.client.load import LoadResult, run_load, summarize  # noqa: E402
-from lazybatch.repo import ALL_POLICIES, build_default_repository  # noqa: E402
+from lazybatch.repo import ALL_POLICIES, SEQ2SEQ_BASELINES, build_default_repository  # noqa: E402
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
 
 POLICY_ORDER = ["lazy", "oracle", "serial", "triton_0us", "triton_5000us", "triton_20000us", "monitor"]
-LAZYBATCH_SCHEDULED = {"lazy", "oracle", "serial", "monitor"}  # run by our backend's scheduler (stats, SLA)
+GRAPH = ["graph_0ms", "graph_5ms", "graph_20ms"]  # seq2seq: graph batching in the backend instead of Triton's
+ROW_ORDER = POLICY_ORDER + GRAPH
+LAZYBATCH_SCHEDULED = {"lazy", "oracle", "serial", "monitor", *GRAPH}  # run by our scheduler (stats, SLA)
 SLA_AWARE = {"lazy", "oracle"}
 TRITON = ["triton_0us", "triton_5000us", "triton_20000us"]
+SEQ2SEQ_KINDS = {"gnmt"}
 DESCRIPTION = {
     "mlp": "8-layer MLP, width 2048 (matrix-vector bound at batch 1)",
     "bert": "BERT-base encoder (12 layers, hidden 768), sequence length 32",
     "resnet50": "ResNet-50 (the onnx package's light_resnet50 made batchable)",
     "tiny": "4-layer MLP, width 64 (tests only)",
+    "gnmt": "GNMT-like LSTM encoder-decoder (4+4 layers, hidden 1024, vocabulary 32000; encoder and decoder steps "
+            "looped per request), source and output lengths drawn from the shipped WMT-like length histogram",
 }
 NOT_SERVED = {
-    "gnmt": "GNMT-like LSTM encoder-decoder: not in this run. The backend serves chains of STATIC stages only "
-            "(docs/triton.md, Limits); seq2seq serving (decoder steps batched across requests at different "
-            "timesteps) is being added on another branch and was not available to this benchmark.",
+    "gnmt": "GNMT-like LSTM encoder-decoder: not in this run (`--models mlp,bert,resnet50,gnmt` adds it, about 15 "
+            "more minutes; Triton's dynamic batcher cannot loop a decoder, so graph:0/5/20 in the backend stand in "
+            "for it).",
 }
 
 
@@ -120,14 +125,32 @@ def stats_delta(before: dict, after: dict) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------- measurements
-def service_time(client: Client, model: str, seconds: float, est_s: float) -> tuple[float, int]:
-    """Median latency of sequential batch-1 requests (about ``seconds`` of them, at least 10)."""
-    x = client.random_inputs(model, 1, seed=0)
-    for _ in range(3):
+def request_feeds(client: Client, http: str, model: str, n: int, seed: int = 0) -> list[dict]:
+    """``n`` batch-1 requests: random inputs, or for a seq2seq model source and output lengths drawn from the shipped
+    length histogram as `lazybatch load` draws them (client/seq2seq.py)."""
+    import numpy as np
+
+    from lazybatch.client.seq2seq import LengthSampler, http_parameters, info_from_parameters, make_request
+
+    with urllib.request.urlopen(f"http://{http}/v2/models/{model}/config", timeout=10) as f:
+        info = info_from_parameters(http_parameters(json.loads(f.read())))
+    if info is None:
+        return [client.random_inputs(model, 1, seed=seed)] * n
+    sampler, rng = LengthSampler(info, None, seed), np.random.default_rng(seed)
+    return [make_request(rng, info, *sampler.draw()) for _ in range(n)]
+
+
+def service_time(client: Client, http: str, model: str, seconds: float) -> tuple[float, int]:
+    """Median latency of sequential batch-1 requests (about ``seconds`` of them, at least 10, at most 300)."""
+    feeds = request_feeds(client, http, model, 300)
+    warm = []
+    for x in feeds[:3]:
+        t0 = time.perf_counter()
         client.infer(model, x)
-    n = int(max(10, min(300, seconds / max(est_s, 1e-4))))
+        warm.append(time.perf_counter() - t0)
+    n = int(max(10, min(300, seconds / max(statistics.median(warm), 1e-4))))
     times = []
-    for _ in range(n):
+    for x in feeds[:n]:
         t0 = time.perf_counter()
         client.infer(model, x)
         times.append(time.perf_counter() - t0)
@@ -175,7 +198,9 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
     """Everything for one model: build, profile, serve, calibrate, load cells, perf_analyzer cells."""
     out = st.out
     repo = out / "repos" / kind
-    policies = {k: ALL_POLICIES[k] for k in st.policies}
+    pols = [SEQ2SEQ_BASELINES[p][0] if kind in SEQ2SEQ_KINDS and p in SEQ2SEQ_BASELINES else p
+            for p in st.policies]
+    policies = {k: ALL_POLICIES[k] for k in pols}
     build_default_repository(repo, kind=kind, work=out / "build" / kind, policies=policies,
                              reprofile=st.reprofile, log=lambda m: bar.write(f"[{kind}] {m}"))
     table = LatencyTable.load(repo / f"{kind}_lazy" / "1" / "latency.json")
@@ -184,7 +209,7 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
     stats_dir.mkdir(parents=True, exist_ok=True)
     for f in stats_dir.glob("*.json"):
         f.unlink()
-    names = {p: f"{kind}_{p}" for p in st.policies}
+    names = {p: f"{kind}_{p}" for p in pols}
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                           log_file=out / f"tritonserver_{kind}.log", env={"LAZYBATCH_STATS_DIR": str(stats_dir)})
     bar.write(f"[{kind}] starting tritonserver on {repo}")
@@ -194,12 +219,11 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
     with server:
         url, http = server.endpoints.grpc, server.endpoints.http
         version = server_version(http)
-        est = scaling["t1_ms"] / 1e3
         with Client(url) as c:
-            whole = names.get("triton_0us") or names[st.policies[0]]
-            t1, n_cal = service_time(c, whole, 3.0, est)
-            t1_lazy = service_time(c, names["lazy"], 1.5, est)[0] if "lazy" in names else math.nan
-            t1_serial = service_time(c, names["serial"], 1.5, est)[0] if "serial" in names else math.nan
+            whole = names.get("triton_0us") or names.get("graph_0ms") or names[pols[0]]
+            t1, n_cal = service_time(c, http, whole, 3.0)
+            t1_lazy = service_time(c, http, names["lazy"], 1.5)[0] if "lazy" in names else math.nan
+            t1_serial = service_time(c, http, names["serial"], 1.5)[0] if "serial" in names else math.nan
         mu = 1.0 / t1
         slas = [m * t1 * 1e3 for m in st.sla_multiples]
         sched_sla = st.sched_sla_multiple * t1 * 1e3
@@ -209,10 +233,10 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
             rate = f * mu
             # light loads of slow models: stretch the cell (up to 2x) so that it holds about min_requests
             cell_s = min(max(st.duration, st.min_requests / rate), 2 * st.duration)
-            parts: dict[str, list[LoadResult]] = {p: [] for p in st.policies}
-            counts: dict[str, dict[str, float]] = {p: {} for p in st.policies}
+            parts: dict[str, list[LoadResult]] = {p: [] for p in pols}
+            counts: dict[str, dict[str, float]] = {p: {} for p in pols}
             for k in range(st.slices):
-                for p in st.policies:
+                for p in pols:
                     m = names[p]
                     bar.set_postfix_str(f"{kind} {f:.0%} {p} ({k + 1}/{st.slices})")
                     tb = triton_stats(http, m)
@@ -233,7 +257,7 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
                     parts[p].append(r)
                     bar.update(1)
                     time.sleep(0.3)
-            for p in st.policies:
+            for p in pols:
                 r = pool(parts[p], sched_sla)
                 acc = counts[p]
                 if p in LAZYBATCH_SCHEDULED:
@@ -258,7 +282,7 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
         perf = perf_binary() if st.perf_loads else None
         for f in st.perf_loads:
             rate = f * mu
-            for p in st.policies:
+            for p in pols:
                 m = names[p]
                 bar.set_postfix_str(f"{kind} perf_analyzer {f:.0%} {p}")
                 perf_cells.append(perf_cell(perf, kind, p, m, f, rate, url, http, stats_dir, st, sched_sla, slas))
@@ -283,6 +307,16 @@ def perf_cell(perf: Path | None, kind: str, p: str, m: str, f: float, rate: floa
     from lazybatch import perf as pa
     from lazybatch.batcher.errors import ConfigError
 
+    input_data = "zero"
+    if kind in SEQ2SEQ_KINDS:  # valid token ids and drawn lengths (random data would be outside the vocabulary)
+        from lazybatch.client.seq2seq import http_parameters, info_from_parameters, perf_input_data
+
+        with urllib.request.urlopen(f"http://{http}/v2/models/{m}/config", timeout=10) as f:
+            info = info_from_parameters(http_parameters(json.loads(f.read())))
+        path = (st.out / "perf" / kind / f"input_{m}.json").resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(perf_input_data(info, seed=st.seed)))
+        input_data = str(path)
     tb = triton_stats(http, m)
     t0 = time.monotonic()
     row, err = None, None
@@ -290,7 +324,7 @@ def perf_cell(perf: Path | None, kind: str, p: str, m: str, f: float, rate: floa
         rows, _ = pa.run(perf, m, url, [rate], st.out / "perf" / kind / f"{int(round(f * 100))}",
                          measurement_ms=st.perf_measurement_ms, max_trials=3, stability_percentage=10000,
                          sla_ms=sched_sla if p in SLA_AWARE else None,
-                         input_data="zero")
+                         input_data=input_data)
         row = rows[0] if rows else None
     except ConfigError as e:
         err = str(e).splitlines()[-1][:200]
@@ -347,7 +381,7 @@ def goals(res: dict) -> list[str]:
     key = f"{res['sched_multiple']:g}x"
     by = {(c["policy"], c["load"]): c for c in cells}
     loads = sorted({c["load"] for c in cells})
-    pols = sorted({c["policy"] for c in cells}, key=POLICY_ORDER.index)
+    pols = sorted({c["policy"] for c in cells}, key=ROW_ORDER.index)
     lines = []
     if "lazy" not in pols:
         return ["lazy was not measured"]
@@ -364,7 +398,7 @@ def goals(res: dict) -> list[str]:
                          + f" -> goal (<= 1.10 at every load) {'met' if ok else 'NOT met'}.")
         return lines
     mid = [f for f in loads if 0.4 <= f <= 0.9 + 1e-9]
-    tri = [p for p in TRITON if p in pols]
+    tri = [p for p in TRITON + GRAPH if p in pols]
     if mid and tri:
         parts, ok = [], True
         for f in mid:
@@ -372,7 +406,9 @@ def goals(res: dict) -> list[str]:
             ratio = by[(best, f)]["avg_ms"] / by[("lazy", f)]["avg_ms"]
             ok &= ratio >= 2.0
             parts.append(f"{f:.0%}: {ratio:.2f}x vs {best}")
-        lines.append("Average latency, best Triton dynamic-batcher config / lazy (goal >= 2x at 40-90% load): "
+        what = "graph-batching config (graph:0/5/20 in the backend)" if tri[0] in GRAPH else \
+            "Triton dynamic-batcher config"
+        lines.append(f"Average latency, best {what} / lazy (goal >= 2x at 40-90% load): "
                      + ", ".join(parts) + f" -> {'met' if ok else 'NOT met'}.")
     lowest, missed = 0, []
     for f in loads:
@@ -425,14 +461,15 @@ def why(res: dict, st: Settings) -> list[str]:
                    f"per pass, {per_pass / res['t1_ms']:.0%} of t1. Serving one request alone through lazy took "
                    f"{fmt(res['t1_lazy_ms'], '.2f')} ms against {res['t1_ms']:.2f} ms for the whole graph in one "
                    f"onnxruntime call under Triton.")
-    if "time_scale" in res:
+    if "time_scale" in res and res["model"] not in SEQ2SEQ_KINDS:  # the seq2seq runtime does not calibrate
         out.append(f"Stages ran {res['time_scale']:.2f}x the latency table's time at the end of the run (moving "
                    f"average; the table is profiled once, alone, before serving, and the machine's background load "
                    f"differs between then and now): the backend passes this factor to the slack predictor "
                    f"(`time_scale`).")
     if cap < res["max_batch_size"]:
         out.append(f"lazy's batch cap from the latency table is {cap} (one more sample costs at least "
-                   f"{1 - DEFAULT_MIN_BATCH_GAIN:.0%} of a batch-1 run beyond that size)" + (": lazy runs requests one at a time in arrival order, like "
+                   f"{1 - DEFAULT_MIN_BATCH_GAIN:.0%} of a batch-1 run beyond that size)"
+                   + (": lazy runs requests one at a time in arrival order, like "
                    "serial, so the two differ by per-request overhead and noise only." if cap == 1 else "."))
     if sc["regime"] != "no batching gain" and "triton_0us" in pols and "lazy" in pols:
         gaps = [by[("lazy", f)]["avg_ms"] - by[("triton_0us", f)]["avg_ms"] for f in loads]
@@ -511,7 +548,7 @@ def model_section(res: dict, img_rel: str, st: Settings) -> list[str]:
           "| load | policy | asked/s | sent/s | server/s | thr/s | avg ms | p50 | p99 | "
           + " | ".join(f"viol {m:g}x" for m in st.sla_multiples) + " | b̄ | pre | mrg | err |",
           "| --- " * (13 + len(st.sla_multiples)) + "|"]
-    for c in sorted(res["cells"], key=lambda c: (c["load"], POLICY_ORDER.index(c["policy"]))):
+    for c in sorted(res["cells"], key=lambda c: (c["load"], ROW_ORDER.index(c["policy"]))):
         L.append(f"| {c['load']:.0%} | {c['policy']} | {c['rate']:.1f} | {c['send_rate']:.1f} | "
                  f"{c['server_rate']:.1f} | {c['throughput']:.1f} | {fmt(c['avg_ms'])} | {fmt(c['p50_ms'])} | "
                  f"{fmt(c['p99_ms'])} | " + " | ".join(f"{v:.1%}" for v in c["violation"].values())
@@ -532,7 +569,7 @@ def model_section(res: dict, img_rel: str, st: Settings) -> list[str]:
               "| load | policy | asked/s | server/s | thr/s | avg ms | p50 | p99 | Δavg | note |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         by = {(c["policy"], c["load"]): c for c in res["cells"]}
-        for pc in sorted(res["perf"], key=lambda c: (c["load"], POLICY_ORDER.index(c["policy"]))):
+        for pc in sorted(res["perf"], key=lambda c: (c["load"], ROW_ORDER.index(c["policy"]))):
             c = by.get((pc["policy"], pc["load"]))
             ok = "avg_ms" in pc
             ratio = pc["avg_ms"] / c["avg_ms"] if ok and c and c["avg_ms"] else math.nan
@@ -564,7 +601,12 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
          "the lazybatch backend and Triton's own dynamic batcher on models in different batching regimes, from "
          "light load to overload, on a real tritonserver.", "",
          "```", meta["command"], "```", "",
-         f"- Run: {meta['started']} to {meta['finished']} UTC ({meta['elapsed_min']:.1f} min).",
+         f"- Run: {meta['started']} to {meta['finished']} UTC ({meta['elapsed_min']:.1f} min)."
+         + "".join(f" Models {', '.join(x['models'])} come from a second run on the same machine, "
+                   f"{x['started']} to {x['finished']} UTC ({x['elapsed_min']:.1f} min, load average "
+                   f"{x['loadavg_before']} / {x['loadavg_after']}, commit `{x['commit']}`): `{x['command']}`; "
+                   f"the page was rendered "
+                   f"from both with `--from-results`." for x in meta.get("extra_runs", [])),
          f"- Machine: {meta['cpu']} ({meta['cores']} cores), {meta['platform']}. Load average before / after: "
          f"{meta['loadavg_before']} / {meta['loadavg_after']}. "
          + ("**The machine was shared with other jobs during this run** (server, load generator and others on the "
@@ -580,7 +622,10 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
          f"policies take turns; perf_analyzer at {', '.join(f'{f:.0%}' for f in st.perf_loads) or '-'}"
          f". SLA targets {', '.join(f'{m:g}x' for m in st.sla_multiples)} the model's single-request latency; lazy "
          f"and oracle schedule by {st.sched_sla_multiple:g}x. Policies: "
-         + ", ".join(f"`{p}` ({ALL_POLICIES[p]})" for p in st.policies) + ".", "",
+         + ", ".join(f"`{p}` ({ALL_POLICIES[p]})" for p in st.policies) + "."
+         + (" Seq2seq models (gnmt) run graph:0/5/20 inside the backend (`graph_0ms`, `graph_5ms`, `graph_20ms`) in "
+            "place of Triton's dynamic batcher, which has no decoder loop." if any(r["model"] in SEQ2SEQ_KINDS
+                                                                                     for r in results) else ""), "",
          "## Batch-scaling curves (the regimes)", "",
          "Per-sample latency vs batch size from each model's profiled latency table (sum of its stages, "
          "onnxruntime CPU, this run).", "",
@@ -793,17 +838,25 @@ def main(argv: list[str] | None = None) -> int:
     img_dir = Path(args.img_dir or (out / "img" if q else ROOT / "docs" / "img"))
     data_copy = Path(args.data) if args.data else (None if q else ROOT / "docs" / "data" / "regimes.json")
     if args.from_results:
-        saved = json.loads(Path(args.from_results).read_text())
+        files = [Path(f) for f in args.from_results.split(",") if f.strip()]
+        saved = json.loads(files[0].read_text())
+        for f in files[1:]:  # further runs (other models): their results join the page, their commands are listed
+            more = json.loads(f.read_text())
+            saved["results"] += [r for r in more["results"] if r["model"] not in {x["model"] for x in saved["results"]}]
+            saved["meta"].setdefault("extra_runs", []).append(
+                {k: more["meta"].get(k, "?") for k in ("command", "started", "finished", "elapsed_min",
+                                                        "loadavg_before", "loadavg_after", "commit")}
+                | {"models": [r["model"] for r in more["results"]]})
         if "settings" in saved["meta"]:
             st = Settings(**(saved["meta"]["settings"] | {"out": Path(saved["meta"]["settings"]["out"])}))
-        if data_copy is not None and Path(args.from_results).resolve() != data_copy.resolve():
+        if data_copy is not None and files[0].resolve() != data_copy.resolve():
             saved["meta"]["data_copy"] = str(data_copy)
             data_copy.parent.mkdir(parents=True, exist_ok=True)
             data_copy.write_text(json.dumps(saved, indent=1))
         m = saved["meta"]  # a results file written before the run ended (after each model) lacks these
         for k, v in (("finished", "? (run not finished)"), ("elapsed_min", math.nan), ("loadavg_after", "?"),
                      ("shared", True), ("results_json", args.from_results)):
-            m.setdefault(k, v)
+            m.setdefault(k, v if k != "results_json" else str(files[0]))
         m.setdefault("tritonserver", saved["results"][0]["tritonserver"] if saved["results"] else "?")
         for res in saved["results"]:  # a run's statistics files, when the results predate time_scale in them
             if "time_scale" not in res and "lazy" in st.policies:

@@ -262,14 +262,19 @@ DEFAULT_MODELS = {f"resnet50_{k}": v for k, v in COMPARISON.items()}
 
 # Every policy the backend serves, for evaluations that compare them all (benchmarks/bench_regimes.py).
 ALL_POLICIES = {**COMPARISON, "oracle": "oracle", "monitor": "monitor"}
+# Seq2seq models cannot run under Triton's dynamic batcher (no decoder loop): graph batching inside the backend
+# stands in for it, at the same queue delays.
+SEQ2SEQ_BASELINES = {"triton_0us": ("graph_0ms", "graph:0"), "triton_5000us": ("graph_5ms", "graph:5"),
+                     "triton_20000us": ("graph_20ms", "graph:20")}
+ALL_POLICIES.update({k: v for k, v in SEQ2SEQ_BASELINES.values()})
 
 # What each shipped model is: ResNet-50 (compute-bound on a CPU: batching barely pays), an 8-layer MLP of width
 # 2048 (matrix-vector bound at batch 1: batching pays several times over), the two regimes DESIGN.md describes;
 # BERT-base at sequence length 32 (the zoo's encoder, 12 layers, hidden 768); and a tiny 4-layer MLP of width 64
 # (tests: builds and serves in seconds).
-MODEL_KINDS = ("resnet50", "mlp", "bert", "tiny")
-KIND_MAX_BATCH = {"resnet50": 8, "mlp": 16, "bert": 8, "tiny": 8}
-KIND_SLA_MS = {"resnet50": 100.0, "mlp": 10.0, "bert": 300.0, "tiny": 50.0}
+MODEL_KINDS = ("resnet50", "mlp", "bert", "tiny", "gnmt")
+KIND_MAX_BATCH = {"resnet50": 8, "mlp": 16, "bert": 8, "tiny": 8, "gnmt": 8}
+KIND_SLA_MS = {"resnet50": 100.0, "mlp": 10.0, "bert": 300.0, "tiny": 50.0, "gnmt": 5000.0}
 BERT_SEQ_LEN = 32
 
 
@@ -282,6 +287,12 @@ def _build_onnx(kind: str, path: Path) -> None:
         make_mlp(path, in_dim=2048, width=2048, depth=8, out_dim=1000, seed=0)
     elif kind == "tiny":
         make_mlp(path, in_dim=64, width=64, depth=4, out_dim=8, seed=0)
+    elif kind == "gnmt":
+        import onnx
+
+        from lazybatch.onnx_tools.zoo import build_model
+
+        onnx.save(build_model("gnmt", seed=0), str(path))
     elif kind == "bert":
         import onnx
 
@@ -330,10 +341,16 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
     table = work_dir / f"{kind}_latency_b{mbs}.json"
     if not table.exists() or force or reprofile:
         log(f"profiling the stages at batch sizes up to {mbs} -> {table}")
-        runner = StageRunner(stages)
-        runner.run_all(runner.sample_inputs(1))
-        runner.profile(profile_batch_sizes(mbs), reps=profile_reps).save(table)
+        if "seq2seq" in load_manifest(stages).raw:  # encoder/decoder steps, length histogram in the meta
+            profile_seq2seq(stages, mbs, reps=profile_reps, execution_provider="auto", intra_op_threads=0).save(table)
+        else:
+            runner = StageRunner(stages)
+            runner.run_all(runner.sample_inputs(1))
+            runner.profile(profile_batch_sizes(mbs), reps=profile_reps).save(table)
+    seq2seq = "seq2seq" in load_manifest(stages).raw
     for suffix, policy in (policies or COMPARISON).items():
+        if seq2seq and suffix in SEQ2SEQ_BASELINES:
+            suffix, policy = SEQ2SEQ_BASELINES[suffix]
         name = f"{kind}_{suffix}"
         if (repo / name / "config.pbtxt").exists() and not (force or reprofile):
             log(f"{name}: exists")
