@@ -336,8 +336,11 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
             relus = [i for i, n in enumerate(onnx.load(str(onnx_path)).graph.node) if n.op_type == "Relu"]
             split_model(onnx_path, stages, cut_after=relus, name=kind)
         else:
-            log(f"splitting into at most {max_stages} stages -> {stages}")
-            split_into(onnx_path, stages, max_stages=max_stages, name=kind)
+            # seq2seq: the splitter's own encoder-step/decoder-step cuts (merging them further broke the step's
+            # outputs the decoder loop reads)
+            n = None if kind == "gnmt" else max_stages
+            log(f"splitting into {'the default' if n is None else f'at most {n}'} stages -> {stages}")
+            split_into(onnx_path, stages, max_stages=n, name=kind)
     table = work_dir / f"{kind}_latency_b{mbs}.json"
     if not table.exists() or force or reprofile:
         log(f"profiling the stages at batch sizes up to {mbs} -> {table}")
