@@ -311,8 +311,8 @@ def perf_cell(perf: Path | None, kind: str, p: str, m: str, f: float, rate: floa
     if kind in SEQ2SEQ_KINDS:  # valid token ids and drawn lengths (random data would be outside the vocabulary)
         from lazybatch.client.seq2seq import http_parameters, info_from_parameters, perf_input_data
 
-        with urllib.request.urlopen(f"http://{http}/v2/models/{m}/config", timeout=10) as f:
-            info = info_from_parameters(http_parameters(json.loads(f.read())))
+        with urllib.request.urlopen(f"http://{http}/v2/models/{m}/config", timeout=10) as resp:
+            info = info_from_parameters(http_parameters(json.loads(resp.read())))
         path = (st.out / "perf" / kind / f"input_{m}.json").resolve()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(perf_input_data(info, seed=st.seed)))
