@@ -49,6 +49,7 @@ IsCancelled = Callable[[Any], bool]
 # sub-batch whose members are the rows of one array, in order, is passed on without a copy.
 Row = tuple[np.ndarray, int]
 DECISION_LOG_CAPACITY = 4096
+CALIBRATION_WEIGHT = 0.05  # per stage run: the time scale follows the device within a few dozen stages
 
 
 def join_rows(parts: list[Row]) -> np.ndarray:
@@ -136,6 +137,7 @@ class RuntimeStats:
     io_s: float = 0.0  # concatenating inputs and splitting outputs
     sched_s: float = 0.0  # policy decisions, bookkeeping, hand-off
     answered: dict[str, int] = field(default_factory=dict)
+    time_scale: float = 1.0  # measured stage time / latency-table time (moving average), given to the policy
 
     def as_dict(self) -> dict[str, Any]:
         n = max(self.stage_runs, 1)
@@ -146,7 +148,7 @@ class RuntimeStats:
             "mean_stage_ort_ms": self.ort_s / n * 1e3,
             "overhead_per_stage_ms": (self.io_s + self.sched_s) / n * 1e3,
             "overhead_fraction": (self.io_s + self.sched_s) / self.ort_s if self.ort_s else 0.0,
-            "answered": dict(self.answered),
+            "answered": dict(self.answered), "time_scale": self.time_scale,
         }
 
 
@@ -164,6 +166,8 @@ class BackendRuntime:
         if table.graph.n != runner.n_stages:
             raise ValueError(f"latency table has {table.graph.n} stages, the stage directory {runner.n_stages}")
         self.runner = runner
+        self.policy = policy
+        self._dense = table.dense
         self.respond = respond
         self.is_cancelled = is_cancelled
         self.cancel_poll_s = cancel_poll_s
@@ -385,6 +389,22 @@ class BackendRuntime:
         stats.io_s += (t1 - t0) + (t3 - t2)
         if self.on_batch is not None:
             self.on_batch(stage, len(reqs), t2 - t1)
+        self._calibrate(stage, len(reqs), t3 - t0)
+
+    def _calibrate(self, stage: int, batch: int, took: float) -> None:
+        """Keep the policy's view of stage times honest: a moving average of measured / table time (clamped to
+        [0.5, 20]), which the slack predictor multiplies its table times by (``time_scale``). Why: the table is
+        profiled once, alone; served next to other work the stages run slower, and a predictor that believes the
+        table admits work that then misses its deadline."""
+        row = self._dense[stage]
+        expected = row[batch] if batch < len(row) else row[-1]
+        if expected <= 0.0:
+            return
+        ratio = min(20.0, max(0.5, took / expected))
+        stats = self.stats
+        stats.time_scale += CALIBRATION_WEIGHT * (ratio - stats.time_scale)
+        if hasattr(self.policy, "time_scale"):
+            self.policy.time_scale = stats.time_scale
 
     def _poll_cancelled(self) -> None:
         """Poll a bounded round-robin slice of the held requests (``is_cancelled()`` is a round trip to the server

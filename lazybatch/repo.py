@@ -278,9 +278,22 @@ COMPARISON = {
 }
 DEFAULT_MODELS = {f"resnet50_{k}": v for k, v in COMPARISON.items()}
 
-# What each shipped model is: ResNet-50 (compute-bound on a CPU: batching barely pays) and an 8-layer MLP of width
-# 2048 (matrix-vector bound at batch 1: batching pays several times over), the two regimes DESIGN.md describes.
-MODEL_KINDS = ("resnet50", "mlp")
+# Every policy the backend serves, for evaluations that compare them all (benchmarks/bench_regimes.py).
+ALL_POLICIES = {**COMPARISON, "oracle": "oracle", "monitor": "monitor"}
+# Seq2seq models cannot run under Triton's dynamic batcher (no decoder loop): graph batching inside the backend
+# stands in for it, at the same queue delays.
+SEQ2SEQ_BASELINES = {"triton_0us": ("graph_0ms", "graph:0"), "triton_5000us": ("graph_5ms", "graph:5"),
+                     "triton_20000us": ("graph_20ms", "graph:20")}
+ALL_POLICIES.update({k: v for k, v in SEQ2SEQ_BASELINES.values()})
+
+# What each shipped model is: ResNet-50 (compute-bound on a CPU: batching barely pays), an 8-layer MLP of width
+# 2048 (matrix-vector bound at batch 1: batching pays several times over), the two regimes DESIGN.md describes;
+# BERT-base at sequence length 32 (the zoo's encoder, 12 layers, hidden 768); and a tiny 4-layer MLP of width 64
+# (tests: builds and serves in seconds).
+MODEL_KINDS = ("resnet50", "mlp", "bert", "tiny", "gnmt")
+KIND_MAX_BATCH = {"resnet50": 8, "mlp": 16, "bert": 8, "tiny": 8, "gnmt": 8}
+KIND_SLA_MS = {"resnet50": 100.0, "mlp": 10.0, "bert": 300.0, "tiny": 50.0, "gnmt": 5000.0}
+BERT_SEQ_LEN = 32
 
 
 def _build_onnx(kind: str, path: Path) -> None:
@@ -290,6 +303,22 @@ def _build_onnx(kind: str, path: Path) -> None:
         batchable_light_model("resnet50", path)
     elif kind == "mlp":
         make_mlp(path, in_dim=2048, width=2048, depth=8, out_dim=1000, seed=0)
+    elif kind == "tiny":
+        make_mlp(path, in_dim=64, width=64, depth=4, out_dim=8, seed=0)
+    elif kind == "gnmt":
+        import onnx
+
+        from lazybatch.onnx_tools.zoo import build_model
+
+        onnx.save(build_model("gnmt", seed=0), str(path))
+    elif kind == "bert":
+        import onnx
+
+        from lazybatch.onnx_tools.zoo.nlp import bert
+
+        model = bert(seed=0, seq_len=BERT_SEQ_LEN).model(
+            {"lazybatch.seed": "0"}, doc=f"BERT-base encoder, sequence length {BERT_SEQ_LEN}; random weights")
+        onnx.save(model, str(path))
     else:
         raise ConfigError(f"unknown model kind {kind!r}; choose one of {', '.join(MODEL_KINDS)}", field="--model")
 
@@ -297,14 +326,18 @@ def _build_onnx(kind: str, path: Path) -> None:
 def build_default_repository(repository: str | Path = "model_repository", *, kind: str = "resnet50",
                              work: str | Path | None = None, max_batch_size: int | None = None,
                              sla_ms: float | None = None, max_stages: int | None = 20, profile_reps: int = 5,
-                             force: bool = False, log: Any = print) -> Path:
+                             force: bool = False, policies: dict[str, str] | None = None,
+                             reprofile: bool = False, log: Any = print) -> Path:
     """``kind`` split once, profiled once, and served under every policy of COMPARISON (names ``<kind>_<suffix>``);
     the weights are hard-linked between model directories. ResNet-50 is the onnx package's light model made
-    batchable (random weights); the MLP is cut after every Relu."""
+    batchable (random weights); the MLPs are cut after every Relu. ``policies`` (suffix -> policy) replaces
+    COMPARISON; ``reprofile`` measures the latency table again and rewrites the model directories."""
     from lazybatch.staging import split_model
 
-    mbs = max_batch_size or (8 if kind == "resnet50" else 16)
-    sla = sla_ms if sla_ms is not None else (100.0 if kind == "resnet50" else 10.0)
+    if kind not in MODEL_KINDS:
+        raise ConfigError(f"unknown model kind {kind!r}; choose one of {', '.join(MODEL_KINDS)}", field="--model")
+    mbs = max_batch_size or KIND_MAX_BATCH[kind]
+    sla = sla_ms if sla_ms is not None else KIND_SLA_MS[kind]
     repo = Path(repository)
     # not inside the repository: tritonserver would try to load any folder there as a model
     work_dir = Path(work) if work else repo.resolve().parent / ".lazybatch-build" / repo.name
@@ -315,23 +348,32 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
         _build_onnx(kind, onnx_path)
     stages = work_dir / f"{kind}_stages"
     if not (stages / "manifest.json").exists() or force:
-        if kind == "mlp":
+        if kind in ("mlp", "tiny"):
             import onnx
 
             relus = [i for i, n in enumerate(onnx.load(str(onnx_path)).graph.node) if n.op_type == "Relu"]
             split_model(onnx_path, stages, cut_after=relus, name=kind)
         else:
-            log(f"splitting into at most {max_stages} stages -> {stages}")
-            split_into(onnx_path, stages, max_stages=max_stages, name=kind)
+            # seq2seq: the splitter's own encoder-step/decoder-step cuts (merging them further broke the step's
+            # outputs the decoder loop reads)
+            n = None if kind == "gnmt" else max_stages
+            log(f"splitting into {'the default' if n is None else f'at most {n}'} stages -> {stages}")
+            split_into(onnx_path, stages, max_stages=n, name=kind)
     table = work_dir / f"{kind}_latency_b{mbs}.json"
-    if not table.exists() or force:
+    if not table.exists() or force or reprofile:
         log(f"profiling the stages at batch sizes up to {mbs} -> {table}")
-        runner = StageRunner(stages)
-        runner.run_all(runner.sample_inputs(1))
-        runner.profile(profile_batch_sizes(mbs), reps=profile_reps).save(table)
-    for suffix, policy in COMPARISON.items():
+        if "seq2seq" in load_manifest(stages).raw:  # encoder/decoder steps, length histogram in the meta
+            profile_seq2seq(stages, mbs, reps=profile_reps, execution_provider="auto", intra_op_threads=0).save(table)
+        else:
+            runner = StageRunner(stages)
+            runner.run_all(runner.sample_inputs(1))
+            runner.profile(profile_batch_sizes(mbs), reps=profile_reps).save(table)
+    seq2seq = "seq2seq" in load_manifest(stages).raw
+    for suffix, policy in (policies or COMPARISON).items():
+        if seq2seq and suffix in SEQ2SEQ_BASELINES:
+            suffix, policy = SEQ2SEQ_BASELINES[suffix]
         name = f"{kind}_{suffix}"
-        if (repo / name / "config.pbtxt").exists() and not force:
+        if (repo / name / "config.pbtxt").exists() and not (force or reprofile):
             log(f"{name}: exists")
             continue
         add_model(onnx_path, repo, name=name, policy=policy, sla_ms=sla, max_batch_size=mbs,

@@ -328,3 +328,27 @@ def test_cancellation_polling_is_bounded_and_round_robin(mlp):
     assert asked == list(range(2 * rt.poll_budget))
     rt._ring.clear()
     rt.close()
+
+
+@pytest.mark.parametrize("factor, expect_above", [(0.05, True), (50.0, False)])
+def test_runtime_tells_the_policy_how_far_the_table_is_off(mlp, factor, expect_above):
+    """The slack predictor's table times are scaled by measured / table stage time (time_scale)."""
+    from lazybatch.batcher.latency_table import LatencyTable
+
+    _, stages = mlp
+    runner = StageRunner(stages, execution_provider="cpu")
+    measured = runner.profile([1, 2, 4, 8], reps=1)
+    table = LatencyTable(measured.graph, measured.batch_sizes, [[v * factor for v in row] for row in measured.measured])
+    policy = parse_policy("lazy").build(max_batch_size=8)
+    c = Collector()
+    rt = BackendRuntime(runner, table, policy, c.respond, idle_poll_s=0.005)
+    x = np.ones((1, 16), np.float32)
+    for h in range(40):
+        assert rt.submit(h, {"x": x}, 1, RequestOptions(sla_s=1.0)) is None
+    c.wait(40)
+    rt.close()
+    assert policy.time_scale == rt.stats.time_scale
+    if expect_above:  # the table says 20x faster than the stages ran
+        assert policy.time_scale > 3.0
+    else:  # the table says 50x slower: the scale falls towards its floor
+        assert policy.time_scale < 0.8

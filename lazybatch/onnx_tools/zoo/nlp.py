@@ -27,12 +27,17 @@ def _positional(n: int, d: int) -> np.ndarray:
     return np.where(i % 2 == 0, np.sin(angle), np.cos(angle)).astype(np.float32)
 
 
-def bert(seed: int = 0, small: bool = False, seq_len: int | None = None) -> GraphBuilder:
+def bert(seed: int = 0, small: bool = False, *, seq_len: int | None = None, layers: int | None = None
+         ) -> GraphBuilder:
     """BERT-base: 12 layers, hidden 768, 12 heads, FFN 3072, sequence 128 (small: 2 layers, hidden 32, seq 16).
 
-    ``seq_len`` overrides the sequence length (the BatchMonitor evaluation uses 32, as its simulator table does)."""
-    layers, d, n_heads, d_ff, seq, vocab = (2, 32, 2, 64, 16, 100) if small else (12, 768, 12, 3072, 128, 30522)
-    seq = seq_len or seq
+    ``seq_len`` / ``layers`` override the sequence length and depth (batching gains depend on both: at short
+    sequences the per-token matrix products are thin and batching requests pays, the regime benchmarks need)."""
+    n_layers, d, n_heads, d_ff, seq, vocab = (2, 32, 2, 64, 16, 100) if small else (12, 768, 12, 3072, 128, 30522)
+    layers = n_layers if layers is None else layers
+    seq = seq if seq_len is None else seq_len
+    if layers < 1 or seq < 1:
+        raise ValueError(f"bert needs layers >= 1 and seq_len >= 1, got layers={layers}, seq_len={seq}")
     g = GraphBuilder("bert_small" if small else "bert_base", seed)
     ids = g.input("input_ids", INT64, [BATCH, seq], value_range=(0, vocab - 1))
     am = g.input("attention_mask", INT64, [BATCH, seq], value_range=(0, 1))

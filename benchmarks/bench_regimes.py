@@ -1,0 +1,911 @@
+"""Where batching pays: every policy on a real tritonserver, per model, from light load to overload.
+
+    python benchmarks/bench_regimes.py                       # MLP, BERT-base seq 32, ResNet-50 (~35 min, 2 cores)
+    python benchmarks/bench_regimes.py --quick               # tiny MLP, two loads, ~2 min: a smoke test
+    python benchmarks/bench_regimes.py --models mlp --loads 0.4,0.9 --duration 6
+
+Per model, in one run: build its model directories under every policy (lazy, oracle, serial, Triton's dynamic
+batcher at max_queue_delay 0/5/20 ms, BatchMonitor), profile its stages (the latency table the policies read) and
+plot its batch-scaling curve next to ResNet-50's; start one tritonserver on that model's repository; measure the
+batch-1 service time (median of sequential whole-graph requests; service rate mu = 1/t1); then open-loop Poisson
+load at each fraction of mu under every policy, driven by ``lazybatch load`` (client/load.py), and by
+perf_analyzer (Poisson, --async) at the ``--perf-loads`` fractions. Each cell's request count is checked against
+the server's own (Triton's /v2/models/<m>/stats); the backend's statistics (LAZYBATCH_STATS_DIR) give the mean
+executed (sub-)batch, preemptions and merges. Output: ``--out`` (results.json, per-run logs) and the results page
+``--page`` with its plots in ``--img-dir``; the page is written by this script alone (no hand edits).
+
+SLA targets are multiples (``--sla-multiples``, default 2,5,10) of the model's single-request latency t1; the
+SLA-aware policies (lazy, oracle) receive the ``--sched-sla-multiple`` target (default 5x) with every request, and
+every policy's violation rate is computed at each target from the same latencies.
+
+The machine's cores are shared with other jobs, so its load drifts: each load's time is cut into ``--slices`` and
+the policies take turns slice by slice, so that the drift spreads over all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
+from lazybatch.batcher.policies.lazy import DEFAULT_MIN_BATCH_GAIN  # noqa: E402
+from lazybatch.client.api import Client  # noqa: E402
+from lazybatch.client.load import LoadResult, run_load, summarize  # noqa: E402
+from lazybatch.repo import ALL_POLICIES, SEQ2SEQ_BASELINES, build_default_repository  # noqa: E402
+from lazybatch.serving import TritonServer, free_port  # noqa: E402
+
+POLICY_ORDER = ["lazy", "oracle", "serial", "triton_0us", "triton_5000us", "triton_20000us", "monitor"]
+GRAPH = ["graph_0ms", "graph_5ms", "graph_20ms"]  # seq2seq: graph batching in the backend instead of Triton's
+ROW_ORDER = POLICY_ORDER + GRAPH
+LAZYBATCH_SCHEDULED = {"lazy", "oracle", "serial", "monitor", *GRAPH}  # run by our scheduler (stats, SLA)
+SLA_AWARE = {"lazy", "oracle"}
+TRITON = ["triton_0us", "triton_5000us", "triton_20000us"]
+SEQ2SEQ_KINDS = {"gnmt"}
+DESCRIPTION = {
+    "mlp": "8-layer MLP, width 2048 (matrix-vector bound at batch 1)",
+    "bert": "BERT-base encoder (12 layers, hidden 768), sequence length 32",
+    "resnet50": "ResNet-50 (the onnx package's light_resnet50 made batchable)",
+    "tiny": "4-layer MLP, width 64 (tests only)",
+    "gnmt": "GNMT-like LSTM encoder-decoder (4+4 layers, hidden 1024, vocabulary 32000; encoder and decoder steps "
+            "looped per request), source and output lengths drawn from the shipped WMT-like length histogram",
+}
+NOT_SERVED = {
+    "gnmt": "GNMT-like LSTM encoder-decoder: not in this run (`--models mlp,bert,resnet50,gnmt` adds it, about 15 "
+            "more minutes; Triton's dynamic batcher cannot loop a decoder, so graph:0/5/20 in the backend stand in "
+            "for it).",
+}
+
+
+# ---------------------------------------------------------------------------------------------- server counters
+def triton_stats(http: str, model: str) -> dict[str, int]:
+    """Triton's own counters for a model: successful requests, inferences (samples) and executions (batches)."""
+    with urllib.request.urlopen(f"http://{http}/v2/models/{model}/stats", timeout=10) as f:
+        data = json.loads(f.read())
+    s = data["model_stats"][0]
+    inf = s.get("inference_stats", {})
+    return {"success": int(inf.get("success", {}).get("count", 0)), "fail": int(inf.get("fail", {}).get("count", 0)),
+            "inference_count": int(s.get("inference_count", 0)), "execution_count": int(s.get("execution_count", 0))}
+
+
+def settled_stats(http: str, model: str, before: dict[str, int], expect: int, timeout: float = 3.0) -> dict:
+    """Triton's counters once they cover ``expect`` more requests than ``before``: it counts a request after its
+    response has left, so a read right after the client's last answer can miss the newest ones."""
+    end = time.monotonic() + timeout
+    while True:
+        now = triton_stats(http, model)
+        if now["success"] + now["fail"] - before["success"] - before["fail"] >= expect or time.monotonic() > end:
+            return now
+        time.sleep(0.05)
+
+
+def runtime_stats(stats_dir: Path, model: str, at_least: int = 0, timeout: float = 20.0) -> dict:
+    """The backend's statistics file, written whenever its scheduler holds nothing; waits until it covers
+    ``at_least`` requests (the backend answers before it writes)."""
+    p = stats_dir / f"{model}.json"
+    end = time.monotonic() + timeout
+    data: dict = {}
+    while True:
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, ValueError):
+            data = {}
+        if data.get("requests", 0) >= at_least or time.monotonic() > end:
+            return data
+        time.sleep(0.05)
+
+
+def stats_delta(before: dict, after: dict) -> dict[str, float]:
+    """Stage runs, samples run (sum over stage runs of the sub-batch size), preemptions and merges between two
+    snapshots of the backend's statistics."""
+    def bsum(d: dict) -> int:
+        return sum(int(b) * n for b, n in d.get("batch_hist", {}).items())
+    dec_b, dec_a = before.get("decisions", {}), after.get("decisions", {})
+    return {"stage_runs": after.get("stage_runs", 0) - before.get("stage_runs", 0),
+            "samples_run": bsum(after) - bsum(before),
+            "requests": after.get("requests", 0) - before.get("requests", 0),
+            "preempt": dec_a.get("preempt", 0) - dec_b.get("preempt", 0),
+            "merge": dec_a.get("merge", 0) - dec_b.get("merge", 0),
+            "ort_s": after.get("ort_s", 0.0) - before.get("ort_s", 0.0),
+            "overhead_s": (after.get("io_s", 0.0) + after.get("sched_s", 0.0))
+            - (before.get("io_s", 0.0) + before.get("sched_s", 0.0))}
+
+
+# ---------------------------------------------------------------------------------------------- measurements
+def request_feeds(client: Client, http: str, model: str, n: int, seed: int = 0) -> list[dict]:
+    """``n`` batch-1 requests: random inputs, or for a seq2seq model source and output lengths drawn from the shipped
+    length histogram as `lazybatch load` draws them (client/seq2seq.py)."""
+    import numpy as np
+
+    from lazybatch.client.seq2seq import LengthSampler, http_parameters, info_from_parameters, make_request
+
+    with urllib.request.urlopen(f"http://{http}/v2/models/{model}/config", timeout=10) as f:
+        info = info_from_parameters(http_parameters(json.loads(f.read())))
+    if info is None:
+        return [client.random_inputs(model, 1, seed=seed)] * n
+    sampler, rng = LengthSampler(info, None, seed), np.random.default_rng(seed)
+    return [make_request(rng, info, *sampler.draw()) for _ in range(n)]
+
+
+def service_time(client: Client, http: str, model: str, seconds: float) -> tuple[float, int]:
+    """Median latency of sequential batch-1 requests (about ``seconds`` of them, at least 10, at most 300)."""
+    feeds = request_feeds(client, http, model, 300)
+    warm = []
+    for x in feeds[:3]:
+        t0 = time.perf_counter()
+        client.infer(model, x)
+        warm.append(time.perf_counter() - t0)
+    n = int(max(10, min(300, seconds / max(statistics.median(warm), 1e-4))))
+    times = []
+    for x in feeds[:n]:
+        t0 = time.perf_counter()
+        client.infer(model, x)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), n
+
+
+def pool(parts: list[LoadResult], sla_ms: float | None) -> LoadResult:
+    """One cell from its slices: latencies pooled; throughput = answers / total time under load."""
+    first = parts[0]
+    res = LoadResult(first.model, first.offered_rate, 0.0, sla_ms, first.batch)
+    res.sent = sum(p.sent for p in parts)
+    lat = [v / 1e3 for p in parts for v in p.latencies_ms]
+    errors = [k for p in parts for k, n in p.error_kinds.items() for _ in range(n)]
+    span = sum(max(p.ok / p.throughput, p.duration_s) if p.throughput > 0 else p.duration_s for p in parts)
+    res = summarize(res, lat, [True] * len(lat), errors, 0.0, span)
+    res.duration_s = sum(p.duration_s for p in parts)
+    res.send_rate = res.sent / res.duration_s if res.duration_s else 0.0
+    return res
+
+
+def violation(lat_ms: list[float], errors: int, sent: int, sla_ms: float) -> float:
+    if not sent:
+        return math.nan
+    return (sum(1 for v in lat_ms if v > sla_ms) + errors) / sent
+
+
+@dataclass
+class Settings:
+    models: list[str]
+    loads: list[float]
+    perf_loads: list[float]
+    duration: float
+    min_requests: int
+    slices: int
+    perf_measurement_ms: int
+    sla_multiples: list[float]
+    sched_sla_multiple: float
+    policies: list[str]
+    out: Path
+    seed: int
+    reprofile: bool
+
+
+def measure_model(kind: str, st: Settings, bar: Any) -> dict:
+    """Everything for one model: build, profile, serve, calibrate, load cells, perf_analyzer cells."""
+    out = st.out
+    repo = out / "repos" / kind
+    pols = [SEQ2SEQ_BASELINES[p][0] if kind in SEQ2SEQ_KINDS and p in SEQ2SEQ_BASELINES else p
+            for p in st.policies]
+    policies = {k: ALL_POLICIES[k] for k in pols}
+    build_default_repository(repo, kind=kind, work=out / "build" / kind, policies=policies,
+                             reprofile=st.reprofile, log=lambda m: bar.write(f"[{kind}] {m}"))
+    table = LatencyTable.load(repo / f"{kind}_lazy" / "1" / "latency.json")
+    scaling = scaling_curve(table)
+    stats_dir = (out / "stats" / kind).resolve()
+    stats_dir.mkdir(parents=True, exist_ok=True)
+    for f in stats_dir.glob("*.json"):
+        f.unlink()
+    names = {p: f"{kind}_{p}" for p in pols}
+    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                          log_file=out / f"tritonserver_{kind}.log", env={"LAZYBATCH_STATS_DIR": str(stats_dir)})
+    bar.write(f"[{kind}] starting tritonserver on {repo}")
+    cells: list[dict] = []
+    perf_cells: list[dict] = []
+    server.start(timeout=600)  # seven model directories of a large model load slowly on a busy machine
+    with server:
+        url, http = server.endpoints.grpc, server.endpoints.http
+        version = server_version(http)
+        with Client(url) as c:
+            whole = names.get("triton_0us") or names.get("graph_0ms") or names[pols[0]]
+            t1, n_cal = service_time(c, http, whole, 3.0)
+            t1_lazy = service_time(c, http, names["lazy"], 1.5)[0] if "lazy" in names else math.nan
+            t1_serial = service_time(c, http, names["serial"], 1.5)[0] if "serial" in names else math.nan
+        mu = 1.0 / t1
+        slas = [m * t1 * 1e3 for m in st.sla_multiples]
+        sched_sla = st.sched_sla_multiple * t1 * 1e3
+        bar.write(f"[{kind}] t1 {t1 * 1e3:.2f} ms (whole graph, {n_cal} sequential requests), mu {mu:.2f}/s; "
+                  f"SLAs {', '.join(f'{s:.1f}' for s in slas)} ms; lazy t1 {t1_lazy * 1e3:.2f} ms")
+        for f in st.loads:
+            rate = f * mu
+            # light loads of slow models: stretch the cell (up to 2x) so that it holds about min_requests
+            cell_s = min(max(st.duration, st.min_requests / rate), 2 * st.duration)
+            parts: dict[str, list[LoadResult]] = {p: [] for p in pols}
+            counts: dict[str, dict[str, float]] = {p: {} for p in pols}
+            for k in range(st.slices):
+                for p in pols:
+                    m = names[p]
+                    bar.set_postfix_str(f"{kind} {f:.0%} {p} ({k + 1}/{st.slices})")
+                    tb = triton_stats(http, m)
+                    rb = runtime_stats(stats_dir, m) if p in LAZYBATCH_SCHEDULED else {}
+                    r = run_load(url, m, rate, cell_s / st.slices, sla_ms=sched_sla,
+                                 seed=st.seed + 1000 * k + int(f * 100), timeout_s=60.0,
+                                 send_sla=p in SLA_AWARE)
+                    ta = settled_stats(http, m, tb, r.sent + 1)  # + its warm-up request
+                    acc = counts[p]
+                    acc["server_success"] = acc.get("server_success", 0) + ta["success"] - tb["success"] - 1
+                    acc["server_fail"] = acc.get("server_fail", 0) + ta["fail"] - tb["fail"]
+                    acc["inferences"] = acc.get("inferences", 0) + ta["inference_count"] - tb["inference_count"]
+                    acc["executions"] = acc.get("executions", 0) + ta["execution_count"] - tb["execution_count"]
+                    if p in LAZYBATCH_SCHEDULED:
+                        ra = runtime_stats(stats_dir, m, rb.get("requests", 0) + r.sent + 1)
+                        for key, v in stats_delta(rb, ra).items():
+                            acc[key] = acc.get(key, 0) + v
+                    parts[p].append(r)
+                    bar.update(1)
+                    time.sleep(0.3)
+            for p in pols:
+                r = pool(parts[p], sched_sla)
+                acc = counts[p]
+                if p in LAZYBATCH_SCHEDULED:
+                    mean_batch = acc["samples_run"] / acc["stage_runs"] if acc.get("stage_runs") else math.nan
+                else:
+                    mean_batch = acc["inferences"] / acc["executions"] if acc.get("executions") else math.nan
+                cells.append({
+                    "model": kind, "policy": p, "load": f, "rate": rate, "duration_s": r.duration_s,
+                    "sent": r.sent, "ok": r.ok, "errors": r.errors, "send_rate": r.send_rate,
+                    "server_requests": acc["server_success"] + acc["server_fail"],
+                    "server_rate": (acc["server_success"] + acc["server_fail"]) / r.duration_s,
+                    "throughput": r.throughput, "avg_ms": r.avg_ms, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms,
+                    "violation": {f"{m:g}x": violation(r.latencies_ms, r.errors, r.sent, s)
+                                  for m, s in zip(st.sla_multiples, slas)},
+                    "mean_batch": mean_batch,
+                    "preemptions": acc.get("preempt") if p in LAZYBATCH_SCHEDULED else None,
+                    "merges": acc.get("merge") if p in LAZYBATCH_SCHEDULED else None,
+                    "overhead_per_stage_ms": (acc["overhead_s"] / acc["stage_runs"] * 1e3
+                                              if acc.get("stage_runs") else None),
+                    "error_kinds": r.error_kinds,
+                })
+        perf = perf_binary() if st.perf_loads else None
+        for f in st.perf_loads:
+            rate = f * mu
+            for p in pols:
+                m = names[p]
+                bar.set_postfix_str(f"{kind} perf_analyzer {f:.0%} {p}")
+                perf_cells.append(perf_cell(perf, kind, p, m, f, rate, url, http, stats_dir, st, sched_sla, slas))
+                bar.update(1)
+    final = runtime_stats(stats_dir, names["lazy"], timeout=1.0) if "lazy" in names else {}
+    extra = {"time_scale": final["time_scale"]} if "time_scale" in final else {}
+    return extra | {"model": kind, "description": DESCRIPTION.get(kind, kind), "t1_ms": t1 * 1e3, "mu": mu,
+            "t1_lazy_ms": t1_lazy * 1e3, "t1_serial_ms": t1_serial * 1e3, "calibration_requests": n_cal,
+            "sla_ms": slas, "sched_sla_ms": sched_sla, "scaling": scaling, "max_batch_size": table.max_batch_size,
+            "stages": table.graph.n, "tritonserver": version, "cells": cells, "perf": perf_cells}
+
+
+def perf_binary() -> Path:
+    from lazybatch import perf as pa
+
+    return pa.find_perf_analyzer() or pa.install()
+
+
+def perf_cell(perf: Path | None, kind: str, p: str, m: str, f: float, rate: float, url: str, http: str,
+              stats_dir: Path, st: Settings, sched_sla: float, slas: list[float]) -> dict:
+    """perf_analyzer at one rate: exactly three measurement windows (stability check off), Poisson, --async."""
+    from lazybatch import perf as pa
+    from lazybatch.batcher.errors import ConfigError
+
+    input_data = "zero"
+    if kind in SEQ2SEQ_KINDS:  # valid token ids and drawn lengths (random data would be outside the vocabulary)
+        from lazybatch.client.seq2seq import http_parameters, info_from_parameters, perf_input_data
+
+        with urllib.request.urlopen(f"http://{http}/v2/models/{m}/config", timeout=10) as resp:
+            info = info_from_parameters(http_parameters(json.loads(resp.read())))
+        path = (st.out / "perf" / kind / f"input_{m}.json").resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(perf_input_data(info, seed=st.seed)))
+        input_data = str(path)
+    tb = triton_stats(http, m)
+    t0 = time.monotonic()
+    row, err = None, None
+    try:
+        rows, _ = pa.run(perf, m, url, [rate], st.out / "perf" / kind / f"{int(round(f * 100))}",
+                         measurement_ms=st.perf_measurement_ms, max_trials=3, stability_percentage=10000,
+                         sla_ms=sched_sla if p in SLA_AWARE else None,
+                         input_data=input_data)
+        row = rows[0] if rows else None
+    except ConfigError as e:
+        err = str(e).splitlines()[-1][:200]
+    wall = time.monotonic() - t0
+    time.sleep(0.2)  # let Triton count the last answers (see settled_stats)
+    ta = triton_stats(http, m)
+    served = ta["success"] + ta["fail"] - tb["success"] - tb["fail"]
+    out: dict[str, Any] = {"model": kind, "policy": p, "load": f, "rate": rate, "wall_s": wall,
+                           "server_requests": served, "error": err}
+    if row is not None:
+        out.update({"throughput": row.throughput, "avg_ms": row.avg_ms, "p50_ms": row.p50_ms,
+                    "p99_ms": row.p99_ms, "server_queue_ms": row.server_queue_ms,
+                    "server_compute_ms": row.server_compute_ms})
+    return out
+
+
+def server_version(http: str) -> str:
+    try:
+        with urllib.request.urlopen(f"http://{http}/v2", timeout=10) as f:
+            return json.loads(f.read()).get("version", "?")
+    except (OSError, ValueError):
+        return "?"
+
+
+def scaling_curve(table: LatencyTable) -> dict:
+    """Whole-program latency (sum of the stages) per measured batch size, per-sample latency, gain, regime."""
+    sizes = list(table.batch_sizes)
+    whole = [sum(row[b] for row in table.dense) * 1e3 for b in sizes]
+    per_sample = [w / b for w, b in zip(whole, sizes)]
+    gain = per_sample[0] / min(per_sample)
+    return {"batch_sizes": sizes, "whole_ms": whole, "per_sample_ms": per_sample, "t1_ms": whole[0],
+            "gain": gain, "regime": regime(gain)}
+
+
+def regime(gain: float) -> str:
+    if gain >= 2.0:
+        return "batching pays"
+    if gain >= 1.25:
+        return "batching pays a little"
+    return "no batching gain"
+
+
+# ---------------------------------------------------------------------------------------------- report
+def fmt(v: Any, spec: str = ".1f") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return format(v, spec)
+
+
+def goals(res: dict) -> list[str]:
+    """The issue's goals, evaluated on this run's figures (lazybatch load driver, scheduling SLA)."""
+    kind = res["model"]
+    cells = res["cells"]
+    key = f"{res['sched_multiple']:g}x"
+    by = {(c["policy"], c["load"]): c for c in cells}
+    loads = sorted({c["load"] for c in cells})
+    pols = sorted({c["policy"] for c in cells}, key=ROW_ORDER.index)
+    lines = []
+    if "lazy" not in pols:
+        return ["lazy was not measured"]
+    if res["scaling"]["regime"] == "no batching gain":
+        worst = []
+        for f in loads:
+            if "serial" in pols:
+                a, s = by[("lazy", f)]["avg_ms"], by[("serial", f)]["avg_ms"]
+                worst.append((a / s if s else math.nan, f))
+        if worst:
+            ok = all(r <= 1.1 for r, _ in worst)
+            lower = sum(1 for r, _ in worst if r < 1.0)
+            cap = batch_cap(res["scaling"], res["max_batch_size"])
+            lines.append(f"No batching gain on this model: lazy's average latency / serial's at each load: "
+                         + ", ".join(f"{f:.0%}: {r:.2f}" for r, f in worst)
+                         + f" -> goal (<= 1.10 at every load) {'met' if ok else 'NOT met'}"
+                         + (f" (lazy lower at {lower} of {len(worst)} loads; with a batch cap of 1 lazy and serial "
+                            "run the same one-at-a-time arrival-order schedule, so differences in either direction "
+                            "are mostly this machine's run-to-run noise)" if cap == 1 else "") + ".")
+        return lines
+    mid = [f for f in loads if 0.4 <= f <= 0.9 + 1e-9]
+    tri = [p for p in TRITON + GRAPH if p in pols]
+    if mid and tri:
+        parts, ok = [], True
+        for f in mid:
+            best = min(tri, key=lambda p: by[(p, f)]["avg_ms"])
+            ratio = by[(best, f)]["avg_ms"] / by[("lazy", f)]["avg_ms"]
+            ok &= ratio >= 2.0
+            parts.append(f"{f:.0%}: {ratio:.2f}x vs {best}")
+        what = "graph-batching config (graph:0/5/20 in the backend)" if tri[0] in GRAPH else \
+            "Triton dynamic-batcher config"
+        lines.append(f"Average latency, best {what} / lazy (goal >= 2x at 40-90% load): "
+                     + ", ".join(parts) + f" -> {'met' if ok else 'NOT met'}.")
+    lowest, missed = 0, []
+    for f in loads:
+        v = {p: by[(p, f)]["violation"][key] for p in pols}
+        if v["lazy"] <= min(v.values()) + 1e-12:
+            lowest += 1
+        else:
+            b = min(v, key=v.get)
+            missed.append(f"{f:.0%} (lazy {v['lazy']:.1%}, {b} {v[b]:.1%})")
+    lines.append(f"SLA violations at {key} t1 (goal: lazy lowest of all policies at every load): lowest at "
+                 f"{lowest} of {len(loads)} loads" + (f"; not at {', '.join(missed)}" if missed else "")
+                 + f" -> {'met' if not missed else 'NOT met'}.")
+    if "serial" in pols:
+        pl = max(by[("lazy", f)]["throughput"] for f in loads)
+        ps = max(by[("serial", f)]["throughput"] for f in loads)
+        lines.append(f"Peak throughput (highest over the loads): lazy {pl:.1f}/s, serial {ps:.1f}/s, ratio "
+                     f"{pl / ps:.2f}x (goal >= 1.2x) -> {'met' if pl >= 1.2 * ps else 'NOT met'}"
+                     + (" (bounded by the highest offered load: lazy kept up with it)"
+                        if by[("lazy", loads[-1])]["throughput"] >= 0.95 * by[("lazy", loads[-1])]["rate"]
+                        else "") + ".")
+    return lines
+
+
+def batch_cap(sc: dict, max_batch: int, min_gain: float = DEFAULT_MIN_BATCH_GAIN) -> int:
+    """lazy's batch cap (batcher.policies.lazy.useful_batch_size) from the whole-program curve on the page."""
+    t1, cap, prev = sc["whole_ms"][0], 1, 0
+    for i in range(1, len(sc["batch_sizes"])):
+        b, pb = sc["batch_sizes"][i], sc["batch_sizes"][prev]
+        if b > max_batch or (sc["whole_ms"][i] - sc["whole_ms"][prev]) / (b - pb) >= (1 - min_gain) * t1:
+            break
+        cap, prev = b, i
+    return cap
+
+
+def why(res: dict, st: Settings) -> list[str]:
+    """The mechanisms behind this model's figures, each with the numbers of this run that show it."""
+    cells = res["cells"]
+    by = {(c["policy"], c["load"]): c for c in cells}
+    pols = {c["policy"] for c in cells}
+    loads = sorted({c["load"] for c in cells})
+    key = f"{st.sched_sla_multiple:g}x"
+    sc = res["scaling"]
+    out = []
+    cap = batch_cap(sc, res["max_batch_size"])
+    ov = [c["overhead_per_stage_ms"] for c in cells if c["policy"] == "lazy" and c["overhead_per_stage_ms"]]
+    if ov:
+        per_pass = statistics.median(ov) * res["stages"]
+        out.append(f"Our backend's own cost (decision, hand-off, tensor joins and splits; onnxruntime excluded): "
+                   f"median {statistics.median(ov):.3f} ms per stage x {res['stages']} stages = {per_pass:.2f} ms "
+                   f"per pass, {per_pass / res['t1_ms']:.0%} of t1. Serving one request alone through lazy took "
+                   f"{fmt(res['t1_lazy_ms'], '.2f')} ms against {res['t1_ms']:.2f} ms for the whole graph in one "
+                   f"onnxruntime call under Triton.")
+    if "time_scale" in res and res["model"] not in SEQ2SEQ_KINDS:  # the seq2seq runtime does not calibrate
+        out.append(f"Stages ran {res['time_scale']:.2f}x the latency table's time at the end of the run (moving "
+                   f"average; the table is profiled once, alone, before serving, and the machine's background load "
+                   f"differs between then and now): the backend passes this factor to the slack predictor "
+                   f"(`time_scale`).")
+    if cap < res["max_batch_size"]:
+        out.append(f"lazy's batch cap from the latency table is {cap} (one more sample costs at least "
+                   f"{1 - DEFAULT_MIN_BATCH_GAIN:.0%} of a batch-1 run beyond that size)"
+                   + (": lazy runs requests one at a time in arrival order, like "
+                   "serial, so the two differ by per-request overhead and noise only." if cap == 1 else "."))
+    if sc["regime"] != "no batching gain" and "triton_0us" in pols and "lazy" in pols:
+        gaps = [by[("lazy", f)]["avg_ms"] - by[("triton_0us", f)]["avg_ms"] for f in loads]
+        out.append("Triton's dynamic batcher at max_queue_delay 0 is work-conserving: it runs whatever queued "
+                   "while the previous batch ran, as one batch of the whole graph. LazyBatching can only save the "
+                   "wait for the rest of the running batch (less than one t1) by preempting, and pays its per-stage "
+                   "cost on every pass; a 2x lower average than that baseline is out of reach when t1 is a few ms. "
+                   "lazy minus triton_0us average latency per load (ms): "
+                   + ", ".join(f"{f:.0%}: {g:+.1f}" for f, g in zip(loads, gaps)) + ".")
+    lv = [by[("lazy", f)]["violation"][key] for f in loads] if "lazy" in pols else []
+    ovv = [by[("oracle", f)]["violation"][key] for f in loads] if "oracle" in pols else []
+    if sc["regime"] != "no batching gain" and lv and ovv and any(a > b for a, b in zip(lv, ovv)):
+        out.append(f"The conservative slack predictor (Eq. 2: a batch costs the sum of its members' single-input "
+                   f"times) over-estimates a k-request batch by up to k times on a model with a {sc['gain']:.1f}x "
+                   f"gain, so lazy refuses preemptions the oracle (exact batched times) accepts; violations at {key}"
+                   f" lazy vs oracle: " + ", ".join(f"{f:.0%}: {a:.0%}/{b:.0%}" for f, a, b in zip(loads, lv, ovv))
+                   + ".")
+    if "serial" in pols and sc["regime"] != "no batching gain":
+        lost = [f for f in loads if by[("serial", f)]["throughput"] < 0.9 * by[("serial", f)]["rate"]]
+        if lost:
+            out.append(f"serial cannot keep up from {lost[0]:.0%} load on (its throughput falls below 90% of the "
+                       f"offered rate): without batching, the backend's per-stage cost and the shared cores cap it "
+                       f"below mu, measured on the whole graph.")
+    return out
+
+
+def driver_notes(res: dict) -> list[str]:
+    """Where lazybatch load and perf_analyzer disagree, in numbers."""
+    by = {(c["policy"], c["load"]): c for c in res["cells"]}
+    out = []
+    for pc in res["perf"]:
+        c = by.get((pc["policy"], pc["load"]))
+        if pc.get("error") or c is None or "avg_ms" not in pc:
+            continue
+        out.append((pc["server_requests"] / pc["wall_s"] / pc["rate"] if pc["wall_s"] else math.nan,
+                    pc["avg_ms"] / c["avg_ms"] if c["avg_ms"] else math.nan))
+    if not out:
+        return []
+    rr = [a for a, _ in out if not math.isnan(a)]
+    lr = [b for _, b in out if not math.isnan(b)]
+    return [f"perf_analyzer delivered at least {min(rr):.0%}-{max(rr):.0%} of the asked rate (server-counted requests "
+            f"over its whole wall time, start-up and drain included), the load driver "
+            f"{min_rate(res):.0%}-{max_rate(res):.0%}; "
+            f"perf_analyzer's average latency / the load driver's at the same cell: {min(lr):.2f}-{max(lr):.2f}x "
+            f"(median {statistics.median(lr):.2f}x)."]
+
+
+def min_rate(res: dict) -> float:
+    return min(c["server_rate"] / c["rate"] for c in res["cells"])
+
+
+def max_rate(res: dict) -> float:
+    return max(c["server_rate"] / c["rate"] for c in res["cells"])
+
+
+def model_section(res: dict, img_rel: str, st: Settings) -> list[str]:
+    kind = res["model"]
+    sc = res["scaling"]
+    key = f"{st.sched_sla_multiple:g}x"
+    L = [f"## {kind}: {res['description']}", "",
+         f"**Regime: {sc['regime']}** (per-sample latency falls {sc['gain']:.2f}x from batch 1 to the best batch "
+         f"size up to {res['max_batch_size']}; {res['stages']} stages). Single-request latency t1 = "
+         f"{res['t1_ms']:.2f} ms ("
+         + ("graph:0 in the backend" if kind in SEQ2SEQ_KINDS else "whole graph under Triton")
+         + f", median of {res['calibration_requests']} sequential "
+         f"requests; lazy backend {fmt(res['t1_lazy_ms'], '.2f')} ms, serial {fmt(res['t1_serial_ms'], '.2f')} "
+         f"ms): batch-1 service rate mu = {res['mu']:.2f}/s. SLA targets: "
+         + ", ".join(f"{m:g}x t1 = {s:.1f} ms" for m, s in zip(st.sla_multiples, res["sla_ms"]))
+         + f"; lazy and oracle schedule by the {key} target. Tritonserver {res['tritonserver']}.", "",
+         f"![{kind}: latency, violations and throughput vs load]({img_rel})", "",
+         "### Goals", ""]
+    L += [f"- {g}" for g in goals(res | {"sched_multiple": st.sched_sla_multiple})]
+    L += ["", "### Why (mechanisms, with this run's figures)", ""] + [f"- {w}" for w in why(res, st)]
+    L += ["", f"### `lazybatch load` (open-loop Poisson, Python asyncio gRPC client), {st.duration:g} s per cell"
+          " (see Method)",
+          "", "asked/s: offered rate; sent/s: what the client sent; server/s: requests Triton counted for the "
+          "model in the cell (warm-up excluded) over the cell's time. b̄: mean executed batch (samples per stage run "
+          "for our scheduler; inferences per execution for Triton's batcher). pre/mrg: preemptions and merges.", "",
+          "| load | policy | asked/s | sent/s | server/s | thr/s | avg ms | p50 | p99 | "
+          + " | ".join(f"viol {m:g}x" for m in st.sla_multiples) + " | b̄ | pre | mrg | err |",
+          "| --- " * (13 + len(st.sla_multiples)) + "|"]
+    for c in sorted(res["cells"], key=lambda c: (c["load"], ROW_ORDER.index(c["policy"]))):
+        L.append(f"| {c['load']:.0%} | {c['policy']} | {c['rate']:.1f} | {c['send_rate']:.1f} | "
+                 f"{c['server_rate']:.1f} | {c['throughput']:.1f} | {fmt(c['avg_ms'])} | {fmt(c['p50_ms'])} | "
+                 f"{fmt(c['p99_ms'])} | " + " | ".join(f"{v:.1%}" for v in c["violation"].values())
+                 + f" | {fmt(c['mean_batch'], '.2f')} | {fmt(c['preemptions'], 'd')} | {fmt(c['merges'], 'd')} "
+                 f"| {c['errors']} |")
+    same = sum(1 for c in res["cells"] if c["server_requests"] == c["sent"])
+    worst = max(res["cells"], key=lambda c: abs(c["server_requests"] - c["sent"]))
+    send = [c["send_rate"] / c["rate"] for c in res["cells"]]
+    L += ["", f"Offered rate check: the client sent {min(send):.0%}-{max(send):.0%} of the asked rate (a Poisson "
+          f"sample of a few hundred arrivals differs from its mean by several percent); Triton counted exactly the "
+          f"requests the client sent in {same} of {len(res['cells'])} cells"
+          + (f" (largest difference: {worst['server_requests'] - worst['sent']:+d} at {worst['load']:.0%} "
+             f"{worst['policy']})" if same < len(res["cells"]) else "") + "."]
+    if res["perf"]:
+        L += ["", f"### perf_analyzer (Poisson, --async, 3 windows of {st.perf_measurement_ms} ms, stability check "
+              "off)", "", "server/s: requests Triton counted over perf_analyzer's whole run / its wall time, which "
+              "includes its start-up and the wait for the last answers (for slow models a large share): a lower "
+              "bound of the rate it sent; thr/s is what it measured inside its windows. Δavg: perf_analyzer's "
+              "average latency / the load driver's in the same cell.", "",
+              "| load | policy | asked/s | server/s | thr/s | avg ms | p50 | p99 | Δavg | note |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        by = {(c["policy"], c["load"]): c for c in res["cells"]}
+        for pc in sorted(res["perf"], key=lambda c: (c["load"], ROW_ORDER.index(c["policy"]))):
+            c = by.get((pc["policy"], pc["load"]))
+            ok = "avg_ms" in pc
+            ratio = pc["avg_ms"] / c["avg_ms"] if ok and c and c["avg_ms"] else math.nan
+            L.append(f"| {pc['load']:.0%} | {pc['policy']} | {pc['rate']:.1f} | "
+                     f"{pc['server_requests'] / pc['wall_s']:.1f} | {fmt(pc.get('throughput'))} | "
+                     f"{fmt(pc.get('avg_ms'))} | {fmt(pc.get('p50_ms'))} | {fmt(pc.get('p99_ms'))} | "
+                     f"{fmt(ratio, '.2f')} | {pc.get('error') or ''} |")
+        L += [""] + [f"- {n}" for n in driver_notes(res)] + [
+            "- Why the drivers can disagree: (1) where a policy is near or past its capacity, latency depends on "
+            "how long the queue has been building: the load driver's cell is cut into slices that each start from an"
+            " empty queue, perf_analyzer's three windows follow its warm-up back to back; (2) perf_analyzer's "
+            "Poisson schedule has a fixed seed, and short windows were seen to send fewer requests than asked "
+            "(DESIGN.md); "
+            "compare its thr/s with the asked rate; (3) the "
+            "Python asyncio client and perf_analyzer's C++ client cost different CPU time on the cores the server "
+            "uses; (4) the two ran minutes apart on a machine whose background load drifts. Where the two agree "
+            "within a few ms (light load), the figures carry; where they do not, the policy is at its limit."]
+    return L + [""]
+
+
+def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_dir: Path) -> None:
+    page.parent.mkdir(parents=True, exist_ok=True)
+    img_dir.mkdir(parents=True, exist_ok=True)
+    rel = os.path.relpath(img_dir, page.parent)
+    plot_scaling(results, img_dir / "regimes_scaling.png")
+    for res in results:
+        plot_model(res, img_dir / f"regimes_{res['model']}.png", st)
+    L = ["# Where batching pays: every policy on a real Triton server", "",
+         "Generated by `benchmarks/bench_regimes.py` (do not edit by hand; rerun the command). "
+         "Users pick a batcher by how it behaves on their model and hardware: this page measures every policy of "
+         "the lazybatch backend and Triton's own dynamic batcher on models in different batching regimes, from "
+         "light load to overload, on a real tritonserver.", "",
+         "```", meta["command"], "```", "",
+         f"- Run: {meta['started']} to {meta['finished']} UTC ({meta['elapsed_min']:.1f} min)."
+         + "".join(f" Models {', '.join(x['models'])} come from a second run on the same machine, "
+                   f"{x['started']} to {x['finished']} UTC ({x['elapsed_min']:.1f} min, load average "
+                   f"{x['loadavg_before']} / {x['loadavg_after']}, commit `{x['commit']}`): `{x['command']}`; "
+                   f"the page was rendered "
+                   f"from both with `--from-results`." for x in meta.get("extra_runs", [])),
+         f"- Machine: {meta['cpu']} ({meta['cores']} cores), {meta['platform']}. Load average before / after: "
+         f"{meta['loadavg_before']} / {meta['loadavg_after']}. "
+         + ("**The machine was shared with other jobs during this run** (server, load generator and others on the "
+            "same cores): timings drift, differences of a few ms or a few points of violations are noise."
+            if meta["shared"] else "The machine was reported quiet (`--quiet-machine`)."),
+         f"- Versions: Python {meta['python']}, onnxruntime {meta['onnxruntime']}, tritonserver "
+         f"{meta['tritonserver']} (nvidia-pytriton {meta['pytriton']}), tritonclient {meta['tritonclient']}, "
+         f"perf_analyzer 2.41 (from the tritonclient 2.41.0 wheel), numpy {meta['numpy']}, lazybatch commit "
+         f"`{meta['commit']}`.",
+         f"- Method: per model one tritonserver; loads {', '.join(f'{f:.0%}' for f in st.loads)} of the batch-1 "
+         f"service rate; {st.duration:g} s of open-loop Poisson load per policy and load (light loads stretched up to "
+         f"{2 * st.duration:g} s to hold about {st.min_requests} requests), in {st.slices} slices in which the "
+         f"policies take turns; perf_analyzer at {', '.join(f'{f:.0%}' for f in st.perf_loads) or '-'}"
+         f". SLA targets {', '.join(f'{m:g}x' for m in st.sla_multiples)} the model's single-request latency; lazy "
+         f"and oracle schedule by {st.sched_sla_multiple:g}x. Policies: "
+         + ", ".join(f"`{p}` ({ALL_POLICIES[p]})" for p in st.policies) + "."
+         + (" Seq2seq models (gnmt) run graph:0/5/20 inside the backend (`graph_0ms`, `graph_5ms`, `graph_20ms`) in "
+            "place of Triton's dynamic batcher, which has no decoder loop." if any(r["model"] in SEQ2SEQ_KINDS
+                                                                                     for r in results) else ""), "",
+         "## Batch-scaling curves (the regimes)", "",
+         "Per-sample latency vs batch size from each model's profiled latency table (sum of its stages, "
+         "onnxruntime CPU, this run).", "",
+         f"![per-sample latency vs batch size]({rel}/regimes_scaling.png)", "",
+         "| model | stages | batch-1 ms | per-sample ms at each batch size | gain | regime |",
+         "| --- | --- | --- | --- | --- | --- |"]
+    for res in results:
+        sc = res["scaling"]
+        L.append(f"| {res['model']} | {res['stages']} | {sc['t1_ms']:.2f} | "
+                 + ", ".join(f"b{b}: {v:.2f}" for b, v in zip(sc["batch_sizes"], sc["per_sample_ms"]))
+                 + f" | {sc['gain']:.2f}x | {sc['regime']} |")
+    L.append("")
+    for k, why in NOT_SERVED.items():
+        if k not in {r["model"] for r in results}:
+            L += [f"- {why}", ""]
+    L += ["## Choosing a policy", ""]
+    L += summary(results, st) + [""]
+    for res in results:
+        L += model_section(res, f"{rel}/regimes_{res['model']}.png", st)
+    data = meta.get("data_copy")
+    where = f"[{os.path.relpath(data, page.parent)}]({os.path.relpath(data, page.parent)})" if data else \
+        f"`{meta['results_json']}`"
+    L += ["## Raw data", "", f"Every cell (latencies summarised, server counters, backend statistics, the settings "
+          f"of the run): {where}. `--from-results FILE` renders this page again from such a file.", ""]
+    page.write_text("\n".join(L))
+
+
+def summary(results: list[dict], st: Settings) -> list[str]:
+    """A few generated lines per model: which policy had the lowest average latency and violations, per load."""
+    key = f"{st.sched_sla_multiple:g}x"
+    out = []
+    for res in results:
+        loads = sorted({c["load"] for c in res["cells"]})
+        best_lat, best_v = [], []
+        for f in loads:
+            cs = [c for c in res["cells"] if c["load"] == f]
+            a = min(cs, key=lambda c: c["avg_ms"] if not math.isnan(c["avg_ms"]) else math.inf)
+            v = min(cs, key=lambda c: c["violation"][key])
+            best_lat.append(f"{f:.0%} {a['policy']}")
+            best_v.append(f"{f:.0%} {v['policy']}")
+        out.append(f"- **{res['model']}** ({res['scaling']['regime']}, {res['scaling']['gain']:.2f}x): lowest "
+                   f"average latency: {', '.join(best_lat)}; fewest violations at {key}: {', '.join(best_v)}.")
+    return out
+
+
+def plot_scaling(results: list[dict], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for res in results:
+        sc = res["scaling"]
+        axes[0].plot(sc["batch_sizes"], [v / sc["per_sample_ms"][0] for v in sc["per_sample_ms"]], marker="o",
+                     label=f"{res['model']} ({sc['t1_ms']:.1f} ms at b1)")
+        axes[1].plot(sc["batch_sizes"], sc["whole_ms"], marker="o", label=res["model"])
+    axes[0].set_ylabel("per-sample latency / batch-1 latency")
+    axes[0].set_ylim(bottom=0)
+    axes[1].set_ylabel("whole-program latency (ms)")
+    axes[1].set_yscale("log")
+    for ax in axes:
+        ax.set_xlabel("batch size")
+        ax.set_xscale("log", base=2)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_model(res: dict, path: Path, st: Settings) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    key = f"{st.sched_sla_multiple:g}x"
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
+    pols = [p for p in POLICY_ORDER if any(c["policy"] == p for c in res["cells"])]
+    for p in pols:
+        cs = sorted((c for c in res["cells"] if c["policy"] == p), key=lambda c: c["load"])
+        x = [c["load"] * 100 for c in cs]
+        style = {"linewidth": 2.5} if p == "lazy" else {}
+        axes[0].plot(x, [c["avg_ms"] for c in cs], marker="o", label=p, **style)
+        axes[1].plot(x, [c["p99_ms"] for c in cs], marker="o", label=p, **style)
+        axes[2].plot(x, [c["violation"][key] * 100 for c in cs], marker="o", label=p, **style)
+        axes[3].plot(x, [c["throughput"] for c in cs], marker="o", label=p, **style)
+        pcs = sorted((c for c in res["perf"] if c["policy"] == p and "avg_ms" in c), key=lambda c: c["load"])
+        if pcs:
+            axes[0].scatter([c["load"] * 100 for c in pcs], [c["avg_ms"] for c in pcs], marker="x", s=50,
+                            color=axes[0].lines[-1].get_color())
+    axes[0].set_ylabel("average latency (ms); x: perf_analyzer")
+    axes[1].set_ylabel("p99 latency (ms)")
+    axes[2].set_ylabel(f"SLA violations at {key} t1 (%)")
+    axes[3].set_ylabel("throughput (requests/s)")
+    for ax in axes[:2]:
+        ax.set_yscale("log")
+    for ax in axes:
+        ax.set_xlabel("offered load (% of batch-1 service rate)")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{res['model']}: {res['description']} ({res['scaling']['regime']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def machine_meta() -> dict:
+    import numpy
+    import onnxruntime
+
+    cpu = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+
+    def ver(dist: str) -> str:
+        try:
+            from importlib.metadata import version
+
+            return version(dist)
+        except Exception:
+            return "?"
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip() or "?"
+        if subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"]).returncode:
+            commit += " + uncommitted changes"
+    except OSError:
+        commit = "?"
+    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__, "pytriton": ver("nvidia-pytriton"),
+            "tritonclient": ver("tritonclient"), "commit": commit,
+            "loadavg_before": " ".join(f"{v:.1f}" for v in os.getloadavg())}
+
+
+def parse_list(text: str, cast: Any = float) -> list:
+    return [cast(v.strip()) for v in text.split(",") if v.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lazybatch.batcher.errors import ConfigError
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=None, help="comma list of mlp, bert, resnet50, tiny "
+                    "(default mlp,bert,resnet50; --quick: tiny)")
+    ap.add_argument("--loads", default=None, help="load fractions of the batch-1 service rate "
+                    "(default 0.1,0.4,0.7,0.9,1.2; --quick: 0.3,0.9)")
+    ap.add_argument("--perf-loads", default=None, help="fractions driven by perf_analyzer too (default 0.4,0.9; "
+                    "--quick: 0.9; '' for none)")
+    ap.add_argument("--duration", type=float, default=None, help="seconds of load per policy and load "
+                    "(default 8; --quick: 2)")
+    ap.add_argument("--min-requests", type=int, default=None, help="stretch a light load's cell (up to twice "
+                    "--duration) to about this many requests (default 16; --quick: 0)")
+    ap.add_argument("--slices", type=int, default=None, help="policies take turns in this many slices per load "
+                    "(default 2; --quick: 1)")
+    ap.add_argument("--perf-measurement-ms", type=int, default=None,
+                    help="perf_analyzer window (-p), three windows per cell (default 2500; --quick: 1000)")
+    ap.add_argument("--sla-multiples", default="2,5,10", help="SLA targets as multiples of t1")
+    ap.add_argument("--sched-sla-multiple", type=float, default=5.0, help="the target lazy/oracle schedule by")
+    ap.add_argument("--policies", default=",".join(POLICY_ORDER), help="subset of " + ",".join(POLICY_ORDER))
+    ap.add_argument("--out", default=None, help="work and raw results (default lazybatch-results/regimes[-quick])")
+    ap.add_argument("--page", default=None,
+                    help="results page (default docs/results/regimes.md; --quick: OUT/regimes.md)")
+    ap.add_argument("--img-dir", default=None, help="plots (default docs/img; --quick: OUT/img)")
+    ap.add_argument("--data", default=None, help="copy of the raw results (default docs/data/regimes.json; "
+                    "--quick: none)")
+    ap.add_argument("--from-results", default=None, help="render the page again from a results.json, measure nothing")
+    ap.add_argument("--reuse-profile", action="store_true", help="keep latency tables from an earlier run in --out")
+    ap.add_argument("--quiet-machine", action="store_true", help="say on the page that nothing else ran")
+    ap.add_argument("--quick", action="store_true", help="smoke test: tiny model, two loads, short windows")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    q = args.quick
+    try:
+        models = parse_list(args.models or ("tiny" if q else "mlp,bert,resnet50"), str)
+        for m in models:
+            if m not in DESCRIPTION:
+                raise ConfigError(f"--models: unknown model {m!r}; choose from {', '.join(DESCRIPTION)}"
+                                  + (f" ({NOT_SERVED[m]})" if m in NOT_SERVED else ""))
+        policies = parse_list(args.policies, str)
+        for p in policies:
+            if p not in POLICY_ORDER:
+                raise ConfigError(f"--policies: unknown policy {p!r}; choose from {', '.join(POLICY_ORDER)}")
+        policies = [p for p in POLICY_ORDER if p in policies]
+        loads = parse_list(args.loads or ("0.3,0.9" if q else "0.1,0.4,0.7,0.9,1.2"))
+        perf_loads = parse_list(args.perf_loads if args.perf_loads is not None else ("0.9" if q else "0.4,0.9"))
+        if any(f <= 0 for f in loads + perf_loads):
+            raise ConfigError("--loads/--perf-loads: fractions must be > 0")
+    except ValueError as e:
+        raise SystemExit(f"bench_regimes: error: {e}") from None
+    except ConfigError as e:
+        raise SystemExit(f"bench_regimes: error: {e}") from None
+    out = Path(args.out or ("lazybatch-results/regimes-quick" if q else "lazybatch-results/regimes"))
+    st = Settings(models=models, loads=loads, perf_loads=perf_loads,
+                  duration=args.duration or (2.0 if q else 8.0),
+                  min_requests=args.min_requests if args.min_requests is not None else (0 if q else 16),
+                  slices=args.slices or (1 if q else 2),
+                  perf_measurement_ms=args.perf_measurement_ms or (1000 if q else 2500),
+                  sla_multiples=parse_list(args.sla_multiples), sched_sla_multiple=args.sched_sla_multiple,
+                  policies=policies, out=out, seed=args.seed, reprofile=not args.reuse_profile)
+    page = Path(args.page or (out / "regimes.md" if q else ROOT / "docs" / "results" / "regimes.md"))
+    img_dir = Path(args.img_dir or (out / "img" if q else ROOT / "docs" / "img"))
+    data_copy = Path(args.data) if args.data else (None if q else ROOT / "docs" / "data" / "regimes.json")
+    if args.from_results:
+        files = [Path(f) for f in args.from_results.split(",") if f.strip()]
+        saved = json.loads(files[0].read_text())
+        for f in files[1:]:  # further runs (other models): their results join the page, their commands are listed
+            more = json.loads(f.read_text())
+            saved["results"] += [r for r in more["results"] if r["model"] not in {x["model"] for x in saved["results"]}]
+            saved["meta"].setdefault("extra_runs", []).append(
+                {k: more["meta"].get(k, "?") for k in ("command", "started", "finished", "elapsed_min",
+                                                        "loadavg_before", "loadavg_after", "commit")}
+                | {"models": [r["model"] for r in more["results"]]})
+        if "settings" in saved["meta"]:
+            st = Settings(**(saved["meta"]["settings"] | {"out": Path(saved["meta"]["settings"]["out"])}))
+        if data_copy is not None and files[0].resolve() != data_copy.resolve():
+            saved["meta"]["data_copy"] = str(data_copy)
+            data_copy.parent.mkdir(parents=True, exist_ok=True)
+            data_copy.write_text(json.dumps(saved, indent=1))
+        m = saved["meta"]  # a results file written before the run ended (after each model) lacks these
+        for k, v in (("finished", "? (run not finished)"), ("elapsed_min", math.nan), ("loadavg_after", "?"),
+                     ("shared", True), ("results_json", args.from_results)):
+            m.setdefault(k, v if k != "results_json" else str(files[0]))
+        m.setdefault("tritonserver", saved["results"][0]["tritonserver"] if saved["results"] else "?")
+        for res in saved["results"]:  # a run's statistics files, when the results predate time_scale in them
+            if "time_scale" not in res and "lazy" in st.policies:
+                final = runtime_stats(st.out / "stats" / res["model"], f"{res['model']}_lazy", timeout=0.0)
+                if "time_scale" in final:
+                    res["time_scale"] = final["time_scale"]
+        write_page(saved["results"], saved["meta"], st, page, img_dir)
+        print(f"results page: {page}")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    meta = machine_meta()
+    meta["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(st).items()}
+    meta["command"] = "python benchmarks/bench_regimes.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    meta["started"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    t_start = time.monotonic()
+    from tqdm import tqdm
+
+    total = len(models) * (len(loads) * st.slices + len(perf_loads)) * len(policies)
+    results = []
+    with tqdm(total=total, desc="regimes", unit="run") as bar:
+        for m in models:
+            results.append(measure_model(m, st, bar))
+            (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    meta.update({"finished": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+                 "elapsed_min": (time.monotonic() - t_start) / 60,
+                 "loadavg_after": " ".join(f"{v:.1f}" for v in os.getloadavg()), "shared": not args.quiet_machine,
+                 "tritonserver": results[0]["tritonserver"] if results else "?",
+                 "results_json": str(out / "results.json")})
+    if data_copy is not None:
+        meta["data_copy"] = str(data_copy)
+        data_copy.parent.mkdir(parents=True, exist_ok=True)
+        data_copy.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    write_page(results, meta, st, page, img_dir)
+    print(f"results page: {page}\nraw results: {out / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
