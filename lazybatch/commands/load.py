@@ -36,7 +36,8 @@ def register(sub: Any) -> None:
                    "shipped WMT en-de one) with --seed")
     p.add_argument("--stop-at-eos", action="store_true", help="seq2seq models: stop at the end token (default: "
                    "decode exactly the drawn output length; random weights make no meaningful end token)")
-    p.add_argument("--out", default=None, help="write load.csv, load.json and load.png here")
+    p.add_argument("--out", default=None, help="write load.csv, load.json and load.png here, and report.md/.csv "
+                   "with the rows of `lazybatch perf --out` the same folder")
     p.set_defaults(func=run)
 
 
@@ -59,6 +60,11 @@ def run(args: argparse.Namespace) -> int:
                     length_histogram=args.length_histogram, ignore_eos=not args.stop_at_eos)
     print(format_table(results))
     if args.out:
+        from lazybatch.client.report import write_combined
+
         for p in write_reports(results, args.out):
             print(f"wrote {p}")
+        combined = write_combined(args.out)  # joins a perf.json of `lazybatch perf --out` the same folder
+        if combined is not None:
+            print(f"wrote {combined} (and report.csv: both load drivers side by side)")
     return 1 if all(r.ok == 0 for r in results) else 0

@@ -26,7 +26,8 @@ def register(sub: Any) -> None:
     p.add_argument("--length-histogram", default=None, metavar="FILE", help="seq2seq models: source/output lengths "
                    "of the generated --input-data are drawn from this histogram (default: the shipped one)")
     p.add_argument("--seed", type=int, default=0, help="seq2seq models: seed of the generated input data")
-    p.add_argument("--out", default="lazybatch-results/perf", help="CSV/JSON/logs go here (default %(default)s)")
+    p.add_argument("--out", default="lazybatch-results/perf", help="CSV/JSON/logs go here (default %(default)s); "
+                   "with the folder of a `lazybatch load --out`, report.md/.csv hold both drivers' rows")
     p.set_defaults(func=run)
 
 
@@ -62,6 +63,11 @@ def run(args: argparse.Namespace) -> int:
               f"{r.p90_ms:>8.2f} {r.p99_ms:>8.2f} {r.server_queue_ms:>7.2f} {r.server_compute_ms:>8.2f}")
     (out / "perf.json").write_text(json.dumps([asdict(r) for r in all_rows], indent=1))
     print(f"wrote {out / 'perf.json'} and perf_<model>.csv/.log")
+    from lazybatch.client.report import write_combined
+
+    combined = write_combined(out)  # joins a load.json of `lazybatch load --out` the same folder
+    if combined is not None:
+        print(f"wrote {combined} (and report.csv: both load drivers side by side)")
     return 0
 
 

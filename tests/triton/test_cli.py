@@ -96,6 +96,12 @@ def test_perf_analyzer_against_lazy_model_reports_no_errors(served, tmp_path):
     rows = json.loads((out / "perf.json").read_text())
     assert [r["request_rate"] for r in rows] == [50.0, 100.0]
     assert all(r["throughput"] > 0.5 * r["request_rate"] for r in rows)
+    # the same folder as a `lazybatch load --out`: one report with both drivers' rows
+    assert main(["load", "mlp_lazy", "--url", served.grpc, "--rate", "50", "--duration", "1", "--sla-ms", "200",
+                 "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "| mlp_lazy | 50 | lazybatch load |" in report and "| mlp_lazy | 50 | perf_analyzer |" in report
+    assert "| mlp_lazy | 100 | perf_analyzer |" in report
 
 
 def test_serve_reports_a_model_that_cannot_load(served, tmp_path, capsys):

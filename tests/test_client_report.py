@@ -1,0 +1,44 @@
+"""The joined report of both load drivers (client/report.py), on files shaped like the drivers write them."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict
+
+from lazybatch.client.load import LoadResult
+from lazybatch.client.report import combined_rows, write_combined
+from lazybatch.perf import PerfRow
+
+
+def test_rows_of_both_drivers_side_by_side(tmp_path):
+    load = LoadResult("m_lazy", 10.0, 5.0, 100.0, 1, sent=50, ok=49, errors=1, throughput=9.8, avg_ms=12.5,
+                      p50_ms=11.0, p90_ms=15.0, p99_ms=30.0, sla_violation_rate=0.02)
+    (tmp_path / "load.json").write_text(json.dumps([load.row() | {"error_kinds": {}}]))
+    assert write_combined(tmp_path) is not None
+    assert [r["driver"] for r in combined_rows(tmp_path)] == ["lazybatch load"]
+
+    perf = [PerfRow("m_lazy", 10.0, 9.9, 13.0, 12.0, 16.0, 28.0, 0.5, 1.5, 10.0),
+            PerfRow("a_serial", 20.0, 19.0, 50.0, 40.0, 60.0, 90.0, 0.5, 30.0, 10.0)]
+    (tmp_path / "perf.json").write_text(json.dumps([asdict(r) for r in perf]))
+    md = write_combined(tmp_path)
+    rows = combined_rows(tmp_path)
+    assert [(r["model"], r["rate"], r["driver"]) for r in rows] == [
+        ("a_serial", 20.0, "perf_analyzer"), ("m_lazy", 10.0, "lazybatch load"), ("m_lazy", 10.0, "perf_analyzer")]
+    loadrow = rows[1]
+    assert loadrow["avg_ms"] == 12.5 and loadrow["sla_violation_rate"] == 0.02 and loadrow["errors"] == 1
+    assert math.isnan(loadrow["server_queue_ms"])
+    assert (rows[2]["server_queue_ms"], rows[2]["server_compute_ms"]) == (1.5, 10.0)
+    assert math.isnan(rows[2]["sla_violation_rate"])
+    with open(tmp_path / "report.csv") as f:
+        assert len(list(csv.DictReader(f))) == 3
+    text = md.read_text()
+    assert "| m_lazy | 10 | lazybatch load | 9.80 | 12.50 |" in text
+    assert "| m_lazy | 10 | perf_analyzer |" in text and "2.0%" in text
+
+
+def test_nothing_to_join_writes_nothing(tmp_path):
+    (tmp_path / "perf.json").write_text("not json")
+    assert write_combined(tmp_path) is None
+    assert not (tmp_path / "report.md").exists()
