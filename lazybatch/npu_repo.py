@@ -37,26 +37,28 @@ def npu_timing_config(name: str, *, npu_config_file: str | None = None, instance
     return cfg
 
 
+def load_npu_config(npu_config: Any) -> Any:
+    """An NPUConfig from an NPUConfig, a JSON file path, or None (None: the caller's default, Table I)."""
+    from lazybatch.npu_model import NPUConfig
+
+    if npu_config is None or isinstance(npu_config, NPUConfig):
+        return npu_config
+    p = Path(npu_config)
+    try:
+        return NPUConfig.from_dict(json.loads(p.read_text()), source=str(p))
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror}", source=str(p)) from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"not valid JSON ({e.msg})", source=str(p)) from None
+
+
 def add_npu_timing(repository: str | Path, *, name: str = "npu_timing", npu_config: Any = None,
                    force: bool = False) -> Path:
     """Write ``repository/name`` (config.pbtxt, 1/model.py, 1/npu.json when ``npu_config`` is given: an NPUConfig
     or a JSON file path)."""
-    from lazybatch.npu_model import NPUConfig
-
     if not name or "/" in name or name.startswith("."):
         raise ConfigError(f"invalid model name {name!r}", field="--name")
-    cfg_obj = None
-    if npu_config is not None:
-        if isinstance(npu_config, NPUConfig):
-            cfg_obj = npu_config
-        else:
-            p = Path(npu_config)
-            try:
-                cfg_obj = NPUConfig.from_dict(json.loads(p.read_text()), source=str(p))
-            except OSError as e:
-                raise ConfigError(f"cannot read: {e.strerror}", source=str(p)) from None
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"not valid JSON ({e.msg})", source=str(p)) from None
+    cfg_obj = load_npu_config(npu_config)
     mdir = Path(repository) / name
     if mdir.exists():
         if not force:
@@ -91,16 +93,7 @@ def add_npu_model(model: str | Path | None, repository: str | Path, *, name: str
                           "triton:<us> runs the whole graph under Triton's own batcher", field="--policy")
     if not (isinstance(npu_time_scale, (int, float)) and npu_time_scale > 0):
         raise ConfigError(f"npu_time_scale must be positive, got {npu_time_scale!r}", field="--npu-time-scale")
-    cfg = npu_config if isinstance(npu_config, NPUConfig) or npu_config is None else None
-    if npu_config is not None and cfg is None:
-        p = Path(npu_config)
-        try:
-            cfg = NPUConfig.from_dict(json.loads(p.read_text()), source=str(p))
-        except OSError as e:
-            raise ConfigError(f"cannot read: {e.strerror}", source=str(p)) from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"not valid JSON ({e.msg})", source=str(p)) from None
-    cfg = cfg or NPUConfig()
+    cfg = load_npu_config(npu_config) or NPUConfig()
     with tempfile.TemporaryDirectory(prefix="lazybatch-npu-") as tmp:
         if stages is None:
             if model is None:
