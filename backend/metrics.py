@@ -97,13 +97,10 @@ class Sample(NamedTuple):
 
 
 def batch_buckets(max_batch_size: int) -> list[int]:
-    """1, 2, 4, ... up to max_batch_size (included)."""
-    out, b = [], 1
-    while b < max_batch_size:
-        out.append(b)
-        b *= 2
-    out.append(max_batch_size)
-    return out
+    """1, 2, 4, ... up to max_batch_size (included): the sizes the latency table was profiled at."""
+    from .stages import profile_batch_sizes
+
+    return profile_batch_sizes(max_batch_size)
 
 
 class ModelMetrics:

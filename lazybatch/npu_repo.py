@@ -7,7 +7,6 @@ The NPU-time executor (serving real outputs at modelled NPU times) is set on an 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +58,9 @@ def add_npu_timing(repository: str | Path, *, name: str = "npu_timing", npu_conf
     if not name or "/" in name or name.startswith("."):
         raise ConfigError(f"invalid model name {name!r}", field="--name")
     cfg_obj = load_npu_config(npu_config)
-    mdir = Path(repository) / name
-    if mdir.exists():
-        if not force:
-            raise ConfigError(f"{mdir} exists; pass --force to replace it", field="--name")
-        shutil.rmtree(mdir)
-    vdir = mdir / "1"
-    vdir.mkdir(parents=True)
+    from lazybatch.repo import fresh_model_dir
+
+    mdir, vdir = fresh_model_dir(repository, name, force)
     if cfg_obj is not None:
         (vdir / "npu.json").write_text(json.dumps(cfg_obj.to_dict(), indent=1))
     cfg = npu_timing_config(name, npu_config_file="npu.json" if cfg_obj is not None else None)

@@ -99,6 +99,19 @@ def build_config(name: str, manifest_inputs: list, manifest_outputs: list, *, ma
     return cfg
 
 
+def fresh_model_dir(repository: str | Path, name: str, force: bool) -> tuple[Path, Path]:
+    """``repository/name`` and its version folder ``1/``, created empty; an existing one is replaced only with
+    ``force``."""
+    mdir = Path(repository) / name
+    if mdir.exists():
+        if not force:
+            raise ConfigError(f"{mdir} exists; pass --force to replace it", field="--name")
+        shutil.rmtree(mdir)
+    vdir = mdir / "1"
+    vdir.mkdir(parents=True)
+    return mdir, vdir
+
+
 def add_model(model: str | Path | None, repository: str | Path, *, name: str, policy: str = "lazy",
               sla_ms: float | None = 100.0, max_batch_size: int = 16, stages: str | Path | None = None,
               max_stages: int | None = None, latency_table: str | Path | None = None, profile_reps: int = 3,
@@ -128,13 +141,7 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
         if qp.max_queue_size:
             extra["max_queue_size"] = str(qp.max_queue_size)
         extra["timeout_action"] = qp.timeout_action
-    mdir = Path(repository) / name
-    if mdir.exists():
-        if not force:
-            raise ConfigError(f"{mdir} exists; pass --force to replace it", field="--name")
-        shutil.rmtree(mdir)
-    vdir = mdir / "1"
-    vdir.mkdir(parents=True)
+    mdir, vdir = fresh_model_dir(repository, name, force)
     try:
         return _fill(mdir, vdir, model, pol, name=name, policy=policy, sla_ms=sla_ms, max_batch_size=max_batch_size,
                      stages=stages, max_stages=max_stages, latency_table=latency_table, profile_reps=profile_reps,
