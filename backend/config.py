@@ -51,6 +51,11 @@ PARAMETERS.update({
     "metrics_interval_ms": "how often the metrics are pushed to Triton (default 1000)",
     "fault_injection": "tests only: stage=<index|name>,every=<N>[,mode=sample|run] makes that stage raise "
                        "(default off)",
+    # request priorities, named and read like Triton's dynamic_batching priority_levels/default_priority_level
+    "priority_levels": "number of request priority levels, 1 the most urgent (default 0: request priorities are "
+                       "ignored)",
+    "default_priority_level": "the level of a request that sends no request_priority (or 0); required with "
+                              "priority_levels",
 })
 
 from .npu_executor import PARAMETERS as _NPU_EXECUTOR_PARAMETERS  # noqa: E402 (read by npu_executor.py)
@@ -154,6 +159,21 @@ class BackendSettings:
     metrics: bool = True
     metrics_interval_ms: float = 1000.0
     fault_injection: str = ""
+    priority_levels: int = 0
+    default_priority_level: int = 0
+
+    def request_level(self, priority: int) -> tuple[int, str | None]:
+        """The scheduler's priority level for a request's ``request_priority`` (0 or absent: the default level),
+        or an error; with no ``priority_levels`` every request gets level 0 (FIFO), as in Triton."""
+        if self.priority_levels == 0:
+            return 0, None
+        if priority == 0:
+            return self.default_priority_level, None
+        if not 1 <= priority <= self.priority_levels:
+            return 0, (f"request_priority {priority} is outside 1..{self.priority_levels} (the model's "
+                       f"priority_levels; 1 is the most urgent, 0 means the default level "
+                       f"{self.default_priority_level})")
+        return priority, None
 
     @property
     def whole_graph(self) -> bool:
@@ -213,7 +233,15 @@ def _production_settings(cfg: Any) -> dict[str, Any]:
     if interval is not None and interval < 10:
         raise ConfigError("metrics_interval_ms must be at least 10", field="parameters.metrics_interval_ms")
     metrics = _param(cfg, "metrics")
-    return {"max_queue_size": qp.max_queue_size, "timeout_action": qp.timeout_action,
+    levels = int(_number(_param(cfg, "priority_levels"), "priority_levels", int) or 0)
+    default = int(_number(_param(cfg, "default_priority_level"), "default_priority_level", int) or 0)
+    if levels and not 1 <= default <= levels:
+        raise ConfigError(f"default_priority_level must be in 1..priority_levels ({levels}), got {default}: the "
+                          "level of requests that send no priority", field="parameters.default_priority_level")
+    if default and not levels:
+        raise ConfigError("default_priority_level needs priority_levels", field="parameters.priority_levels")
+    return {"priority_levels": levels, "default_priority_level": default,
+            "max_queue_size": qp.max_queue_size, "timeout_action": qp.timeout_action,
             "metrics": True if metrics is None else _bool(metrics, "metrics"),
             "metrics_interval_ms": 1000.0 if interval is None else float(interval),
             "fault_injection": _param(cfg, "fault_injection", "") or ""}

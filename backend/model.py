@@ -205,6 +205,8 @@ class TritonPythonModel:
             if err is None:
                 opts, err = parse_request_parameters(request.parameters(), s.sla_ms)
             if err is None:
+                opts.priority, err = s.request_level(opts.priority)
+            if err is None:
                 err = self.runtime.submit(request, tensors, batch, opts)
             if err is not None:
                 if self.metrics is not None:

@@ -43,7 +43,7 @@ def scenarios(draw):
     for i, gap in enumerate(gaps):
         t += gap
         reqs.append(Request(i, t, sla=draw(st.floats(1e-3, 0.2)), enc_steps=draw(st.integers(1, 4)),
-                            dec_steps=draw(st.integers(1, 4))))
+                            dec_steps=draw(st.integers(1, 4)), priority=draw(st.integers(0, 2))))
     fail = draw(st.sets(st.tuples(st.integers(0, k - 1), st.integers(0, n - 1)), max_size=3))
     cancel = draw(st.sets(st.integers(0, k - 1), max_size=2))
     return table, policy, reqs, fail, cancel

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 from ..decisions import REJECT, DecisionLog
@@ -16,6 +17,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..scheduler import Scheduler
 
 DEFAULT_MAX_BATCH_SIZE = 64
+
+
+def enqueue_by_priority(queue: "deque[Request]", request: Request) -> None:
+    """Append ``request`` behind every queued request of the same or a more urgent priority level.
+
+    Levels follow Triton's: a smaller ``Request.priority`` is more urgent; requests of one level keep arrival
+    order. With one level (the default: every priority 0) this is a plain append, and it stays O(1) whenever
+    requests arrive in priority order; a more urgent arrival walks past the less urgent tail only.
+    """
+    if not queue or queue[-1].priority <= request.priority:
+        queue.append(request)
+        return
+    i = len(queue) - 1
+    while i > 0 and queue[i - 1].priority > request.priority:
+        i -= 1
+    queue.insert(i, request)
 
 
 class Policy(ABC):

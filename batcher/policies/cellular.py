@@ -44,8 +44,9 @@ class CellularBatching(Policy):
 
     def __init__(self, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> None:
         super().__init__(max_batch_size)
-        # per stage, a heap of (arrival, sequence number, request): the oldest request's cell is batched first
-        self.ready: list[list[tuple[float, int, Request]]] = []
+        # per stage, a heap of (priority level, arrival, sequence number, request): the most urgent level's oldest
+        # request's cell is batched first
+        self.ready: list[list[tuple[int, float, int, Request]]] = []
         self._seq = count()
 
     def attach(self, scheduler: "Scheduler") -> None:
@@ -53,7 +54,7 @@ class CellularBatching(Policy):
         self.ready = [[] for _ in range(self.graph.n)]
 
     def _push(self, stage: int, request: Request) -> None:
-        heapq.heappush(self.ready[stage], (request.arrival, next(self._seq), request))
+        heapq.heappush(self.ready[stage], (request.priority, request.arrival, next(self._seq), request))
 
     def enqueue(self, request: Request, now: float) -> None:
         self._push(0, request)
@@ -83,7 +84,7 @@ class CellularBatching(Policy):
             q = self.ready[stage]
             reqs: list[Request] = []
             while q and len(reqs) < self.max_batch_size:
-                r = heapq.heappop(q)[2]
+                r = heapq.heappop(q)[-1]
                 if r.cancelled:
                     self._finish(r, Status.CANCELLED, "request was cancelled while waiting for a cell batch")
                 else:
@@ -106,7 +107,7 @@ class CellularBatching(Policy):
                     self._push(stage, r)
 
     def held(self) -> list[Request]:
-        return [item[2] for q in self.ready for item in q]
+        return [item[-1] for q in self.ready for item in q]
 
     def clear(self) -> None:
         for q in self.ready:

@@ -14,7 +14,7 @@ from ..decisions import DISPATCH
 from ..errors import ConfigError
 from ..interfaces import StageJob, StageResult
 from ..request import Request, Status
-from .base import DEFAULT_MAX_BATCH_SIZE, Policy
+from .base import DEFAULT_MAX_BATCH_SIZE, Policy, enqueue_by_priority
 
 
 class _Batch:
@@ -60,7 +60,7 @@ class GraphBatching(Policy):
                 f"max_queue_delay={self.max_queue_delay * 1e3:g} ms{pref})")
 
     def enqueue(self, request: Request, now: float) -> None:
-        self.queue.append(request)
+        enqueue_by_priority(self.queue, request)  # Triton's priority levels: more urgent first
 
     def _decide(self, now: float) -> tuple[int, str] | float:
         """How many queued requests (a non-empty queue) to dispatch now and why, or when to look again."""

@@ -45,7 +45,7 @@ from ..latency_table import LatencyTable
 from ..lengths import LengthHistogram
 from ..request import Request, Status
 from ..slack import DEFAULT_COVERAGE, SlackPredictor, resolve_dec_timesteps
-from .base import DEFAULT_MAX_BATCH_SIZE, Policy
+from .base import DEFAULT_MAX_BATCH_SIZE, Policy, enqueue_by_priority
 
 
 class _Entry:
@@ -123,7 +123,7 @@ class LazyBatching(Policy):
     # ------------------------------------------------------------------ policy interface
     def enqueue(self, request: Request, now: float) -> None:
         request.est = self.predictor.single_input_exec_time(request.enc_steps)
-        self.infq.append(request)
+        enqueue_by_priority(self.infq, request)  # InfQ is admitted in order: more urgent levels first
 
     def next_job(self, now: float) -> StageJob | float | None:
         stack = self.stack

@@ -34,7 +34,7 @@ from typing import Iterable
 
 from ..errors import ConfigError
 from ..latency_table import LatencyTable
-from .base import DEFAULT_MAX_BATCH_SIZE
+from .base import DEFAULT_MAX_BATCH_SIZE, enqueue_by_priority
 from .graph_batching import GraphBatching, _Batch
 
 
@@ -188,7 +188,7 @@ class BatchMonitor(_DeadlineAware):
     def enqueue(self, request, now: float) -> None:  # type: ignore[override]
         self._roll(now)
         self._count += 1
-        self.queue.append(request)
+        enqueue_by_priority(self.queue, request)
 
     def _decide(self, now: float) -> tuple[int, str] | float:
         self._roll(now)

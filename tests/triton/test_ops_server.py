@@ -269,3 +269,36 @@ def test_compose_image_tag_is_the_release_of_this_server(prod):
     assert len(tags) == 1, tags
     yy, mm = (int(v) for v in tags.pop())
     assert version.split(".")[:2] == ["2", str(51 + (yy - 24) * 12 + (mm - 10))], version
+
+
+def test_request_priority_overtakes_the_queue(prod):
+    """priority_levels 2: a level-1 request sent behind queued default (level 2) requests runs as soon as the
+    device frees, not after them; a priority outside the levels gets a clear error and the rest are served."""
+    server, _ = prod
+    done: list[tuple[float, str]] = []
+    lock = threading.Lock()
+
+    def send(tag: str, priority: int | None) -> None:
+        with Client(server.endpoints.grpc) as c:
+            c.infer("prod_heavy_prio", {"x": _x(1, len(tag), dim=512)}, priority=priority)
+        with lock:
+            done.append((time.perf_counter(), tag))
+
+    queued = [threading.Thread(target=send, args=(f"d{i}", None)) for i in range(16)]
+    for t in queued:
+        t.start()
+    time.sleep(0.05)  # the default requests queue behind the first (serial, tens of ms each)
+    sent = time.perf_counter()
+    urgent = threading.Thread(target=send, args=("urgent", 1))
+    urgent.start()
+    with Client(server.endpoints.grpc) as c:
+        with pytest.raises(InferError, match=r"request_priority 3 is outside 1\.\.2"):
+            c.infer("prod_heavy_prio", {"x": _x(1, 0, dim=512)}, priority=3)
+    for t in [*queued, urgent]:
+        t.join()
+    assert len(done) == 17
+    after = [tag for t, tag in sorted(done) if t >= sent]
+    assert len(after) >= 5, f"too few default requests were still queued when the urgent one came: {after}"
+    # first in line: only the request running when it reached the server, and one that may have started while the
+    # urgent request was still on its way, finish before it; in arrival order it would finish last of these
+    assert after.index("urgent") <= 2, f"the level-1 request finished after {after}"

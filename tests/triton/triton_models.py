@@ -167,4 +167,7 @@ def build_prod_repository(root: Path) -> ProdModels:
     table = repo / "prod_heavy" / "1" / "latency.json"
     # the same model without admission control (DELAY): requests queue up, held when it is unloaded
     add_model(heavy, repo, name="prod_heavy_delay", policy="lazy", sla_ms=60000, latency_table=table, **hcommon)
+    # request priorities (Triton's names): two levels, requests without one at level 2
+    add_model(heavy, repo, name="prod_heavy_prio", policy="serial", sla_ms=60000, latency_table=table,
+              parameters={"priority_levels": "2", "default_priority_level": "2"}, **hcommon)
     return ProdModels(repo, mlp, heavy, LatencyTable.load(table).graph.n)
