@@ -82,11 +82,24 @@ def test_settings_from_config(tmp_path):
     ('parameters { key: "polcy" value { string_value: "lazy" } }', "unknown parameters ['polcy']"),
     ('parameters { key: "allow_nan" value { string_value: "maybe" } }', "true or false"),
     ('parameters { key: "sla_ms" value { string_value: "-1" } }', "sla_ms"),
+    ('parameters { key: "priority_levels" value { string_value: "3" } }', "default_priority_level must be in 1"),
+    ('parameters { key: "default_priority_level" value { string_value: "1" } }', "needs priority_levels"),
 ])
 def test_settings_errors(tmp_path, extra, needle):
     text = CONFIG.replace('parameters { key: "sla_ms" value { string_value: "50" } }', "") + extra
     with pytest.raises(ConfigError, match=needle.replace("[", r"\[").replace("]", r"\]")):
         BackendSettings.from_config(parse_config_text(text), tmp_path)
+
+
+def test_request_priority_levels(tmp_path):
+    off = BackendSettings.from_config(parse_config_text(CONFIG), tmp_path / "1")
+    assert off.request_level(7) == (0, None)  # no priority_levels: priorities are ignored, queues are FIFO
+    text = CONFIG + ('parameters { key: "priority_levels" value { string_value: "3" } }\n'
+                     'parameters { key: "default_priority_level" value { string_value: "2" } }')
+    s = BackendSettings.from_config(parse_config_text(text), tmp_path / "1")
+    assert [s.request_level(p)[0] for p in (0, 1, 2, 3)] == [2, 1, 2, 3]
+    level, err = s.request_level(4)
+    assert "request_priority 4 is outside 1..3" in err and "default level 2" in err
 
 
 def test_config_parse_error_names_the_file(tmp_path):
