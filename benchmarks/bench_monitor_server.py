@@ -113,15 +113,7 @@ def table_path(work: Path, kind: str, max_stages: int, max_batch_size: int, thre
 
 def service_time(client: Client, model: str, n: int) -> float:
     """Median latency of ``n`` sequential batch-1 requests (after warm-up): the batch-1 service time."""
-    x = client.random_inputs(model, 1, seed=0)
-    for _ in range(2):
-        client.infer(model, x, sla_ms=1e6)
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        client.infer(model, x, sla_ms=1e6)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return client.median_latency(model, client.random_inputs(model, 1, seed=0), n, warmup=2, sla_ms=1e6)
 
 
 def read_batch_log(path: Path) -> list[tuple[float, int, int, float]]:

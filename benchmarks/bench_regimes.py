@@ -149,12 +149,7 @@ def service_time(client: Client, http: str, model: str, seconds: float) -> tuple
         client.infer(model, x)
         warm.append(time.perf_counter() - t0)
     n = int(max(10, min(300, seconds / max(statistics.median(warm), 1e-4))))
-    times = []
-    for x in feeds[:n]:
-        t0 = time.perf_counter()
-        client.infer(model, x)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), n
+    return client.median_latency(model, feeds, n, warmup=0), n
 
 
 def pool(parts: list[LoadResult], sla_ms: float | None) -> LoadResult:

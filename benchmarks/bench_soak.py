@@ -67,14 +67,7 @@ def largest_batch(text: str) -> int:
 def service_rate(url: str, n: int = 60) -> float:
     x = {"x": np.random.default_rng(0).standard_normal((1, 256)).astype(np.float32)}
     with Client(url) as c:
-        for _ in range(5):
-            c.infer(MODEL, x)
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            c.infer(MODEL, x)
-            times.append(time.perf_counter() - t0)
-    return 1.0 / float(np.median(times))
+        return 1.0 / c.median_latency(MODEL, x, n, warmup=5)
 
 
 def main(argv: list[str] | None = None) -> int:

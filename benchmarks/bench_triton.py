@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,15 +35,7 @@ DEFAULT_SLAS = {"resnet50": "100,200", "mlp": "10,25"}
 
 
 def service_time(client: Client, model: str, n: int) -> float:
-    x = client.random_inputs(model, 1, seed=0)
-    for _ in range(3):
-        client.infer(model, x)
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        client.infer(model, x, sla_ms=10_000)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return client.median_latency(model, client.random_inputs(model, 1, seed=0), n, sla_ms=10_000)
 
 
 def read_stats(stats_dir: Path, model: str, at_least: int = 0, timeout: float = 15.0) -> dict:

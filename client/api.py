@@ -6,6 +6,7 @@ Scheduling options travel as Triton request parameters: ``sla_ms`` (the request'
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -164,6 +165,17 @@ class Client:
         t0 = time.perf_counter()
         out = self.infer(model, inputs, **kw)
         return out, time.perf_counter() - t0
+
+    def median_latency(self, model: str, inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
+                       n: int, *, warmup: int = 3, **kw: Any) -> float:
+        """Median seconds of ``n`` sequential requests after ``warmup`` untimed ones: with one-sample inputs, the
+        model's batch-1 service time as the server delivers it (the benchmarks' reference point). ``inputs`` is
+        one feed or a list of feeds used in turn (seq2seq requests differ in length)."""
+        feeds = [inputs] if isinstance(inputs, Mapping) else list(inputs)
+        for i in range(warmup):
+            self.infer(model, feeds[i % len(feeds)], **kw)
+        times = [self.timed_infer(model, feeds[i % len(feeds)], **kw)[1] for i in range(n)]
+        return statistics.median(times)
 
 
 def _msg(e: Exception) -> str:
