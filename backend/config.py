@@ -19,6 +19,9 @@ from lazybatch.batcher.errors import ConfigError
 
 from .stages import TRITON_TO_NUMPY, TensorSpec
 
+# Each poll is a round trip to the server process per held request: at 2 ms it was most of the backend's own cost
+# in the NPU-served benchmark (docs/npu.md); a client that cancels waits at most this long for its answer.
+DEFAULT_CANCEL_POLL_MS = 50.0
 WHOLE_GRAPH = "whole_graph"  # the model runs the whole ONNX graph on what Triton batched (dynamic_batching)
 
 PARAMETERS = {
@@ -35,7 +38,9 @@ PARAMETERS = {
     "allow_nan": "true: accept NaN/Inf in float inputs (default false: rejected)",
     "execution_provider": "auto (CUDA when onnxruntime has it, else CPU) | cpu | cuda",
     "intra_op_threads": "onnxruntime intra-op threads (0: onnxruntime's default)",
-    "cancel_poll_ms": "how often held requests are polled for client cancellation (default 2 ms)",
+    "use_per_session_threads": "true: every stage session gets its own intra-op pool, spinning off (onnxruntime's "
+                               "name); default false: one pool per model instance shared by all its stages",
+    "cancel_poll_ms": "how often held requests are polled for client cancellation (default 50 ms)",
     # seq2seq models: written by `lazybatch repo add` for clients, checked against the stage manifest at load
     "max_source_length": "seq2seq: most source tokens a request may send",
     "max_output_length": "seq2seq: most tokens the decoder generates per sequence",
@@ -154,6 +159,7 @@ class BackendSettings:
     execution_provider: str
     intra_op_threads: int
     cancel_poll_ms: float
+    use_per_session_threads: bool = False
     max_queue_size: int = 0
     timeout_action: str = "DELAY"
     metrics: bool = True
@@ -212,7 +218,8 @@ class BackendSettings:
             allow_nan=_bool(_param(cfg, "allow_nan"), "allow_nan"),
             execution_provider=_param(cfg, "execution_provider", "auto") or "auto",
             intra_op_threads=int(_number(_param(cfg, "intra_op_threads"), "intra_op_threads", int) or 0),
-            cancel_poll_ms=float(_number(_param(cfg, "cancel_poll_ms"), "cancel_poll_ms") or 2.0),
+            cancel_poll_ms=float(_number(_param(cfg, "cancel_poll_ms"), "cancel_poll_ms") or DEFAULT_CANCEL_POLL_MS),
+            use_per_session_threads=_bool(_param(cfg, "use_per_session_threads"), "use_per_session_threads"),
             **_production_settings(cfg),
         )
 

@@ -175,15 +175,15 @@ def available_providers(preference: str = "auto") -> list[str]:
 
 
 def make_session(path: str | Path, providers: Sequence[str], intra_op_threads: int = 0) -> Any:
-    """One onnxruntime session. Thread spinning is off: with one session per stage, the idle pools of the other
-    stages would otherwise spin on the cores the running stage needs (measured: 8x slower ResNet-50 on 2 cores)."""
+    """One onnxruntime session. A model instance (a process of its own) normally shares one intra-op pool among all
+    its stages (model.py switches the process to it; lazybatch/onnx_tools/threads.py says why). Otherwise each
+    session has its own pool with spinning off: idle per-stage pools would spin on the cores the running stage
+    needs (measured: 8x slower ResNet-50 on 2 cores)."""
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if intra_op_threads > 0:
-        so.intra_op_num_threads = intra_op_threads
-    so.log_severity_level = 3
+    from lazybatch.onnx_tools.threads import session_options
+
+    so = session_options(intra_op_threads)
     try:
         return ort.InferenceSession(str(path), sess_options=so, providers=list(providers))
     except Exception as e:  # onnxruntime raises its own exception types

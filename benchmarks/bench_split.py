@@ -158,7 +158,11 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0 = its default)")
-    ap.add_argument("--spin", action="store_true", help="enable intra-op thread spinning in all sessions")
+    ap.add_argument("--use-per-session-threads", action="store_true",
+                    help="every session (whole graph and stages) gets its own intra-op pool, spinning off; default: "
+                         "one pool shared by all sessions of the process, as the Triton backend runs them")
+    ap.add_argument("--spin", action="store_true",
+                    help="per-session pools with spinning on (with --use-per-session-threads)")
     ap.add_argument("--variants", default="plain,ort-all",
                     help=f"comma list of {', '.join(VARIANTS)} (all measured against the same whole-graph runs)")
     ap.add_argument("--clock", choices=["wall", "thread"], default="wall",
@@ -173,7 +177,13 @@ def main() -> None:
         ap.error(f"unknown variant(s) {', '.join(bad)}; choose from {', '.join(VARIANTS)}")
     if args.clock == "thread" and args.threads != 1:
         ap.error("--clock thread measures only the calling thread: use it with --threads 1")
+    if args.spin and not args.use_per_session_threads:
+        ap.error("--spin applies to per-session pools: add --use-per-session-threads")
     clock = time.thread_time if args.clock == "thread" else time.perf_counter
+    if not args.use_per_session_threads:
+        from lazybatch.onnx_tools.threads import use_global_thread_pool
+
+        use_global_thread_pool(args.threads)  # as the Triton backend runs a model's stages
     import onnxruntime as ort
 
     load_before = os.getloadavg()
@@ -191,7 +201,8 @@ def main() -> None:
                     for x in r["rows"]), flush=True)
     info = {"onnxruntime": ort.__version__, "cpus": os.cpu_count(), "machine": platform.machine(),
             "load_before": load_before, "load_after": os.getloadavg(), "warmup": args.warmup, "repeat": args.repeat,
-            "threads": args.threads, "spinning": args.spin, "clock": args.clock, "variants": variants}
+            "threads": args.threads, "spinning": args.spin, "clock": args.clock, "variants": variants,
+            "thread_pool": "per session" if args.use_per_session_threads else "global"}
     print(f"\nloadavg before {load_before[0]:.2f}, after {info['load_after'][0]:.2f} ({os.cpu_count()} CPUs)")
     print("\n| model | variant | stages | split (s) | " + " | ".join(f"ratio b{b} (paired, best)" for b in sizes) + " | "
           + " | ".join(f"whole b{b} (ms)" for b in sizes) + " |")

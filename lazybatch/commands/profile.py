@@ -20,9 +20,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=2, help="untimed runs per stage and batch size (default 2)")
     p.add_argument("--repeat", type=int, default=5, help="timed runs; the median is kept (default 5)")
     p.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0 = its default)")
+    p.add_argument("--global-thread-pool", action="store_true",
+                   help="one onnxruntime intra-op pool shared by all the stages, as the Triton backend runs them "
+                        "(default: a pool per stage session, spinning off, which measures each stage a little "
+                        "slower; docs/onnx.md)")
     p.add_argument("--spin", action="store_true",
-                   help="let idle onnxruntime threads busy-wait (off by default: with one session per stage, "
-                        "spinning pools steal the cores the running stage needs)")
+                   help="let idle threads of the per-session pools busy-wait (slow: the idle pools of the other "
+                        "stages steal the cores the running stage needs); not with --global-thread-pool")
     p.add_argument("--out", type=Path, help="latency table path, .json or .csv (default DIR/latency.json)")
     p.add_argument("--plot", type=Path, help="plot path (default: next to the table, .png)")
     p.add_argument("--no-plot", action="store_true", help="do not draw the plot")
@@ -41,6 +45,13 @@ def run(args: argparse.Namespace) -> int:
     from lazybatch.onnx_tools.profile import parse_batch_sizes, plot_table, profile_dir
 
     sizes = parse_batch_sizes(args.batch_sizes)
+    if args.global_thread_pool:
+        if args.spin:
+            raise ConfigError("--spin applies to per-session pools; leave it out with --global-thread-pool (the "
+                              "global pool spins as onnxruntime's default does)")
+        from lazybatch.onnx_tools.threads import use_global_thread_pool
+
+        use_global_thread_pool(args.threads)
     out = args.out or args.dir / "latency.json"
     if not out.parent.is_dir():
         raise ConfigError(f"the folder of --out {str(out)!r} does not exist; create it first")

@@ -168,8 +168,9 @@ def probe_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, list[int |
     for t in todo:
         if t not in have:
             probe.graph.output.append(onnx.ValueInfoProto(name=t))
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
+    from .threads import session_options
+
+    so = session_options(log_severity_level=4)
     try:
         sess = ort.InferenceSession(probe.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
         runs = []

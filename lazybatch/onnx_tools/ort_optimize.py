@@ -70,7 +70,9 @@ def optimize_model(model: onnx.ModelProto, level: str, external: bool) -> onnx.M
                             location="in.onnx.data", size_threshold=1024)
         else:
             onnx.save_model(model, str(src))
-        so = ort.SessionOptions()
+        from .threads import session_options
+
+        so = session_options()  # the process's global thread pool, if it has one: onnxruntime insists
         so.graph_optimization_level = _ort_level(level)
         so.optimized_model_filepath = str(dst)
         so.log_severity_level = 4  # onnxruntime warns that an 'all' graph is hardware specific: we record that

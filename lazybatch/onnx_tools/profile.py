@@ -23,6 +23,7 @@ from lazybatch.batcher.latency_table import LatencyTable
 
 from .manifest import load_manifest
 from .runtime import StageChain, random_feeds
+from .threads import global_thread_pool
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -122,6 +123,7 @@ def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_B
         "source": "lazybatch profile", "provider": provider, "onnxruntime": ort.__version__,
         "warmup": warmup, "repeat": repeat, "statistic": "median", "threads": threads or os.cpu_count(),
         "intra_op_spinning": spinning,
+        "thread_pool": "global" if global_thread_pool() is not None else "per session",
         "host": platform.node(), "machine": platform.machine(), "processor": platform.processor() or None,
         "interpolation": "linear between measured batch sizes (LatencyTable)",
         "measured_batch_sizes": list(batch_sizes),

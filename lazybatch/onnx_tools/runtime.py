@@ -17,9 +17,12 @@ from .ort_optimize import check_host
 
 
 def make_session(path: Path | bytes, providers: Sequence[str], threads: int = 0, spinning: bool = False) -> Any:
-    """An onnxruntime session. Spinning is off by default (as in the Triton backend): each stage session owns an
-    intra-op thread pool whose idle threads would otherwise busy-wait on the cores the next stage needs."""
+    """An onnxruntime session: on the process's global thread pool where it has one (threads.py), otherwise with a
+    pool of its own whose spinning is off unless asked (idle per-stage pools would busy-wait on the cores the next
+    stage needs)."""
     import onnxruntime as ort
+
+    from .threads import session_options
 
     available = ort.get_available_providers()
     missing = [p for p in providers if p not in available]
@@ -28,12 +31,7 @@ def make_session(path: Path | bytes, providers: Sequence[str], threads: int = 0,
                           f"({ort.__version__}); available: {', '.join(available)}. Install onnxruntime-gpu for "
                           "CUDAExecutionProvider, or use CPUExecutionProvider")
     ort.set_default_logger_severity(4)  # failures surface as exceptions with our own message
-    so = ort.SessionOptions()
-    if threads:
-        so.intra_op_num_threads = threads
-    if not spinning:
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.log_severity_level = 4
+    so = session_options(threads, spinning=spinning, log_severity_level=4)
     return ort.InferenceSession(path if isinstance(path, bytes) else str(path), sess_options=so,
                                 providers=list(providers))
 

@@ -76,12 +76,18 @@ def test_settings_from_config(tmp_path):
     assert (s.policy, s.sla_ms, s.max_batch_size, s.scheduler_max_batch_size) == ("graph:5", 50.0, 4, 4)
     assert s.stage_dir == tmp_path / "1" / "stages" and not s.allow_nan
     assert s.inputs == [TensorSpec("x", np.dtype(np.float32), (16,))]
+    # one onnxruntime pool per model instance unless asked; cancellation polled every 50 ms
+    assert not s.use_per_session_threads and s.cancel_poll_ms == 50.0
+    own = BackendSettings.from_config(parse_config_text(
+        CONFIG + 'parameters { key: "use_per_session_threads" value { string_value: "true" } }'), tmp_path / "1")
+    assert own.use_per_session_threads
 
 
 @pytest.mark.parametrize("extra, needle", [
     ('parameters { key: "polcy" value { string_value: "lazy" } }', "unknown parameters ['polcy']"),
     ('parameters { key: "allow_nan" value { string_value: "maybe" } }', "true or false"),
     ('parameters { key: "sla_ms" value { string_value: "-1" } }', "sla_ms"),
+    ('parameters { key: "use_per_session_threads" value { string_value: "yes please" } }', "true or false"),
     ('parameters { key: "priority_levels" value { string_value: "3" } }', "default_priority_level must be in 1"),
     ('parameters { key: "default_priority_level" value { string_value: "1" } }', "needs priority_levels"),
 ])
