@@ -1,13 +1,14 @@
 """Where batching pays: every policy on a real tritonserver, per model, from light load to overload.
 
-    python benchmarks/bench_regimes.py                       # MLP, BERT-base seq 32, ResNet-50 (~35 min, 2 cores)
+    python benchmarks/bench_regimes.py                       # MLP, BERT-base seq 32, ResNet-50, GNMT (~60 min)
     python benchmarks/bench_regimes.py --quick               # tiny MLP, two loads, ~2 min: a smoke test
     python benchmarks/bench_regimes.py --models mlp --loads 0.4,0.9 --duration 6
 
 Per model, in one run: build its model directories under every policy (lazy, oracle, serial, Triton's dynamic
 batcher at max_queue_delay 0/5/20 ms, BatchMonitor), profile its stages (the latency table the policies read) and
 plot its batch-scaling curve next to ResNet-50's; start one tritonserver on that model's repository; measure the
-batch-1 service time (median of sequential whole-graph requests; service rate mu = 1/t1); then open-loop Poisson
+batch-1 service time (median of sequential whole-graph requests; for seq2seq models, whose requests differ in
+length, the mean of a fixed set of sequential requests served one at a time; service rate mu = 1/t1); then open-loop Poisson
 load at each fraction of mu under every policy, driven by ``lazybatch load`` (client/load.py), and by
 perf_analyzer (Poisson, --async) at the ``--perf-loads`` fractions. Each cell's request count is checked against
 the server's own (Triton's /v2/models/<m>/stats); the backend's statistics (LAZYBATCH_STATS_DIR) give the mean
@@ -64,7 +65,7 @@ DESCRIPTION = {
             "looped per request), source and output lengths drawn from the shipped WMT-like length histogram",
 }
 NOT_SERVED = {
-    "gnmt": "GNMT-like LSTM encoder-decoder: not in this run (`--models mlp,bert,resnet50,gnmt` adds it, about 15 "
+    "gnmt": "GNMT-like LSTM encoder-decoder: not in this run (`--models mlp,bert,resnet50,gnmt` adds it, about 25 "
             "more minutes; Triton's dynamic batcher cannot loop a decoder, so graph:0/5/20 in the backend stand in "
             "for it).",
 }
@@ -140,16 +141,27 @@ def request_feeds(client: Client, http: str, model: str, n: int, seed: int = 0) 
     return [make_request(rng, info, *sampler.draw()) for _ in range(n)]
 
 
-def service_time(client: Client, http: str, model: str, seconds: float) -> tuple[float, int]:
-    """Median latency of sequential batch-1 requests (about ``seconds`` of them, at least 10, at most 300)."""
-    feeds = request_feeds(client, http, model, 300)
+def service_time(client: Client, http: str, model: str, seconds: float, *, n: int | None = None,
+                 mean: bool = False) -> tuple[float, int]:
+    """Latency of sequential batch-1 requests: the median of about ``seconds`` of them (at least 10, at most 300),
+    or with ``n`` exactly the first ``n`` requests of the seeded draw. ``mean``: their mean, the service time whose
+    inverse is the service rate when requests differ in length (seq2seq: lengths from the histogram)."""
+    feeds = request_feeds(client, http, model, max(300, n or 0))
     warm = []
     for x in feeds[:3]:
         t0 = time.perf_counter()
         client.infer(model, x)
         warm.append(time.perf_counter() - t0)
-    n = int(max(10, min(300, seconds / max(statistics.median(warm), 1e-4))))
-    return client.median_latency(model, feeds, n, warmup=0), n
+    if n is None:
+        n = int(max(10, min(300, seconds / max(statistics.median(warm), 1e-4))))
+    if not mean:
+        return client.median_latency(model, feeds, n, warmup=0), n
+    times = []
+    for x in feeds[:n]:
+        t0 = time.perf_counter()
+        client.infer(model, x)
+        times.append(time.perf_counter() - t0)
+    return statistics.fmean(times), n
 
 
 def pool(parts: list[LoadResult], sla_ms: float | None) -> LoadResult:
@@ -187,6 +199,8 @@ class Settings:
     out: Path
     seed: int
     reprofile: bool
+    seq2seq_duration: float = 30.0  # seconds per cell for seq2seq models (a request takes about 0.3 s)
+    seq2seq_calibration: int = 20  # requests whose mean service time defines a seq2seq model's t1
 
 
 def measure_model(kind: str, st: Settings, bar: Any) -> dict:
@@ -215,19 +229,30 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
         url, http = server.endpoints.grpc, server.endpoints.http
         version = server_version(http)
         with Client(url) as c:
-            whole = names.get("triton_0us") or names.get("graph_0ms") or names[pols[0]]
-            t1, n_cal = service_time(c, http, whole, 3.0)
-            t1_lazy = service_time(c, http, names["lazy"], 1.5)[0] if "lazy" in names else math.nan
-            t1_serial = service_time(c, http, names["serial"], 1.5)[0] if "serial" in names else math.nan
+            if kind in SEQ2SEQ_KINDS:
+                # requests differ in length: t1 is the mean of the same seeded requests one at a time (serial, the
+                # batch-1 service the loads are fractions of), not a median of a few; lazy measured on the same ones
+                n_cal = st.seq2seq_calibration
+                whole = names.get("serial") or names[pols[0]]
+                t1 = service_time(c, http, whole, 0, n=n_cal, mean=True)[0]
+                t1_lazy = service_time(c, http, names["lazy"], 0, n=n_cal, mean=True)[0] if "lazy" in names \
+                    else math.nan
+                t1_serial = t1
+            else:
+                whole = names.get("triton_0us") or names.get("graph_0ms") or names[pols[0]]
+                t1, n_cal = service_time(c, http, whole, 3.0)
+                t1_lazy = service_time(c, http, names["lazy"], 1.5)[0] if "lazy" in names else math.nan
+                t1_serial = service_time(c, http, names["serial"], 1.5)[0] if "serial" in names else math.nan
         mu = 1.0 / t1
+        duration = st.seq2seq_duration if kind in SEQ2SEQ_KINDS else st.duration
         slas = [m * t1 * 1e3 for m in st.sla_multiples]
         sched_sla = st.sched_sla_multiple * t1 * 1e3
-        bar.write(f"[{kind}] t1 {t1 * 1e3:.2f} ms (whole graph, {n_cal} sequential requests), mu {mu:.2f}/s; "
+        bar.write(f"[{kind}] t1 {t1 * 1e3:.2f} ms ({whole}, {n_cal} sequential requests), mu {mu:.2f}/s; "
                   f"SLAs {', '.join(f'{s:.1f}' for s in slas)} ms; lazy t1 {t1_lazy * 1e3:.2f} ms")
         for f in st.loads:
             rate = f * mu
             # light loads of slow models: stretch the cell (up to 2x) so that it holds about min_requests
-            cell_s = min(max(st.duration, st.min_requests / rate), 2 * st.duration)
+            cell_s = min(max(duration, st.min_requests / rate), 2 * duration)
             parts: dict[str, list[LoadResult]] = {p: [] for p in pols}
             counts: dict[str, dict[str, float]] = {p: {} for p in pols}
             for k in range(st.slices):
@@ -533,8 +558,8 @@ def model_section(res: dict, img_rel: str, st: Settings) -> list[str]:
          f"**Regime: {sc['regime']}** (per-sample latency falls {sc['gain']:.2f}x from batch 1 to the best batch "
          f"size up to {res['max_batch_size']}; {res['stages']} stages). Single-request latency t1 = "
          f"{res['t1_ms']:.2f} ms ("
-         + ("graph:0 in the backend" if kind in SEQ2SEQ_KINDS else "whole graph under Triton")
-         + f", median of {res['calibration_requests']} sequential "
+         + ("serial in the backend, mean" if kind in SEQ2SEQ_KINDS else "whole graph under Triton, median")
+         + f" of {res['calibration_requests']} sequential "
          f"requests; lazy backend {fmt(res['t1_lazy_ms'], '.2f')} ms, serial {fmt(res['t1_serial_ms'], '.2f')} "
          f"ms): batch-1 service rate mu = {res['mu']:.2f}/s. SLA targets: "
          + ", ".join(f"{m:g}x t1 = {s:.1f} ms" for m, s in zip(st.sla_multiples, res["sla_ms"]))
@@ -543,7 +568,8 @@ def model_section(res: dict, img_rel: str, st: Settings) -> list[str]:
          "### Goals", ""]
     L += [f"- {g}" for g in goals(res | {"sched_multiple": st.sched_sla_multiple})]
     L += ["", "### Why (mechanisms, with this run's figures)", ""] + [f"- {w}" for w in why(res, st)]
-    L += ["", f"### `lazybatch load` (open-loop Poisson, Python asyncio gRPC client), {st.duration:g} s per cell"
+    cell = st.seq2seq_duration if kind in SEQ2SEQ_KINDS else st.duration
+    L += ["", f"### `lazybatch load` (open-loop Poisson, Python asyncio gRPC client), {cell:g} s per cell"
           " (see Method)",
           "", "asked/s: offered rate; sent/s: what the client sent; server/s: requests Triton counted for the "
           "model in the cell (warm-up excluded) over the cell's time. b̄: mean executed batch (samples per stage run "
@@ -631,7 +657,9 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
          f"and oracle schedule by {st.sched_sla_multiple:g}x. Policies: "
          + ", ".join(f"`{p}` ({ALL_POLICIES[p]})" for p in st.policies) + "."
          + (" Seq2seq models (gnmt) run graph:0/5/20 inside the backend (`graph_0ms`, `graph_5ms`, `graph_20ms`) in "
-            "place of Triton's dynamic batcher, which has no decoder loop." if any(r["model"] in SEQ2SEQ_KINDS
+            f"place of Triton's dynamic batcher, which has no decoder loop; their requests take a few hundred ms "
+            f"each, so their cells last {st.seq2seq_duration:g} s (light loads up to {2 * st.seq2seq_duration:g} s) "
+            "and their t1 is the mean over the same 20 seeded requests served one at a time (serial)." if any(r["model"] in SEQ2SEQ_KINDS
                                                                                      for r in results) else ""), "",
          "## Batch-scaling curves (the regimes)", "",
          "Per-sample latency vs batch size from each model's profiled latency table (sum of its stages, "
@@ -784,14 +812,16 @@ def main(argv: list[str] | None = None) -> int:
     from lazybatch.batcher.errors import ConfigError
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default=None, help="comma list of mlp, bert, resnet50, tiny "
-                    "(default mlp,bert,resnet50; --quick: tiny)")
+    ap.add_argument("--models", default=None, help="comma list of mlp, bert, resnet50, gnmt, tiny "
+                    "(default mlp,bert,resnet50,gnmt; --quick: tiny)")
     ap.add_argument("--loads", default=None, help="load fractions of the batch-1 service rate "
-                    "(default 0.1,0.4,0.7,0.9,1.2; --quick: 0.3,0.9)")
+                    "(default 0.1,0.4,0.7,0.9,1.2,1.5; --quick: 0.3,0.9)")
     ap.add_argument("--perf-loads", default=None, help="fractions driven by perf_analyzer too (default 0.4,0.9; "
                     "--quick: 0.9; '' for none)")
     ap.add_argument("--duration", type=float, default=None, help="seconds of load per policy and load "
                     "(default 8; --quick: 2)")
+    ap.add_argument("--seq2seq-duration", type=float, default=None, help="seconds per cell for seq2seq models "
+                    "(default 30; --quick: 2)")
     ap.add_argument("--min-requests", type=int, default=None, help="stretch a light load's cell (up to twice "
                     "--duration) to about this many requests (default 16; --quick: 0)")
     ap.add_argument("--slices", type=int, default=None, help="policies take turns in this many slices per load "
@@ -815,7 +845,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     q = args.quick
     try:
-        models = parse_list(args.models or ("tiny" if q else "mlp,bert,resnet50"), str)
+        models = parse_list(args.models or ("tiny" if q else "mlp,bert,resnet50,gnmt"), str)
         for m in models:
             if m not in DESCRIPTION:
                 raise ConfigError(f"--models: unknown model {m!r}; choose from {', '.join(DESCRIPTION)}"
@@ -825,7 +855,7 @@ def main(argv: list[str] | None = None) -> int:
             if p not in POLICY_ORDER:
                 raise ConfigError(f"--policies: unknown policy {p!r}; choose from {', '.join(POLICY_ORDER)}")
         policies = [p for p in POLICY_ORDER if p in policies]
-        loads = parse_list(args.loads or ("0.3,0.9" if q else "0.1,0.4,0.7,0.9,1.2"))
+        loads = parse_list(args.loads or ("0.3,0.9" if q else "0.1,0.4,0.7,0.9,1.2,1.5"))
         perf_loads = parse_list(args.perf_loads if args.perf_loads is not None else ("0.9" if q else "0.4,0.9"))
         if any(f <= 0 for f in loads + perf_loads):
             raise ConfigError("--loads/--perf-loads: fractions must be > 0")
@@ -840,7 +870,8 @@ def main(argv: list[str] | None = None) -> int:
                   slices=args.slices or (1 if q else 2),
                   perf_measurement_ms=args.perf_measurement_ms or (1000 if q else 2500),
                   sla_multiples=parse_list(args.sla_multiples), sched_sla_multiple=args.sched_sla_multiple,
-                  policies=policies, out=out, seed=args.seed, reprofile=not args.reuse_profile)
+                  policies=policies, out=out, seed=args.seed, reprofile=not args.reuse_profile,
+                  seq2seq_duration=args.seq2seq_duration or (2.0 if q else 30.0))
     page = Path(args.page or (out / "regimes.md" if q else ROOT / "docs" / "results" / "regimes.md"))
     img_dir = Path(args.img_dir or (out / "img" if q else ROOT / "docs" / "img"))
     data_copy = Path(args.data) if args.data else (None if q else ROOT / "docs" / "data" / "regimes.json")
