@@ -496,6 +496,21 @@ def why(res: dict, st: Settings) -> list[str]:
                    f"{1 - DEFAULT_MIN_BATCH_GAIN:.0%} of a batch-1 run beyond that size)"
                    + (": lazy runs requests one at a time in arrival order, like "
                    "serial, so the two differ by per-request overhead and noise only." if cap == 1 else "."))
+    if sc["regime"] == "no batching gain" and {"lazy", "serial"} <= pols:
+        kept = [f for f in loads if min(by[(p, f)]["throughput"] for p in ("lazy", "serial"))
+                >= 0.95 * by[("lazy", f)]["rate"]]
+        sat = [f for f in loads if f not in kept]
+        if sat:
+            out.append("Where lazy and serial both keep up with the offered rate ("
+                       + (", ".join(f"{f:.0%}" for f in kept) or "no load") + "), lazy / serial average latency is "
+                       + (", ".join(f"{by[('lazy', f)]['avg_ms'] / by[('serial', f)]['avg_ms']:.2f}" for f in kept)
+                          or "-")
+                       + ". From there on both run at their capacity and the queue grows for the whole cell; "
+                       "throughput lazy / serial (req/s): "
+                       + ", ".join(f"{f:.0%}: {by[('lazy', f)]['throughput']:.1f}/{by[('serial', f)]['throughput']:.1f}"
+                                   for f in sat)
+                       + ". A few percent of capacity, which is what the shared cores' drift between turns amounts "
+                       "to, becomes tens of percent of queueing delay, in either direction.")
     if sc["regime"] != "no batching gain" and "triton_0us" in pols and "lazy" in pols:
         gaps = [by[("lazy", f)]["avg_ms"] - by[("triton_0us", f)]["avg_ms"] for f in loads]
         out.append("Triton's dynamic batcher at max_queue_delay 0 is work-conserving: it runs whatever queued "
