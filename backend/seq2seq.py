@@ -302,6 +302,8 @@ class Seq2SeqRuntime(BackendRuntime):
                 stats.mixed_timestep_steps += 1
                 stats.max_timestep_spread = max(stats.max_timestep_spread, max(steps) - min(steps))
         t1 = time.perf_counter()
+        if self.fault is not None:  # fault injection (tests, drills): as in the base runtime
+            self.fault.check(stage, [r.id for r in reqs])
         outs = runner.run(stage, feeds)
         t2 = time.perf_counter()
         exits: set[int] = set()
@@ -327,6 +329,8 @@ class Seq2SeqRuntime(BackendRuntime):
         stats.padded_rows += pad
         stats.ort_s += t2 - t1
         stats.io_s += (t1 - t0) + (t3 - t2)
+        if self.on_batch is not None:  # the per-batch log counts executed rows, graph padding included
+            self.on_batch(stage, len(reqs) + pad, t2 - t1)
         return exits
 
     def _end_encoder_step(self, s: _Seq) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from lazybatch.backend.config import RequestOptions
+from lazybatch.backend.faults import FaultInjector
 from lazybatch.backend.seq2seq import Seq2SeqRuntime, Seq2SeqSpec, build_policy
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.policies import parse_policy
@@ -140,3 +141,40 @@ def test_spec_refuses_a_static_manifest(tmp_path: Path):
     runner = StageRunner(cut(mlp, tmp_path / "st", cut_after=[]), execution_provider="cpu")
     with pytest.raises(ConfigError, match="no seq2seq section"):
         Seq2SeqSpec(runner.manifest)
+
+
+def test_injected_fault_and_batch_log(split):
+    """The seq2seq loop honours fault_injection like the base runtime (only the poisoned requests fail, with the
+    injected error; the others get their reference output) and reports every stage run to the per-batch log."""
+    kind, runner, spec, table, ref = split
+    info = Seq2SeqInfo(spec.max_source_length, spec.max_length, spec.vocab_size)
+    pol = build_policy(parse_policy("lazy"), spec, table, max_batch_size=8, dec_timesteps=None, coverage=0.9)
+    n, answers, done = 8, {}, threading.Event()
+    logged: list[tuple[int, int, float]] = []
+
+    def respond(handle, outputs, status, error):
+        answers[handle] = (outputs, status, error)
+        if len(answers) == n:
+            done.set()
+
+    rt = Seq2SeqRuntime(runner, table, pol, respond, spec=spec, on_batch=lambda *a: logged.append(a))
+    names = [st.name for st in runner.manifest.stages]
+    rt.fault = FaultInjector.parse(f"stage={spec.dec_first},every=3", names)
+    rng = np.random.default_rng(3)
+    requests = [make_request(rng, info, 3, 4, batch=1, ignore_eos=True) for _ in range(n)]
+    for k, feeds in enumerate(requests):
+        assert rt.submit(k, feeds, 1, RequestOptions()) is None
+    assert done.wait(60)
+    rt.close()
+    failed = {k for k, (_, _, err) in answers.items() if err is not None}
+    assert failed and len(failed) < n  # every third sample is poisoned; the rest are served
+    for k, (outputs, _, err) in answers.items():
+        if k in failed:
+            assert "injected fault" in err and outputs is None
+        else:
+            want = _reference(ref, requests[k], 0)
+            assert outputs["output_tokens"][0][:len(want)].tolist() == want
+    stages_logged = {st for st, _, _ in logged}
+    assert {spec.dec_first, spec.dec_last} <= stages_logged
+    assert all(b >= 1 and t >= 0 for _, b, t in logged)
+    assert len(logged) == rt.stats.stage_runs
