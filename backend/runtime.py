@@ -374,7 +374,7 @@ class BackendRuntime:
         t1 = time.perf_counter()
         if self.fault is not None:
             self.fault.check(stage, [r.id for r in reqs])
-        outs = runner.run(stage, feeds)
+        outs = runner.run(stage, feeds, owned=True)  # join_rows' arrays: this batch's alone, see StageRunner.run
         t2 = time.perf_counter()
         for k, r in enumerate(reqs):
             tensors = r.payload.tensors
