@@ -151,7 +151,8 @@ def bench_model(spec: str, work: Path, sizes: list[int], warmup: int, repeat: in
         rows.append(row)
     return {"model": spec, "stages": {v: len(splits[VARIANTS[v][0]][0].manifest["stages"]) for v in timers},
             "split_s": {v: splits[VARIANTS[v][0]][1] for v in timers}, "rows": rows,
-            "inplace_stages": {v: sorted(tm.chain.inplace) if tm.handoff == "numpy" else [] for v, tm in timers.items()}}
+            "inplace_stages": {v: sorted(tm.chain.inplace) if tm.handoff == "numpy" else []
+                               for v, tm in timers.items()}}
 
 
 def main() -> None:
@@ -197,7 +198,8 @@ def main() -> None:
                             clock)
             results.append(r)
             for v in variants:
-                print(f"{spec:16s} {v:12s} {r['stages'][v]:3d} stages ({len(r['inplace_stages'][v])} in place), split {r['split_s'][v]:6.2f} s | " + " | ".join(
+                print(f"{spec:16s} {v:12s} {r['stages'][v]:3d} stages ({len(r['inplace_stages'][v])} in place), "
+                      f"split {r['split_s'][v]:6.2f} s | " + " | ".join(
                     f"b{x['batch']}: whole {x['whole_ms']:8.2f} ms, stages {x['variants'][v]['stages_sum_ms']:8.2f} "
                     f"ms, ratio {x['variants'][v]['ratio']:.3f} (paired {x['variants'][v]['paired_ratio']:.3f}, "
                     f"best {x['variants'][v]['best_ratio']:.3f})"

@@ -59,8 +59,8 @@ def inplace_plan(directory: str | Path, manifest: Mapping[str, Any]) -> dict[int
     """Stage index -> the input its output may overwrite, for the stages eligible by structure (not yet run)."""
     d = Path(directory)
     stages: Sequence[Mapping[str, Any]] = manifest["stages"]
-    model_io = {t["name"] for t in manifest.get("graph_inputs", [])} | {t["name"] for t in manifest.get("graph_outputs", [])}
-    model_io |= {t["name"] for t in manifest.get("inputs", [])} | {t["name"] for t in manifest.get("outputs", [])}
+    model_io = {t["name"] for key in ("graph_inputs", "graph_outputs", "inputs", "outputs")
+                for t in manifest.get(key) or []}
     plan: dict[int, InPlace] = {}
     for k, st in enumerate(stages):
         outs = st.get("outputs") or []

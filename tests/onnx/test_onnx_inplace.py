@@ -161,7 +161,8 @@ def test_backend_lazy_serves_inplace_split_correctly(split_all, monkeypatch):
     d, man = split_all
     calls = []
     real = stages_mod.run_inplace
-    monkeypatch.setattr(stages_mod, "run_inplace", lambda s, step, f: calls.append(f[step.input].shape) or real(s, step, f))
+    monkeypatch.setattr(stages_mod, "run_inplace",
+                        lambda s, step, f: calls.append(f[step.input].shape) or real(s, step, f))
     runner = StageRunner(d, execution_provider="cpu")
     assert runner.inplace
     table = runner.profile([1, 2, 4, 8], reps=1)
