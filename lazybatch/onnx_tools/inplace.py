@@ -104,9 +104,16 @@ def run_inplace(session: Any, step: InPlace, feeds: Mapping[str, np.ndarray]) ->
             keep.append(v)
             io.bind_ortvalue_input(name, v)
     io.bind_ortvalue_output(step.output, shared)
-    session.run_with_iobinding(io)
+    try:
+        session.run_with_iobinding(io)
+    except Exception as e:  # the input may be half overwritten: whoever retries must not read it again
+        raise InPlaceRunError(f"{type(e).__name__}: {e} (in-place stage: its input buffer was consumed)") from e
     del keep
     return target
+
+
+class InPlaceRunError(RuntimeError):
+    """An in-place run failed after it may have written over its input: the batch cannot be rerun from it."""
 
 
 def _random(shape: Sequence[Any], dtype: str, rng: np.random.Generator, batch: int) -> np.ndarray:

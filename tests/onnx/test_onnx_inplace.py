@@ -217,3 +217,50 @@ output { name: "y" data_type: TYPE_FP32 dims: [ 8 ] }
     with pytest.raises(ConfigError, match="inplace_residuals must be true or false"):
         BackendSettings.from_config(parse_config_text(
             cfg + 'parameters { key: "inplace_residuals" value { string_value: "maybe" } }'), tmp_path)
+
+
+def test_backend_failed_inplace_run_fails_its_batch_without_rerun(split_all, monkeypatch):
+    """A run that fails after it may have written over its input cannot be rerun request by request from that input
+    (the base runtime's recovery): every request of that batch gets the error, and the server goes on."""
+    from lazybatch.backend import stages as stages_mod
+    from lazybatch.backend.config import RequestOptions
+    from lazybatch.backend.runtime import BackendRuntime
+    from lazybatch.backend.stages import StageRunner
+    from lazybatch.batcher.policies import parse_policy
+    from lazybatch.batcher.request import Status
+    from lazybatch.onnx_tools.inplace import InPlaceRunError
+
+    d, man = split_all
+    runner = StageRunner(d, execution_provider="cpu")
+    target = min(runner.inplace)
+    real = stages_mod.run_inplace
+    state = {"armed": True}
+
+    def flaky(session, step, feeds):
+        if state["armed"] and step is runner.inplace[target] and feeds[step.input].shape[0] > 1:
+            state["armed"] = False
+            feeds[step.input][...] = np.nan  # what a half-finished in-place run leaves behind
+            raise InPlaceRunError("RuntimeError: boom (in-place stage: its input buffer was consumed)")
+        return real(session, step, feeds)
+
+    table = runner.profile([1, 2, 4], reps=1)
+    monkeypatch.setattr(stages_mod, "run_inplace", flaky)
+    c = Collector()
+    rt = BackendRuntime(runner, table, parse_policy("graph:50").build(max_batch_size=4), c.respond,
+                        is_cancelled=lambda h: False, cancel_poll_s=0.0, idle_poll_s=0.005)
+    name = man["graph_inputs"][0]["name"]
+    rng = np.random.default_rng(1)
+    for h in range(3):
+        x = rng.standard_normal((1, *man["graph_inputs"][0]["dims"])).astype(np.float32)
+        assert rt.submit(h, {name: x}, 1, RequestOptions(sla_s=5.0)) is None
+    c.wait(3)
+    for h in range(3, 5):  # the server goes on
+        x = rng.standard_normal((1, *man["graph_inputs"][0]["dims"])).astype(np.float32)
+        assert rt.submit(h, {name: x}, 1, RequestOptions(sla_s=5.0)) is None
+    c.wait(5)
+    rt.close()
+    failed = [h for h, ans in c.answers.items() if ans[0][1] is not Status.OK]
+    assert not state["armed"] and sorted(failed) == [0, 1, 2]
+    assert all("its input buffer was consumed" in c.answers[h][0][2] for h in failed)
+    assert all(c.answers[h][0][1] is Status.OK and np.isfinite(c.answers[h][0][0][man["graph_outputs"][0]["name"]]).all()
+               for h in (3, 4))
