@@ -40,6 +40,8 @@ PARAMETERS = {
     "intra_op_threads": "onnxruntime intra-op threads (0: onnxruntime's default)",
     "use_per_session_threads": "true: every stage session gets its own intra-op pool, spinning off (onnxruntime's "
                                "name); default false: one pool per model instance shared by all its stages",
+    "inplace_residuals": "true (default): residual stages write their output over their shortcut input, as "
+                         "onnxruntime does in the whole graph (docs/onnx.md); false: plain session.run",
     "cancel_poll_ms": "how often held requests are polled for client cancellation (default 50 ms)",
     # seq2seq models: written by `lazybatch repo add` for clients, checked against the stage manifest at load
     "max_source_length": "seq2seq: most source tokens a request may send",
@@ -160,6 +162,7 @@ class BackendSettings:
     intra_op_threads: int
     cancel_poll_ms: float
     use_per_session_threads: bool = False
+    inplace_residuals: bool = True
     max_queue_size: int = 0
     timeout_action: str = "DELAY"
     metrics: bool = True
@@ -220,6 +223,7 @@ class BackendSettings:
             intra_op_threads=int(_number(_param(cfg, "intra_op_threads"), "intra_op_threads", int) or 0),
             cancel_poll_ms=float(_number(_param(cfg, "cancel_poll_ms"), "cancel_poll_ms") or DEFAULT_CANCEL_POLL_MS),
             use_per_session_threads=_bool(_param(cfg, "use_per_session_threads"), "use_per_session_threads"),
+            inplace_residuals=_bool(_param(cfg, "inplace_residuals", "true"), "inplace_residuals"),
             **_production_settings(cfg),
         )
 

@@ -152,7 +152,7 @@ class TritonPythonModel:
         if spec.kind == "serial" and s.scheduler_max_batch_size != 1:
             s.scheduler_max_batch_size = 1
         runner = StageRunner(s.stage_dir, execution_provider=s.execution_provider,
-                             intra_op_threads=s.intra_op_threads)
+                             intra_op_threads=s.intra_op_threads, inplace_residuals=s.inplace_residuals)
         runtime_cls: Any = BackendRuntime
         if "seq2seq" in runner.manifest.raw:  # encoder + decoder-step loop: backend/seq2seq.py
             from . import seq2seq

@@ -36,6 +36,7 @@ from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.request import Request, Status
 from lazybatch.batcher.scheduler import Scheduler
+from lazybatch.onnx_tools.inplace import InPlaceRunError
 
 from . import metrics as M
 from .config import RequestOptions
@@ -347,8 +348,8 @@ class BackendRuntime:
         except Exception as e:
             if self.metrics is not None:
                 self.metrics.stage_failed(job.stage)
-            if len(reqs) == 1:
-                return StageResult(errors={reqs[0].id: f"{type(e).__name__}: {e}"})
+            if len(reqs) == 1 or isinstance(e, InPlaceRunError):  # in place: the inputs are gone, no rerun
+                return StageResult(errors={r.id: f"{type(e).__name__}: {e}" for r in reqs})
         errors: dict[int, str] = {}
         for r in reqs:
             try:
@@ -374,7 +375,7 @@ class BackendRuntime:
         t1 = time.perf_counter()
         if self.fault is not None:
             self.fault.check(stage, [r.id for r in reqs])
-        outs = runner.run(stage, feeds)
+        outs = runner.run(stage, feeds, owned=True)  # join_rows' arrays: this batch's alone, see StageRunner.run
         t2 = time.perf_counter()
         for k, r in enumerate(reqs):
             tensors = r.payload.tensors

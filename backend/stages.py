@@ -18,6 +18,7 @@ import numpy as np
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.graph import ModelGraph, Stage, StageType
 from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.onnx_tools.inplace import run_inplace, usable
 
 MANIFEST_FORMAT = "lazybatch.stages/1"
 
@@ -195,9 +196,13 @@ class StageRunner:
 
     Tensors live per request between stages; ``last_use`` says after which stage a tensor is no longer needed, so
     that a request holds only what later stages (or the model outputs) still read.
+
+    ``inplace_residuals``: residual stages write their output over their shortcut input when the caller owns it
+    (``run(..., owned=True)``); lazybatch/onnx_tools/inplace.py says which stages and why it is safe.
     """
 
-    def __init__(self, stage_dir: str | Path, *, execution_provider: str = "auto", intra_op_threads: int = 0) -> None:
+    def __init__(self, stage_dir: str | Path, *, execution_provider: str = "auto", intra_op_threads: int = 0,
+                 inplace_residuals: bool = True) -> None:
         self.dir = Path(stage_dir)
         self.manifest = load_manifest(self.dir)
         from lazybatch.onnx_tools.ort_optimize import check_host  # stages split for another CPU: refuse, not misrun
@@ -213,6 +218,10 @@ class StageRunner:
                 raise ConfigError(f"stage {spec.name}: the ONNX file has inputs {sorted(names_in)} and outputs "
                                   f"{sorted(names_out)}, the manifest says {sorted(want_in)} -> {spec.outputs}",
                                   source=str(self.dir / spec.file))
+        from lazybatch.onnx_tools.inplace import InPlace, verified_plan
+
+        self.inplace: dict[int, InPlace] = (verified_plan(self.dir, self.manifest.raw, self.sessions)
+                                            if inplace_residuals else {})
         n = len(self.manifest.stages)
         self.output_names = [o.name for o in self.manifest.outputs]
         self.last_use: dict[str, int] = {}
@@ -231,17 +240,25 @@ class StageRunner:
     def n_stages(self) -> int:
         return len(self.sessions)
 
-    def run(self, stage: int, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run one stage on already-batched inputs; returns only the outputs the manifest names."""
+    def run(self, stage: int, feeds: Mapping[str, np.ndarray], *, owned: bool = False) -> dict[str, np.ndarray]:
+        """Run one stage on already-batched inputs; returns only the outputs the manifest names.
+
+        ``owned``: the caller made the non-model input arrays for this run (join_rows: a fresh concatenation, or
+        contiguous rows of an earlier stage's output that only this batch's requests read) and reads them no more
+        after this stage, so an in-place stage may write its output over its input when that array is writable
+        and C-contiguous. Model inputs are never overwritten (not eligible)."""
         spec = self.manifest.stages[stage]
+        step = self.inplace.get(stage) if owned else None
+        if step is not None and usable(feeds[step.input], step):
+            return {step.output: run_inplace(self.sessions[stage], step, feeds)}
         res = self.sessions[stage].run(spec.outputs, dict(feeds))
         return dict(zip(spec.outputs, res))
 
     def run_all(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The whole model, stage after stage, on one batch (reference and profiling)."""
         tensors: dict[str, np.ndarray] = dict(inputs)
-        for spec in self.manifest.stages:
-            tensors.update(self.run(spec.index, {i.name: tensors[i.name] for i in spec.inputs}))
+        for spec in self.manifest.stages:  # owned: every non-model tensor here came from an earlier stage
+            tensors.update(self.run(spec.index, {i.name: tensors[i.name] for i in spec.inputs}, owned=True))
         return {o: tensors[o] for o in self.output_names}
 
     def sample_inputs(self, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -267,12 +284,15 @@ class StageRunner:
             tensors: dict[str, np.ndarray] = self.sample_inputs(b)
             for spec in self.manifest.stages:
                 feeds = {i.name: tensors[i.name] for i in spec.inputs}
+                step = self.inplace.get(spec.index)
                 for _ in range(warmup):
                     self.run(spec.index, feeds)
                 times = []
                 for _ in range(max(1, reps)):
+                    # an in-place stage runs as served: on a fresh copy of its input (made outside the timing)
+                    run_feeds = feeds if step is None else {**feeds, step.input: feeds[step.input].copy()}
                     t0 = time.perf_counter()
-                    out = self.run(spec.index, feeds)
+                    out = self.run(spec.index, run_feeds, owned=True)
                     times.append(time.perf_counter() - t0)
                 rows[spec.index][k] = max(float(np.median(times)), 1e-7)
                 tensors.update(out)

@@ -49,12 +49,14 @@ VARIANTS = {  # name -> (graph_optimization_level of the split, hand-off)
     "ortvalue": (None, "ortvalue"),      # same stages, OrtValues between stages through IOBinding
     "ort-extended": ("extended", "numpy"),  # cut after onnxruntime's portable optimisations
     "ort-all": ("all", "numpy"),         # cut after all optimisations (NCHWc layout; this CPU only)
+    "ort-all-noinplace": ("all", "numpy-plain"),  # same, residual stages not in place (inplace_residuals false)
 }
 
 
 class Timer:
     """One chain of stage sessions, timed stage by stage on a real chained pass (each stage on the outputs the
-    previous stages just produced); a stage's time includes its hand-off (gathering its feeds, binding)."""
+    previous stages just produced); a stage's time includes its hand-off (gathering its feeds, binding). The numpy
+    hand-off runs StageChain.run_stage, in-place residual stages included unless the variant says otherwise."""
 
     def __init__(self, chain: Any, handoff: str, clock: Any) -> None:
         self.chain, self.handoff, self.clock = chain, handoff, clock
@@ -72,8 +74,8 @@ class Timer:
             env = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
         for k, sess in enumerate(self.chain.stages):
             t = clock()
-            if self.handoff == "numpy":
-                env.update(zip(self.outs[k], sess.run(self.outs[k], {n: env[n] for n in self.ins[k]})))
+            if self.handoff.startswith("numpy"):  # StageChain.run_stage: what --verify, profile and the backend run
+                self.chain.run_stage(k, env, inplace=self.handoff == "numpy")
             else:
                 io = sess.io_binding()
                 for n in self.ins[k]:
@@ -148,7 +150,9 @@ def bench_model(spec: str, work: Path, sizes: list[int], warmup: int, repeat: in
                                   "paired_ratio": paired, "best_ratio": best}
         rows.append(row)
     return {"model": spec, "stages": {v: len(splits[VARIANTS[v][0]][0].manifest["stages"]) for v in timers},
-            "split_s": {v: splits[VARIANTS[v][0]][1] for v in timers}, "rows": rows}
+            "split_s": {v: splits[VARIANTS[v][0]][1] for v in timers}, "rows": rows,
+            "inplace_stages": {v: sorted(tm.chain.inplace) if tm.handoff == "numpy" else []
+                               for v, tm in timers.items()}}
 
 
 def main() -> None:
@@ -194,7 +198,8 @@ def main() -> None:
                             clock)
             results.append(r)
             for v in variants:
-                print(f"{spec:16s} {v:12s} {r['stages'][v]:3d} stages, split {r['split_s'][v]:6.2f} s | " + " | ".join(
+                print(f"{spec:16s} {v:12s} {r['stages'][v]:3d} stages ({len(r['inplace_stages'][v])} in place), "
+                      f"split {r['split_s'][v]:6.2f} s | " + " | ".join(
                     f"b{x['batch']}: whole {x['whole_ms']:8.2f} ms, stages {x['variants'][v]['stages_sum_ms']:8.2f} "
                     f"ms, ratio {x['variants'][v]['ratio']:.3f} (paired {x['variants'][v]['paired_ratio']:.3f}, "
                     f"best {x['variants'][v]['best_ratio']:.3f})"

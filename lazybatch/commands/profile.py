@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spin", action="store_true",
                    help="let idle threads of the per-session pools busy-wait (slow: the idle pools of the other "
                         "stages steal the cores the running stage needs); not with --global-thread-pool")
+    p.add_argument("--inplace-residuals", choices=["true", "false"], default="true",
+                   help="true (default): residual stages write their output over their shortcut input, as the "
+                        "Triton backend runs them (its parameter of the same name; docs/onnx.md); false: plain runs")
     p.add_argument("--out", type=Path, help="latency table path, .json or .csv (default DIR/latency.json)")
     p.add_argument("--plot", type=Path, help="plot path (default: next to the table, .png)")
     p.add_argument("--no-plot", action="store_true", help="do not draw the plot")
@@ -57,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"the folder of --out {str(out)!r} does not exist; create it first")
     table = profile_dir(args.dir, batch_sizes=sizes, provider=args.provider, warmup=args.warmup,
                         repeat=args.repeat, threads=args.threads, seed=args.seed, whole=not args.no_whole,
-                        length_histogram=args.length_histogram, spinning=args.spin)
+                        length_histogram=args.length_histogram, spinning=args.spin,
+                        inplace=args.inplace_residuals == "true")
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix, dir=out.parent)
     os.close(fd)
     try:

@@ -13,6 +13,7 @@ import numpy as np
 
 from lazybatch.batcher.errors import ConfigError
 
+from .inplace import InPlace, run_inplace, usable, verified_plan
 from .ort_optimize import check_host
 
 
@@ -56,16 +57,21 @@ def random_feeds(specs: Sequence[Mapping[str, Any]], batch: int, rng: np.random.
 
 
 class StageChain:
-    """onnxruntime sessions for the whole model and for every stage of a split directory."""
+    """onnxruntime sessions for the whole model and for every stage of a split directory.
+
+    ``inplace``: stages whose output may overwrite their residual-shortcut input do so (inplace.py says which and
+    why); the outputs are the same bit for bit. Off, every stage runs with a plain ``session.run``.
+    """
 
     def __init__(self, directory: str | Path, manifest: Mapping[str, Any],
                  providers: Sequence[str] = ("CPUExecutionProvider",), threads: int = 0, whole: bool = True,
-                 spinning: bool = False) -> None:
+                 spinning: bool = False, inplace: bool = True) -> None:
         d = Path(directory)
         check_host(manifest, f"the stages in {d}")
         self.manifest = manifest
         self.whole = make_session(d / manifest["whole_model"], providers, threads, spinning) if whole else None
         self.stages = [make_session(d / st["file"], providers, threads, spinning) for st in manifest["stages"]]
+        self.inplace: dict[int, InPlace] = verified_plan(d, manifest, self.stages) if inplace else {}
 
     def run_whole(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         assert self.whole is not None
@@ -75,16 +81,25 @@ class StageChain:
     def stage_feeds(self, k: int, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {i["name"]: env[i["name"]] for i in self.manifest["stages"][k]["inputs"]}
 
-    def run_stage(self, k: int, env: dict[str, np.ndarray]) -> None:
+    def run_stage(self, k: int, env: dict[str, np.ndarray], inplace: bool = True) -> None:
+        """Run stage ``k`` on ``env`` and add its outputs. An in-place stage (unless ``inplace`` is False) writes
+        its output over its input's array in ``env`` when that array is writable and C-contiguous: the caller
+        gives up that tensor (no later stage reads it; model inputs are never overwritten)."""
         st = self.manifest["stages"][k]
+        feeds = self.stage_feeds(k, env)
+        step = self.inplace.get(k) if inplace else None
+        if step is not None and usable(feeds[step.input], step):
+            env[step.output] = run_inplace(self.stages[k], step, feeds)
+            return
         names = [o["name"] for o in st["outputs"]]
-        env.update(zip(names, self.stages[k].run(names, self.stage_feeds(k, env))))
+        env.update(zip(names, self.stages[k].run(names, feeds)))
 
     def run_chain(self, feeds: Mapping[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
-        """Model outputs of the chained stages (with ``keep_all``, every tensor passed between stages too)."""
+        """Model outputs of the chained stages (with ``keep_all``, every tensor passed between stages too, which
+        in-place stages would overwrite: they then run plainly)."""
         env = dict(feeds)
         for k in range(len(self.stages)):
-            self.run_stage(k, env)
+            self.run_stage(k, env, inplace=not keep_all)
         if keep_all:
             return env
         return {o["name"]: env[o["name"]] for o in self.manifest["graph_outputs"]}

@@ -118,9 +118,11 @@ def verify_dir(directory: str | Path, manifest: Mapping[str, Any], *, batch_size
             else:
                 whole_all = chain.run_whole(feeds)
             chained_all = chain.run_chain(feeds, keep_all=True)
+            # keep_all runs every stage plainly (in-place stages would overwrite the boundaries); the model
+            # outputs are checked on the chain as it is served, in-place residual stages included
+            chained = chain.run_chain(feeds) if chain.inplace else {n: chained_all[n] for n in model_outputs}
         except Exception as e:  # onnxruntime raises its own Fail/InvalidArgument types
             raise _batch_failure(b, e) from None
-        chained = {n: chained_all[n] for n in model_outputs}
         res = compare({n: whole_all[n] for n in model_outputs}, chained)
         if instrumented is not None:
             res.update({f"boundary:{k}": v for k, v in compare({n: whole_all[n] for n in boundaries},
