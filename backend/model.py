@@ -135,7 +135,9 @@ class TritonPythonModel:
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
         self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
         self._batch_log = BatchLog(Path(stats_dir) / f"{s.name}.batches.csv") if stats_dir else None
-        if not s.use_per_session_threads:  # this instance is a process of its own: one pool for all its sessions
+        # Inside Triton a model instance is a stub process of its own: one pool for all its sessions. Outside it
+        # (in-process tests, embedding) the process is someone else's, and the switch would refuse their sessions.
+        if not s.use_per_session_threads and pb_utils is not None:
             from lazybatch.onnx_tools.threads import use_global_thread_pool
 
             use_global_thread_pool(s.intra_op_threads)
