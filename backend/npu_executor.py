@@ -59,13 +59,13 @@ class NpuTimedRunner:
     def __getattr__(self, name: str) -> Any:  # manifest, n_stages, drop_after, output_names, profile, ...
         return getattr(self._runner, name)
 
-    def run(self, stage: int, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, stage: int, feeds: Mapping[str, np.ndarray], *, owned: bool = False) -> dict[str, np.ndarray]:
         t0 = time.monotonic()
         # The previous release came `late` after its target (sleep overshoot on a busy machine: an artefact, not a
         # property of the NPU): when this stage was dispatched right after it, it starts `late` earlier on the NPU's
         # timeline, so overshoots do not add up over the stages of a request.
         start = t0 - self._late if t0 - self._released < self._prev_npu else t0
-        outs = self._runner.run(stage, feeds)
+        outs = self._runner.run(stage, feeds, owned=owned)  # in-place residual stages, as StageRunner.run
         cpu = time.monotonic() - t0
         batch = int(next(iter(feeds.values())).shape[0]) if feeds else 1
         npu = self.table.latency(stage, batch)
