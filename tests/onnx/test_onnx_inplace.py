@@ -14,6 +14,7 @@ from lazybatch.onnx_tools import inplace as inplace_mod
 from lazybatch.onnx_tools.inplace import InPlace, inplace_plan, verified
 from lazybatch.onnx_tools.manifest import load_manifest
 from lazybatch.onnx_tools.runtime import StageChain, random_feeds
+from tests.backend.test_backend import Collector  # Triton's response senders stand-in
 
 
 @pytest.fixture(scope="module")
@@ -122,25 +123,6 @@ def test_verify_and_profile_cli_run_the_inplace_chain(split_all, cli, tmp_path):
 
 
 # --- the Triton backend's runtime, without a server ---------------------------------------------------------
-
-class Collector:
-    def __init__(self) -> None:
-        self.answers: dict[int, list] = {}
-        self.lock = threading.Lock()
-
-    def respond(self, handle, outputs, status, error):
-        with self.lock:
-            self.answers.setdefault(handle, []).append((outputs, status, error))
-
-    def wait(self, n: int, timeout: float = 60.0) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            with self.lock:
-                if len(self.answers) >= n:
-                    return
-            time.sleep(0.01)
-        raise AssertionError(f"{len(self.answers)} of {n} answered")
-
 
 def test_backend_stage_runner_switch(split_all):
     from lazybatch.backend.stages import StageRunner
