@@ -154,14 +154,8 @@ def service_time(client: Client, http: str, model: str, seconds: float, *, n: in
         warm.append(time.perf_counter() - t0)
     if n is None:
         n = int(max(10, min(300, seconds / max(statistics.median(warm), 1e-4))))
-    if not mean:
-        return client.median_latency(model, feeds, n, warmup=0), n
-    times = []
-    for x in feeds[:n]:
-        t0 = time.perf_counter()
-        client.infer(model, x)
-        times.append(time.perf_counter() - t0)
-    return statistics.fmean(times), n
+    times = client.latencies(model, feeds, n, warmup=0)
+    return (statistics.fmean(times) if mean else statistics.median(times)), n
 
 
 def pool(parts: list[LoadResult], sla_ms: float | None) -> LoadResult:

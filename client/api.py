@@ -166,16 +166,20 @@ class Client:
         out = self.infer(model, inputs, **kw)
         return out, time.perf_counter() - t0
 
-    def median_latency(self, model: str, inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
-                       n: int, *, warmup: int = 3, **kw: Any) -> float:
-        """Median seconds of ``n`` sequential requests after ``warmup`` untimed ones: with one-sample inputs, the
-        model's batch-1 service time as the server delivers it (the benchmarks' reference point). ``inputs`` is
-        one feed or a list of feeds used in turn (seq2seq requests differ in length)."""
+    def latencies(self, model: str, inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
+                  n: int, *, warmup: int = 3, **kw: Any) -> list[float]:
+        """Seconds of each of ``n`` sequential requests after ``warmup`` untimed ones. ``inputs`` is one feed or a
+        list of feeds used in turn (seq2seq requests differ in length)."""
         feeds = [inputs] if isinstance(inputs, Mapping) else list(inputs)
         for i in range(warmup):
             self.infer(model, feeds[i % len(feeds)], **kw)
-        times = [self.timed_infer(model, feeds[i % len(feeds)], **kw)[1] for i in range(n)]
-        return statistics.median(times)
+        return [self.timed_infer(model, feeds[i % len(feeds)], **kw)[1] for i in range(n)]
+
+    def median_latency(self, model: str, inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
+                       n: int, *, warmup: int = 3, **kw: Any) -> float:
+        """Median of ``latencies``: with one-sample inputs, the model's batch-1 service time as the server delivers
+        it (the benchmarks' reference point)."""
+        return statistics.median(self.latencies(model, inputs, n, warmup=warmup, **kw))
 
 
 def _msg(e: Exception) -> str:
