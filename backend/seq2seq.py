@@ -331,6 +331,7 @@ class Seq2SeqRuntime(BackendRuntime):
         stats.io_s += (t1 - t0) + (t3 - t2)
         if self.on_batch is not None:  # the per-batch log counts executed rows, graph padding included
             self.on_batch(stage, len(reqs) + pad, t2 - t1)
+        self._calibrate(stage, len(reqs) + pad, t3 - t0)  # the table's time is for the executed rows, padding too
         return exits
 
     def _end_encoder_step(self, s: _Seq) -> None:

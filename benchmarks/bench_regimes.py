@@ -195,6 +195,9 @@ class Settings:
     reprofile: bool
     seq2seq_duration: float = 30.0  # seconds per cell for seq2seq models (a request takes about 0.3 s)
     seq2seq_calibration: int = 20  # requests whose mean service time defines a seq2seq model's t1
+    # further loads, only for models whose profile shows batching pays: where batching is what keeps a server up,
+    # peak throughput needs loads beyond what serial can serve (the paper's loads are several times mu)
+    overload_loads: tuple[float, ...] = ()
 
 
 def measure_model(kind: str, st: Settings, bar: Any) -> dict:
@@ -208,6 +211,15 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
                              reprofile=st.reprofile, log=lambda m: bar.write(f"[{kind}] {m}"))
     table = LatencyTable.load(repo / f"{kind}_lazy" / "1" / "latency.json")
     scaling = scaling_curve(table)
+    loads = list(st.loads)
+    if scaling["regime"] == "batching pays":
+        extra = [f for f in st.overload_loads if f > max(loads)]
+        if extra:
+            bar.write(f"[{kind}] batching pays ({scaling['gain']:.1f}x): adding loads "
+                      + ", ".join(f"{f:.0%}" for f in extra))
+            loads += extra
+            bar.total += len(extra) * st.slices * len(pols)
+            bar.refresh()
     stats_dir = (out / "stats" / kind).resolve()
     stats_dir.mkdir(parents=True, exist_ok=True)
     for f in stats_dir.glob("*.json"):
@@ -243,7 +255,7 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
         sched_sla = st.sched_sla_multiple * t1 * 1e3
         bar.write(f"[{kind}] t1 {t1 * 1e3:.2f} ms ({whole}, {n_cal} sequential requests), mu {mu:.2f}/s; "
                   f"SLAs {', '.join(f'{s:.1f}' for s in slas)} ms; lazy t1 {t1_lazy * 1e3:.2f} ms")
-        for f in st.loads:
+        for f in loads:
             rate = f * mu
             # light loads of slow models: stretch the cell (up to 2x) so that it holds about min_requests
             cell_s = min(max(duration, st.min_requests / rate), 2 * duration)
@@ -400,35 +412,69 @@ def goals(res: dict) -> list[str]:
     if "lazy" not in pols:
         return ["lazy was not measured"]
     if res["scaling"]["regime"] == "no batching gain":
+        if "serial" not in pols:
+            return lines
         worst = []
         for f in loads:
-            if "serial" in pols:
-                a, s = by[("lazy", f)]["avg_ms"], by[("serial", f)]["avg_ms"]
-                worst.append((a / s if s else math.nan, f))
-        if worst:
-            ok = all(r <= 1.1 for r, _ in worst)
-            lower = sum(1 for r, _ in worst if r < 1.0)
-            cap = batch_cap(res["scaling"], res["max_batch_size"])
-            lines.append(f"No batching gain on this model: lazy's average latency / serial's at each load: "
-                         + ", ".join(f"{f:.0%}: {r:.2f}" for r, f in worst)
-                         + f" -> goal (<= 1.10 at every load) {'met' if ok else 'NOT met'}"
-                         + (f" (lazy lower at {lower} of {len(worst)} loads; with a batch cap of 1 lazy and serial "
-                            "run the same one-at-a-time arrival-order schedule, so differences in either direction "
-                            "are mostly this machine's run-to-run noise)" if cap == 1 else "") + ".")
+            a, s = by[("lazy", f)]["avg_ms"], by[("serial", f)]["avg_ms"]
+            worst.append((a / s if s else math.nan, f))
+        ok = all(r <= 1.1 for r, _ in worst)
+        lower = sum(1 for r, _ in worst if r < 1.0)
+        cap = batch_cap(res["scaling"], res["max_batch_size"])
+        lines.append(f"No batching gain on this model: lazy's average latency / serial's at each load: "
+                     + ", ".join(f"{f:.0%}: {r:.2f}" for r, f in worst)
+                     + f" -> goal (<= 1.10 at every load) {'met' if ok else 'NOT met'} on average latency"
+                     + (f" (lazy lower at {lower} of {len(worst)} loads; with a batch cap of 1 lazy and serial "
+                        "run the same one-at-a-time arrival-order schedule, so differences in either direction "
+                        "are mostly this machine's run-to-run noise)" if cap == 1 else "") + ".")
+        # Past capacity an average latency is not a property of the policy: the queue grows for the whole cell, so
+        # it measures the cell's length times the capacity shortfall. There the steady-state figure is capacity.
+        past = [f for f in loads if by[("serial", f)]["throughput"] < 0.95 * by[("serial", f)]["send_rate"]]
+        kept = [(r, f) for r, f in worst if f not in past]
+        if past:
+            cap_ratio = [(by[("serial", f)]["throughput"] / by[("lazy", f)]["throughput"], f) for f in past]
+            ok2 = all(r <= 1.1 for r, _ in kept) and all(r <= 1.1 for r, _ in cap_ratio)
+            lines.append("The same goal judged where each figure is defined: average latency where serial keeps "
+                         "up (" + (", ".join(f"{f:.0%}: {r:.2f}" for r, f in worst if f not in past) or "no load")
+                         + "), capacity where serial is past it (its throughput below 95% of the rate sent; "
+                         "serial's / lazy's throughput: " + ", ".join(f"{f:.0%}: {r:.2f}" for r, f in cap_ratio)
+                         + f") -> {'met' if ok2 else 'NOT met'}.")
         return lines
     mid = [f for f in loads if 0.4 <= f <= 0.9 + 1e-9]
     tri = [p for p in TRITON + GRAPH if p in pols]
     if mid and tri:
-        parts, ok = [], True
+        parts, ok, ceil = [], True, []
+        t1l = res.get("t1_lazy_ms") or math.nan
         for f in mid:
             best = min(tri, key=lambda p: by[(p, f)]["avg_ms"])
             ratio = by[(best, f)]["avg_ms"] / by[("lazy", f)]["avg_ms"]
             ok &= ratio >= 2.0
             parts.append(f"{f:.0%}: {ratio:.2f}x vs {best}")
+            ceil.append((by[(best, f)]["avg_ms"] / t1l, f))
         what = "graph-batching config (graph:0/5/20 in the backend)" if tri[0] in GRAPH else \
             "Triton dynamic-batcher config"
         lines.append(f"Average latency, best {what} / lazy (goal >= 2x at 40-90% load): "
                      + ", ".join(parts) + f" -> {'met' if ok else 'NOT met'}.")
+        if not ok and all(not math.isnan(c) for c, _ in ceil):
+            # lazy serves no request faster than it serves it alone (batching makes a step cheaper per sample,
+            # never shorter), so best baseline / t1_lazy bounds the ratio any scheduler in this backend can reach
+            reach = all(c >= 2.0 for c, _ in ceil)
+            whole = "" if kind in SEQ2SEQ_KINDS else (
+                f"; with no per-stage cost at all (t1 of the whole graph, {res['t1_ms']:.1f} ms) it would be "
+                + ", ".join(f"{f:.0%}: {c * t1l / res['t1_ms']:.2f}x" for c, f in ceil))
+            lines.append(f"Ceiling of that ratio: lazy answers no request faster than it serves it alone (t1 lazy "
+                         f"{t1l:.1f} ms; batching makes a step cheaper per sample, not shorter), so best baseline "
+                         f"average / t1 lazy bounds it: " + ", ".join(f"{f:.0%}: {c:.2f}x" for c, f in ceil) + whole
+                         + (" -> the 2x goal is out of reach at these loads on this machine: the best baseline's "
+                            "average is under twice the time lazy needs for a request alone." if not reach else
+                            " -> within reach."))
+        over = [f for f in loads if f > 1.0 + 1e-9]
+        if over:
+            lines.append("Beyond mu (the paper's regime: its loads are several times the batch-1 rate), best "
+                         f"{what.split(' (')[0]} / lazy: "
+                         + ", ".join(f"{f:.0%}: {by[(b, f)]['avg_ms'] / by[('lazy', f)]['avg_ms']:.2f}x vs {b}"
+                                     for f in over for b in [min(tri, key=lambda p, f=f: by[(p, f)]['avg_ms'])])
+                         + " (reported, not a goal of the issue).")
     lowest, missed = 0, []
     for f in loads:
         v = {p: by[(p, f)]["violation"][key] for p in pols}
@@ -482,7 +528,8 @@ def why(res: dict, st: Settings) -> list[str]:
                    f"{fmt(res['t1_lazy_ms'], '.2f')} ms against {res['t1_ms']:.2f} ms "
                    + ("under serial (the same requests)." if res["model"] in SEQ2SEQ_KINDS else
                       "for the whole graph in one onnxruntime call under Triton."))
-    if "time_scale" in res and res["model"] not in SEQ2SEQ_KINDS:  # the seq2seq runtime does not calibrate
+    # results taken before the seq2seq runtime calibrated keep the initial 1.0: nothing to say about them
+    if "time_scale" in res and not (res["model"] in SEQ2SEQ_KINDS and res["time_scale"] == 1.0):
         out.append(f"Stages ran {res['time_scale']:.2f}x the latency table's time at the end of the run (moving "
                    f"average; the table is profiled once, alone, before serving, and the machine's background load "
                    f"differs between then and now): the backend passes this factor to the slack predictor "
@@ -661,7 +708,10 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
          f"perf_analyzer 2.41 (from the tritonclient 2.41.0 wheel), numpy {meta['numpy']}, lazybatch commit "
          f"`{meta['commit']}`.",
          f"- Method: per model one tritonserver; loads {', '.join(f'{f:.0%}' for f in st.loads)} of the batch-1 "
-         f"service rate; {st.duration:g} s of open-loop Poisson load per policy and load (light loads stretched up to "
+         f"service rate"
+         + (f" (models whose profile shows batching pays also at {', '.join(f'{f:.0%}' for f in st.overload_loads)}"
+            ", for their peak throughput)" if st.overload_loads else "")
+         + f"; {st.duration:g} s of open-loop Poisson load per policy and load (light loads stretched up to "
          f"{2 * st.duration:g} s to hold about {st.min_requests} requests), in {st.slices} slices in which the "
          f"policies take turns; perf_analyzer at {', '.join(f'{f:.0%}' for f in st.perf_loads) or '-'}"
          f". SLA targets {', '.join(f'{m:g}x' for m in st.sla_multiples)} the model's single-request latency; lazy "
@@ -754,7 +804,7 @@ def plot_model(res: dict, path: Path, st: Settings) -> None:
         return
     key = f"{st.sched_sla_multiple:g}x"
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
-    pols = [p for p in POLICY_ORDER if any(c["policy"] == p for c in res["cells"])]
+    pols = [p for p in ROW_ORDER if any(c["policy"] == p for c in res["cells"])]
     for p in pols:
         cs = sorted((c for c in res["cells"] if c["policy"] == p), key=lambda c: c["load"])
         x = [c["load"] * 100 for c in cs]
@@ -827,6 +877,8 @@ def main(argv: list[str] | None = None) -> int:
                     "(default mlp,bert,resnet50,gnmt; --quick: tiny)")
     ap.add_argument("--loads", default=None, help="load fractions of the batch-1 service rate "
                     "(default 0.1,0.4,0.7,0.9,1.2,1.5; --quick: 0.3,0.9)")
+    ap.add_argument("--overload-loads", default=None, help="further loads for models whose profile shows "
+                    "batching pays (gain >= 2x), for their peak throughput (default 2,3; --quick and '': none)")
     ap.add_argument("--perf-loads", default=None, help="fractions driven by perf_analyzer too (default 0.4,0.9; "
                     "--quick: 0.9; '' for none)")
     ap.add_argument("--duration", type=float, default=None, help="seconds of load per policy and load "
@@ -868,8 +920,9 @@ def main(argv: list[str] | None = None) -> int:
         policies = [p for p in POLICY_ORDER if p in policies]
         loads = parse_list(args.loads or ("0.3,0.9" if q else "0.1,0.4,0.7,0.9,1.2,1.5"))
         perf_loads = parse_list(args.perf_loads if args.perf_loads is not None else ("0.9" if q else "0.4,0.9"))
-        if any(f <= 0 for f in loads + perf_loads):
-            raise ConfigError("--loads/--perf-loads: fractions must be > 0")
+        overload = parse_list(args.overload_loads if args.overload_loads is not None else ("" if q else "2,3"))
+        if any(f <= 0 for f in loads + perf_loads + overload):
+            raise ConfigError("--loads/--perf-loads/--overload-loads: fractions must be > 0")
     except ValueError as e:
         raise SystemExit(f"bench_regimes: error: {e}") from None
     except ConfigError as e:
@@ -882,7 +935,7 @@ def main(argv: list[str] | None = None) -> int:
                   perf_measurement_ms=args.perf_measurement_ms or (1000 if q else 2500),
                   sla_multiples=parse_list(args.sla_multiples), sched_sla_multiple=args.sched_sla_multiple,
                   policies=policies, out=out, seed=args.seed, reprofile=not args.reuse_profile,
-                  seq2seq_duration=args.seq2seq_duration or (2.0 if q else 30.0))
+                  seq2seq_duration=args.seq2seq_duration or (2.0 if q else 30.0), overload_loads=tuple(overload))
     page = Path(args.page or (out / "regimes.md" if q else ROOT / "docs" / "results" / "regimes.md"))
     img_dir = Path(args.img_dir or (out / "img" if q else ROOT / "docs" / "img"))
     data_copy = Path(args.data) if args.data else (None if q else ROOT / "docs" / "data" / "regimes.json")

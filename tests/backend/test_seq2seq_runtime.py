@@ -178,3 +178,35 @@ def test_injected_fault_and_batch_log(split):
     assert {spec.dec_first, spec.dec_last} <= stages_logged
     assert all(b >= 1 and t >= 0 for _, b, t in logged)
     assert len(logged) == rt.stats.stage_runs
+
+
+@pytest.mark.parametrize("factor, expect_above", [(0.05, True), (50.0, False)])
+def test_runtime_calibrates_time_scale(split, factor, expect_above):
+    """Like the base runtime, the seq2seq loop tells the slack predictor how far the latency table is off
+    (measured / table stage time), so that a table profiled alone does not make lazy admit work it cannot finish."""
+    from lazybatch.batcher.latency_table import LatencyTable
+
+    kind, runner, spec, table, ref = split
+    off = LatencyTable(table.graph, table.batch_sizes, [[v * factor for v in row] for row in table.measured],
+                       meta=table.meta)
+    info = Seq2SeqInfo(spec.max_source_length, spec.max_length, spec.vocab_size)
+    pol = build_policy(parse_policy("lazy"), spec, off, max_batch_size=8, dec_timesteps=None, coverage=0.9)
+    n, answers, done = 6, {}, threading.Event()
+
+    def respond(handle, outputs, status, error):
+        answers[handle] = error
+        if len(answers) == n:
+            done.set()
+
+    rt = Seq2SeqRuntime(runner, off, pol, respond, spec=spec)
+    rng = np.random.default_rng(7)
+    for k in range(n):
+        assert rt.submit(k, make_request(rng, info, 3, 4, batch=1, ignore_eos=True), 1, RequestOptions()) is None
+    assert done.wait(60)
+    rt.close()
+    assert all(err is None for err in answers.values())
+    assert pol.time_scale == rt.stats.time_scale
+    if expect_above:  # the table says 20x faster than the stages ran
+        assert pol.time_scale > 3.0
+    else:  # the table says 50x slower: the scale falls towards its floor
+        assert pol.time_scale < 0.8

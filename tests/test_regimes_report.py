@@ -1,0 +1,75 @@
+"""The goal verdicts bench_regimes.py writes on the results page, on synthetic cells (no server).
+
+The page's claims are computed from the cells; these check that a verdict can come out either way and that the
+ceiling and capacity figures are the arithmetic the page says they are.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_regimes", ROOT / "benchmarks" / "bench_regimes.py")
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules["bench_regimes"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _cell(policy: str, load: float, avg: float, thr: float, sent: float, viol: float = 0.0) -> dict:
+    return {"policy": policy, "load": load, "avg_ms": avg, "throughput": thr, "send_rate": sent, "rate": sent,
+            "violation": {"5x": viol}}
+
+
+def _res(regime: str, cells: list[dict], t1_lazy: float = 10.0, t1: float = 8.0) -> dict:
+    return {"model": "m", "cells": cells, "sched_multiple": 5.0, "t1_ms": t1, "t1_lazy_ms": t1_lazy, "mu": 100.0,
+            "max_batch_size": 8, "scaling": {"regime": regime, "batch_sizes": [1, 2], "whole_ms": [10.0, 19.0]}}
+
+
+def test_latency_ceiling_says_when_2x_is_out_of_reach(bench):
+    cells = []
+    for f, tri in ((0.4, 15.0), (0.9, 18.0)):  # the best Triton config waits less than 2x t1_lazy (10 ms)
+        cells += [_cell("lazy", f, 12.0, f * 100, f * 100), _cell("serial", f, 20.0, f * 100, f * 100),
+                  _cell("triton_0us", f, tri, f * 100, f * 100)]
+    cells += [_cell("lazy", 2.0, 20.0, 200, 200), _cell("serial", 2.0, 900.0, 110, 200),
+              _cell("triton_0us", 2.0, 50.0, 200, 200)]
+    lines = bench.goals(_res("batching pays", cells))
+    text = "\n".join(lines)
+    assert "40%: 1.25x vs triton_0us, 90%: 1.50x vs triton_0us -> NOT met" in text
+    assert "bounds it: 40%: 1.50x, 90%: 1.80x" in text and "out of reach" in text
+    # without per-stage cost the bound scales by t1_lazy / t1
+    assert "40%: 1.88x, 90%: 2.25x" in text
+    assert "200%: 2.50x vs triton_0us" in text  # beyond mu, reported
+    assert "ratio 1.82x (goal >= 1.2x) -> met" in text
+
+
+def test_latency_goal_met_prints_no_ceiling(bench):
+    cells = []
+    for f in (0.4, 0.9):
+        cells += [_cell("lazy", f, 10.0, f * 100, f * 100), _cell("serial", f, 20.0, f * 100, f * 100),
+                  _cell("triton_5000us", f, 25.0, f * 100, f * 100)]
+    text = "\n".join(bench.goals(_res("batching pays", cells)))
+    assert "40%: 2.50x vs triton_5000us, 90%: 2.50x vs triton_5000us -> met" in text
+    assert "Ceiling" not in text
+
+
+def test_no_gain_goal_judges_capacity_where_serial_is_past_it(bench):
+    cells = [_cell("lazy", 0.4, 50.0, 40, 40), _cell("serial", 0.4, 48.0, 40, 40),
+             # past capacity: the queue grows, lazy's average 1.3x serial's, but the capacities differ by 2%
+             _cell("lazy", 1.2, 1300.0, 98, 120), _cell("serial", 1.2, 1000.0, 100, 120)]
+    text = "\n".join(bench.goals(_res("no batching gain", cells)))
+    assert "40%: 1.04, 120%: 1.30 -> goal (<= 1.10 at every load) NOT met on average latency" in text
+    assert "where serial keeps up (40%: 1.04)" in text and "120%: 1.02) -> met" in text
+    # a real capacity loss fails it
+    cells[2] = _cell("lazy", 1.2, 1300.0, 80, 120)
+    text = "\n".join(bench.goals(_res("no batching gain", cells)))
+    assert "120%: 1.25) -> NOT met" in text
