@@ -262,7 +262,9 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
             parts: dict[str, list[LoadResult]] = {p: [] for p in pols}
             counts: dict[str, dict[str, float]] = {p: {} for p in pols}
             for k in range(st.slices):
-                for p in pols:
+                # odd slices take turns in reverse order: no policy always runs first (right after a load change)
+                # or last, so an effect of the position in the rotation falls on all of them alike
+                for p in (pols if k % 2 == 0 else pols[::-1]):
                     m = names[p]
                     bar.set_postfix_str(f"{kind} {f:.0%} {p} ({k + 1}/{st.slices})")
                     tb = triton_stats(http, m)
@@ -693,7 +695,7 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
          "light load to overload, on a real tritonserver.", "",
          "```", meta["command"], "```", "",
          f"- Run: {meta['started']} to {meta['finished']} UTC ({meta['elapsed_min']:.1f} min)."
-         + "".join(f" Models {', '.join(x['models'])} come from a second run on the same machine, "
+         + "".join(f" Models {', '.join(x['models'])} come from a further run on the same machine, "
                    f"{x['started']} to {x['finished']} UTC ({x['elapsed_min']:.1f} min, load average "
                    f"{x['loadavg_before']} / {x['loadavg_after']}, commit `{x['commit']}`): `{x['command']}`; "
                    f"the page was rendered "
@@ -713,7 +715,8 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
             ", for their peak throughput)" if st.overload_loads else "")
          + f"; {st.duration:g} s of open-loop Poisson load per policy and load (light loads stretched up to "
          f"{2 * st.duration:g} s to hold about {st.min_requests} requests), in {st.slices} slices in which the "
-         f"policies take turns; perf_analyzer at {', '.join(f'{f:.0%}' for f in st.perf_loads) or '-'}"
+         f"policies take turns" + (" (in reverse order in every other slice)" if meta.get("alternating") else "")
+         + f"; perf_analyzer at {', '.join(f'{f:.0%}' for f in st.perf_loads) or '-'}"
          f". SLA targets {', '.join(f'{m:g}x' for m in st.sla_multiples)} the model's single-request latency; lazy "
          f"and oracle schedule by {st.sched_sla_multiple:g}x. Policies: "
          + ", ".join(f"`{p}` ({ALL_POLICIES[p]})" for p in st.policies) + "."
@@ -900,7 +903,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--img-dir", default=None, help="plots (default docs/img; --quick: OUT/img)")
     ap.add_argument("--data", default=None, help="copy of the raw results (default docs/data/regimes.json; "
                     "--quick: none)")
-    ap.add_argument("--from-results", default=None, help="render the page again from a results.json, measure nothing")
+    ap.add_argument("--from-results", default=None, help="render the page again from a results.json, measure nothing; "
+                    "A.json,B.json: B's models (a later run) join A's or replace A's results for the same model")
     ap.add_argument("--reuse-profile", action="store_true", help="keep latency tables from an earlier run in --out")
     ap.add_argument("--quiet-machine", action="store_true", help="say on the page that nothing else ran")
     ap.add_argument("--quick", action="store_true", help="smoke test: tiny model, two loads, short windows")
@@ -942,9 +946,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_results:
         files = [Path(f) for f in args.from_results.split(",") if f.strip()]
         saved = json.loads(files[0].read_text())
-        for f in files[1:]:  # further runs (other models): their results join the page, their commands are listed
+        for f in files[1:]:  # further runs: their models join the page or replace the same model's earlier results
             more = json.loads(f.read_text())
-            saved["results"] += [r for r in more["results"] if r["model"] not in {x["model"] for x in saved["results"]}]
+            newer = {r["model"]: r for r in more["results"]}
+            saved["results"] = [newer.pop(r["model"], r) for r in saved["results"]] + list(newer.values())
             saved["meta"].setdefault("extra_runs", []).append(
                 {k: more["meta"].get(k, "?") for k in ("command", "started", "finished", "elapsed_min",
                                                         "loadavg_before", "loadavg_after", "commit")}
@@ -973,6 +978,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(st).items()}
     meta["command"] = "python benchmarks/bench_regimes.py " + " ".join(sys.argv[1:] if argv is None else argv)
     meta["started"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    meta["alternating"] = True  # odd slices reverse the policies' order (runs before this key did not)
     t_start = time.monotonic()
     from tqdm import tqdm
 
