@@ -697,7 +697,9 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
          f"- Run: {meta['started']} to {meta['finished']} UTC ({meta['elapsed_min']:.1f} min)."
          + "".join(f" Models {', '.join(x['models'])} come from a further run on the same machine, "
                    f"{x['started']} to {x['finished']} UTC ({x['elapsed_min']:.1f} min, load average "
-                   f"{x['loadavg_before']} / {x['loadavg_after']}, commit `{x['commit']}`): `{x['command']}`; "
+                   f"{x['loadavg_before']} / {x['loadavg_after']}, commit `{x['commit']}`"
+                   + ("; policies in reverse order in every other slice" if x.get("alternating") else "")
+                   + f"): `{x['command']}`; "
                    f"the page was rendered "
                    f"from both with `--from-results`." for x in meta.get("extra_runs", [])),
          f"- Machine: {meta['cpu']} ({meta['cores']} cores), {meta['platform']}. Load average before / after: "
@@ -953,6 +955,7 @@ def main(argv: list[str] | None = None) -> int:
             saved["meta"].setdefault("extra_runs", []).append(
                 {k: more["meta"].get(k, "?") for k in ("command", "started", "finished", "elapsed_min",
                                                         "loadavg_before", "loadavg_after", "commit")}
+                | {"alternating": more["meta"].get("alternating", False)}
                 | {"models": [r["model"] for r in more["results"]]})
         if "settings" in saved["meta"]:
             st = Settings(**(saved["meta"]["settings"] | {"out": Path(saved["meta"]["settings"]["out"])}))
