@@ -402,6 +402,16 @@ def fmt(v: Any, spec: str = ".1f") -> str:
     return format(v, spec)
 
 
+def keeps_up(cell: dict) -> bool:
+    """The policy served what the client sent in this cell (below 95% it was past its capacity)."""
+    return cell["throughput"] >= 0.95 * cell["send_rate"]
+
+
+def best_of(by: dict, policies: list[str], load: float) -> str:
+    """The policy with the lowest average latency at this load."""
+    return min(policies, key=lambda p: by[(p, load)]["avg_ms"])
+
+
 def goals(res: dict) -> list[str]:
     """The issue's goals, evaluated on this run's figures (lazybatch load driver, scheduling SLA)."""
     kind = res["model"]
@@ -431,13 +441,13 @@ def goals(res: dict) -> list[str]:
                         "are mostly this machine's run-to-run noise)" if cap == 1 else "") + ".")
         # Past capacity an average latency is not a property of the policy: the queue grows for the whole cell, so
         # it measures the cell's length times the capacity shortfall. There the steady-state figure is capacity.
-        past = [f for f in loads if by[("serial", f)]["throughput"] < 0.95 * by[("serial", f)]["send_rate"]]
+        past = [f for f in loads if not keeps_up(by[("serial", f)])]
         kept = [(r, f) for r, f in worst if f not in past]
         if past:
             cap_ratio = [(by[("serial", f)]["throughput"] / by[("lazy", f)]["throughput"], f) for f in past]
             ok2 = all(r <= 1.1 for r, _ in kept) and all(r <= 1.1 for r, _ in cap_ratio)
             lines.append("The same goal judged where each figure is defined: average latency where serial keeps "
-                         "up (" + (", ".join(f"{f:.0%}: {r:.2f}" for r, f in worst if f not in past) or "no load")
+                         "up (" + (", ".join(f"{f:.0%}: {r:.2f}" for r, f in kept) or "no load")
                          + "), capacity where serial is past it (its throughput below 95% of the rate sent; "
                          "serial's / lazy's throughput: " + ", ".join(f"{f:.0%}: {r:.2f}" for r, f in cap_ratio)
                          + f") -> {'met' if ok2 else 'NOT met'}.")
@@ -448,7 +458,7 @@ def goals(res: dict) -> list[str]:
         parts, ok, ceil = [], True, []
         t1l = res.get("t1_lazy_ms") or math.nan
         for f in mid:
-            best = min(tri, key=lambda p: by[(p, f)]["avg_ms"])
+            best = best_of(by, tri, f)
             ratio = by[(best, f)]["avg_ms"] / by[("lazy", f)]["avg_ms"]
             ok &= ratio >= 2.0
             parts.append(f"{f:.0%}: {ratio:.2f}x vs {best}")
@@ -475,7 +485,7 @@ def goals(res: dict) -> list[str]:
             lines.append("Beyond mu (the paper's regime: its loads are several times the batch-1 rate), best "
                          f"{what.split(' (')[0]} / lazy: "
                          + ", ".join(f"{f:.0%}: {by[(b, f)]['avg_ms'] / by[('lazy', f)]['avg_ms']:.2f}x vs {b}"
-                                     for f in over for b in [min(tri, key=lambda p, f=f: by[(p, f)]['avg_ms'])])
+                                     for f, b in ((f, best_of(by, tri, f)) for f in over))
                          + " (reported, not a goal of the issue).")
     lowest, missed = 0, []
     for f in loads:
@@ -542,8 +552,7 @@ def why(res: dict, st: Settings) -> list[str]:
                    + (": lazy runs requests one at a time in arrival order, like "
                    "serial, so the two differ by per-request overhead and noise only." if cap == 1 else "."))
     if sc["regime"] == "no batching gain" and {"lazy", "serial"} <= pols:
-        kept = [f for f in loads if min(by[(p, f)]["throughput"] / by[(p, f)]["send_rate"] for p in ("lazy", "serial"))
-                >= 0.95]
+        kept = [f for f in loads if keeps_up(by[("lazy", f)]) and keeps_up(by[("serial", f)])]
         sat = [f for f in loads if f not in kept]
         if sat:
             out.append("Where lazy and serial both keep up with the offered rate ("

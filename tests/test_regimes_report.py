@@ -6,23 +6,14 @@ ceiling and capacity figures are the arithmetic the page says they are.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.benchhelpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_regimes", ROOT / "benchmarks" / "bench_regimes.py")
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules["bench_regimes"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_regimes")
 
 
 def _cell(policy: str, load: float, avg: float, thr: float, sent: float, viol: float = 0.0) -> dict:

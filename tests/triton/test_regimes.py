@@ -6,31 +6,21 @@ the server's, the backend's statistics add up, and the page's tables are well fo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchhelpers import load_benchmark
+
 POLICIES = ["lazy", "serial", "triton_0us", "monitor"]
-
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_regimes", ROOT / "benchmarks" / "bench_regimes.py")
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules["bench_regimes"] = mod  # its dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
     out = tmp_path_factory.mktemp("regimes")
-    bench = _load_bench()
+    bench = load_benchmark("bench_regimes")
     rc = bench.main(["--quick", "--models", "tiny", "--loads", "0.3", "--perf-loads", "0.3", "--duration", "1.5",
                      "--perf-measurement-ms", "500", "--policies", ",".join(POLICIES), "--out", str(out),
                      "--page", str(out / "page.md"), "--img-dir", str(out / "img")])
