@@ -252,7 +252,9 @@ class TritonPythonModel:
             return
         try:
             self._stats_path.parent.mkdir(parents=True, exist_ok=True)
-            data = {"model": self.settings.name, "policy": self.settings.policy, **runtime.stats.as_dict(),
+            data = {"model": self.settings.name, "policy": self.settings.policy,
+                    "scheduler": runtime.policy.describe(),  # with what it made of the table, e.g. its batch cap
+                    **runtime.stats.as_dict(),
                     # the scheduler's decision counts: dispatch, preempt, merge, split, reject
                     "decisions": dict(runtime.scheduler.log.counts)}
             if hasattr(runtime.runner, "npu_stats"):

@@ -37,6 +37,18 @@ def test_useful_batch_size_follows_the_marginal_cost():
     assert useful_batch_size(noisy, 8, min_gain=0.1) == 4  # what the first threshold made of it
 
 
+def test_useful_batch_size_skips_an_isolated_slow_profile_run():
+    """The small GNMT's whole program as CI's busy machine profiled it (ms at 1, 2, 4, 8; median of 2 runs): one
+    stalled run at batch 2 must not cap a model whose batches are nearly free at 1 (it did, and lazy never merged)."""
+    g = ModelGraph("s", [("a", StageType.STATIC)])
+    spiky = LatencyTable(g, SIZES, [[0.113e-3, 0.236e-3, 0.134e-3, 0.122e-3]])
+    assert useful_batch_size(spiky, 8) == 8
+    # a spike in the middle is measured past too: 8 against 2, the last size accepted
+    assert useful_batch_size(LatencyTable(g, SIZES, [[1.0, 1.1, 3.0, 1.6]]), 8) == 8
+    # but where every size past the knee costs a run per sample, the cap stays at the knee
+    assert useful_batch_size(LatencyTable(g, SIZES, [[1.0, 1.1, 3.0, 7.0]]), 8) == 2
+
+
 def _run(policy, tbl: LatencyTable, arrivals: np.ndarray, sla: float) -> tuple[list[Request], Simulation]:
     reqs = [Request(i, float(t), sla=sla) for i, t in enumerate(arrivals)]
     sim = Simulation(tbl, policy)

@@ -70,19 +70,25 @@ DEFAULT_MIN_BATCH_GAIN = 0.2
 
 
 def useful_batch_size(table: LatencyTable, max_batch_size: int, min_gain: float = DEFAULT_MIN_BATCH_GAIN) -> int:
-    """The largest batch size worth forming: walking up the measured sizes, stop where one more sample costs at
-    least ``(1 - min_gain)`` of a batch-1 run of the whole program (the marginal cost between measured sizes)."""
+    """The largest batch size worth forming: walking up the measured sizes, a size is worth it when each sample it
+    adds over the largest size accepted so far costs less than ``(1 - min_gain)`` of a batch-1 run of the whole
+    program (the marginal cost between measured sizes).
+
+    Why not stop at the first size that fails: a profile is a few timed runs, and on a busy machine one of them can
+    stall. For a model whose stages take microseconds (batching nearly free) one slow run at batch 2 looked like
+    "batch 2 costs two runs" and capped the model at 1, for good. Measuring each later size against the last one
+    accepted skips such an isolated spike, and still stops where the cost really turns linear (a knee, or a
+    compute-bound model whose every size costs about a run per sample)."""
     t1 = sum(table.single)
     if t1 <= 0.0 or min_gain <= 0.0:
         return max_batch_size
     whole = [sum(row[b] for row in table.dense) for b in range(len(table.dense[0]))]
-    cap, prev = 1, 1
+    cap = 1
     for b in table.batch_sizes[1:]:
         if b > max_batch_size:
             break
-        if (whole[b] - whole[prev]) / (b - prev) >= (1.0 - min_gain) * t1:
-            break
-        cap, prev = b, b
+        if (whole[b] - whole[cap]) / (b - cap) < (1.0 - min_gain) * t1:
+            cap = b
     return cap
 
 

@@ -161,7 +161,7 @@ def test_concurrent_requests_match_reference_runner(s2s, kind, policy):
     after = s2s.stats(model)
     assert after["answered"].get("OK", 0) - before.get("answered", {}).get("OK", 0) == 36
     if policy != "serial":
-        assert max(int(b) for b in after["batch_hist"]) > 1, after["batch_hist"]
+        assert max(int(b) for b in after["batch_hist"]) > 1, (after["scheduler"], after["batch_hist"])
     else:
         assert set(after["batch_hist"]) == {"1"}
     if policy == "graph":
@@ -202,7 +202,7 @@ def test_decoder_steps_at_different_timesteps_share_a_batch(s2s, kind):
     finally:
         for c in clients:
             c.close()
-    assert mixed > 0, stats
+    assert mixed > 0, (stats["scheduler"], stats["batch_hist"])
     assert stats["max_timestep_spread"] >= 1
 
 
