@@ -92,7 +92,7 @@ def s2s(tmp_path_factory: pytest.TempPathFactory) -> Seq2SeqServed:
         split_model(root / f"{kind}.onnx", stages)
         table = None
         for pol, spec in POLICIES.items():
-        # profiled as the median of 3 runs: one stalled run on a busy machine is dropped
+            # profiled as the median of 3 runs: one stalled run on a busy machine is dropped
             add_model(None, repo, name=f"{kind}_{pol}", policy=spec, sla_ms=2000, max_batch_size=MAX_BATCH,
                       stages=stages, latency_table=table, profile_reps=3, execution_provider="cpu",
                       intra_op_threads=1)
