@@ -43,6 +43,9 @@ PARAMETERS = {
     "inplace_residuals": "true (default): residual stages write their output over their shortcut input, as "
                          "onnxruntime does in the whole graph (docs/onnx.md); false: plain session.run",
     "cancel_poll_ms": "how often held requests are polled for client cancellation (default 50 ms)",
+    "fuse_stages": "auto (default): lazy and oracle run each request through the whole graph in one onnxruntime "
+                   "call where their batch cap is 1 (batching buys nothing, so no boundary is ever used) | true: "
+                   "every scheduler policy runs whole passes | false: always stage by stage (backend/fusion.py)",
     # seq2seq models: written by `lazybatch repo add` for clients, checked against the stage manifest at load
     "max_source_length": "seq2seq: most source tokens a request may send",
     "max_output_length": "seq2seq: most tokens the decoder generates per sequence",
@@ -163,6 +166,7 @@ class BackendSettings:
     cancel_poll_ms: float
     use_per_session_threads: bool = False
     inplace_residuals: bool = True
+    fuse_stages: str = "auto"
     max_queue_size: int = 0
     timeout_action: str = "DELAY"
     metrics: bool = True
@@ -224,8 +228,16 @@ class BackendSettings:
             cancel_poll_ms=float(_number(_param(cfg, "cancel_poll_ms"), "cancel_poll_ms") or DEFAULT_CANCEL_POLL_MS),
             use_per_session_threads=_bool(_param(cfg, "use_per_session_threads"), "use_per_session_threads"),
             inplace_residuals=_bool(_param(cfg, "inplace_residuals", "true"), "inplace_residuals"),
+            fuse_stages=_fuse_mode(_param(cfg, "fuse_stages", "auto")),
             **_production_settings(cfg),
         )
+
+
+def _fuse_mode(text: str | None) -> str:
+    mode = (text or "auto").strip().lower()
+    if mode not in ("auto", "true", "false"):
+        raise ConfigError(f"fuse_stages must be auto, true or false, got {text!r}", field="parameters.fuse_stages")
+    return mode
 
 
 def _production_settings(cfg: Any) -> dict[str, Any]:

@@ -132,6 +132,7 @@ class TritonPythonModel:
         self.runtime = None
         self.session = None
         self.seq2seq: Any = None  # a seq2seq.Seq2SeqSpec for encoder-decoder models
+        self.fused: str | None = None  # why the stages run as one whole-graph pass (fuse_stages), if they do
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
         self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
         self._batch_log = BatchLog(Path(stats_dir) / f"{s.name}.batches.csv") if stats_dir else None
@@ -176,14 +177,33 @@ class TritonPythonModel:
         else:
             check_against_manifest(s, runner.manifest.inputs, runner.manifest.outputs)
             table = load_table(s, runner)
-            runner, table = maybe_wrap(cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (issue 5)
             policy = spec.build(max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size)
+            runner, table = self._maybe_fuse(cfg, policy, runner, table)
+            runner, table = maybe_wrap(cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (issue 5)
             runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
         self.runtime = runtime_cls(runner, table, policy, self._respond, is_cancelled=self._is_cancelled,
                                    cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
                                    on_idle=self._write_stats,
                                    on_batch=self._batch_log.record if self._batch_log else None)
         self._configure_production(self.runtime)
+
+    def _maybe_fuse(self, cfg: Any, policy: Any, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any]:
+        """Whole passes where no stage boundary would be used (backend/fusion.py); the NPU executor times stages
+        from their table rows and keeps them."""
+        from .fusion import fuse, fuse_reason
+
+        s = self.settings
+        executor = cfg.parameters["executor"].string_value.lower() if "executor" in cfg.parameters else ""
+        reason = fuse_reason(s.fuse_stages, policy, table) if executor != "npu" else None
+        if reason is None:
+            return runner, table
+        done = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,
+                    intra_op_threads=s.intra_op_threads, name=s.name)
+        if done is None:
+            return runner, table
+        self.fused = f"{table.graph.n} stages run as one whole-graph pass ({reason})"
+        print(f"lazybatch: {s.name}: {self.fused}", file=sys.stderr)
+        return done
 
     def _configure_production(self, runtime: Any) -> None:
         """Admission control, metrics and fault injection (docs/operations.md), set before any request arrives
@@ -254,6 +274,7 @@ class TritonPythonModel:
             self._stats_path.parent.mkdir(parents=True, exist_ok=True)
             data = {"model": self.settings.name, "policy": self.settings.policy,
                     "scheduler": runtime.policy.describe(),  # with what it made of the table, e.g. its batch cap
+                    "fused": self.fused,
                     **runtime.stats.as_dict(),
                     # the scheduler's decision counts: dispatch, preempt, merge, split, reject
                     "decisions": dict(runtime.scheduler.log.counts)}

@@ -202,9 +202,9 @@ class StageRunner:
     """
 
     def __init__(self, stage_dir: str | Path, *, execution_provider: str = "auto", intra_op_threads: int = 0,
-                 inplace_residuals: bool = True) -> None:
+                 inplace_residuals: bool = True, manifest: Manifest | None = None) -> None:
         self.dir = Path(stage_dir)
-        self.manifest = load_manifest(self.dir)
+        self.manifest = manifest if manifest is not None else load_manifest(self.dir)  # given: fusion.py
         from lazybatch.onnx_tools.ort_optimize import check_host  # stages split for another CPU: refuse, not misrun
         check_host(self.manifest.raw, f"the stages in {self.dir}")
         self.providers = available_providers(execution_provider)

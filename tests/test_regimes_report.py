@@ -6,6 +6,8 @@ ceiling and capacity figures are the arithmetic the page says they are.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from tests.benchhelpers import load_benchmark
@@ -64,3 +66,21 @@ def test_no_gain_goal_judges_capacity_where_serial_is_past_it(bench):
     cells[2] = _cell("lazy", 1.2, 1300.0, 80, 120)
     text = "\n".join(bench.goals(_res("no batching gain", cells)))
     assert "120%: 1.25) -> NOT met" in text
+
+
+def test_batch_cap_matches_the_policy_rule_and_fused_lazy_is_named(bench):
+    from lazybatch.batcher import LatencyTable, ModelGraph, StageType
+    from lazybatch.batcher.policies.lazy import useful_batch_size
+
+    g = ModelGraph("s", [("a", StageType.STATIC)])
+    for whole in ([10.0, 19.0, 37.0, 75.0], [10.0, 21.0, 12.0, 13.0], [10.0, 11.0, 30.0, 70.0]):
+        sc = {"batch_sizes": [1, 2, 4, 8], "whole_ms": whole}
+        assert bench.batch_cap(sc, 8) == useful_batch_size(LatencyTable(g, [1, 2, 4, 8], [whole]), 8), whole
+    res = _res("no batching gain", [_cell("lazy", 0.4, 40.0, 40, 40), _cell("serial", 0.4, 48.0, 40, 40)])
+    res["cells"][0]["overhead_per_stage_ms"] = 0.2
+    res["stages"] = 20
+    res["lazy_fused"] = "20 stages run as one whole-graph pass (fuse_stages: auto, ...)"
+    text = "\n".join(bench.why(res, SimpleNamespace(sched_sla_multiple=5.0)))
+    assert "median 0.200 ms per whole-graph pass" in text  # not 0.2 x 20 stages
+    assert "runs each request through the whole graph" in text
+    assert "lazy ran whole passes, serial stage by stage" in "\n".join(bench.goals(res))

@@ -250,6 +250,10 @@ def test_burst_at_5x_capacity_then_normal_load(prod):
     assert delta(text, "lazybatch_rejected_total") == rejected
     assert delta(text, "lazybatch_decisions_total", kind="reject") == rejected
     assert metric_total(text, "lazybatch_queue_samples", model=model) == 0
+    # batching does not pay on this model: lazy's batch cap is 1 and it ran every request through the whole graph
+    # in one pass (fuse_stages: auto), which the per-stage metrics show as the one stage whole_graph
+    assert delta(text, "lazybatch_stage_batch_size_sum", stage="whole_graph") == ok
+    assert metric_total(text, "lazybatch_stage_batch_size_sum", model=model, stage="stage_000") == 0
     assert MAX_BATCH == 8
 
 

@@ -1,0 +1,96 @@
+"""Whole passes where stage boundaries buy nothing (config parameter ``fuse_stages``).
+
+A stage boundary is where LazyBatching preempts and merges; it is also a cost: a session call, tensors split per
+request and joined again, and the cross-layer fusions onnxruntime cannot do across files (ResNet-50 on this CPU:
+50 ms staged against 41 ms as one graph). Where the latency table says batching buys nothing, lazy's batch cap is 1
+(``useful_batch_size``): it never forms a sub-batch, so it never preempts (a newcomer may only preempt as many
+requests as can later merge with the preempted sub-batch: none) and never merges. The boundaries then only cost, and
+``fuse_stages: auto`` runs each request through the whole graph in one onnxruntime call, as Triton would.
+
+- ``auto`` (default): lazy and oracle fuse when their batch cap is 1. Serial and graph batching stay stage by stage:
+  they are the layer-wise baselines of the papers' comparisons.
+- ``true``: any scheduler policy runs whole passes (no preemption or regrouping inside a pass).
+- ``false``: always stage by stage.
+
+The fused model is the whole graph the stages were split from (``whole_graph_model``, ``model.onnx``). At load it
+must have the stages' inputs and outputs and give their result on a sample batch; if it does not, the model is
+served stage by stage and the log says why (a user who replaced one file without the other loses nothing).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lazybatch.batcher.errors import ConfigError
+from lazybatch.batcher.graph import ModelGraph, Stage, StageType
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.policies.lazy import LazyBatching, useful_batch_size
+
+from .stages import Manifest, StageInput, StageRunner, StageSpec
+
+FUSE_MODES = ("auto", "true", "false")
+FUSED_STAGE = "whole_graph"
+
+
+def fuse_reason(mode: str, policy: Any, table: LatencyTable) -> str | None:
+    """Why this model should run whole passes, or None where stage boundaries are (or may be) of use."""
+    if mode == "false":
+        return None
+    if mode == "true":
+        return "fuse_stages: true"
+    if isinstance(policy, LazyBatching) and useful_batch_size(table, policy.max_batch_size,
+                                                              policy.min_batch_gain) == 1:
+        return (f"fuse_stages: auto, {policy.name}'s batch cap is 1 (one more sample costs at least "
+                f"{1 - policy.min_batch_gain:.0%} of a batch-1 run): no sub-batch to preempt or merge")
+    return None
+
+
+def fused_manifest(manifest: Manifest, whole_model: Path) -> Manifest:
+    """One stage: the whole graph, from the model inputs to the model outputs."""
+    stage = StageSpec(0, FUSED_STAGE, str(whole_model.resolve()), StageType.STATIC,
+                      [StageInput(t.name, None) for t in manifest.inputs], [o.name for o in manifest.outputs])
+    return Manifest(manifest.model, manifest.inputs, manifest.outputs, [stage], manifest.source,
+                    {k: v for k, v in manifest.raw.items() if k not in ("inplace", "stages")})
+
+
+def fused_table(table: LatencyTable) -> LatencyTable:
+    """The stages' times summed per batch size: an upper bound of the fused pass (the backend's time_scale
+    calibration brings it to what the fused pass really takes after a few runs)."""
+    graph = ModelGraph(table.graph.name, [Stage(0, FUSED_STAGE, StageType.STATIC)])
+    rows = [[sum(table.dense[s][b] for s in range(table.graph.n)) for b in table.batch_sizes]]
+    return LatencyTable(graph, table.batch_sizes, rows, provenance=f"{table.provenance}; stages summed (fused)",
+                        meta=dict(table.meta, fused_from_stages=table.graph.n))
+
+
+def fuse(runner: StageRunner, table: LatencyTable, whole_model: Path, *, execution_provider: str,
+         intra_op_threads: int, name: str, rtol: float = 1e-3, atol: float = 1e-4) -> tuple[StageRunner, LatencyTable] | None:
+    """The whole-graph runner and its one-row table, or None (with a log line) where the whole graph cannot stand in
+    for the stages."""
+    if not whole_model.exists():
+        print(f"lazybatch: {name}: fuse_stages wanted, but there is no whole graph at {whole_model}; serving stage "
+              "by stage", file=sys.stderr)
+        return None
+    try:
+        fused = StageRunner(runner.dir, manifest=fused_manifest(runner.manifest, whole_model),
+                            execution_provider=execution_provider, intra_op_threads=intra_op_threads,
+                            inplace_residuals=False)
+        sample = runner.sample_inputs(2, seed=7)
+        want = runner.run_all(sample)
+        got = fused.run_all(sample)
+    except ConfigError as e:
+        print(f"lazybatch: {name}: the whole graph cannot stand in for the stages ({e}); serving stage by stage",
+              file=sys.stderr)
+        return None
+    for o in runner.output_names:
+        a, b = np.asarray(want[o]), np.asarray(got[o])
+        same = a.shape == b.shape and (np.array_equal(a, b) if a.dtype.kind not in "fc" else
+                                       np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
+        if not same:
+            print(f"lazybatch: {name}: {whole_model} does not give the stages' result for output {o!r} on a sample "
+                  "batch; serving stage by stage", file=sys.stderr)
+            return None
+    return fused, fused_table(table)
