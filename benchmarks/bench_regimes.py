@@ -576,8 +576,12 @@ def why(res: dict, st: Settings) -> list[str]:
                        "throughput lazy / serial (req/s): "
                        + ", ".join(f"{f:.0%}: {by[('lazy', f)]['throughput']:.1f}/{by[('serial', f)]['throughput']:.1f}"
                                    for f in sat)
-                       + ". A few percent of capacity, which is what the shared cores' drift between turns amounts "
-                       "to, becomes tens of percent of queueing delay, in either direction.")
+                       + (f". lazy's whole-graph passes give it the higher capacity (alone: lazy "
+                          f"{fmt(res['t1_lazy_ms'], '.1f')} ms, serial {fmt(res.get('t1_serial_ms'), '.1f')} ms per "
+                          f"request), and at capacity a capacity gap becomes a much larger gap in queueing delay."
+                          if res.get("lazy_fused") else
+                          ". A few percent of capacity, which is what the shared cores' drift between turns amounts "
+                          "to, becomes tens of percent of queueing delay, in either direction."))
     if sc["regime"] != "no batching gain" and "triton_0us" in pols and "lazy" in pols:
         gaps = [by[("lazy", f)]["avg_ms"] - by[("triton_0us", f)]["avg_ms"] for f in loads]
         out.append("Triton's dynamic batcher at max_queue_delay 0 is work-conserving: it runs whatever queued "
