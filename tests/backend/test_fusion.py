@@ -80,6 +80,14 @@ def test_a_whole_graph_that_differs_from_the_stages_is_not_used(mlp, capsys):
     runner = StageRunner(stages, execution_provider="cpu")
     assert fuse(runner, _table(runner, 0.95), other, execution_provider="cpu", intra_op_threads=1, name="m") is None
     assert "does not give the stages' result" in capsys.readouterr().err
+    import onnx  # the same graph with a fixed batch dimension of 1: it cannot serve batches
+    fixed = onnx.load(str(mlp[0]))
+    for v in (*fixed.graph.input, *fixed.graph.output):
+        v.type.tensor_type.shape.dim[0].dim_value = 1
+    onnx.save(fixed, str(stages.parent / "fixed.onnx"))
+    assert fuse(runner, _table(runner, 0.95), stages.parent / "fixed.onnx", execution_provider="cpu",
+                intra_op_threads=1, name="m") is None
+    assert "cannot stand in for the stages" in capsys.readouterr().err
     missing = stages / "nope.onnx"
     assert fuse(runner, _table(runner, 0.95), missing, execution_provider="cpu", intra_op_threads=1, name="m") is None
     assert "serving stage by stage" in capsys.readouterr().err
