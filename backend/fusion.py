@@ -66,7 +66,8 @@ def fused_table(table: LatencyTable) -> LatencyTable:
 
 
 def fuse(runner: StageRunner, table: LatencyTable, whole_model: Path, *, execution_provider: str,
-         intra_op_threads: int, name: str, rtol: float = 1e-3, atol: float = 1e-4) -> tuple[StageRunner, LatencyTable] | None:
+         intra_op_threads: int, name: str, rtol: float = 1e-3,
+         atol: float = 1e-4) -> tuple[StageRunner, LatencyTable] | None:
     """The whole-graph runner and its one-row table, or None (with a log line) where the whole graph cannot stand in
     for the stages."""
     if not whole_model.exists():
