@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
-from lazybatch.batcher.policies.lazy import DEFAULT_MIN_BATCH_GAIN  # noqa: E402
+from lazybatch.batcher.policies.lazy import DEFAULT_MIN_BATCH_GAIN, useful_batch_size  # noqa: E402
 from lazybatch.client.api import Client  # noqa: E402
 from lazybatch.client.load import LoadResult, run_load, summarize  # noqa: E402
 from lazybatch.repo import ALL_POLICIES, SEQ2SEQ_BASELINES, build_default_repository  # noqa: E402
@@ -515,15 +515,12 @@ def goals(res: dict) -> list[str]:
 
 
 def batch_cap(sc: dict, max_batch: int, min_gain: float = DEFAULT_MIN_BATCH_GAIN) -> int:
-    """lazy's batch cap (batcher.policies.lazy.useful_batch_size) from the whole-program curve on the page."""
-    t1, cap, at = sc["whole_ms"][0], 1, 0
-    for i in range(1, len(sc["batch_sizes"])):
-        b = sc["batch_sizes"][i]
-        if b > max_batch:
-            break
-        if (sc["whole_ms"][i] - sc["whole_ms"][at]) / (b - cap) < (1 - min_gain) * t1:
-            cap, at = b, i
-    return cap
+    """lazy's batch cap, by the policy's own rule (useful_batch_size), from the whole-program curve on the page."""
+    from lazybatch.batcher.graph import ModelGraph, StageType
+
+    whole = [ms * 1e-3 for ms in sc["whole_ms"]]
+    table = LatencyTable(ModelGraph("whole", [("whole", StageType.STATIC)]), sc["batch_sizes"], [whole])
+    return useful_batch_size(table, max_batch, min_gain)
 
 
 def why(res: dict, st: Settings) -> list[str]:
