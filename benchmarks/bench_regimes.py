@@ -50,10 +50,14 @@ from lazybatch.repo import ALL_POLICIES, SEQ2SEQ_BASELINES, build_default_reposi
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
 
 POLICY_ORDER = ["lazy", "oracle", "serial", "triton_0us", "triton_5000us", "triton_20000us", "monitor"]
+# Asked for by name only (--policies): a variant of a policy with one backend knob set (lazybatch/repo.py
+# POLICY_PARAMETERS). A variant is not one of "all policies" in the goals: lazy is not judged against itself.
+VARIANTS = {"lazy_fused": "lazy, fuse_stages: true (whole-graph passes whatever the batch cap)"}
+KNOWN_POLICIES = ["lazy", *VARIANTS, *POLICY_ORDER[1:]]
 GRAPH = ["graph_0ms", "graph_5ms", "graph_20ms"]  # seq2seq: graph batching in the backend instead of Triton's
-ROW_ORDER = POLICY_ORDER + GRAPH
-LAZYBATCH_SCHEDULED = {"lazy", "oracle", "serial", "monitor", *GRAPH}  # run by our scheduler (stats, SLA)
-SLA_AWARE = {"lazy", "oracle"}
+ROW_ORDER = KNOWN_POLICIES + GRAPH
+LAZYBATCH_SCHEDULED = {"lazy", "lazy_fused", "oracle", "serial", "monitor", *GRAPH}  # our scheduler (stats, SLA)
+SLA_AWARE = {"lazy", "lazy_fused", "oracle"}
 TRITON = ["triton_0us", "triton_5000us", "triton_20000us"]
 SEQ2SEQ_KINDS = {"gnmt"}
 DESCRIPTION = {
@@ -205,7 +209,11 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
     out = st.out
     repo = out / "repos" / kind
     pols = [SEQ2SEQ_BASELINES[p][0] if kind in SEQ2SEQ_KINDS and p in SEQ2SEQ_BASELINES else p
-            for p in st.policies]
+            for p in st.policies if not (kind in SEQ2SEQ_KINDS and p == "lazy_fused")]
+    if kind in SEQ2SEQ_KINDS and "lazy_fused" in st.policies:  # the decoder loop needs its steps: never fused
+        bar.write(f"[{kind}] lazy_fused left out: a seq2seq model runs its encoder and decoder steps, never fused")
+        bar.total -= len(st.loads) * st.slices + len(st.perf_loads)
+        bar.refresh()
     policies = {k: ALL_POLICIES[k] for k in pols}
     build_default_repository(repo, kind=kind, work=out / "build" / kind, policies=policies,
                              reprofile=st.reprofile, log=lambda m: bar.write(f"[{kind}] {m}"))
@@ -493,7 +501,7 @@ def goals(res: dict) -> list[str]:
                          + " (reported, not a goal of the issue).")
     lowest, missed = 0, []
     for f in loads:
-        v = {p: by[(p, f)]["violation"][key] for p in pols}
+        v = {p: by[(p, f)]["violation"][key] for p in pols if p not in VARIANTS}
         if v["lazy"] <= min(v.values()) + 1e-12:
             lowest += 1
         else:
@@ -587,6 +595,20 @@ def why(res: dict, st: Settings) -> list[str]:
                    "cost on every pass; a 2x lower average than that baseline is out of reach when t1 is a few ms. "
                    "lazy minus triton_0us average latency per load (ms): "
                    + ", ".join(f"{f:.0%}: {g:+.1f}" for f, g in zip(loads, gaps)) + ".")
+    if {"lazy", "lazy_fused"} <= pols:
+        fov = [c["overhead_per_stage_ms"] for c in cells if c["policy"] == "lazy_fused" and c["overhead_per_stage_ms"]]
+        out.append("Stage boundaries, measured (`lazy_fused`: the same policy on whole-graph passes, "
+                   "`fuse_stages: true`; `fuse_stages: auto` fuses only where lazy's batch cap is 1): average latency "
+                   "lazy_fused / lazy per load: "
+                   + ", ".join(f"{f:.0%}: {by[('lazy_fused', f)]['avg_ms'] / by[('lazy', f)]['avg_ms']:.2f}"
+                               for f in loads)
+                   + f"; violations at {key} lazy_fused / lazy: "
+                   + ", ".join(f"{f:.0%}: {by[('lazy_fused', f)]['violation'][key]:.0%}/"
+                               f"{by[('lazy', f)]['violation'][key]:.0%}" for f in loads)
+                   + (f"; our backend's own cost per whole-graph pass, median {statistics.median(fov):.2f} ms"
+                      if fov else "")
+                   + ". Above 1, the boundaries pay for themselves: a newcomer starts at the next boundary instead "
+                   "of after the running pass, and sub-batches merge there; below 1, they cost more than they buy.")
     lv = [by[("lazy", f)]["violation"][key] for f in loads] if "lazy" in pols else []
     ovv = [by[("oracle", f)]["violation"][key] for f in loads] if "oracle" in pols else []
     if sc["regime"] != "no batching gain" and lv and ovv and any(a > b for a, b in zip(lv, ovv)):
@@ -744,7 +766,9 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
          + f"; perf_analyzer at {', '.join(f'{f:.0%}' for f in st.perf_loads) or '-'}"
          f". SLA targets {', '.join(f'{m:g}x' for m in st.sla_multiples)} the model's single-request latency; lazy "
          f"and oracle schedule by {st.sched_sla_multiple:g}x. Policies: "
-         + ", ".join(f"`{p}` ({ALL_POLICIES[p]})" for p in st.policies) + "."
+         + ", ".join(f"`{p}` ({VARIANTS.get(p, ALL_POLICIES[p])})" for p in st.policies)
+         + "".join(f", `{v}` ({VARIANTS[v]}; {', '.join(ms)} only)" for v, ms in variants_in(results).items()
+                   if v not in st.policies) + "."
          + (" Seq2seq models (gnmt) run graph:0/5/20 inside the backend (`graph_0ms`, `graph_5ms`, `graph_20ms`) in "
             f"place of Triton's dynamic batcher, which has no decoder loop; their requests take a few hundred ms "
             f"each, so their cells last {st.seq2seq_duration:g} s (light loads up to {2 * st.seq2seq_duration:g} s) "
@@ -775,6 +799,15 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
     L += ["## Raw data", "", f"Every cell (latencies summarised, server counters, backend statistics, the settings "
           f"of the run): {where}. `--from-results FILE` renders this page again from such a file.", ""]
     page.write_text("\n".join(L))
+
+
+def variants_in(results: list[dict]) -> dict[str, list[str]]:
+    """Variants some model of a merged page was measured under (--from-results A,B: B's run may have asked)."""
+    found: dict[str, list[str]] = {}
+    for res in results:
+        for v in sorted({c["policy"] for c in res["cells"]} & set(VARIANTS)):
+            found.setdefault(v, []).append(res["model"])
+    return found
 
 
 def summary(results: list[dict], st: Settings) -> list[str]:
@@ -921,7 +954,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="perf_analyzer window (-p), three windows per cell (default 2500; --quick: 1000)")
     ap.add_argument("--sla-multiples", default="2,5,10", help="SLA targets as multiples of t1")
     ap.add_argument("--sched-sla-multiple", type=float, default=5.0, help="the target lazy/oracle schedule by")
-    ap.add_argument("--policies", default=",".join(POLICY_ORDER), help="subset of " + ",".join(POLICY_ORDER))
+    ap.add_argument("--policies", default=",".join(POLICY_ORDER),
+                    help="subset of " + ",".join(POLICY_ORDER) + ", plus lazy_fused: " + VARIANTS["lazy_fused"])
     ap.add_argument("--out", default=None, help="work and raw results (default lazybatch-results/regimes[-quick])")
     ap.add_argument("--page", default=None,
                     help="results page (default docs/results/regimes.md; --quick: OUT/regimes.md)")
@@ -944,9 +978,9 @@ def main(argv: list[str] | None = None) -> int:
                                   + (f" ({NOT_SERVED[m]})" if m in NOT_SERVED else ""))
         policies = parse_list(args.policies, str)
         for p in policies:
-            if p not in POLICY_ORDER:
-                raise ConfigError(f"--policies: unknown policy {p!r}; choose from {', '.join(POLICY_ORDER)}")
-        policies = [p for p in POLICY_ORDER if p in policies]
+            if p not in KNOWN_POLICIES:
+                raise ConfigError(f"--policies: unknown policy {p!r}; choose from {', '.join(KNOWN_POLICIES)}")
+        policies = [p for p in KNOWN_POLICIES if p in policies]
         loads = parse_list(args.loads or ("0.3,0.9" if q else "0.1,0.4,0.7,0.9,1.2,1.5"))
         perf_loads = parse_list(args.perf_loads if args.perf_loads is not None else ("0.9" if q else "0.4,0.9"))
         overload = parse_list(args.overload_loads if args.overload_loads is not None else ("" if q else "2,3"))

@@ -292,6 +292,11 @@ ALL_POLICIES = {**COMPARISON, "oracle": "oracle", "monitor": "monitor"}
 SEQ2SEQ_BASELINES = {"triton_0us": ("graph_0ms", "graph:0"), "triton_5000us": ("graph_5ms", "graph:5"),
                      "triton_20000us": ("graph_20ms", "graph:20")}
 ALL_POLICIES.update({k: v for k, v in SEQ2SEQ_BASELINES.values()})
+# Variants: a policy with further config.pbtxt parameters, for evaluations that weigh one of the backend's knobs.
+# lazy_fused: LazyBatching on whole-graph passes (fuse_stages: true) whatever its batch cap, to measure what the
+# stage boundaries cost and buy on a model where batching pays (fuse_stages: auto fuses only where it does not).
+POLICY_PARAMETERS: dict[str, dict[str, str]] = {"lazy_fused": {"fuse_stages": "true"}}
+ALL_POLICIES["lazy_fused"] = "lazy"
 
 # What each shipped model is: ResNet-50 (compute-bound on a CPU: batching barely pays), an 8-layer MLP of width
 # 2048 (matrix-vector bound at batch 1: batching pays several times over), the two regimes DESIGN.md describes;
@@ -338,7 +343,8 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
     """``kind`` split once, profiled once, and served under every policy of COMPARISON (names ``<kind>_<suffix>``);
     the weights are hard-linked between model directories. ResNet-50 is the onnx package's light model made
     batchable (random weights); the MLPs are cut after every Relu. ``policies`` (suffix -> policy) replaces
-    COMPARISON; ``reprofile`` measures the latency table again and rewrites the model directories."""
+    COMPARISON (a suffix of POLICY_PARAMETERS gets its parameters too); ``reprofile`` measures the latency table
+    again and rewrites the model directories."""
     from lazybatch.staging import split_model
 
     if kind not in MODEL_KINDS:
@@ -384,6 +390,6 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
             log(f"{name}: exists")
             continue
         add_model(onnx_path, repo, name=name, policy=policy, sla_ms=sla, max_batch_size=mbs,
-                  stages=stages, latency_table=table, force=True)
+                  stages=stages, latency_table=table, force=True, parameters=POLICY_PARAMETERS.get(suffix))
         log(f"{name}: {policy}")
     return repo

@@ -80,3 +80,35 @@ def test_batch_cap_matches_the_policy_rule_and_fused_lazy_is_named(bench):
     assert "median 0.200 ms per whole-graph pass" in text  # not 0.2 x 20 stages
     assert "runs each request through the whole graph" in text
     assert "lazy ran whole passes, serial stage by stage" in "\n".join(bench.goals(res))
+
+
+def test_lazy_fused_is_measured_against_lazy_not_counted_among_all_policies(bench):
+    cells = []
+    for f, (stg, fus) in ((0.4, (10.0, 12.0)), (0.9, (20.0, 15.0))):
+        cells += [_cell("lazy", f, stg, f * 100, f * 100, viol=0.05),
+                  _cell("lazy_fused", f, fus, f * 100, f * 100, viol=0.01),  # the variant has fewer violations
+                  _cell("serial", f, 30.0, f * 100, f * 100, viol=0.2),
+                  _cell("triton_0us", f, 25.0, f * 100, f * 100, viol=0.1)]
+    for c in cells:
+        c["overhead_per_stage_ms"] = 0.3 if c["policy"] == "lazy_fused" else 0.1
+    res = _res("batching pays", cells) | {"stages": 8}
+    text = "\n".join(bench.goals(res))
+    assert "lowest at 2 of 2 loads -> met" in text  # lazy is not judged against its own variant
+    why = "\n".join(bench.why(res, SimpleNamespace(sched_sla_multiple=5.0)))
+    assert "lazy_fused / lazy per load: 40%: 1.20, 90%: 0.75" in why
+    assert "violations at 5x lazy_fused / lazy: 40%: 1%/5%, 90%: 1%/5%" in why
+    assert "per whole-graph pass, median 0.30 ms" in why
+    assert bench.variants_in([res]) == {"lazy_fused": ["m"]}
+    # and a model measured without it says nothing about it
+    plain = _res("batching pays", [c for c in cells if c["policy"] != "lazy_fused"]) | {"stages": 8}
+    assert "lazy_fused" not in "\n".join(bench.why(plain, SimpleNamespace(sched_sla_multiple=5.0)))
+
+
+def test_lazy_fused_model_directory_asks_for_whole_graph_passes(tmp_path):
+    from lazybatch.repo import build_default_repository
+
+    repo = build_default_repository(tmp_path / "repo", kind="tiny", work=tmp_path / "build", profile_reps=1,
+                                    policies={"lazy": "lazy", "lazy_fused": "lazy"}, log=lambda m: None)
+    fused = (repo / "tiny_lazy_fused" / "config.pbtxt").read_text()
+    assert 'key: "fuse_stages"' in fused and 'string_value: "true"' in fused
+    assert "fuse_stages" not in (repo / "tiny_lazy" / "config.pbtxt").read_text()
