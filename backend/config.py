@@ -46,6 +46,9 @@ PARAMETERS = {
     "fuse_stages": "auto (default): lazy and oracle run each request through the whole graph in one onnxruntime "
                    "call where their batch cap is 1 (batching buys nothing, so no boundary is ever used) | true: "
                    "every scheduler policy runs whole passes | false: always stage by stage (backend/fusion.py)",
+    "response_thread": "true (default): responses are built and sent on a thread of their own, so the scheduler "
+                       "runs the next stage while pb_utils' send waits for the Triton process | false: sent inline "
+                       "by the scheduler thread (backend/responder.py)",
     # seq2seq models: written by `lazybatch repo add` for clients, checked against the stage manifest at load
     "max_source_length": "seq2seq: most source tokens a request may send",
     "max_output_length": "seq2seq: most tokens the decoder generates per sequence",
@@ -167,6 +170,7 @@ class BackendSettings:
     use_per_session_threads: bool = False
     inplace_residuals: bool = True
     fuse_stages: str = "auto"
+    response_thread: bool = True
     max_queue_size: int = 0
     timeout_action: str = "DELAY"
     metrics: bool = True
@@ -229,6 +233,7 @@ class BackendSettings:
             use_per_session_threads=_bool(_param(cfg, "use_per_session_threads"), "use_per_session_threads"),
             inplace_residuals=_bool(_param(cfg, "inplace_residuals", "true"), "inplace_residuals"),
             fuse_stages=_fuse_mode(_param(cfg, "fuse_stages", "auto")),
+            response_thread=_bool(_param(cfg, "response_thread", "true"), "response_thread"),
             **_production_settings(cfg),
         )
 

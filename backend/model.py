@@ -36,6 +36,7 @@ from .config import (BackendSettings, TensorSpec, parse_config_json, parse_reque
 from .faults import FaultInjector
 from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
 from .npu_executor import maybe_wrap
+from .responder import ResponseThread
 from .stages import StageRunner, available_providers, make_session, profile_batch_sizes
 
 try:  # only importable inside the Triton Python backend stub
@@ -132,6 +133,7 @@ class TritonPythonModel:
         self.runtime = None
         self.session = None
         self.seq2seq: Any = None  # a seq2seq.Seq2SeqSpec for encoder-decoder models
+        self._responder: ResponseThread | None = None  # sends the answers (response_thread, backend/responder.py)
         self.fused: str | None = None  # why the stages run as one whole-graph pass (fuse_stages), if they do
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
         self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
@@ -181,7 +183,9 @@ class TritonPythonModel:
             runner, table = self._maybe_fuse(cfg, policy, runner, table)
             runner, table = maybe_wrap(cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (issue 5)
             runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
-        self.runtime = runtime_cls(runner, table, policy, self._respond, is_cancelled=self._is_cancelled,
+        self._responder = ResponseThread(self._respond, name=f"{s.name}-responder") if s.response_thread else None
+        self.runtime = runtime_cls(runner, table, policy, self._responder or self._respond,
+                                   is_cancelled=self._is_cancelled,
                                    cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
                                    on_idle=self._write_stats,
                                    on_batch=self._batch_log.record if self._batch_log else None)
@@ -243,7 +247,9 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         if self.runtime is not None:
-            self.runtime.close()
+            self.runtime.close()  # answers every request it holds (queued to the responder)
+        if self._responder is not None:
+            self._responder.close()  # ... and those answers are sent before the model goes
         if self.exporter is not None:
             self.exporter.close()
         if self._batch_log is not None:

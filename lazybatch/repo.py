@@ -295,8 +295,10 @@ ALL_POLICIES.update({k: v for k, v in SEQ2SEQ_BASELINES.values()})
 # Variants: a policy with further config.pbtxt parameters, for evaluations that weigh one of the backend's knobs.
 # lazy_fused: LazyBatching on whole-graph passes (fuse_stages: true) whatever its batch cap, to measure what the
 # stage boundaries cost and buy on a model where batching pays (fuse_stages: auto fuses only where it does not).
-POLICY_PARAMETERS: dict[str, dict[str, str]] = {"lazy_fused": {"fuse_stages": "true"}}
-ALL_POLICIES["lazy_fused"] = "lazy"
+# lazy_inline: responses sent by the scheduler thread (response_thread: false), to measure the response thread.
+POLICY_PARAMETERS: dict[str, dict[str, str]] = {"lazy_fused": {"fuse_stages": "true"},
+                                                "lazy_inline": {"response_thread": "false"}}
+ALL_POLICIES.update({k: "lazy" for k in POLICY_PARAMETERS})
 
 # What each shipped model is: ResNet-50 (compute-bound on a CPU: batching barely pays), an 8-layer MLP of width
 # 2048 (matrix-vector bound at batch 1: batching pays several times over), the two regimes DESIGN.md describes;

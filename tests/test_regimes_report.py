@@ -97,8 +97,9 @@ def test_lazy_fused_is_measured_against_lazy_not_counted_among_all_policies(benc
     why = "\n".join(bench.why(res, SimpleNamespace(sched_sla_multiple=5.0)))
     assert "lazy_fused / lazy per load: 40%: 1.20, 90%: 0.75" in why
     assert "violations at 5x lazy_fused / lazy: 40%: 1%/5%, 90%: 1%/5%" in why
-    assert "per whole-graph pass, median 0.30 ms" in why
+    assert "median 0.300 ms per whole-graph pass" in why
     assert bench.variants_in([res]) == {"lazy_fused": ["m"]}
+    assert "lazy_inline" not in why  # not measured here
     # and a model measured without it says nothing about it
     plain = _res("batching pays", [c for c in cells if c["policy"] != "lazy_fused"]) | {"stages": 8}
     assert "lazy_fused" not in "\n".join(bench.why(plain, SimpleNamespace(sched_sla_multiple=5.0)))
@@ -108,7 +109,11 @@ def test_lazy_fused_model_directory_asks_for_whole_graph_passes(tmp_path):
     from lazybatch.repo import build_default_repository
 
     repo = build_default_repository(tmp_path / "repo", kind="tiny", work=tmp_path / "build", profile_reps=1,
-                                    policies={"lazy": "lazy", "lazy_fused": "lazy"}, log=lambda m: None)
+                                    policies={"lazy": "lazy", "lazy_fused": "lazy", "lazy_inline": "lazy"},
+                                    log=lambda m: None)
     fused = (repo / "tiny_lazy_fused" / "config.pbtxt").read_text()
     assert 'key: "fuse_stages"' in fused and 'string_value: "true"' in fused
-    assert "fuse_stages" not in (repo / "tiny_lazy" / "config.pbtxt").read_text()
+    inline = (repo / "tiny_lazy_inline" / "config.pbtxt").read_text()
+    assert 'key: "response_thread"' in inline and 'string_value: "false"' in inline
+    plain = (repo / "tiny_lazy" / "config.pbtxt").read_text()
+    assert "fuse_stages" not in plain and "response_thread" not in plain
