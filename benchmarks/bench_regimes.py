@@ -754,9 +754,9 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
                    f"{x['started']} to {x['finished']} UTC ({x['elapsed_min']:.1f} min, load average "
                    f"{x['loadavg_before']} / {x['loadavg_after']}, commit `{x['commit']}`"
                    + ("; policies in reverse order in every other slice" if x.get("alternating") else "")
-                   + f"): `{x['command']}`; "
-                   f"the page was rendered "
-                   f"from both with `--from-results`." for x in meta.get("extra_runs", [])),
+                   + f"): `{x['command']}`." for x in meta.get("extra_runs", []))
+         + (f" The page was rendered from the {len(meta['extra_runs']) + 1} runs' results with `--from-results`"
+            " (a later run's model replaces the earlier one's)." if meta.get("extra_runs") else ""),
          f"- Machine: {meta['cpu']} ({meta['cores']} cores), {meta['platform']}. Load average before / after: "
          f"{meta['loadavg_before']} / {meta['loadavg_after']}. "
          + ("**The machine was shared with other jobs during this run** (server, load generator and others on the "
