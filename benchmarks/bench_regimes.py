@@ -46,14 +46,16 @@ from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.batcher.policies.lazy import DEFAULT_MIN_BATCH_GAIN, useful_batch_size  # noqa: E402
 from lazybatch.client.api import Client  # noqa: E402
 from lazybatch.client.load import LoadResult, run_load, summarize  # noqa: E402
-from lazybatch.repo import ALL_POLICIES, SEQ2SEQ_BASELINES, build_default_repository  # noqa: E402
+from lazybatch.repo import ALL_POLICIES, POLICY_PARAMETERS, SEQ2SEQ_BASELINES, build_default_repository  # noqa: E402
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
 
 POLICY_ORDER = ["lazy", "oracle", "serial", "triton_0us", "triton_5000us", "triton_20000us", "monitor"]
 # Asked for by name only (--policies): a variant of a policy with one backend knob set (lazybatch/repo.py
 # POLICY_PARAMETERS). A variant is not one of "all policies" in the goals: lazy is not judged against itself.
-VARIANTS = {"lazy_fused": "lazy, fuse_stages: true (whole-graph passes whatever the batch cap)",
-            "lazy_inline": "lazy, response_thread: false (responses sent by the scheduler thread)"}
+VARIANT_NOTES = {"lazy_fused": "whole-graph passes whatever the batch cap",
+                 "lazy_inline": "responses sent by the scheduler thread"}
+VARIANTS = {v: f"{ALL_POLICIES[v]}, " + ", ".join(f"{k}: {x}" for k, x in POLICY_PARAMETERS[v].items())
+            + f" ({note})" for v, note in VARIANT_NOTES.items()}  # the parameters as repo.py writes them
 # per variant: what it measures, the unit of its backend-cost figure, how to read the ratios
 VARIANT_WHY = {
     "lazy_fused": ("Stage boundaries, measured", "whole-graph pass",
@@ -405,7 +407,12 @@ def scaling_curve(table: LatencyTable, max_batch: int) -> dict:
     per_sample = [w / b for w, b in zip(whole, sizes)]
     gain = per_sample[0] / min(per_sample)
     sc = {"batch_sizes": sizes, "whole_ms": whole, "per_sample_ms": per_sample, "t1_ms": whole[0], "gain": gain}
-    return sc | {"regime": regime(gain, batch_cap(sc, max_batch))}
+    return sc | {"regime": regime_of(sc, max_batch)}
+
+
+def regime_of(sc: dict, max_batch: int) -> str:
+    """The regime of a scaling curve by the current rule (results files keep the one of the day they were written)."""
+    return regime(sc["gain"], batch_cap(sc, max_batch))
 
 
 def regime(gain: float, cap: int) -> str:
@@ -737,9 +744,8 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
     page.parent.mkdir(parents=True, exist_ok=True)
     img_dir.mkdir(parents=True, exist_ok=True)
     rel = os.path.relpath(img_dir, page.parent)
-    for res in results:  # by the current rule (results files keep the regime of the day they were written)
-        sc = res["scaling"]
-        sc["regime"] = regime(sc["gain"], batch_cap(sc, res["max_batch_size"]))
+    for res in results:
+        res["scaling"]["regime"] = regime_of(res["scaling"], res["max_batch_size"])
     plot_scaling(results, img_dir / "regimes_scaling.png")
     for res in results:
         plot_model(res, img_dir / f"regimes_{res['model']}.png", st)
