@@ -15,6 +15,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.policies.lazy import useful_batch_size
 from lazybatch.client.api import Client, InferError
 from lazybatch.client.soak import OpenLoop, metric_total, process_tree_rss, scrape, wait_for
 from lazybatch.serving import TritonServer, free_port
@@ -250,10 +251,14 @@ def test_burst_at_5x_capacity_then_normal_load(prod):
     assert delta(text, "lazybatch_rejected_total") == rejected
     assert delta(text, "lazybatch_decisions_total", kind="reject") == rejected
     assert metric_total(text, "lazybatch_queue_samples", model=model) == 0
-    # batching does not pay on this model: lazy's batch cap is 1 and it ran every request through the whole graph
-    # in one pass (fuse_stages: auto), which the per-stage metrics show as the one stage whole_graph
-    assert delta(text, "lazybatch_stage_batch_size_sum", stage="whole_graph") == ok
-    assert metric_total(text, "lazybatch_stage_batch_size_sum", model=model, stage="stage_000") == 0
+    # fuse_stages: auto. Batching barely pays on this model, and where its profile (taken when the repository was
+    # built, on a busy machine) gives lazy a batch cap of 1, lazy ran every request through the whole graph in one
+    # pass, which the per-stage metrics show as the one stage whole_graph; where a noisy profile gives a cap above
+    # 1, it ran stage by stage. Either way the metrics must show the one the scheduler's rule chose, and only it.
+    cap = useful_batch_size(table, MAX_BATCH)
+    whole = delta(text, "lazybatch_stage_batch_size_sum", stage="whole_graph")
+    first = delta(text, "lazybatch_stage_batch_size_sum", stage="stage_000")
+    assert (whole, first) == ((ok, 0) if cap == 1 else (0, ok)), (cap, whole, first, ok)
     assert MAX_BATCH == 8
 
 
