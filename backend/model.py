@@ -184,12 +184,18 @@ class TritonPythonModel:
             runner, table = maybe_wrap(cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (issue 5)
             runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
         self._responder = ResponseThread(self._respond, name=f"{s.name}-responder") if s.response_thread else None
-        self.runtime = runtime_cls(runner, table, policy, self._responder or self._respond,
-                                   is_cancelled=self._is_cancelled,
-                                   cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
-                                   on_idle=self._write_stats,
-                                   on_batch=self._batch_log.record if self._batch_log else None)
-        self._configure_production(self.runtime)
+        try:
+            self.runtime = runtime_cls(runner, table, policy, self._responder or self._respond,
+                                       is_cancelled=self._is_cancelled,
+                                       cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
+                                       on_idle=self._write_stats,
+                                       on_batch=self._batch_log.record if self._batch_log else None)
+            self._configure_production(self.runtime)
+        except BaseException:
+            # A bad admission or fault-injection parameter fails the load: stop the scheduler and responder threads
+            # started above, so that a model that did not load leaves nothing running in the stub.
+            self.finalize()
+            raise
 
     def _maybe_fuse(self, cfg: Any, policy: Any, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any]:
         """Whole passes where no stage boundary would be used (backend/fusion.py); the NPU executor times stages

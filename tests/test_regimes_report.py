@@ -117,3 +117,43 @@ def test_lazy_fused_model_directory_asks_for_whole_graph_passes(tmp_path):
     assert 'key: "response_thread"' in inline and 'string_value: "false"' in inline
     plain = (repo / "tiny_lazy" / "config.pbtxt").read_text()
     assert "fuse_stages" not in plain and "response_thread" not in plain
+
+
+def _sim(avg: dict[str, float], load: float = 0.4, viol: dict[str, float] | None = None) -> dict:
+    viol = viol or {}
+    return {"t1_ms": 5.0, "mu": 200.0, "seeds": 3, "requests": 1000, "sla_multiples": [5.0], "sched_multiple": 5.0,
+            "max_batch_size": 8,
+            "cells": [{"load": load, "policy": p, "rate": load * 200, "avg_ms": a, "p99_ms": a, "throughput": load * 200,
+                       "mean_batch": 1.0, "violations": {"5x": viol.get(p, 0.0)}} for p, a in avg.items()]}
+
+
+def test_simulated_goal_says_whether_the_algorithm_itself_reaches_2x(bench):
+    base = {"lazy": 10.0, "oracle": 9.0, "serial": 30.0, "graph_0ms": 12.0, "graph_5ms": 15.0, "graph_20ms": 25.0}
+    res = _res("batching pays", []) | {"simulated": _sim(base, viol={"lazy": 0.02, "oracle": 0.01})}
+    text = "\n".join(bench.simulated_goals(res))
+    assert "40%: 1.20x vs graph_0ms" in text and "stays under 2x at 40%" in text
+    assert "fewest 5x violations at 0 of 1 loads" in text
+    res["simulated"] = _sim(base | {"graph_0ms": 25.0, "graph_5ms": 30.0})
+    text = "\n".join(bench.simulated_goals(res))
+    assert "40%: 2.50x vs graph_0ms" in text and "meets 2x on this table" in text
+    assert "fewest 5x violations at 1 of 1 loads" in text
+    assert bench.simulated_goals(_res("no batching gain", []) | {"simulated": _sim(base)}) == []
+    table = "\n".join(bench.simulated_table(res))
+    assert "| 40% | 10.00 | 9.00 | 30.00 | 25.00 | 30.00 | 25.00 | 2.50x (graph_0ms) | 0.0% | 0.0% (lazy) | 1.00x |" in table
+
+
+def test_results_from_before_the_simulation_get_it_from_their_runs_table(bench, tmp_path):
+    from tests.simhelpers import flat_table
+
+    table = flat_table(4, unit=1e-3, max_batch=8)
+    d = tmp_path / "repos" / "m" / "m_lazy" / "1"
+    d.mkdir(parents=True)
+    table.save(d / "latency.json")
+    st = SimpleNamespace(sla_multiples=[2.0, 5.0], sched_sla_multiple=5.0)
+    res = _res("batching pays", [_cell("lazy", 0.5, 1.0, 1.0, 1.0)])
+    bench.add_simulated(res, st, None)  # nowhere to find a table: left without
+    assert "simulated" not in res
+    bench.add_simulated(res, st, tmp_path)
+    assert res["latency_table"]["model"] == table.graph.name
+    assert {c["load"] for c in res["simulated"]["cells"]} == {0.5}
+    assert res["simulated"]["t1_ms"] == pytest.approx(4.0)

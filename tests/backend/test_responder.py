@@ -91,3 +91,20 @@ def test_model_sends_through_the_thread_unless_told_not_to(tmp_path, on):
         m.finalize()
     if on:
         assert not m._responder._thread.is_alive()  # finalize drained and stopped it
+
+
+def test_a_model_that_fails_to_load_leaves_no_thread_running(tmp_path):
+    import threading
+
+    from tests.backend.test_fusion import _initialize
+
+    from lazybatch.repo import add_model
+    from lazybatch.staging import make_mlp
+
+    model = make_mlp(tmp_path / "mlp.onnx", depth=2, width=8)
+    mdir = add_model(model, tmp_path / "repo", name="m", policy="lazy", max_batch_size=4, profile_reps=1,
+                     execution_provider="cpu")
+    with pytest.raises(ConfigError, match="neither a stage name nor an index"):
+        _initialize(mdir, fault_injection="stage=no_such_stage,every=2")  # fails after both threads started
+    left = [t.name for t in threading.enumerate() if t.name in ("m-responder", "m-scheduler") and t.is_alive()]
+    assert left == []

@@ -79,15 +79,19 @@ def test_page_tables_are_well_formed(quick_run):
         elif cur:
             tables.append(cur)
             cur = []
-    assert len(tables) == 3  # scaling, lazybatch load, perf_analyzer
+    assert len(tables) == 4  # scaling, simulated on the table, lazybatch load, perf_analyzer
     for t in tables:
         widths = {row.count("|") for row in t}
         assert len(widths) == 1, t  # every row has the header's number of columns
         assert set(t[1].replace("|", "").split()) == {"---"}
-    load_rows = [r for r in tables[1][2:]]
+    load_rows = [r for r in tables[2][2:]]
     assert len(load_rows) == len(POLICIES)
     for row, cell in zip(load_rows, sorted(data["results"][0]["cells"], key=lambda c: POLICIES.index(c["policy"]))):
         cols = [c.strip() for c in row.strip("|").split("|")]
         assert cols[1] == cell["policy"] and int(cols[-1]) == cell["errors"]
-    assert len(tables[2]) - 2 == len(POLICIES)
+    assert len(tables[3]) - 2 == len(POLICIES)
     assert "## tiny:" in page and "### Goals" in page
+    sim = data["results"][0]["simulated"]  # the same load on a virtual clock, from the table the run profiled
+    assert len(tables[1]) - 2 == len({c["load"] for c in sim["cells"]}) == 1
+    assert {c["policy"] for c in sim["cells"]} == {"lazy", "oracle", "serial", "graph_0ms", "graph_5ms", "graph_20ms"}
+    assert sim["t1_ms"] == pytest.approx(sum(data["results"][0]["scaling"]["whole_ms"][:1]), rel=1e-6)
