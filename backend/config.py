@@ -25,7 +25,7 @@ DEFAULT_CANCEL_POLL_MS = 50.0
 WHOLE_GRAPH = "whole_graph"  # the model runs the whole ONNX graph on what Triton batched (dynamic_batching)
 
 PARAMETERS = {
-    "policy": "lazy | oracle | serial | graph:<ms> | graph:max_queue_delay_microseconds=..,preferred_batch_size=4/8 "
+    "policy": "lazy | lazy:preempt=benefit | oracle | serial | graph:<ms> | graph:max_queue_delay_microseconds=..,preferred_batch_size=4/8 "
               f"| {WHOLE_GRAPH} (no scheduler: Triton's own dynamic_batching forms the batches)",
     "sla_ms": "default SLA target of a request in ms (a request may override it with its own sla_ms parameter)",
     "stage_dir": "stage directory (manifest.json + stage ONNX files), relative to the version folder",

@@ -292,13 +292,18 @@ ALL_POLICIES = {**COMPARISON, "oracle": "oracle", "monitor": "monitor"}
 SEQ2SEQ_BASELINES = {"triton_0us": ("graph_0ms", "graph:0"), "triton_5000us": ("graph_5ms", "graph:5"),
                      "triton_20000us": ("graph_20ms", "graph:20")}
 ALL_POLICIES.update({k: v for k, v in SEQ2SEQ_BASELINES.values()})
-# Variants: a policy with further config.pbtxt parameters, for evaluations that weigh one of the backend's knobs.
-# lazy_fused: LazyBatching on whole-graph passes (fuse_stages: true) whatever its batch cap, to measure what the
+# Variants: lazy with one knob set (a policy parameter or further config.pbtxt parameters), for evaluations that
+# weigh that knob. lazy_fused: whole-graph passes (fuse_stages: true) whatever its batch cap, to measure what the
 # stage boundaries cost and buy on a model where batching pays (fuse_stages: auto fuses only where it does not).
 # lazy_inline: responses sent by the scheduler thread (response_thread: false), to measure the response thread.
-POLICY_PARAMETERS: dict[str, dict[str, str]] = {"lazy_fused": {"fuse_stages": "true"},
-                                                "lazy_inline": {"response_thread": "false"}}
-ALL_POLICIES.update({k: "lazy" for k in POLICY_PARAMETERS})
+# lazy_benefit: preemptions only where they also lower the summed latency (batcher/policies/lazy.py).
+VARIANT_POLICIES: dict[str, tuple[str, dict[str, str]]] = {
+    "lazy_fused": ("lazy", {"fuse_stages": "true"}),
+    "lazy_inline": ("lazy", {"response_thread": "false"}),
+    "lazy_benefit": ("lazy:preempt=benefit", {}),
+}
+POLICY_PARAMETERS: dict[str, dict[str, str]] = {k: params for k, (_, params) in VARIANT_POLICIES.items()}
+ALL_POLICIES.update({k: policy for k, (policy, _) in VARIANT_POLICIES.items()})
 
 # What each shipped model is: ResNet-50 (compute-bound on a CPU: batching barely pays), an 8-layer MLP of width
 # 2048 (matrix-vector bound at batch 1: batching pays several times over), the two regimes DESIGN.md describes;

@@ -6,6 +6,7 @@
     deadline                  the largest batch that still meets the oldest request's deadline
     cellular                  cell-level batching (BatchMaker): cellular:max_batch_size=32
     lazy                      lazy:max_batch_size=32,dec_timesteps=10,min_batch_gain=0.2
+    lazy:preempt=benefit      preempt only where it also lowers the summed latency (not the paper's rule)
     oracle                    oracle:dec_timesteps_coverage=0.8
     graph:5                   GraphB(5): max_queue_delay of 5 ms (the paper's batching time-window)
     graph:max_queue_delay_microseconds=5000,max_batch_size=64,preferred_batch_size=4/8
@@ -34,8 +35,8 @@ _KEYS = {
     "deadline": {"max_batch_size"},
     "cellular": {"max_batch_size"},
     "graph": {"max_batch_size", "max_queue_delay_microseconds", "max_queue_delay_ms", "preferred_batch_size"},
-    "lazy": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_batch_gain"},
-    "oracle": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_batch_gain"},
+    "lazy": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_batch_gain", "preempt"},
+    "oracle": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_batch_gain", "preempt"},
 }
 
 
@@ -103,10 +104,13 @@ class PolicySpec:
         return cls(dec_timesteps=p.get("dec_timesteps"),
                    dec_timesteps_coverage=p.get("dec_timesteps_coverage", dec_timesteps_coverage),
                    length_histogram=length_histogram,
-                   **({"min_batch_gain": p["min_batch_gain"]} if "min_batch_gain" in p else {}), **kw)
+                   **({"min_batch_gain": p["min_batch_gain"]} if "min_batch_gain" in p else {}),
+                   **({"preempt": p["preempt"]} if "preempt" in p else {}), **kw)
 
 
 def _num(kind: str, key: str, value: str) -> Any:
+    if key == "preempt":  # a word, checked by the policy (batcher/policies/lazy.py PREEMPT_RULES)
+        return value.lower()
     try:
         if key == "preferred_batch_size":
             return tuple(int(v) for v in value.replace("/", " ").split())

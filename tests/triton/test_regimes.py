@@ -93,5 +93,6 @@ def test_page_tables_are_well_formed(quick_run):
     assert "## tiny:" in page and "### Goals" in page
     sim = data["results"][0]["simulated"]  # the same load on a virtual clock, from the table the run profiled
     assert len(tables[1]) - 2 == len({c["load"] for c in sim["cells"]}) == 1
-    assert {c["policy"] for c in sim["cells"]} == {"lazy", "oracle", "serial", "graph_0ms", "graph_5ms", "graph_20ms"}
+    assert {c["policy"] for c in sim["cells"]} == {"lazy", "lazy_benefit", "oracle", "serial", "graph_0ms", "graph_5ms",
+                                                 "graph_20ms"}
     assert sim["t1_ms"] == pytest.approx(sum(data["results"][0]["scaling"]["whole_ms"][:1]), rel=1e-6)
