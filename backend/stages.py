@@ -276,29 +276,42 @@ class StageRunner:
         return out
 
     def profile(self, batch_sizes: Sequence[int], *, reps: int = 3, warmup: int = 1,
-                provenance: str = "") -> LatencyTable:
-        """Median wall time of every stage at every batch size, as a latency table."""
+                provenance: str = "", rounds: int = 3) -> LatencyTable:
+        """Median wall time of every stage at every batch size, fitted monotone, as a latency table.
+
+        ``reps`` timed runs per (stage, batch size) are spread over ``rounds`` interleaved rounds (each round visits
+        every stage at every batch size; at least one run per round, so ``reps=1`` still times 3 runs by default)
+        and the median of all of them is kept. Why rounds: on a busy machine a burst of background load lasts a
+        while; timed back to back, all repetitions of one cell fall inside it and the median cannot reject it,
+        whereas spread over rounds the burst touches one round of several cells. The rows are then fitted with
+        ``LatencyTable.monotone`` (non-decreasing in batch size, non-increasing per sample), which removes what
+        spikes the median leaves. ``meta["profile"]`` records rounds, reps per round and the statistic."""
         sizes = sorted(set(batch_sizes) | {1})
-        rows: list[list[float]] = [[0.0] * len(sizes) for _ in range(self.n_stages)]
-        for k, b in enumerate(sizes):
-            tensors: dict[str, np.ndarray] = self.sample_inputs(b)
-            for spec in self.manifest.stages:
-                feeds = {i.name: tensors[i.name] for i in spec.inputs}
-                step = self.inplace.get(spec.index)
-                for _ in range(warmup):
-                    self.run(spec.index, feeds)
-                times = []
-                for _ in range(max(1, reps)):
-                    # an in-place stage runs as served: on a fresh copy of its input (made outside the timing)
-                    run_feeds = feeds if step is None else {**feeds, step.input: feeds[step.input].copy()}
-                    t0 = time.perf_counter()
-                    out = self.run(spec.index, run_feeds, owned=True)
-                    times.append(time.perf_counter() - t0)
-                rows[spec.index][k] = max(float(np.median(times)), 1e-7)
-                tensors.update(out)
+        n_rounds = max(1, rounds)
+        per_round = max(1, -(-max(1, reps) // n_rounds))  # ceil(reps / rounds)
+        times: list[list[list[float]]] = [[[] for _ in sizes] for _ in range(self.n_stages)]
+        for rnd in range(n_rounds):
+            for k, b in enumerate(sizes):
+                tensors: dict[str, np.ndarray] = self.sample_inputs(b)
+                for spec in self.manifest.stages:
+                    feeds = {i.name: tensors[i.name] for i in spec.inputs}
+                    step = self.inplace.get(spec.index)
+                    if rnd == 0:
+                        for _ in range(warmup):
+                            self.run(spec.index, feeds)
+                    for _ in range(per_round):
+                        # an in-place stage runs as served: on a fresh copy of its input (made outside the timing)
+                        run_feeds = feeds if step is None else {**feeds, step.input: feeds[step.input].copy()}
+                        t0 = time.perf_counter()
+                        out = self.run(spec.index, run_feeds, owned=True)
+                        times[spec.index][k].append(time.perf_counter() - t0)
+                    tensors.update(out)
+        rows = [[max(float(np.median(cell)), 1e-7) for cell in stage_times] for stage_times in times]
         graph = self.manifest.graph()
-        return LatencyTable(graph, sizes, rows, provenance=provenance or
-                            f"lazybatch backend profile, onnxruntime {self.providers[0]}, median of {reps}")
+        meta = {"profile": {"rounds": n_rounds, "reps": per_round, "statistic": "median", "monotone_fit": True}}
+        return LatencyTable(graph, sizes, rows, meta=meta, provenance=provenance or (
+            f"lazybatch backend profile, onnxruntime {self.providers[0]}, median of {n_rounds} interleaved rounds "
+            f"x {per_round} runs, monotone fit")).monotone()
 
 
 def profile_batch_sizes(max_batch_size: int) -> list[int]:

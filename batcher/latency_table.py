@@ -17,6 +17,10 @@ CSV (one row per stage and measured batch size, stages in graph order)::
     stem,STATIC,1,0.0011
 
 Batch sizes between measured ones are linearly interpolated; the table answers up to its largest measured size.
+
+``LatencyTable.monotone()`` (and the row function ``monotone_row``) fits a table to the two shapes a batched stage
+has: latency non-decreasing in batch size, latency per sample non-increasing. Profiles taken on a busy machine have
+isolated spikes, and the scheduler compares batch sizes, so an unfitted row makes it prefer odd sizes.
 """
 
 from __future__ import annotations
@@ -33,6 +37,52 @@ from .graph import ModelGraph, Stage, StageType
 
 FORMAT = "lazybatch.latency_table/1"
 _UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def isotonic(values: Sequence[float], weights: Sequence[float] | None = None) -> list[float]:
+    """Least-squares non-decreasing fit of ``values`` (pool adjacent violators; equal weights unless given).
+
+    Why: one spike in a profiled row (a burst of background load during one batch size) would otherwise claim that
+    a larger batch is cheaper than a smaller one, and a scheduler comparing batch sizes would chase that dip. PAV
+    replaces every decreasing run by its (weighted) mean, so a single spike is spread over the sizes it disagrees
+    with instead of being kept or dropped; a row that is already non-decreasing comes back unchanged. O(n)."""
+    vals = [float(v) for v in values]
+    ws = [1.0] * len(vals) if weights is None else [float(w) for w in weights]
+    if len(ws) != len(vals):
+        raise ValueError(f"{len(ws)} weights for {len(vals)} values")
+    # blocks of pooled values: [mean, total weight, count]
+    blocks: list[list[float]] = []
+    for v, w in zip(vals, ws):
+        blocks.append([v, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, w2, n2 = blocks.pop()
+            m1, w1, n1 = blocks[-1]
+            tw = w1 + w2
+            blocks[-1] = [(m1 * w1 + m2 * w2) / tw if tw > 0 else (m1 + m2) / 2, tw, n1 + n2]
+    out: list[float] = []
+    for m, _, n in blocks:
+        out.extend([m] * int(n))
+    return out
+
+
+def monotone_row(batch_sizes: Sequence[int], values: Sequence[float]) -> list[float]:
+    """One stage row (``values[k]`` at increasing ``batch_sizes[k]``) fitted to what batching can do: the isotonic
+    fit (latency never falls as the batch grows), then ``v[k] <= v[k-1] * b[k] / b[k-1]`` from small to large (a
+    larger batch never costs more per sample than a smaller one: it could at worst run as smaller batches).
+
+    The clamp keeps the row non-decreasing (it lowers ``v[k]`` at most to ``v[k-1]`` times a factor >= 1), and
+    linear interpolation between two such points keeps both properties at every batch size in between, so the dense
+    table satisfies them too."""
+    if len(batch_sizes) != len(values):
+        raise ValueError(f"{len(values)} values for {len(batch_sizes)} batch sizes")
+    if any(b1 <= b0 for b0, b1 in zip(batch_sizes, batch_sizes[1:])):
+        raise ValueError(f"batch sizes must increase: {list(batch_sizes)}")
+    out = isotonic(values)
+    for k in range(1, len(out)):
+        cap = out[k - 1] * batch_sizes[k] / batch_sizes[k - 1]
+        if out[k] > cap:
+            out[k] = cap
+    return out
 
 
 class LatencyTable:
@@ -121,6 +171,31 @@ class LatencyTable:
                 for b in range(b0 + 1, b1):
                     out[b] = v0 + (v1 - v0) * (b - b0) / (b1 - b0)
         return out
+
+    def monotone(self) -> "LatencyTable":
+        """A new table whose every stage row is fitted by ``monotone_row``: non-decreasing in batch size, and
+        non-increasing in latency per sample (same graph, batch sizes and provenance; ``meta`` gains
+        ``"monotone_fit": true``). A row that already has both shapes is kept exactly.
+
+        Why: a profile on a busy machine has isolated spikes (one batch size measured during a burst of other work).
+        The scheduler decides by comparing batch sizes (how long a sub-batch of b takes against b single-input
+        runs, whether merging pays), so a non-monotone row makes it prefer odd batch sizes that only looked cheap
+        while the machine was quiet."""
+        sizes = list(self.batch_sizes)
+        rows = [monotone_row(sizes, row) for row in self.measured]
+        return LatencyTable(self.graph, sizes, rows, provenance=self.provenance,
+                            meta={**self.meta, "monotone_fit": True})
+
+    def is_monotone(self, rel_tol: float = 1e-9) -> bool:
+        """True when every row is non-decreasing and non-increasing per sample (within ``rel_tol``)."""
+        sizes = self.batch_sizes
+        for row in self.measured:
+            for k in range(1, len(row)):
+                if row[k] < row[k - 1] * (1 - rel_tol):
+                    return False
+                if row[k] / sizes[k] > row[k - 1] / sizes[k - 1] * (1 + rel_tol):
+                    return False
+        return True
 
     def check_covers(self, max_batch_size: int) -> None:
         if max_batch_size > self.max_batch_size:

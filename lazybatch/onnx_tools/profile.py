@@ -1,9 +1,14 @@
 """``lazybatch profile``: per-stage median latency at each batch size on an onnxruntime execution provider.
 
-Each stage runs on inputs produced by the stages before it (the chain is run once per batch size on random model
-inputs), so data-dependent kernels see realistic tensors. The whole graph is timed the same way in the same run,
-which gives the splitting overhead (sum of stage latencies / whole-graph latency). Only the listed batch sizes are
-measured; the LatencyTable interpolates linearly between them.
+Each stage runs on inputs produced by the stages before it (the chain is run once per batch size and round on
+random model inputs), so data-dependent kernels see realistic tensors. The whole graph is timed the same way in the
+same run, which gives the splitting overhead (sum of stage latencies / whole-graph latency). Only the listed batch
+sizes are measured; the LatencyTable interpolates linearly between them.
+
+Robust to a busy machine: the timed runs of every (stage, batch size) cell are spread over interleaved rounds (each
+round visits every cell once, so a burst of background load touches one round of many cells rather than every
+repetition of one), the median over all of a cell's runs is kept, and the rows are fitted monotone
+(``LatencyTable.monotone``: non-decreasing in batch size, non-increasing per sample).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import numpy as np
 
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.graph import ModelGraph, StageType
-from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.latency_table import LatencyTable, monotone_row
 
 from .manifest import load_manifest
 from .runtime import StageChain, random_feeds
@@ -68,7 +73,7 @@ def default_length_histogram() -> Path | None:
     return p if p.is_file() else None
 
 
-def _median_time(fn: Callable[[], Any], warmup: int, repeat: int) -> float:
+def _times(fn: Callable[[], Any], warmup: int, repeat: int) -> list[float]:
     for _ in range(warmup):
         fn()
     times = []
@@ -76,15 +81,16 @@ def _median_time(fn: Callable[[], Any], warmup: int, repeat: int) -> float:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return times
 
 
-def _stage_time(chain: StageChain, k: int, stage_in: Mapping[str, np.ndarray], warmup: int, repeat: int) -> float:
-    """Median time of stage ``k`` as a chained pass runs it: an in-place stage on a fresh copy of its input each
-    time (the copy made outside the timing, as the previous stage's output is fresh in a real pass)."""
+def _stage_times(chain: StageChain, k: int, stage_in: Mapping[str, np.ndarray], warmup: int,
+                 repeat: int) -> list[float]:
+    """Times of stage ``k`` as a chained pass runs it: an in-place stage on a fresh copy of its input each time
+    (the copy made outside the timing, as the previous stage's output is fresh in a real pass)."""
     step = chain.inplace.get(k)
     if step is None:
-        return _median_time(lambda: chain.run_stage(k, dict(stage_in)), warmup, repeat)
+        return _times(lambda: chain.run_stage(k, dict(stage_in)), warmup, repeat)
     times = []
     for r in range(warmup + repeat):
         env = {**stage_in, step.input: stage_in[step.input].copy()}
@@ -92,74 +98,97 @@ def _stage_time(chain: StageChain, k: int, stage_in: Mapping[str, np.ndarray], w
         chain.run_stage(k, env)
         if r >= warmup:
             times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return times
 
 
 def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
                 provider: str = "CPUExecutionProvider", warmup: int = 2, repeat: int = 5, threads: int = 0,
                 seed: int = 0, progress: bool = True, whole: bool = True,
                 length_histogram: str | Path | None = None, spinning: bool = False,
-                inplace: bool = True) -> LatencyTable:
-    if warmup < 0 or repeat < 1:
-        raise ConfigError(f"--warmup must be >= 0 and --repeat >= 1 (got {warmup}, {repeat})")
+                inplace: bool = True, rounds: int = 3) -> LatencyTable:
+    """Profile a stage directory into a latency table (median per cell, monotone fit; see the module docstring).
+
+    ``repeat`` timed runs per (stage, batch size) are spread over ``rounds`` interleaved rounds, at least one per
+    round (``ceil(repeat / rounds)`` each); ``warmup`` untimed runs precede a cell's first round. The whole graph
+    (``whole``) is timed in the same rounds and fitted the same way. ``meta["profile"]`` records
+    ``{"rounds", "reps" (per round), "statistic": "median", "monotone_fit": true}``."""
+    if warmup < 0 or repeat < 1 or rounds < 1:
+        raise ConfigError(f"--warmup must be >= 0, --repeat >= 1 and rounds >= 1 (got {warmup}, {repeat}, "
+                          f"{rounds})")
     d = Path(directory)
     manifest = load_manifest(d)
     chain = StageChain(d, manifest, [provider], threads=threads, whole=whole, spinning=spinning, inplace=inplace)
-    rng = np.random.default_rng(seed)
     n = len(manifest["stages"])
-    lat = [[0.0] * len(batch_sizes) for _ in range(n)]
-    whole_lat: list[float] = []
+    batch_sizes = sorted(batch_sizes)
+    per_round = -(-repeat // rounds)  # ceil
+    # model inputs per batch size, drawn once (small); intermediate tensors are recomputed each round, so memory
+    # stays that of one batch size's chain
+    rng = np.random.default_rng(seed)
+    inputs = [random_feeds(manifest["graph_inputs"], b, rng) for b in batch_sizes]
+    cells: list[list[list[float]]] = [[[] for _ in batch_sizes] for _ in range(n)]
+    whole_cells: list[list[float]] = [[] for _ in batch_sizes]
     bar: Any = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=len(batch_sizes) * (n + int(whole)), desc=f"profile {manifest['model']}", unit="run")
+        bar = tqdm(total=rounds * len(batch_sizes) * (n + int(whole)), desc=f"profile {manifest['model']}",
+                   unit="run")
     try:
-        for j, b in enumerate(batch_sizes):
-            feeds = random_feeds(manifest["graph_inputs"], b, rng)
-            env: dict[str, np.ndarray] = dict(feeds)
-            for k in range(n):
-                stage_in = chain.stage_feeds(k, env)
-                lat[k][j] = _stage_time(chain, k, stage_in, warmup, repeat)
-                chain.run_stage(k, env, inplace=False)  # env keeps every tensor: the next stages' inputs
-                if bar is not None:
-                    bar.update(1)
-            if whole:
-                w = chain.whole
-                whole_lat.append(_median_time(lambda: w.run(None, feeds), warmup, repeat))
-                if bar is not None:
-                    bar.update(1)
+        for rnd in range(rounds):
+            wu = warmup if rnd == 0 else 0
+            for j, b in enumerate(batch_sizes):
+                feeds = inputs[j]
+                env: dict[str, np.ndarray] = dict(feeds)
+                for k in range(n):
+                    stage_in = chain.stage_feeds(k, env)
+                    cells[k][j].extend(_stage_times(chain, k, stage_in, wu, per_round))
+                    chain.run_stage(k, env, inplace=False)  # env keeps every tensor: the next stages' inputs
+                    if bar is not None:
+                        bar.update(1)
+                del env
+                if whole:
+                    w = chain.whole
+                    whole_cells[j].extend(_times(lambda: w.run(None, feeds), wu, per_round))
+                    if bar is not None:
+                        bar.update(1)
     finally:
         if bar is not None:
             bar.close()
     import onnxruntime as ort
 
+    sizes = batch_sizes
+    lat = [[statistics.median(c) for c in row] for row in cells]
     graph = ModelGraph(manifest["model"], [(st["name"], StageType.parse(st["type"])) for st in manifest["stages"]])
     meta: dict[str, Any] = {
         "source": "lazybatch profile", "provider": provider, "onnxruntime": ort.__version__,
         "warmup": warmup, "repeat": repeat, "statistic": "median", "threads": threads or os.cpu_count(),
+        "profile": {"rounds": rounds, "reps": per_round, "statistic": "median", "monotone_fit": True},
         "intra_op_spinning": spinning,
         "inplace_stages": sorted(chain.inplace),  # residual stages timed writing over their input (inplace.py)
         "thread_pool": "global" if global_thread_pool() is not None else "per session",
         "host": platform.node(), "machine": platform.machine(), "processor": platform.processor() or None,
         "interpolation": "linear between measured batch sizes (LatencyTable)",
-        "measured_batch_sizes": list(batch_sizes),
+        "measured_batch_sizes": sizes,
         # stages cut after onnxruntime's optimiser (split --graph-optimization-level) cost less per stage
         "graph_optimization_level": (manifest.get("ort_optimization") or {}).get("level"),
     }
+    prov = (f"lazybatch profile: onnxruntime {ort.__version__} {provider}, median of {rounds} interleaved rounds x "
+            f"{per_round} runs after {warmup} warm-up runs, monotone fit, on {platform.node()} "
+            f"({os.cpu_count()} CPUs)")
+    table = LatencyTable(graph, sizes, lat, provenance=prov, meta=meta).monotone()
+    lat = table.measured
     if whole:
-        meta["whole_graph_latency_s"] = whole_lat
-        meta["overhead_ratio"] = [sum(lat[k][j] for k in range(n)) / whole_lat[j] for j in range(len(batch_sizes))]
+        whole_lat = monotone_row(sizes, [statistics.median(c) for c in whole_cells])
+        table.meta["whole_graph_latency_s"] = whole_lat
+        table.meta["overhead_ratio"] = [sum(lat[k][j] for k in range(n)) / whole_lat[j] for j in range(len(sizes))]
     if length_histogram is None and graph.is_seq2seq:
         length_histogram = default_length_histogram()
     if length_histogram is not None:
         from lazybatch.batcher.lengths import LengthHistogram
 
         h = LengthHistogram.load(length_histogram)
-        meta["length_histogram"] = str(length_histogram)
-        meta["dec_timesteps_90"] = h.coverage_length(0.9)
-    prov = (f"lazybatch profile: onnxruntime {ort.__version__} {provider}, median of {repeat} runs after {warmup} "
-            f"warm-up runs, on {platform.node()} ({os.cpu_count()} CPUs)")
-    return LatencyTable(graph, list(batch_sizes), lat, provenance=prov, meta=meta)
+        table.meta["length_histogram"] = str(length_histogram)
+        table.meta["dec_timesteps_90"] = h.coverage_length(0.9)
+    return table
 
 
 def plot_table(table: LatencyTable, path: str | Path) -> Path:
