@@ -8,7 +8,9 @@ requests as can later merge with the preempted sub-batch: none) and never merges
 ``fuse_stages: auto`` runs each request through the whole graph in one onnxruntime call, as Triton would.
 
 - ``auto`` (default): lazy and oracle fuse when their batch cap is 1. Serial and graph batching stay stage by stage:
-  they are the layer-wise baselines of the papers' comparisons.
+  they are the layer-wise baselines of the papers' comparisons. Eager (the default policy) keeps the stages and
+  the whole graph beside them: it decides per job how far to run without a decision point (``StageJob.stop``,
+  batcher/policies/eager.py), and a job that spans every stage runs as one whole-graph call.
 - ``true``: any scheduler policy runs whole passes (no preemption or regrouping inside a pass).
 - ``false``: always stage by stage.
 
@@ -27,6 +29,7 @@ import numpy as np
 
 from lazybatch.batcher.graph import ModelGraph, Stage, StageType
 from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.policies.eager import EagerBatching
 from lazybatch.batcher.policies.lazy import LazyBatching, useful_batch_size
 
 from .stages import Manifest, StageInput, StageRunner, StageSpec
@@ -35,13 +38,20 @@ FUSE_MODES = ("auto", "true", "false")
 FUSED_STAGE = "whole_graph"
 
 
+def wants_whole_graph_spans(mode: str, policy: Any) -> bool:
+    """Whether the backend should hold the whole graph beside the stages: for a policy that asks for spans of stages
+    (``StageJob.stop``: eager), a span of every stage runs as one onnxruntime call. ``fuse_stages: auto`` (and
+    ``true`` keeps its meaning: whole passes only; ``false``: never)."""
+    return mode == "auto" and isinstance(policy, EagerBatching) and policy.spans
+
+
 def fuse_reason(mode: str, policy: Any, table: LatencyTable) -> str | None:
     """Why this model should run whole passes, or None where stage boundaries are (or may be) of use."""
     if mode == "false":
         return None
     if mode == "true":
         return "fuse_stages: true"
-    if isinstance(policy, LazyBatching) and useful_batch_size(table, policy.max_batch_size,
+    if isinstance(policy, LazyBatching) and not isinstance(policy, EagerBatching) and useful_batch_size(table, policy.max_batch_size,
                                                               policy.min_batch_gain) == 1:
         return (f"fuse_stages: auto, {policy.name}'s batch cap is 1 (one more sample costs at least "
                 f"{1 - policy.min_batch_gain:.0%} of a batch-1 run): no sub-batch to preempt or merge")

@@ -134,7 +134,8 @@ class TritonPythonModel:
         self.session = None
         self.seq2seq: Any = None  # a seq2seq.Seq2SeqSpec for encoder-decoder models
         self._responder: ResponseThread | None = None  # sends the answers (response_thread, backend/responder.py)
-        self.fused: str | None = None  # why the stages run as one whole-graph pass (fuse_stages), if they do
+        self.fused: str | None = None
+        whole: Any = None  # the whole graph for jobs that span every stage (eager's spans, backend/fusion.py)  # why the stages run as one whole-graph pass (fuse_stages), if they do
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
         self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
         self._batch_log = BatchLog(Path(stats_dir) / f"{s.name}.batches.csv") if stats_dir else None
@@ -180,7 +181,9 @@ class TritonPythonModel:
             check_against_manifest(s, runner.manifest.inputs, runner.manifest.outputs)
             table = load_table(s, runner)
             policy = spec.build(max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size)
-            runner, table = self._maybe_fuse(cfg, policy, runner, table)
+            whole = self._whole_graph_for_spans(cfg, policy, runner, table)
+            if whole is None:
+                runner, table = self._maybe_fuse(cfg, policy, runner, table)
             runner, table = maybe_wrap(cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (issue 5)
             runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
         self._responder = ResponseThread(self._respond, name=f"{s.name}-responder") if s.response_thread else None
@@ -190,12 +193,33 @@ class TritonPythonModel:
                                        cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
                                        on_idle=self._write_stats,
                                        on_batch=self._batch_log.record if self._batch_log else None)
+            if whole is not None:
+                self.runtime.whole_runner = whole
+            if "boundary_cost_us" in spec.params:  # fixed by the config: not measured
+                self.runtime.measure_boundary_cost = False
             self._configure_production(self.runtime)
         except BaseException:
             # A bad admission or fault-injection parameter fails the load: stop the scheduler and responder threads
             # started above, so that a model that did not load leaves nothing running in the stub.
             self.finalize()
             raise
+
+    def _whole_graph_for_spans(self, cfg: Any, policy: Any, runner: StageRunner, table: LatencyTable) -> Any:
+        """The verified whole-graph runner for a policy that runs spans of stages (backend/fusion.py
+        ``spans_whole_graph``), or None: the stages then stay as they are and fuse_stages decides as before."""
+        from .fusion import fuse, wants_whole_graph_spans
+
+        s = self.settings
+        executor = cfg.parameters["executor"].string_value.lower() if "executor" in cfg.parameters else ""
+        if executor == "npu" or not wants_whole_graph_spans(s.fuse_stages, policy):
+            return None
+        done = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,
+                    intra_op_threads=s.intra_op_threads, name=s.name)
+        if done is None:
+            return None
+        self.fused = (f"a job that spans all {table.graph.n} stages runs as one whole-graph pass; the scheduler "
+                      "keeps the stage boundaries where preempting may pay")
+        return done[0]
 
     def _maybe_fuse(self, cfg: Any, policy: Any, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any]:
         """Whole passes where no stage boundary would be used (backend/fusion.py); the NPU executor times stages

@@ -18,7 +18,7 @@ Why the shape it has:
 
 from __future__ import annotations
 
-import collections
+import functools
 import heapq
 import itertools
 import queue
@@ -31,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lazybatch.batcher.admission import QueuePolicy
+from lazybatch.batcher.calibration import OnlineCalibrator
 from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.base import Policy
@@ -39,6 +40,7 @@ from lazybatch.batcher.scheduler import Scheduler
 from lazybatch.onnx_tools.inplace import InPlaceRunError
 
 from . import metrics as M
+from .cancel_watch import CancelWatcher
 from .config import RequestOptions
 from .faults import FaultInjector
 from .stages import StageRunner
@@ -50,7 +52,8 @@ IsCancelled = Callable[[Any], bool]
 # sub-batch whose members are the rows of one array, in order, is passed on without a copy.
 Row = tuple[np.ndarray, int]
 DECISION_LOG_CAPACITY = 4096
-CALIBRATION_WEIGHT = 0.05  # per stage run: the time scale follows the device within a few dozen stages
+_WAKE = object()  # put on the inbox to wake the scheduler thread (a cancellation to answer)
+BOUNDARY_COST_WEIGHT = 0.02  # per job: the measured cost of a decision point follows the host within ~50 jobs
 
 
 def join_rows(parts: list[Row]) -> np.ndarray:
@@ -105,7 +108,7 @@ class WallClock:
 class _Parent:
     """One client request (possibly several samples)."""
 
-    __slots__ = ("handle", "inputs", "samples", "remaining", "rows", "answered", "checked")
+    __slots__ = ("handle", "inputs", "samples", "remaining", "rows", "answered", "checked", "cancel_seen")
 
     def __init__(self, handle: Any, inputs: dict[str, np.ndarray], batch: int) -> None:
         self.handle = handle
@@ -114,7 +117,8 @@ class _Parent:
         self.remaining = batch
         self.rows: list[dict[str, Row] | None] = [None] * batch
         self.answered = False
-        self.checked = 0.0  # when is_cancelled() was last asked
+        self.checked = 0.0  # when is_cancelled() was last asked (backend/cancel_watch.py)
+        self.cancel_seen = False
 
 
 class _Sample:
@@ -138,7 +142,9 @@ class RuntimeStats:
     io_s: float = 0.0  # concatenating inputs and splitting outputs
     sched_s: float = 0.0  # policy decisions, bookkeeping, hand-off
     answered: dict[str, int] = field(default_factory=dict)
-    time_scale: float = 1.0  # measured stage time / latency-table time (moving average), given to the policy
+    span_runs: int = 0  # jobs that ran several stages with no decision point between (StageJob.stop)
+    time_scale: float = 1.0  # measured / profiled stage time over the model (batcher/calibration.py: its scale)
+    host_per_job_s: float = 0.0  # what a job costs besides onnxruntime (moving average): a decision point's cost
 
     def as_dict(self) -> dict[str, Any]:
         n = max(self.stage_runs, 1)
@@ -149,7 +155,8 @@ class RuntimeStats:
             "mean_stage_ort_ms": self.ort_s / n * 1e3,
             "overhead_per_stage_ms": (self.io_s + self.sched_s) / n * 1e3,
             "overhead_fraction": (self.io_s + self.sched_s) / self.ort_s if self.ort_s else 0.0,
-            "answered": dict(self.answered), "time_scale": self.time_scale,
+            "answered": dict(self.answered), "time_scale": self.time_scale, "span_runs": self.span_runs,
+            "host_per_job_ms": self.host_per_job_s * 1e3,
         }
 
 
@@ -160,19 +167,23 @@ class BackendRuntime:
 
     def __init__(self, runner: StageRunner, table: LatencyTable, policy: Policy, respond: Respond, *,
                  is_cancelled: IsCancelled | None = None, cancel_poll_s: float = 0.002,
-                 idle_poll_s: float = 0.02, on_idle: "Callable[[BackendRuntime], None] | None" = None,
+                 on_idle: "Callable[[BackendRuntime], None] | None" = None,
                  on_batch: "Callable[[int, int, float], None] | None" = None,
                  name: str = "lazybatch", queue_policy: QueuePolicy | None = None,
                  metrics: "M.ModelMetrics | None" = None, fault: FaultInjector | None = None) -> None:
         if table.graph.n != runner.n_stages:
             raise ValueError(f"latency table has {table.graph.n} stages, the stage directory {runner.n_stages}")
         self.runner = runner
+        # the verified whole graph (backend/fusion.py), for jobs that span every stage; None: chain the stages
+        self.whole_runner: StageRunner | None = None
         self.policy = policy
         self._dense = table.dense
+        self.calibrator = OnlineCalibrator(table)  # rewrites table.dense in place (the rows _dense holds)
+        # the policy's boundary_cost follows the measured cost of a job, unless the model's config fixed it
+        self.measure_boundary_cost = True
         self.respond = respond
         self.is_cancelled = is_cancelled
         self.cancel_poll_s = cancel_poll_s
-        self.idle_poll_s = idle_poll_s
         self.on_idle = on_idle  # called on the scheduler thread whenever nothing is held (statistics)
         self.on_batch = on_batch  # (stage, batch size, onnxruntime seconds) after every stage run (batch logs)
         self.clock = WallClock()
@@ -191,15 +202,15 @@ class BackendRuntime:
         self._job: tuple[StageJob, DoneCallback] | None = None
         self._ids = itertools.count()
         self._live: dict[int, _Parent] = {}
-        self._ring: collections.deque[_Parent] = collections.deque()  # held requests, polled round-robin
-        self.poll_budget = 16  # is_cancelled() calls per poll
-        self._last_poll = 0.0
+        self._cancelled: queue.SimpleQueue[_Parent] = queue.SimpleQueue()  # seen cancelled by the watcher
         self._dirty = False
         self._stopping = threading.Event()
         self._closed = False
         self._submit_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=f"{name}-scheduler", daemon=True)
         self._thread.start()
+        self._watcher = (CancelWatcher(lambda: self._live.values(), is_cancelled, self._on_cancel, cancel_poll_s,
+                                       name) if is_cancelled is not None else None)
 
     # ------------------------------------------------------------------ any thread
     def submit(self, handle: Any, inputs: dict[str, np.ndarray], batch: int, opts: RequestOptions) -> str | None:
@@ -221,7 +232,14 @@ class BackendRuntime:
             self._closed = True
             self._inbox.put(None)
         self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.close()
         self._thread.join(timeout)
+
+    def _on_cancel(self, parent: _Parent) -> None:
+        """The watcher saw ``parent`` cancelled (watcher thread): wake the scheduler thread to answer it."""
+        self._cancelled.put(parent)
+        self._inbox.put(_WAKE)
 
     # ------------------------------------------------------------------ Executor (scheduler thread)
     def submit_job(self, job: StageJob, done: DoneCallback) -> None:
@@ -239,33 +257,34 @@ class BackendRuntime:
                         self._idle_hook()  # about to wait with nothing held
                     due = clock.next_due()
                     timeout = None if due is None else max(0.0, due - time.monotonic())
-                    if self._live and self.is_cancelled is not None:
-                        # requests wait (a batching window): keep polling them for cancellation
-                        timeout = self.idle_poll_s if timeout is None else min(timeout, self.idle_poll_s)
                     if not self._drain(block=True, timeout=timeout):
                         break
-                    self._poll_cancelled()
                     t0 = time.perf_counter()
                     clock.fire_due()
                     stats.sched_s += time.perf_counter() - t0
                     continue
                 job, done = self._job
                 self._job = None
-                self._check_job(job)
+                t_job = time.perf_counter()
+                ort_before = stats.ort_s
                 result = self._run(job)
                 if self.metrics is not None:  # here, not in _run_batch: subclasses replace that (seq2seq)
                     ran = sum(1 for r in job.requests if not r.cancelled)
                     if ran:
-                        self.metrics.stage_run(job.stage, ran)
+                        for stage in job.span:
+                            self.metrics.stage_run(stage, ran)
+                t_drain = time.perf_counter()
                 if not self._drain(block=False):
                     break
-                self._poll_cancelled()
                 t0 = time.perf_counter()
                 done(job, result)
                 clock.fire_due()
                 if self.metrics is not None:
                     self._sync_metrics(0.05)
-                stats.sched_s += time.perf_counter() - t0
+                t1 = time.perf_counter()
+                stats.sched_s += t1 - t0
+                # what a decision point costs besides onnxruntime (arrivals admitted meanwhile are not its cost)
+                self._boundary_cost((t1 - t_job) - (t0 - t_drain) - (stats.ort_s - ort_before))
         except Exception:  # pragma: no cover - a bug; make it loud and answer what is held
             traceback.print_exc()
         finally:
@@ -300,6 +319,9 @@ class BackendRuntime:
             first = False
             if item is None:
                 return False
+            if item is _WAKE:
+                self._answer_cancelled()
+                continue
             self._admit(*item)
 
     def _admit(self, parent: _Parent, opts: RequestOptions, arrival: float) -> None:
@@ -313,7 +335,6 @@ class BackendRuntime:
             kw = {}
         key = id(parent)
         self._live[key] = parent
-        self._ring.append(parent)
         self.stats.requests += 1
         for row in range(parent.remaining):
             r = Request(next(self._ids), arrival, priority=opts.priority, **self._sample_args(parent, row), **kw)
@@ -334,7 +355,7 @@ class BackendRuntime:
         return {"payload": _Sample(parent, row)}
 
     def _run(self, job: StageJob) -> StageResult | None:
-        """Run one stage on the job's (not cancelled) requests: concatenate, onnxruntime, split.
+        """Run the job's stage (or span of stages) on its (not cancelled) requests: concatenate, onnxruntime, split.
 
         If the batched run fails, each request is run alone so that only the ones that fail on their own are
         answered with the error; the rest of the batch goes on.
@@ -342,8 +363,12 @@ class BackendRuntime:
         reqs = [r for r in job.requests if not r.cancelled]
         if not reqs:
             return None
+        if job.stop == job.stage + 1:
+            run: Callable[[list[Request]], None] = functools.partial(self._run_batch, job.stage)
+        else:
+            run = functools.partial(self._run_span, job.stage, job.stop)
         try:
-            self._run_batch(job.stage, reqs)
+            run(reqs)
             return None
         except Exception as e:
             if self.metrics is not None:
@@ -353,12 +378,65 @@ class BackendRuntime:
         errors: dict[int, str] = {}
         for r in reqs:
             try:
-                self._run_batch(job.stage, [r])
+                run([r])
             except Exception as e:  # onnxruntime failure: this request fails, the server goes on
                 if self.metrics is not None:
                     self.metrics.stage_failed(job.stage)
                 errors[r.id] = f"{type(e).__name__}: {e}"
         return StageResult(errors=errors) if errors else None
+
+    def _run_span(self, start: int, stop: int, reqs: list[Request]) -> None:
+        """Stages ``start .. stop-1`` on one batch with no decision point between them (``StageJob.stop``): the
+        inputs are joined once, the batch's tensors pass from stage to stage as they are, and only what later stages
+        or the answer read is split per request at the end. The whole graph (0..n) runs as one onnxruntime call
+        where the backend holds the verified whole-graph session (``whole_runner``)."""
+        runner = self.runner
+        stages = runner.manifest.stages
+        stats = self.stats
+        t0 = time.perf_counter()
+        whole = self.whole_runner if start == 0 and stop == runner.n_stages else None
+        feeds: dict[str, np.ndarray] = {}
+        need = [i for s in range(start, stop) for i in stages[s].inputs
+                if i.source is None or i.source < start]
+        for inp in need:
+            if inp.name in feeds:
+                continue
+            if inp.source is None:
+                parts = [(r.payload.parent.inputs[inp.name], r.payload.row) for r in reqs]
+            else:
+                parts = [r.payload.tensors[inp.name] for r in reqs]
+            feeds[inp.name] = join_rows(parts)
+        t1 = time.perf_counter()
+        if self.fault is not None:
+            ids = [r.id for r in reqs]
+            for s in range(start, stop):
+                self.fault.check(s, ids)
+        if whole is not None:
+            tensors = whole.run(0, feeds, owned=True)
+        else:
+            tensors = dict(feeds)
+            for s in range(start, stop):
+                spec = stages[s]
+                tensors.update(runner.run(s, {i.name: tensors[i.name] for i in spec.inputs}, owned=True))
+        t2 = time.perf_counter()
+        keep = [name for name, arr in tensors.items() if runner.last_use.get(name, -1) >= stop]
+        for k, r in enumerate(reqs):
+            own = r.payload.tensors
+            for name in keep:
+                own[name] = (tensors[name], k)
+            for s in range(start, stop):
+                for name in runner.drop_after[s]:
+                    own.pop(name, None)
+        t3 = time.perf_counter()
+        stats.stage_runs += 1
+        stats.span_runs += 1
+        stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
+        stats.ort_s += t2 - t1
+        stats.io_s += (t1 - t0) + (t3 - t2)
+        if self.on_batch is not None:
+            self.on_batch(start, len(reqs), t2 - t1)
+        if whole is None:
+            self._calibrate_span(start, stop, len(reqs), t3 - t0)
 
     def _run_batch(self, stage: int, reqs: list[Request]) -> None:
         runner = self.runner
@@ -390,65 +468,55 @@ class BackendRuntime:
         stats.io_s += (t1 - t0) + (t3 - t2)
         if self.on_batch is not None:
             self.on_batch(stage, len(reqs), t2 - t1)
-        self._calibrate(stage, len(reqs), t3 - t0)
+        self._calibrate(stage, len(reqs), t3 - t0)  # what the stage costs served: onnxruntime, join and split
 
     def _calibrate(self, stage: int, batch: int, took: float) -> None:
-        """Keep the policy's view of stage times honest: a moving average of measured / table time (clamped to
-        [0.5, 20]), which the slack predictor multiplies its table times by (``time_scale``). Why: the table is
-        profiled once, alone; served next to other work the stages run slower, and a predictor that believes the
-        table admits work that then misses its deadline."""
-        row = self._dense[stage]
-        expected = row[batch] if batch < len(row) else row[-1]
-        if expected <= 0.0:
-            return
-        ratio = min(20.0, max(0.5, took / expected))
-        stats = self.stats
-        stats.time_scale += CALIBRATION_WEIGHT * (ratio - stats.time_scale)
-        if hasattr(self.policy, "time_scale"):
-            self.policy.time_scale = stats.time_scale
+        """Keep the policy's table true: the onnxruntime time of every stage run goes to the online calibrator
+        (batcher/calibration.py), which rewrites the table per stage and batch size; policies then recompute what
+        they derived from it. Why: the table is profiled once, alone; served next to other work the stages run
+        slower, not uniformly, and a predictor that believes the profile admits work that then misses its
+        deadline."""
+        if self.calibrator.observe(stage, batch, took):
+            self.policy.table_changed()
+        self.stats.time_scale = self.calibrator.scale
 
-    def _poll_cancelled(self) -> None:
-        """Poll a bounded round-robin slice of the held requests (``is_cancelled()`` is a round trip to the server
-        process: polling a backlog of thousands at every boundary would make the backlog grow)."""
-        if self.is_cancelled is None or not self._ring:
+    def _calibrate_span(self, start: int, stop: int, batch: int, took: float) -> None:
+        """A span's time shared among its stages in proportion to their table times (a whole-graph pass has no
+        per-stage times of its own)."""
+        dense = self._dense
+        if batch >= len(dense[start]):
             return
-        now = time.monotonic()
-        if now - self._last_poll < self.cancel_poll_s:
+        times = [dense[s][batch] for s in range(start, stop)]
+        total = sum(times)
+        if total > 0.0:
+            for s, t in zip(range(start, stop), times):
+                self._calibrate(s, batch, took * t / total)
+
+    def _boundary_cost(self, host_s: float) -> None:
+        """A moving average of what one job costs the scheduler thread besides onnxruntime: tensors joined and
+        split, the policy's decision, the hand-off. A policy that weighs decision points against their cost
+        (``boundary_cost``, batcher/policies/eager.py) reads it, unless the model's config fixed it."""
+        stats = self.stats
+        if host_s < 0.0:
             return
-        self._last_poll = now
-        ring = self._ring
-        for _ in range(min(self.poll_budget, len(ring))):
-            parent = ring.popleft()
+        stats.host_per_job_s += BOUNDARY_COST_WEIGHT * (host_s - stats.host_per_job_s) if stats.stage_runs > 1 \
+            else host_s - stats.host_per_job_s
+        if self.measure_boundary_cost and hasattr(self.policy, "boundary_cost"):
+            self.policy.boundary_cost = stats.host_per_job_s
+
+    def _answer_cancelled(self) -> None:
+        """Answer the requests the watcher saw cancelled, at once: queued ones need not wait for their turn, running
+        ones leave their sub-batch at the next stage boundary (their samples are flagged)."""
+        while True:
+            try:
+                parent = self._cancelled.get_nowait()
+            except queue.Empty:
+                return
             if parent.answered:
                 continue
-            self._check(parent)
-            ring.append(parent)
-
-    def _check(self, parent: _Parent) -> None:
-        now = time.monotonic()
-        if now - parent.checked < self.cancel_poll_s:
-            return
-        parent.checked = now
-        try:
-            gone = self.is_cancelled(parent.handle)
-        except Exception:
-            gone = False
-        if gone:
             for r in parent.samples:
                 r.cancelled = True
-
-    def _check_job(self, job: StageJob) -> None:
-        """Before a stage runs, its own requests are checked, so that no compute goes to a request already gone."""
-        if self.is_cancelled is None:
-            return
-        seen: set[int] = set()
-        for r in job.requests:
-            parent = r.payload.parent
-            if id(parent) not in seen and not r.cancelled:
-                seen.add(id(parent))
-                if len(seen) > self.poll_budget:
-                    break
-                self._check(parent)
+            self._answer(parent, None, Status.CANCELLED, "request was cancelled by the client")
 
     def _on_sample_done(self, r: Request) -> None:
         sample: _Sample = r.payload

@@ -23,19 +23,32 @@ class Clock(Protocol):
 
 class StageJob:
     """Run ``stage`` on ``requests``; ``batch_size`` may exceed len(requests) when a policy pads (graph batching
-    of seq2seq keeps finished sequences in the batch until the longest one ends)."""
+    of seq2seq keeps finished sequences in the batch until the longest one ends).
 
-    __slots__ = ("stage", "requests", "batch_size", "token", "started")
+    ``stop`` (static graphs only): run stages ``stage .. stop-1`` as one job, with no decision point between them.
+    A policy asks for a span where it predicts that no boundary inside it would be used (batcher/policies/eager.py);
+    the executor may then run the span as one call (the backend runs a whole-graph span as one onnxruntime
+    session). ``stop`` defaults to ``stage + 1``: one stage, as every policy of the papers runs."""
 
-    def __init__(self, stage: int, requests: list[Request], batch_size: int, token: Any = None) -> None:
+    __slots__ = ("stage", "requests", "batch_size", "token", "started", "stop")
+
+    def __init__(self, stage: int, requests: list[Request], batch_size: int, token: Any = None,
+                 stop: int | None = None) -> None:
         self.stage = stage
         self.requests = requests
         self.batch_size = batch_size
         self.token = token
         self.started = 0.0
+        self.stop = stage + 1 if stop is None else stop
+
+    @property
+    def span(self) -> range:
+        """The stages this job runs."""
+        return range(self.stage, self.stop)
 
     def __repr__(self) -> str:
-        return f"StageJob(stage={self.stage}, n={len(self.requests)}, batch_size={self.batch_size})"
+        span = f", stop={self.stop}" if self.stop != self.stage + 1 else ""
+        return f"StageJob(stage={self.stage}{span}, n={len(self.requests)}, batch_size={self.batch_size})"
 
 
 class StageResult:

@@ -2,11 +2,12 @@
 
 from .base import DEFAULT_MAX_BATCH_SIZE, Policy
 from .cellular import CellularBatching
+from .eager import EagerBatching
 from .graph_batching import GraphBatching, Serial
 from .lazy import LazyBatching, OracleLazyBatching
 from .monitor import BatchLatencyModel, BatchMonitor, MaxBatchUnderDeadline, preferred_batch_size
 from .spec import POLICY_NAMES, parse_policy
 
-__all__ = ["DEFAULT_MAX_BATCH_SIZE", "Policy", "CellularBatching", "GraphBatching", "Serial", "LazyBatching", "OracleLazyBatching",
+__all__ = ["DEFAULT_MAX_BATCH_SIZE", "Policy", "CellularBatching", "EagerBatching", "GraphBatching", "Serial", "LazyBatching", "OracleLazyBatching",
            "BatchLatencyModel", "BatchMonitor", "MaxBatchUnderDeadline", "preferred_batch_size", "POLICY_NAMES",
            "parse_policy"]

@@ -62,6 +62,9 @@ class Policy(ABC):
         self._finish = scheduler.finish
         self.table.check_covers(self.max_batch_size)
 
+    def table_changed(self) -> None:
+        """The latency table was rewritten in place (online recalibration): recompute anything derived from it."""
+
     @abstractmethod
     def enqueue(self, request: Request, now: float) -> None: ...
 
@@ -113,6 +116,8 @@ class Policy(ABC):
                 else:
                     keep.append(r)
             reqs = keep
+        if job.stop != s + 1:  # a span of static stages (StageJob.stop): no loop ends inside it
+            return job.stop, reqs, job.stop, []
         if not g.is_loop_end[s]:
             return s + 1, reqs, s + 1, []
         exits = result.loop_exits if result is not None else None

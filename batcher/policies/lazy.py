@@ -131,6 +131,11 @@ class LazyBatching(Policy):
 
     def attach(self, scheduler) -> None:  # type: ignore[override]
         super().attach(scheduler)
+        self.table_changed()
+
+    def table_changed(self) -> None:
+        """Recompute what is derived from the table: at attach, and after online recalibration rewrote it
+        (batcher/calibration.py). Requests already queued keep the estimate they were given on arrival."""
         self.predictor = SlackPredictor(self.table, self.dec_timesteps)
         self._lat1 = self.table.single
         self.batch_cap = useful_batch_size(self.table, self.max_batch_size, self.min_batch_gain)

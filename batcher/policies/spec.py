@@ -7,6 +7,8 @@
     cellular                  cell-level batching (BatchMaker): cellular:max_batch_size=32
     lazy                      lazy:max_batch_size=32,dec_timesteps=10,min_batch_gain=0.2
     lazy:preempt=benefit      preempt only where it also lowers the summed latency (not the paper's rule)
+    eager                     work-conserving like Triton's batcher, preempting where the table predicts it pays
+                              (the default of `repo add`): eager:max_batch_size=32,min_gain=0.02,boundary_cost_us=80
     oracle                    oracle:dec_timesteps_coverage=0.8
     graph:5                   GraphB(5): max_queue_delay of 5 ms (the paper's batching time-window)
     graph:max_queue_delay_microseconds=5000,max_batch_size=64,preferred_batch_size=4/8
@@ -23,11 +25,12 @@ from ..errors import ConfigError
 from ..lengths import LengthHistogram
 from .base import Policy
 from .cellular import CellularBatching
+from .eager import EagerBatching
 from .graph_batching import GraphBatching, Serial
 from .lazy import LazyBatching, OracleLazyBatching
 from .monitor import BatchMonitor, MaxBatchUnderDeadline
 
-POLICY_NAMES = ("serial", "graph", "adhoc", "monitor", "deadline", "cellular", "lazy", "oracle")
+POLICY_NAMES = ("eager", "serial", "graph", "adhoc", "monitor", "deadline", "cellular", "lazy", "oracle")
 _KEYS = {
     "serial": set(),
     "adhoc": {"max_batch_size"},
@@ -37,6 +40,7 @@ _KEYS = {
     "graph": {"max_batch_size", "max_queue_delay_microseconds", "max_queue_delay_ms", "preferred_batch_size"},
     "lazy": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_batch_gain", "preempt"},
     "oracle": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_batch_gain", "preempt"},
+    "eager": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_gain", "boundary_cost_us", "spans"},
 }
 
 
@@ -66,7 +70,7 @@ class PolicySpec:
             ms = p.get("max_queue_delay_microseconds", 0) / 1000
             extra = f",b{p['max_batch_size']}" if "max_batch_size" in p else ""
             return f"GraphB({ms:g}{extra})"
-        base = "LazyB" if self.kind == "lazy" else "Oracle"
+        base = {"lazy": "LazyB", "oracle": "Oracle", "eager": "Eager"}[self.kind]
         extra = []
         if "max_batch_size" in p:
             extra.append(f"b{p['max_batch_size']}")
@@ -77,7 +81,7 @@ class PolicySpec:
     @property
     def sla_aware(self) -> bool:
         """Whether the policy's decisions depend on request deadlines (so one run per SLA target is needed)."""
-        return self.kind in ("lazy", "oracle")
+        return self.kind in ("lazy", "oracle", "eager")
 
     def build(self, *, max_batch_size: int | None = None, length_histogram: LengthHistogram | None = None,
               dec_timesteps_coverage: float = 0.9) -> Policy:
@@ -100,6 +104,11 @@ class PolicySpec:
         if self.kind == "graph":
             return GraphBatching(max_queue_delay=p.get("max_queue_delay_microseconds", 0) / 1e6,
                                  preferred_batch_sizes=p.get("preferred_batch_size", ()), **kw)
+        if self.kind == "eager":
+            return EagerBatching(dec_timesteps=p.get("dec_timesteps"),
+                                 dec_timesteps_coverage=p.get("dec_timesteps_coverage", dec_timesteps_coverage),
+                                 length_histogram=length_histogram,
+                                 **{k: p[k] for k in ("min_gain", "boundary_cost_us", "spans") if k in p}, **kw)
         cls = LazyBatching if self.kind == "lazy" else OracleLazyBatching
         return cls(dec_timesteps=p.get("dec_timesteps"),
                    dec_timesteps_coverage=p.get("dec_timesteps_coverage", dec_timesteps_coverage),
@@ -111,10 +120,17 @@ class PolicySpec:
 def _num(kind: str, key: str, value: str) -> Any:
     if key == "preempt":  # a word, checked by the policy (batcher/policies/lazy.py PREEMPT_RULES)
         return value.lower()
+    if key == "spans":
+        if value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if value.lower() in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"policy {kind!r}: spans={value!r} must be true or false", field=key)
     try:
         if key == "preferred_batch_size":
             return tuple(int(v) for v in value.replace("/", " ").split())
-        if key in ("dec_timesteps_coverage", "max_queue_delay_ms", "window_ms", "rate_sigma", "min_batch_gain"):
+        if key in ("dec_timesteps_coverage", "max_queue_delay_ms", "window_ms", "rate_sigma", "min_batch_gain",
+                   "min_gain", "boundary_cost_us"):
             return float(value)
         return int(value)
     except ValueError:

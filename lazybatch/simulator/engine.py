@@ -72,11 +72,15 @@ class Simulation:
     # Executor
     def submit(self, job: StageJob, done: DoneCallback) -> None:
         b = job.batch_size
-        lat = self._dense[job.stage][b]
+        dense = self._dense
+        if job.stop == job.stage + 1:
+            lat = dense[job.stage][b]
+        else:  # a span of stages (StageJob.stop): their table times, one after the other
+            lat = sum(dense[s][b] for s in job.span)
         self.stage_execs += 1
         self.busy_time += lat
         if self._energy is not None:
-            self.energy_j += self._energy[job.stage][b]
+            self.energy_j += sum(self._energy[s][b] for s in job.span)
         hist = self.batch_hist
         hist[b] = hist.get(b, 0) + 1
         if self.on_job is not None:

@@ -193,11 +193,11 @@ def _runtime(stages, policy="lazy", collector=None, mbs=8):
     table = runner.profile([1, 2, 4, 8], reps=1)
     c = collector or Collector()
     rt = BackendRuntime(runner, table, parse_policy(policy).build(max_batch_size=mbs), c.respond,
-                        is_cancelled=c.is_cancelled, cancel_poll_s=0.0, idle_poll_s=0.005)
+                        is_cancelled=c.is_cancelled, cancel_poll_s=0.0)
     return rt, c
 
 
-@pytest.mark.parametrize("policy", ["lazy", "oracle", "graph:1", "serial"])
+@pytest.mark.parametrize("policy", ["eager", "eager:spans=false", "lazy", "oracle", "graph:1", "serial"])
 def test_runtime_answers_each_request_once_with_its_result(mlp, policy):
     model, stages = mlp
     rt, c = _runtime(stages, policy)
@@ -329,45 +329,88 @@ def test_repo_add_cli(tmp_path, mlp, capsys):
     assert load_manifest(repo / "s" / "1" / "stages").model == load_manifest(stages).model
 
 
-def test_cancellation_polling_is_bounded_and_round_robin(mlp):
-    """is_cancelled() is a round trip to the server: a poll asks at most poll_budget held requests, in turn."""
-    from lazybatch.backend.runtime import _Parent
-
+def test_cancellation_is_asked_off_the_scheduler_thread_and_answered_at_once(mlp):
+    """is_cancelled() is a round trip to the server: the watcher thread asks it, never the scheduler thread, and a
+    request cancelled while others run is answered without waiting for its turn; the others are served."""
     _, stages = mlp
-    asked: list[int] = []
-    rt, c = _runtime(stages, "lazy")
-    rt.is_cancelled = lambda h: asked.append(h) or False
-    parents = [_Parent(h, {}, 1) for h in range(100)]
-    rt._ring.extend(parents)  # the thread is idle (nothing submitted), so this is not racing it
-    rt._last_poll = 0.0
-    rt._poll_cancelled()
-    assert asked == list(range(rt.poll_budget))
-    rt._last_poll = 0.0
-    rt._poll_cancelled()
-    assert asked == list(range(2 * rt.poll_budget))
-    rt._ring.clear()
+    threads: set[str] = set()
+    c = Collector()
+
+    def is_cancelled(h):
+        threads.add(threading.current_thread().name)
+        return c.is_cancelled(h)
+
+    rt, _ = _runtime(stages, "graph:300", collector=c)  # a 300 ms window: the requests wait, queued
+    rt._watcher.is_cancelled = is_cancelled
+    for h in range(3):
+        rt.submit(h, {"x": np.ones((1, 16), np.float32)}, 1, RequestOptions())
+    t0 = time.monotonic()
+    c.cancelled.add(1)
+    c.wait(1, timeout=5)
+    answered_after = time.monotonic() - t0
+    c.wait(3)
     rt.close()
+    assert c.answers[1] == [(None, Status.CANCELLED, "request was cancelled by the client")]
+    assert answered_after < 0.25, "the cancelled request waited for the batching window"
+    assert c.answers[0][0][1] is Status.OK and c.answers[2][0][1] is Status.OK
+    assert threads and all(name.endswith("cancel-watch") for name in threads), threads
+    assert rt._watcher.checks > 0
 
 
 @pytest.mark.parametrize("factor, expect_above", [(0.05, True), (50.0, False)])
-def test_runtime_tells_the_policy_how_far_the_table_is_off(mlp, factor, expect_above):
-    """The slack predictor's table times are scaled by measured / table stage time (time_scale)."""
+def test_runtime_recalibrates_the_table_the_policy_reads(mlp, factor, expect_above):
+    """The stage runs the server observes rewrite the policy's latency table per stage and batch size
+    (batcher/calibration.py), and the policy recomputes its slack predictor from it."""
     from lazybatch.batcher.latency_table import LatencyTable
 
     _, stages = mlp
     runner = StageRunner(stages, execution_provider="cpu")
     measured = runner.profile([1, 2, 4, 8], reps=1)
     table = LatencyTable(measured.graph, measured.batch_sizes, [[v * factor for v in row] for row in measured.measured])
+    before = sum(table.single)
     policy = parse_policy("lazy").build(max_batch_size=8)
     c = Collector()
-    rt = BackendRuntime(runner, table, policy, c.respond, idle_poll_s=0.005)
+    rt = BackendRuntime(runner, table, policy, c.respond)
+    predicted_before = policy.predictor.single_input_exec_time(1)
     x = np.ones((1, 16), np.float32)
-    for h in range(40):
+    for h in range(80):
         assert rt.submit(h, {"x": x}, 1, RequestOptions(sla_s=1.0)) is None
-    c.wait(40)
+    c.wait(80)
     rt.close()
-    assert policy.time_scale == rt.stats.time_scale
-    if expect_above:  # the table says 20x faster than the stages ran
-        assert policy.time_scale > 3.0
-    else:  # the table says 50x slower: the scale falls towards its floor
-        assert policy.time_scale < 0.8
+    assert rt.calibrator.version >= 1 and policy.table is table
+    after = sum(table.single)
+    if expect_above:  # the table said 20x faster than the stages ran: it now says slower
+        assert after > 3.0 * before and rt.stats.time_scale > 3.0
+        assert policy.predictor.single_input_exec_time(1) > 3.0 * predicted_before
+    else:  # the table said 50x slower: it comes down
+        assert after < 0.8 * before and rt.stats.time_scale < 0.8
+        assert policy.predictor.single_input_exec_time(1) < 0.8 * predicted_before
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_runtime_runs_spans_of_stages_with_the_stages_result(mlp, whole):
+    """eager asks for spans of stages (StageJob.stop): the runtime runs them chained, or as the verified whole graph
+    when it holds one; every answer is still the whole graph's result, and spans really ran."""
+    from lazybatch.backend.fusion import fuse
+
+    model, stages = mlp
+    rt, c = _runtime(stages, "eager")
+    if whole:
+        got = fuse(rt.runner, rt.scheduler.table, model, execution_provider="cpu", intra_op_threads=0, name="t")
+        assert got is not None
+        rt.whole_runner = got[0]
+    sess = ort.InferenceSession(str(model))
+    xs = {}
+    for h in range(12):
+        x = np.random.default_rng(h).standard_normal((1 + h % 3, 16)).astype(np.float32)
+        xs[h] = x
+        assert rt.submit(h, {"x": x}, x.shape[0], RequestOptions(sla_s=1.0)) is None
+        time.sleep(0.01)  # apart: each runs alone, as one span
+    c.wait(12)
+    rt.close()
+    for h, ans in c.answers.items():
+        outputs, status, error = ans[0]
+        assert status is Status.OK, error
+        np.testing.assert_allclose(outputs["y"], sess.run(None, {"x": xs[h]})[0], rtol=1e-5, atol=1e-6)
+    assert rt.stats.span_runs > 0
+    assert rt.stats.host_per_job_s > 0.0 and rt.policy.boundary_cost == rt.stats.host_per_job_s

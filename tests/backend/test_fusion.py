@@ -109,7 +109,7 @@ def test_fused_runtime_answers_every_request_with_its_result(mlp):
     runner = StageRunner(stages, execution_provider="cpu")
     fused, table = fuse(runner, _table(runner, 0.95), model, execution_provider="cpu", intra_op_threads=1, name="m")
     c = _Collector()
-    rt = BackendRuntime(fused, table, parse_policy("lazy").build(max_batch_size=4), c.respond, idle_poll_s=0.005)
+    rt = BackendRuntime(fused, table, parse_policy("lazy").build(max_batch_size=4), c.respond)
     rng = np.random.default_rng(0)
     xs = {h: rng.standard_normal((int(rng.integers(1, 4)), 16)).astype(np.float32) for h in range(30)}
     for h, x in xs.items():

@@ -166,7 +166,7 @@ def _rt(stages, policy, **kw):
     c = Collector()
     metrics = M.ModelMetrics("m", [s.name for s in runner.manifest.stages], 8)
     rt = BackendRuntime(runner, table, parse_policy(policy).build(max_batch_size=8), c.respond,
-                        is_cancelled=c.is_cancelled, cancel_poll_s=0.0, idle_poll_s=0.005, metrics=metrics, **kw)
+                        is_cancelled=c.is_cancelled, cancel_poll_s=0.0, metrics=metrics, **kw)
     return rt, c, metrics
 
 

@@ -181,9 +181,9 @@ def test_injected_fault_and_batch_log(split):
 
 
 @pytest.mark.parametrize("factor, expect_above", [(0.05, True), (50.0, False)])
-def test_runtime_calibrates_time_scale(split, factor, expect_above):
-    """Like the base runtime, the seq2seq loop tells the slack predictor how far the latency table is off
-    (measured / table stage time), so that a table profiled alone does not make lazy admit work it cannot finish."""
+def test_runtime_recalibrates_the_table(split, factor, expect_above):
+    """Like the base runtime, the seq2seq loop rewrites the policy's latency table from the stage runs it observes
+    (batcher/calibration.py), so that a table profiled alone does not make lazy admit work it cannot finish."""
     from lazybatch.batcher.latency_table import LatencyTable
 
     kind, runner, spec, table, ref = split
@@ -199,14 +199,15 @@ def test_runtime_calibrates_time_scale(split, factor, expect_above):
             done.set()
 
     rt = Seq2SeqRuntime(runner, off, pol, respond, spec=spec)
+    before = sum(row[6] for row in off.dense)  # batch 6: the size these six sequences run at
     rng = np.random.default_rng(7)
     for k in range(n):
         assert rt.submit(k, make_request(rng, info, 3, 4, batch=1, ignore_eos=True), 1, RequestOptions()) is None
     assert done.wait(60)
     rt.close()
     assert all(err is None for err in answers.values())
-    assert pol.time_scale == rt.stats.time_scale
-    if expect_above:  # the table says 20x faster than the stages ran
-        assert pol.time_scale > 3.0
-    else:  # the table says 50x slower: the scale falls towards its floor
-        assert pol.time_scale < 0.8
+    assert rt.calibrator.observations == rt.stats.stage_runs and pol.table is off
+    if expect_above:  # the table said 20x faster than the stages ran
+        assert rt.stats.time_scale > 3.0 and sum(row[6] for row in off.dense) > 3.0 * before
+    else:  # the table said 50x slower: it comes down
+        assert rt.stats.time_scale < 0.8 and sum(row[6] for row in off.dense) < 0.95 * before  # ~3 runs a stage

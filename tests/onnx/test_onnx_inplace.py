@@ -151,7 +151,7 @@ def test_backend_lazy_serves_inplace_split_correctly(split_all, monkeypatch):
     ref = StageChain(d, man, whole=False, inplace=False)
     c = Collector()
     rt = BackendRuntime(runner, table, parse_policy("lazy").build(max_batch_size=8), c.respond,
-                        is_cancelled=lambda h: False, cancel_poll_s=0.0, idle_poll_s=0.005)
+                        is_cancelled=lambda h: False, cancel_poll_s=0.0)
     name = man["graph_inputs"][0]["name"]
     xs, kept = {}, {}
     rng = np.random.default_rng(7)
@@ -229,7 +229,7 @@ def test_backend_failed_inplace_run_fails_its_batch_without_rerun(split_all, mon
     monkeypatch.setattr(stages_mod, "run_inplace", flaky)
     c = Collector()
     rt = BackendRuntime(runner, table, parse_policy("graph:50").build(max_batch_size=4), c.respond,
-                        is_cancelled=lambda h: False, cancel_poll_s=0.0, idle_poll_s=0.005)
+                        is_cancelled=lambda h: False, cancel_poll_s=0.0)
     name = man["graph_inputs"][0]["name"]
     rng = np.random.default_rng(1)
     for h in range(3):

@@ -73,7 +73,7 @@ def test_32_concurrent_clients_mixed_batches(served, reference, model):
         assert sum(pool.map(client, range(32))) == 128
 
 
-@pytest.mark.parametrize("model", ["mlp_lazy", "mlp_oracle", "mlp_graph"])
+@pytest.mark.parametrize("model", ["mlp_eager", "mlp_lazy", "mlp_oracle", "mlp_graph"])
 def test_scheduler_batches_concurrent_requests(served, model):
     """Under concurrency the backend's scheduler really forms sub-batches of more than one sample, and answers
     every request it accepted exactly once (its own counters)."""
@@ -105,7 +105,7 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-@pytest.mark.parametrize("model", ["mlp_lazy", "mlp_triton2000"])
+@pytest.mark.parametrize("model", ["mlp_eager", "mlp_lazy", "mlp_triton2000"])
 def test_bad_request_gets_clear_error(served, model, case):
     inputs, needle = BAD[case]
     c = grpcclient.InferenceServerClient(served.grpc)

@@ -1,0 +1,268 @@
+"""Eager LazyBatching: Triton's work-conserving batcher as the base, LazyBatching's preemption and merging only
+where the latency table predicts they pay. The default policy of `lazybatch repo add` (the paper's rule stays
+available, unchanged, as ``lazy``).
+
+Why a second rule. Against Triton's dynamic batcher with no queue delay, which runs whatever queued while the
+previous batch ran, the paper's slack rule loses on static graphs even with no serving cost (docs/results/regimes.md,
+"Simulated"): it preempts whenever every deadline still holds, also late in a pass where finishing the running
+sub-batch first would leave everyone sooner, and its batch cap (from a profile) can stop it batching where Triton
+still gains. A user switches only to a batcher that is never worse than the stock one, so this policy is built from
+the stock one outward:
+
+1. **Work-conserving base.** When the device frees (the BatchTable is empty) every queued request starts at once,
+   up to ``max_batch_size``: Triton's ``max_queue_delay_microseconds: 0``. No batch cap from a profile.
+2. **Preempt only where it pays.** At a stage boundary, queued requests preempt the running sub-batch (and merge
+   with it when they reach its stage) only where the table predicts a lower mean latency over everyone concerned:
+   the running sub-batch, the newcomers, the sub-batches below, and the requests expected to arrive meanwhile (at
+   the rate observed). Preempting delays what arrives during the catch-up; not preempting makes the newcomers wait
+   for the rest of the pass, and lets the arrivals of that time join their batch. See ``_gain``.
+3. **SLA guard.** A preemption that would make the running sub-batch miss a deadline it would otherwise meet is
+   refused (the slack predictor's question, answered on the table's batched times).
+4. **Decision points only where they pay.** A boundary costs serving time (a return to the scheduler, tensors
+   split and joined, a session call: ``boundary_cost``, measured by the backend; 0 in the simulator). A job runs
+   through every boundary at which the expected gain of a preemption (given the queue and the arrival rate) is
+   below that cost (``StageJob.stop``): at low load a request runs the whole graph in one call, at higher load the
+   early boundaries, where preemption pays most, come back.
+
+Seq2seq graphs (loops) keep the paper's slack rule, with the work-conserving base and no batch cap; spans are for
+static graphs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..decisions import DISPATCH, PREEMPT
+from ..errors import ConfigError
+from ..interfaces import StageJob
+from ..lengths import LengthHistogram
+from ..request import Request
+from ..slack import DEFAULT_COVERAGE
+from .base import DEFAULT_MAX_BATCH_SIZE
+from .lazy import LazyBatching
+
+# The arrival rate is the count of arrivals in the last RATE_WINDOW_PASSES batch-1 passes of the whole graph (at
+# least RATE_WINDOW_MIN_S): long enough to hold a few arrivals at 10% load, short enough to follow a load change
+# within a fraction of a second.
+RATE_WINDOW_PASSES = 64
+RATE_WINDOW_MIN_S = 0.05
+RATE_MIN_PASSES = 8
+# Serving the queue in smaller batches than all of it must leave the device at most this busy at the arrival rate
+# (queues grow fast as utilisation nears 1), unless the smaller batch costs about as much per sample as the whole
+# queue's (within SAME_THROUGHPUT): then it loses no throughput at all.
+MAX_UTILISATION = 0.85
+SAME_THROUGHPUT = 0.03
+# No preemption may make a request of the running sub-batch take longer than this many whole passes at the
+# merged batch size in all (its wait included).
+TAIL_PASSES = 2.0
+# A preemption must predict at least this much lower mean latency (relative): a margin over the table's own error.
+DEFAULT_MIN_GAIN = 0.02
+
+
+class EagerBatching(LazyBatching):
+    """Work-conserving batching with layer-boundary preemption where the latency table predicts it pays."""
+
+    name = "eager"
+
+    def __init__(self, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, *, dec_timesteps: int | None = None,
+                 dec_timesteps_coverage: float = DEFAULT_COVERAGE, length_histogram: LengthHistogram | None = None,
+                 min_gain: float = DEFAULT_MIN_GAIN, boundary_cost_us: float = 0.0, spans: bool = True) -> None:
+        super().__init__(max_batch_size, dec_timesteps=dec_timesteps, dec_timesteps_coverage=dec_timesteps_coverage,
+                         length_histogram=length_histogram, min_batch_gain=0.0)
+        if not 0.0 <= min_gain < 1.0:
+            raise ConfigError(f"min_gain must be in [0, 1), got {min_gain!r}", field="min_gain")
+        if not boundary_cost_us >= 0.0:
+            raise ConfigError(f"boundary_cost_us must be >= 0, got {boundary_cost_us!r}", field="boundary_cost_us")
+        self.min_gain = min_gain
+        # seconds one stage boundary costs the device (serving cost; the backend keeps it measured)
+        self.boundary_cost = boundary_cost_us * 1e-6
+        self.spans = spans
+        self._arrivals: deque[float] = deque()
+        self._first: float | None = None  # the first arrival seen
+        self._window = RATE_WINDOW_MIN_S
+        self._whole: list[float] = []  # [batch]: the whole graph's table time
+
+    def table_changed(self) -> None:
+        """Recompute what is derived from the table (after online recalibration changed it)."""
+        super().table_changed()
+        if self.graph.is_seq2seq:
+            return
+        dense = self.table.dense
+        self._prefix = []
+        for b in range(len(dense[0])):
+            acc = [0.0]
+            for row in dense:
+                acc.append(acc[-1] + row[b])
+            self._prefix.append(acc)
+        self._whole = [p[-1] for p in self._prefix]
+        self._window = max(RATE_WINDOW_MIN_S, RATE_WINDOW_PASSES * self._whole[1])
+
+    def describe(self) -> str:
+        dec = f", dec_timesteps={self.dec_timesteps}" if self.graph.is_seq2seq else ""
+        cost = f", boundary_cost={self.boundary_cost * 1e6:.0f}us" if self.boundary_cost else ""
+        return f"{self.name}(max_batch_size={self.max_batch_size}{dec}{cost})"
+
+    # ------------------------------------------------------------------ policy interface
+    def enqueue(self, request: Request, now: float) -> None:
+        super().enqueue(request, now)
+        self._arrivals.append(now)
+        if self._first is None:
+            self._first = now
+
+    def rate(self, now: float) -> float:
+        """Arrivals per second (samples) over the recent window."""
+        a = self._arrivals
+        edge = now - self._window
+        while a and a[0] < edge:
+            a.popleft()
+        if self._first is None:
+            return 0.0
+        # over the time observed so far until a whole window has passed (a cold start must not read as low load),
+        # but never over less than a few passes (two arrivals a microsecond apart are not a million per second)
+        span = max(min(self._window, now - self._first), RATE_MIN_PASSES * self._whole[1])
+        return len(a) / span
+
+    def next_job(self, now: float) -> StageJob | float | None:
+        if self.graph.is_seq2seq:
+            return super().next_job(now)  # the paper's slack rule, uncapped
+        stack = self.stack
+        if self.infq:
+            if not stack:
+                k = self._batch_size(now)
+                e = self._take(now, k)
+                if e is not None:
+                    stack.append(e)
+                    self.log.add(now, DISPATCH, 0, len(e.reqs), "device idle: every queued request starts"
+                                 if not self.infq else "device idle: the batch size of least mean latency starts")
+            else:
+                k, gain = self._best_preemption(now)
+                if k:
+                    top = stack[-1]
+                    e = self._take(now, k)
+                    if e is not None:
+                        self.log.add(now, PREEMPT, top.node, len(top.reqs),
+                                     "the table predicts a lower mean latency if the queue goes first", gain)
+                        stack.append(e)
+                        self.log.add(now, DISPATCH, 0, len(e.reqs), "lazily batched", gain)
+                        self._merge_top(now)
+        if not stack:
+            return None
+        top = stack[-1]
+        stop = self._stop(now, top.node, len(top.reqs)) if self.spans else top.node + 1
+        return StageJob(top.node, top.reqs, len(top.reqs), top, stop)
+
+    # ------------------------------------------------------------------ decisions
+    def _gain(self, s: int, m: int, k: int, p: int, lam: float) -> tuple[float, float, float]:
+        """Predicted (mean latency without the preemption, with it, per-request saving x requests) when ``k``
+        newcomers preempt the top sub-batch of ``m`` at stage ``s``, ``p`` requests wait below, and requests keep
+        arriving at ``lam`` per second. Times are from now, in table seconds.
+
+        Without (Triton's order): the top finishes (C); the newcomers and what arrived meanwhile (lam*C) run the
+        whole graph as one batch (D). With: the newcomers run stages 0..s-1 (A), merge and run s..n-1 with the top
+        (B); what arrives meanwhile (lam*(A+B)) waits for that and then runs the whole graph (E). The sub-batches
+        below wait for both either way, counted by how long the device is busy before they can go on."""
+        pre = self._prefix
+        whole = self._whole
+        cap = self.max_batch_size
+        scale = self.time_scale
+        n = self.graph.n
+        c = (pre[m][n] - pre[m][s]) * scale
+        a_n = lam * c
+        d = whole[min(cap, max(1, round(k + a_n)))] * scale
+        no = m * c + (k + p) * (c + d) + a_n * (c / 2 + d)
+        a = pre[k][s] * scale
+        mk = min(cap, m + k)
+        b = (pre[mk][n] - pre[mk][s]) * scale
+        ab = a + b
+        a_p = lam * ab
+        e = whole[min(cap, max(1, round(a_p)))] * scale if a_p > 0 else 0.0
+        yes = (m + k + p) * ab + a_p * (ab / 2 + e)
+        no_mean = no / (m + k + p + a_n)
+        yes_mean = yes / (m + k + p + a_p)
+        return no_mean, yes_mean, (no_mean - yes_mean) * (m + k + p)
+
+    def _batch_size(self, now: float) -> int:
+        """How many queued requests start when the device frees: all of them (Triton's choice), unless the table
+        says that serving the queue in smaller batches one after the other gives a lower mean latency (a model
+        whose batches cost about a run per sample: a batch only makes each member wait for all the others) and
+        that smaller batch still keeps up with the arrival rate (else the queue would grow without bound)."""
+        backlog = len(self.infq)
+        q = min(backlog, self.max_batch_size)
+        if q <= 1 or self.graph.is_seq2seq:
+            return q
+        whole = self._whole
+        lam = self.rate(now) * self.time_scale
+        behind = backlog - q  # queued beyond one full batch: they wait for however these q are served
+        all_at_once = whole[q]
+        best, best_cost = q, (q + behind) * all_at_once + lam * all_at_once * all_at_once / 2
+        for k in range(q - 1, 0, -1):
+            t = whole[k]
+            f, r = divmod(q, k)
+            busy = f * t + whole[r]  # the q served in batches of k (whole[0] is 0)
+            if lam * busy > MAX_UTILISATION * q and busy > all_at_once * (1.0 + SAME_THROUGHPUT):
+                continue  # would lose throughput that the arrival rate needs
+            # completion times of the q, the wait of those behind and of what arrives meanwhile
+            cost = k * t * f * (f + 1) / 2 + (r * busy if r else 0.0) + behind * busy + lam * busy * busy / 2
+            if cost < best_cost * (1.0 - self.min_gain):
+                best, best_cost = k, cost
+        return best
+
+    def _best_preemption(self, now: float) -> tuple[int, float]:
+        """How many queued requests preempt now (0: none), and the predicted saving in seconds of summed latency."""
+        stack = self.stack
+        top = stack[-1]
+        m = len(top.reqs)
+        room = self.max_batch_size - m  # what can still merge with the preempted sub-batch
+        k = min(len(self.infq), room)
+        if k <= 0:
+            return 0, 0.0
+        s = top.node
+        n = self.graph.n
+        p = sum(len(e.reqs) for e in stack[:-1])
+        lam = self.rate(now)
+        no, yes, saving = self._gain(s, m, k, p, lam)
+        if yes >= no * (1.0 - self.min_gain):
+            return 0, saving
+        # SLA guard: a deadline of the running sub-batch that holds without the preemption must hold with it
+        pre = self._prefix
+        scale = self.time_scale
+        mk = min(self.max_batch_size, m + k)
+        finish = now + (pre[k][s] + pre[mk][n] - pre[mk][s]) * scale
+        if now + (pre[m][n] - pre[m][s]) * scale <= top.dmin < finish:
+            return 0, saving
+        # tail guard: a request set aside again and again would wait longer than under Triton's batcher, where
+        # the worst is about the batch ahead of it and its own (two passes); the mean gain must not cost the p99
+        # the sub-batches below wait for it too, and so do the queued requests (the newcomers finish with it)
+        oldest = min(min(r.arrival for e in stack for r in e.reqs), self.infq[0].arrival)
+        if finish - oldest > TAIL_PASSES * self._whole[1] * scale:
+            return 0, saving
+        return k, saving
+
+    def _stop(self, now: float, s: int, m: int) -> int:
+        """The first boundary after stage ``s`` at which a preemption could pay more than the boundary costs, or
+        the end of the graph: the job runs up to it with no decision point between."""
+        n = self.graph.n
+        if s + 1 >= n:
+            return n
+        pre = self._prefix
+        q = min(len(self.infq), self.max_batch_size - m)
+        lam = self.rate(now)
+        if q <= 0 and lam <= 0.0:
+            return n  # nothing queued and nothing arriving: no boundary can be of use
+        p = sum(len(e.reqs) for e in self.stack[:-1])
+        cost = self.boundary_cost
+        scale = self.time_scale
+        for b in range(s + 1, n):
+            expected = q + lam * (pre[m][b] - pre[m][s]) * scale  # newcomers queued by the time the pass is at b
+            if expected <= 0.0:
+                continue
+            k = min(self.max_batch_size - m, max(1, round(expected)))
+            if k <= 0:
+                return n
+            no, yes, saving = self._gain(b, m, k, p, lam)
+            if yes >= no * (1.0 - self.min_gain):
+                continue
+            worth = saving * min(1.0, expected)  # fewer than one expected newcomer: the chance one is there
+            if worth > cost * (m + p + expected):
+                return b
+        return n
