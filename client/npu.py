@@ -1,4 +1,4 @@
-"""Client of the ``npu_timing`` Triton model: ``npu_query(url, model="resnet50_lazy", batches=[1, 8])``.
+"""Client of the ``npu_timing`` Triton model: ``npu_query(url, model="resnet50_eager", batches=[1, 8])``.
 
 Returns the answer as a plain dict (stage names, latencies in microseconds, cycles, energy in microjoules, one row
 per stage, one column per batch size); a refused query raises ``InferError`` with the server's message.

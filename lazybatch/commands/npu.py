@@ -107,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         description="Queries the npu_timing model of a running server (`lazybatch repo npu-timing` "
                                     "adds it): a model of that repository by name, or layer descriptors.")
     qwhat = q.add_mutually_exclusive_group(required=True)
-    qwhat.add_argument("--model", help="a model of the served repository that has stages (e.g. resnet50_lazy)")
+    qwhat.add_argument("--model", help="a model of the served repository that has stages (e.g. resnet50_eager)")
     qwhat.add_argument("--layer", action="append", metavar="DESC",
                        help="conv:H,W,C,R,S,M,STRIDE or gemm:M,K,N; repeatable (each is one stage)")
     q.add_argument("--stage", default=None, help="stage ids, comma-separated (default: every stage)")

@@ -15,8 +15,10 @@ def register(sub: Any) -> None:
     a.add_argument("model", nargs="?", default=None, help="the whole-graph ONNX model (batch dimension symbolic)")
     a.add_argument("--repository", "--model-repository", dest="repository", default="model_repository")
     a.add_argument("--name", default=None, help="model name (default: the ONNX file's stem + _ + policy)")
-    a.add_argument("--policy", default="lazy", help="lazy | oracle | serial | graph:<ms> | triton:<us> (the whole "
-                   "graph under Triton's dynamic_batching with that max_queue_delay_microseconds)")
+    a.add_argument("--policy", default="eager", help="eager (default: work-conserving, preempts at stage "
+                   "boundaries where the latency table says it pays) | lazy (the paper's LazyBatching) | oracle | "
+                   "serial | graph:<ms> | triton:<us> (the whole graph under Triton's dynamic_batching with that "
+                   "max_queue_delay_microseconds)")
     a.add_argument("--sla-ms", type=float, default=100.0, help="default SLA target per request (default 100)")
     a.add_argument("--max-batch-size", type=int, default=16)
     a.add_argument("--scheduler-max-batch-size", type=int, default=None, help="largest sub-batch the scheduler "
