@@ -29,9 +29,7 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
@@ -41,6 +39,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # harness.py, shared by the benchmarks
+
+from harness import machine_meta  # noqa: E402
 
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.batcher.policies.lazy import DEFAULT_MIN_BATCH_GAIN, useful_batch_size  # noqa: E402
@@ -1025,39 +1026,6 @@ def plot_model(res: dict, path: Path, st: Settings) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
-
-
-def machine_meta() -> dict:
-    import numpy
-    import onnxruntime
-
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-
-    def ver(dist: str) -> str:
-        try:
-            from importlib.metadata import version
-
-            return version(dist)
-        except Exception:
-            return "?"
-    try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip() or "?"
-        if subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"]).returncode:
-            commit += " + uncommitted changes"
-    except OSError:
-        commit = "?"
-    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__, "pytriton": ver("nvidia-pytriton"),
-            "tritonclient": ver("tritonclient"), "commit": commit,
-            "loadavg_before": " ".join(f"{v:.1f}" for v in os.getloadavg())}
 
 
 def parse_list(text: str, cast: Any = float) -> list:

@@ -37,7 +37,7 @@ def test_preempts_early_in_a_pass_where_batching_is_free():
     """Worked example: 8 stages of 1 ms, a batch costs what one request costs. Request 1 arrives while request 0
     runs stage 0. Finishing 0 first: 0 leaves at 8 ms, 1 at 16 ms (mean ~11.5 from arrival). Preempting at the
     first boundary: 1 runs stage 0 (1 ms), merges, both leave at 9 ms. The table predicts the lower mean: preempt."""
-    reqs, sim, _ = run(table(0.0), [0.0, 0.5])
+    reqs, sim, _ = run(table(0.0), [0.0, 0.5], policy="eager:spans=false")  # the rule alone, at every boundary
     assert sim.scheduler.log.counts[PREEMPT] == 1
     assert [r.status for r in reqs] == [Status.OK, Status.OK]
     assert reqs[0].finish == pytest.approx(9 * MS) and reqs[1].finish == pytest.approx(9 * MS)
@@ -46,14 +46,14 @@ def test_preempts_early_in_a_pass_where_batching_is_free():
 def test_does_not_preempt_late_in_a_pass():
     """The same model, request 1 arriving during the seventh stage of request 0: preempting would run 1's first
     seven stages before 0's last one (0 leaves at 15 ms instead of 8). The benefit test refuses; Triton's order."""
-    reqs, sim, _ = run(table(0.0), [0.0, 6.5])
+    reqs, sim, _ = run(table(0.0), [0.0, 6.5], policy="eager:spans=false")
     assert sim.scheduler.log.counts[PREEMPT] == 0
     assert reqs[0].finish == pytest.approx(8 * MS) and reqs[1].finish == pytest.approx(16 * MS)
 
 
 def test_does_not_preempt_where_batching_buys_nothing():
     """A batch costs a run per sample: preempting only reorders the work and delays the running request."""
-    reqs, sim, _ = run(table(1.0), [0.0, 0.5])
+    reqs, sim, _ = run(table(1.0), [0.0, 0.5], policy="eager:spans=false")
     assert sim.scheduler.log.counts[PREEMPT] == 0
     assert reqs[0].finish == pytest.approx(8 * MS)
 
@@ -68,7 +68,7 @@ def test_sla_guard_refuses_a_preemption_that_makes_the_running_request_late():
     """Request 0's deadline (8.5 ms) holds if it runs on (8 ms) and not if request 1 preempts at stage 1 (9 ms):
     refused, although the mean would be lower."""
     g = table(0.0)
-    pol = EagerBatching(max_batch_size=8)
+    pol = EagerBatching(max_batch_size=8, spans=False)
     reqs = [Request(0, 0.0, sla=8.5 * MS), Request(1, 0.5 * MS, sla=1.0)]
     sim = Simulation(g, pol)
     sim.run(reqs)
@@ -91,6 +91,22 @@ def test_device_free_serves_a_queue_one_by_one_where_a_batch_costs_a_run_per_sam
     assert set(sim.batch_hist) == {1}
     finishes = sorted(r.finish for r in reqs)
     assert finishes == pytest.approx([8 * MS, 16 * MS, 24 * MS, 32 * MS])
+
+
+def test_a_closed_loop_client_gets_whole_passes():
+    """A client that sends the next request after the previous answer never arrives mid-pass: whatever its rate,
+    no boundary could serve it, and every request runs as one job (busy_rate, not the arrival rate)."""
+    pol = EagerBatching(max_batch_size=8, boundary_cost_us=50.0)
+    sim = Simulation(table(0.0), pol)
+    stops = []
+    sim.on_job = lambda t, j: stops.append((j.stage, j.stop))
+    t = 0.0
+    for i in range(30):  # closed loop: each request arrives 0.1 ms after the previous answer
+        r = Request(i, t, sla=1.0)
+        sim.run([r])
+        t = r.finish + 0.1 * MS
+    assert set(stops) == {(0, 8)}
+    assert pol.rate(t) > 50 and pol.busy_rate(t) == 0.0
 
 
 def test_spans_skip_boundaries_no_preemption_could_use():

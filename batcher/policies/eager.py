@@ -79,6 +79,9 @@ class EagerBatching(LazyBatching):
         self.spans = spans
         self._arrivals: deque[float] = deque()
         self._first: float | None = None  # the first arrival seen
+        self._busy_arrivals: deque[float] = deque()  # arrivals while a job ran
+        self._busy: deque[tuple[float, float]] = deque()  # (end, duration) of recent jobs
+        self._busy_s = 0.0
         self._window = RATE_WINDOW_MIN_S
         self._whole: list[float] = []  # [batch]: the whole graph's table time
 
@@ -108,6 +111,27 @@ class EagerBatching(LazyBatching):
         self._arrivals.append(now)
         if self._first is None:
             self._first = now
+        if self.stack:
+            self._busy_arrivals.append(now)
+
+    def job_done(self, job: StageJob, result, now: float) -> None:  # type: ignore[override]
+        self._busy.append((now, now - job.started))
+        self._busy_s += now - job.started
+        super().job_done(job, result, now)
+
+    def busy_rate(self, now: float) -> float:
+        """Arrivals per second of busy time: the rate at which requests turn up while a pass runs, which is what
+        a stage boundary can serve. Open-loop traffic arrives as often busy as idle; a closed-loop client (the next
+        request after the previous answer) never arrives mid-pass, and boundaries would only cost."""
+        edge = now - self._window
+        busy = self._busy
+        while busy and busy[0][0] < edge:
+            self._busy_s -= busy.popleft()[1]
+        a = self._busy_arrivals
+        while a and a[0] < edge:
+            a.popleft()
+        floor = RATE_MIN_PASSES * self._whole[1]
+        return len(a) / max(self._busy_s, floor)
 
     def rate(self, now: float) -> float:
         """Arrivals per second (samples) over the recent window."""
@@ -246,9 +270,9 @@ class EagerBatching(LazyBatching):
             return n
         pre = self._prefix
         q = min(len(self.infq), self.max_batch_size - m)
-        lam = self.rate(now)
+        lam = self.busy_rate(now)  # arrivals a boundary inside this job could serve
         if q <= 0 and lam <= 0.0:
-            return n  # nothing queued and nothing arriving: no boundary can be of use
+            return n  # nothing queued and nothing arriving mid-pass: no boundary can be of use
         p = sum(len(e.reqs) for e in self.stack[:-1])
         cost = self.boundary_cost
         scale = self.time_scale

@@ -1,0 +1,124 @@
+"""The backend's own cost per request, against the whole graph's batch-1 time measured in the same run.
+
+    python benchmarks/bench_overhead.py                      # the 8-stage MLP (8 x 2048), 3 rounds x 300 requests
+    python benchmarks/bench_overhead.py --json docs/data/overhead_mlp.json
+
+Goal (issue "Never slower than Triton's own batcher", item 4): on the 8-stage MLP, what lazybatch adds to a request
+served alone (its scheduler thread, the hand-off, tensors joined and split, the response) is at most 3% of the whole
+graph's batch-1 time t1.
+
+How: one process, no server (the server's gRPC and Python-backend costs are the same for every policy and are not
+the scheduler's). t1 is the verified whole-graph session the backend itself holds, run directly; each policy serves
+the same requests one at a time through the BackendRuntime (submit -> answer). Rounds alternate the order, so a
+noisy minute does not land on one policy; every figure is a median per round, reported as mean [min-max] over
+rounds. The backend's cost is (median served latency - median t1) / median t1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import numpy as np  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from harness import command_line, fmt, machine_meta, spread, write_json  # noqa: E402
+from lazybatch.backend.config import RequestOptions  # noqa: E402
+from lazybatch.backend.fusion import fuse  # noqa: E402
+from lazybatch.backend.runtime import BackendRuntime  # noqa: E402
+from lazybatch.backend.stages import StageRunner, profile_batch_sizes  # noqa: E402
+from lazybatch.batcher.policies import parse_policy  # noqa: E402
+
+POLICIES = {"eager": "eager", "eager:spans=false": "eager:spans=false", "lazy": "lazy"}
+GOAL = 0.03
+
+
+def build(work: Path) -> tuple[Path, Path]:
+    import onnx
+
+    from lazybatch.staging import make_mlp, split_model
+
+    model = make_mlp(work / "mlp.onnx", in_dim=2048, width=2048, depth=8, out_dim=1000, seed=0)
+    relus = [i for i, n in enumerate(onnx.load(str(model)).graph.node) if n.op_type == "Relu"]
+    return model, split_model(model, work / "stages", cut_after=relus, name="mlp")
+
+
+def served(rt: BackendRuntime, x: np.ndarray, n: int) -> list[float]:
+    """Latency of ``n`` requests sent one at a time (the next after the previous answer)."""
+    done = threading.Event()
+    rt.respond = lambda handle, outputs, status, error: done.set()
+    out = []
+    for _ in range(n):
+        done.clear()
+        t0 = time.perf_counter()
+        rt.submit(None, {"x": x}, 1, RequestOptions(sla_s=1.0))
+        done.wait()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=300, help="requests per policy per round (300)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", default=None, help="write the raw figures here")
+    args = ap.parse_args(argv)
+    meta = machine_meta()
+    with tempfile.TemporaryDirectory() as tmp:
+        model, stages = build(Path(tmp))
+        runner = StageRunner(stages, execution_provider="cpu")
+        table = runner.profile(profile_batch_sizes(16), reps=3)
+        whole = fuse(runner, table, model, execution_provider="cpu", intra_op_threads=0, name="mlp")[0]
+        x = np.random.default_rng(0).standard_normal((1, 2048)).astype(np.float32)
+        runtimes = {}
+        for name, spec in POLICIES.items():
+            rt = BackendRuntime(runner, type(table).from_dict(table.to_dict()), parse_policy(spec).build(
+                max_batch_size=16), lambda *a: None, name=name)
+            if spec.startswith("eager"):
+                rt.whole_runner = whole
+            served(rt, x, 20)  # warm-up
+            runtimes[name] = rt
+        rounds: list[dict[str, float]] = []
+        for k in tqdm(range(args.rounds), desc="rounds", unit="round"):
+            fig: dict[str, float] = {}
+            order = list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))
+            t1 = []
+            for _ in range(args.requests):
+                t0 = time.perf_counter()
+                whole.run(0, {"x": x})
+                t1.append(time.perf_counter() - t0)
+            fig["t1_ms"] = statistics.median(t1) * 1e3
+            for name in order:
+                fig[f"{name}_ms"] = statistics.median(served(runtimes[name], x, args.requests)) * 1e3
+                fig[f"{name}_cost"] = (fig[f"{name}_ms"] - fig["t1_ms"]) / fig["t1_ms"]
+            rounds.append(fig)
+        for rt in runtimes.values():
+            rt.close()
+    summary = {key: spread([r[key] for r in rounds]) for key in rounds[0]}
+    print(f"whole graph t1 (the backend's own whole-graph session, run directly): {fmt(summary['t1_ms'], 3, ' ms')}")
+    for name in POLICIES:
+        print(f"{name:>18}: served alone {fmt(summary[f'{name}_ms'], 3, ' ms')}; backend's own cost / t1 "
+              f"{fmt({k: v * 100 for k, v in summary[f'{name}_cost'].items()}, 1, '%')}")
+    eager = summary["eager_cost"]
+    print(f"goal: eager's cost <= {GOAL:.0%} of t1 -> {'met' if eager['max'] <= GOAL else 'missed'} "
+          f"(mean {eager['mean']:.1%}, worst round {eager['max']:.1%}); "
+          f"stage by stage (eager:spans=false) / eager served latency: "
+          f"{summary['eager:spans=false_ms']['mean'] / summary['eager_ms']['mean']:.2f}x")
+    if args.json:
+        write_json(args.json, {"meta": {**meta, "command": command_line(), "requests": args.requests,
+                                        "rounds": args.rounds, "goal": GOAL},
+                               "rounds": rounds, "summary": summary})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""What the benchmarks share: the machine and commit a figure comes from, repetitions summarised with their spread,
+and raw data written beside the figures (docs/data/). Each benchmark stays a short script that reads like its
+experiment; the plumbing lives here."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def machine_meta() -> dict:
+    """The machine, the versions and the commit a run measured (a dirty tree says so)."""
+    import numpy
+    import onnxruntime
+
+    cpu = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+
+    def ver(dist: str) -> str:
+        try:
+            from importlib.metadata import version
+
+            return version(dist)
+        except Exception:
+            return "?"
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip() or "?"
+        if subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"]).returncode:
+            commit += " + uncommitted changes"
+    except OSError:
+        commit = "?"
+    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__, "pytriton": ver("nvidia-pytriton"),
+            "tritonclient": ver("tritonclient"), "commit": commit,
+            "loadavg_before": " ".join(f"{v:.1f}" for v in os.getloadavg())}
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """Repetitions of one figure: mean, min, max and their count (the docs quote mean [min-max])."""
+    v = [float(x) for x in values]
+    return {"mean": statistics.fmean(v), "min": min(v), "max": max(v), "n": len(v)}
+
+
+def fmt(s: dict[str, float], digits: int = 2, unit: str = "") -> str:
+    """``1.23x [1.10-1.31]`` style: the mean and the range over repetitions."""
+    return f"{s['mean']:.{digits}f}{unit} [{s['min']:.{digits}f}-{s['max']:.{digits}f}]"
+
+
+def verdict(s: dict[str, float], at_least: float) -> str:
+    """met / tie / missed for a ratio goal: a range that straddles the goal is a tie, not a win."""
+    if s["min"] >= at_least:
+        return "met"
+    if s["max"] >= at_least:
+        return "tie (the spread straddles the goal)"
+    return "missed"
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(data, indent=1) + "\n")
+    return p
+
+
+def command_line() -> str:
+    return " ".join([Path(sys.executable).name, *sys.argv])
