@@ -22,8 +22,13 @@ class CancelWatcher:
     reports gone (once per parent)."""
 
     def __init__(self, held: Callable[[], Iterable[Any]], is_cancelled: Callable[[Any], bool],
-                 on_cancel: Callable[[Any], None], interval: float, name: str = "lazybatch") -> None:
+                 on_cancel: Callable[[Any], None], interval: float, name: str = "lazybatch",
+                 lock: threading.Lock | None = None) -> None:
         self.held = held
+        # Held while a request is asked; whoever answers a request sets ``answered`` under it. Asking a request
+        # whose final response was sent is a use-after-free in the server (seen: tritonserver crashed with
+        # SIGSEGV in TRITONBACKEND_ResponseFactoryIsCancelled), so a request is asked only while unanswered.
+        self.lock = lock or threading.Lock()
         self.is_cancelled = is_cancelled
         self.on_cancel = on_cancel
         self.interval = max(MIN_INTERVAL_S, interval)
@@ -55,11 +60,14 @@ class CancelWatcher:
             if parent.answered or parent.cancel_seen or now - parent.checked < self.interval:
                 continue
             parent.checked = now
-            self.checks += 1
-            try:
-                gone = bool(self.is_cancelled(parent.handle))
-            except Exception:  # the request went away under us: the scheduler answers it anyway
-                gone = False
+            with self.lock:
+                if parent.answered:
+                    continue
+                self.checks += 1
+                try:
+                    gone = bool(self.is_cancelled(parent.handle))
+                except Exception:  # the request went away under us: the scheduler answers it anyway
+                    gone = False
             if gone:
                 parent.cancel_seen = True
                 for r in list(parent.samples):

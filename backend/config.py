@@ -42,9 +42,11 @@ PARAMETERS = {
                                "name); default false: one pool per model instance shared by all its stages",
     "inplace_residuals": "true (default): residual stages write their output over their shortcut input, as "
                          "onnxruntime does in the whole graph (docs/onnx.md); false: plain session.run",
-    "cancel_poll_ms": "how often held requests are polled for client cancellation (default 50 ms)",
-    "fuse_stages": "auto (default): lazy and oracle run each request through the whole graph in one onnxruntime "
-                   "call where their batch cap is 1 (batching buys nothing, so no boundary is ever used) | true: "
+    "cancel_poll_ms": "how often the watcher thread asks each held request whether the client cancelled it "
+                      "(default 50 ms; backend/cancel_watch.py)",
+    "fuse_stages": "auto (default): eager runs a job that spans every stage as the whole graph in one onnxruntime "
+                   "call; lazy and oracle run each request through the whole graph "
+                   "where their batch cap is 1 (batching buys nothing, so no boundary is ever used) | true: "
                    "every scheduler policy runs whole passes | false: always stage by stage (backend/fusion.py)",
     "response_thread": "true (default): responses are built and sent on a thread of their own, so the scheduler "
                        "runs the next stage while pb_utils' send waits for the Triton process | false: sent inline "

@@ -207,10 +207,11 @@ class BackendRuntime:
         self._stopping = threading.Event()
         self._closed = False
         self._submit_lock = threading.Lock()
+        self._answer_lock = threading.Lock()  # a request is asked for cancellation only while unanswered
         self._thread = threading.Thread(target=self._loop, name=f"{name}-scheduler", daemon=True)
         self._thread.start()
         self._watcher = (CancelWatcher(lambda: self._live.values(), is_cancelled, self._on_cancel, cancel_poll_s,
-                                       name) if is_cancelled is not None else None)
+                                       name, lock=self._answer_lock) if is_cancelled is not None else None)
 
     # ------------------------------------------------------------------ any thread
     def submit(self, handle: Any, inputs: dict[str, np.ndarray], batch: int, opts: RequestOptions) -> str | None:
@@ -539,7 +540,8 @@ class BackendRuntime:
 
     def _answer(self, parent: _Parent, outputs: dict[str, np.ndarray] | None, status: Status,
                 error: str | None) -> None:
-        parent.answered = True
+        with self._answer_lock:  # the watcher never asks an answered request (backend/cancel_watch.py)
+            parent.answered = True
         self._dirty = True
         self._live.pop(id(parent), None)
         self.stats.answered[status.name] = self.stats.answered.get(status.name, 0) + 1

@@ -1,0 +1,163 @@
+"""The default policy (eager) against Triton's own dynamic batcher at its best, on a real tritonserver.
+
+    python benchmarks/bench_default.py                                 # MLP, BERT, ResNet-50, MobileNet-v1
+    python benchmarks/bench_default.py --models mlp --reps 3 --driver both --out lazybatch-results/default
+
+Goal (issue "Never slower than Triton's own batcher"): best Triton dynamic-batcher config (0/5/20 ms queue delay)
+average latency / eager's >= 1.00 at every load from 10% to 300% of the batch-1 rate, p99 and 5x-SLA violations no
+worse, peak throughput no lower; under `lazybatch load` (client/load.py, open-loop Poisson) and under NVIDIA
+perf_analyzer (Poisson, --async).
+
+Per model, one tritonserver serves it under eager and under Triton's batcher at 0, 5 and 20 ms. The batch-1 rate mu
+is measured first on triton_0us (sequential requests). Then, at each load, every repetition runs every policy once,
+taking turns (the order reverses every repetition, so no policy always runs first after a load change); each
+repetition's "best Triton" is the configuration with the lowest average in that repetition. Ratios are reported as
+mean [min-max] over repetitions; a range that straddles 1.00 is a tie. The raw cells go to OUT/default.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from tqdm import tqdm  # noqa: E402
+
+from harness import command_line, fmt, machine_meta, spread, verdict, write_json  # noqa: E402
+from lazybatch.client.api import Client  # noqa: E402
+from lazybatch.client.load import run_load  # noqa: E402
+from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
+from lazybatch.serving import TritonServer, free_port  # noqa: E402
+
+POLICIES = {"eager": "eager", "triton_0us": "triton:0", "triton_5000us": "triton:5000",
+            "triton_20000us": "triton:20000"}
+TRITON = [k for k in POLICIES if k.startswith("triton")]
+SLA_MULTIPLE = 5.0  # violations are counted against 5 x t1, the deadline eager's requests carry
+
+
+def t1_of(url: str, model: str, n: int) -> float:
+    with Client(url) as c:
+        return c.median_latency(model, c.random_inputs(model, 1, seed=0), n, sla_ms=60_000)
+
+
+def drive_load(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int) -> dict:
+    r = run_load(url, model, rate, duration, sla_ms=sla_ms, seed=seed, timeout_s=120.0)
+    late = sum(1 for v in r.latencies_ms if v > sla_ms)
+    return {"sent": r.sent, "ok": r.ok, "errors": r.errors, "avg_ms": r.avg_ms, "p99_ms": r.p99_ms,
+            "throughput": r.throughput, "violations": (late + r.errors) / r.sent if r.sent else math.nan}
+
+
+def drive_perf(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int, out: Path) -> dict:
+    from lazybatch import perf as pa
+
+    rows, _ = pa.run(pa.find_perf_analyzer() or pa.install(), model, url, [rate], out / "perf" / f"{model}_{seed}",
+                     # three windows that make up the cell's duration; the repetitions are ours, so any three
+                     # windows count as "stable" for perf_analyzer (else it gives up on a loaded 2-core machine)
+                     measurement_ms=max(1000, int(duration * 1000 / 3)), sla_ms=sla_ms, input_data="zero",
+                     max_trials=3, stability_percentage=1000.0)
+    r = rows[-1]
+    return {"sent": None, "ok": None, "errors": None, "avg_ms": r.avg_ms, "p99_ms": r.p99_ms,
+            "throughput": r.throughput, "violations": None}
+
+
+def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
+    repo = build_default_repository(out / "repos" / kind, kind=kind, work=out / "build" / kind,
+                                    policies=POLICIES, profile_reps=5)
+    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                          log_file=out / f"tritonserver_{kind}.log")
+    cells = []
+    with server:
+        url = server.endpoints.grpc
+        t1 = t1_of(url, f"{kind}_triton_0us", 200 if kind == "mlp" else 30)
+        sla_ms = SLA_MULTIPLE * t1 * 1e3
+        tqdm.write(f"[{kind}] t1 {t1 * 1e3:.2f} ms (batch-1 rate {1 / t1:.1f}/s), SLA {sla_ms:.1f} ms")
+        drivers = ["load", "perf"] if args.driver == "both" else [args.driver]
+        steps = [(d, f, k) for d in drivers for f in args.loads for k in range(args.reps)]
+        for driver, f, k in tqdm(steps, desc=kind, unit="rep"):
+            order = list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))
+            for pol in order:
+                model = f"{kind}_{pol}"
+                if driver == "load":
+                    c = drive_load(url, model, f / t1, args.duration, sla_ms, seed=100 * k)
+                else:
+                    c = drive_perf(url, model, f / t1, args.duration, sla_ms, seed=100 * k, out=out)
+                cells.append({"driver": driver, "load": f, "rep": k, "policy": pol, **c})
+                time.sleep(0.3)
+    return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "cells": cells}
+
+
+def ratios(res: dict, driver: str) -> list[dict]:
+    """Per load: best Triton / eager (average, p99, violations) per repetition, and peak throughputs."""
+    rows = []
+    cells = [c for c in res["cells"] if c["driver"] == driver]
+    for f in sorted({c["load"] for c in cells}):
+        avg, p99, viol = [], [], []
+        for k in sorted({c["rep"] for c in cells if c["load"] == f}):
+            by = {c["policy"]: c for c in cells if c["load"] == f and c["rep"] == k}
+            best = min(TRITON, key=lambda p: by[p]["avg_ms"])
+            avg.append(by[best]["avg_ms"] / by["eager"]["avg_ms"])
+            p99.append(min(by[p]["p99_ms"] for p in TRITON) / by["eager"]["p99_ms"])
+            if by["eager"]["violations"] is not None:
+                viol.append(min(by[p]["violations"] for p in TRITON) - by["eager"]["violations"])
+        rows.append({"load": f, "avg": spread(avg), "p99": spread(p99),
+                     "viol_diff": spread(viol) if viol else None})
+    return rows
+
+
+def report(res: dict, driver: str) -> list[str]:
+    rows = ratios(res, driver)
+    cells = [c for c in res["cells"] if c["driver"] == driver]
+    peak = {p: max(sum(c["throughput"] for c in cells if c["policy"] == p and c["load"] == f) /
+                   max(1, sum(1 for c in cells if c["policy"] == p and c["load"] == f))
+                   for f in {c["load"] for c in cells}) for p in POLICIES}
+    lines = [f"### {res['model']} ({driver} driver): t1 {res['t1_ms']:.2f} ms, SLA 5 x t1 = {res['sla_ms']:.1f} ms",
+             "", "| load | best Triton avg / eager avg | best Triton p99 / eager p99 | 5x-SLA violations: best "
+             "Triton - eager (points) | avg goal >= 1.00 |", "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        v = r["viol_diff"]
+        vs = fmt({k: x * 100 for k, x in v.items()}, 1) if v else "-"
+        lines.append(f"| {r['load']:.0%} | {fmt(r['avg'])} | {fmt(r['p99'])} | {vs} | {verdict(r['avg'], 1.0)} |")
+    best_tri = max(peak[p] for p in TRITON)
+    lines += ["", f"Peak throughput: eager {peak['eager']:.1f}/s, best Triton {best_tri:.1f}/s "
+                  f"({peak['eager'] / best_tri:.2f}x)."]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="mlp,bert,resnet50,mobilenet")
+    ap.add_argument("--loads", default="0.1,0.4,0.7,0.9,1.2,2.0,3.0", help="fractions of the batch-1 rate")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=4.0, help="seconds of load per cell")
+    ap.add_argument("--driver", choices=("load", "perf", "both"), default="load")
+    ap.add_argument("--out", default="lazybatch-results/default")
+    ap.add_argument("--json", default=None, help="also copy the raw results here (e.g. docs/data/default.json)")
+    args = ap.parse_args(argv)
+    args.loads = [float(v) for v in args.loads.split(",")]
+    out = Path(args.out)
+    meta = {**machine_meta(), "command": command_line(), "reps": args.reps, "duration_s": args.duration,
+            "loads": args.loads, "driver": args.driver, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    results = []
+    for kind in args.models.split(","):
+        if kind not in KIND_SLA_MS:
+            ap.error(f"unknown model {kind!r}")
+        results.append(bench_model(kind, args, out))
+        data = {"meta": meta, "results": results}
+        write_json(out / "default.json", data)  # after every model: a long run keeps what it measured
+    lines = [line for res in results for d in (["load", "perf"] if args.driver == "both" else [args.driver])
+             for line in report(res, d) + [""]]
+    (out / "default.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    if args.json:
+        write_json(args.json, {"meta": meta, "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
