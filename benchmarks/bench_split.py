@@ -10,6 +10,8 @@ table's sum-of-stages would charge against the unsplit model). Also reports the 
     .venv/bin/python benchmarks/bench_split.py                       # default model set, batch 1, 8, 32
     .venv/bin/python benchmarks/bench_split.py --models resnet50 light_resnet50 --repeat 20
     .venv/bin/python benchmarks/bench_split.py --models resnet50 --batch-sizes 1 --variants plain,ortvalue,ort-extended,ort-all
+    .venv/bin/python benchmarks/bench_split.py --models resnet50 --variants plain,ort-all,ort-all-noinplace --repeat 15 \
+        --json docs/data/bench_split_resnet50_run1.json          # the figures docs/onnx.md and README quote
 Model names: a zoo name (full size), NAME:small, or light_NAME (from onnx/backend/test/data/light/); append @K
 to split into K stages (--max-stages K), e.g. resnet50@6.
 """
@@ -42,6 +44,21 @@ def model_file(spec: str, work: Path) -> Path:
     out = work / f"{name}{'_small' if variant else ''}.onnx"
     export_model(name, out, small=variant == "small", seed=0)
     return out
+
+
+def git_commit() -> str | None:
+    """The checkout's HEAD commit, with "+dirty" when tracked files differ from it (recorded with the figures)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+dirty" if dirty else "")) or None
 
 
 VARIANTS = {  # name -> (graph_optimization_level of the split, hand-off)
@@ -172,7 +189,8 @@ def main() -> None:
     ap.add_argument("--clock", choices=["wall", "thread"], default="wall",
                     help="wall: elapsed time (the goal's measure); thread: CPU time of the calling thread, which "
                          "only counts all the work with --threads 1, and shrugs off other processes on the machine")
-    ap.add_argument("--out", type=Path, default=Path("lazybatch-results/bench_split.json"))
+    ap.add_argument("--out", "--json", dest="out", type=Path, default=Path("lazybatch-results/bench_split.json"),
+                    help="where the JSON results go (default %(default)s; docs/data/bench_split_*.json are such files)")
     args = ap.parse_args()
     sizes = [int(x) for x in args.batch_sizes.split(",")]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -205,6 +223,7 @@ def main() -> None:
                     f"best {x['variants'][v]['best_ratio']:.3f})"
                     for x in r["rows"]), flush=True)
     info = {"onnxruntime": ort.__version__, "cpus": os.cpu_count(), "machine": platform.machine(),
+            "commit": git_commit(), "python": platform.python_version(),
             "load_before": load_before, "load_after": os.getloadavg(), "warmup": args.warmup, "repeat": args.repeat,
             "threads": args.threads, "spinning": args.spin, "clock": args.clock, "variants": variants,
             "thread_pool": "per session" if args.use_per_session_threads else "global"}
