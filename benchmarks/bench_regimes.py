@@ -851,7 +851,7 @@ def model_section(res: dict, img_rel: str, st: Settings) -> list[str]:
             "how long the queue has been building: the load driver's cell is cut into slices that each start from an"
             " empty queue, perf_analyzer's three windows follow its warm-up back to back; (2) perf_analyzer's "
             "Poisson schedule has a fixed seed, and short windows were seen to send fewer requests than asked "
-            "(DESIGN.md); "
+            "(perf_analyzer 2.41, the one `lazybatch perf` installs; docs/triton.md, \"Clients\"); "
             "compare its thr/s with the asked rate; (3) the "
             "Python asyncio client and perf_analyzer's C++ client cost different CPU time on the cores the server "
             "uses; (4) the two ran minutes apart on a machine whose background load drifts. Where the two agree "
