@@ -17,6 +17,7 @@ from lazybatch.backend.model import TritonPythonModel
 from lazybatch.backend.runtime import BackendRuntime
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.errors import ConfigError
+from lazybatch.batcher.graph import ModelGraph, StageType
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
@@ -163,3 +164,19 @@ def test_fuse_stages_value_is_checked(tmp_path):
         BackendSettings.from_config(cfg, tmp_path)
     assert json.dumps(BackendSettings.from_config(parse_config_text(
         str(cfg).replace("sometimes", "TRUE")), tmp_path).fuse_stages) == '"true"'
+
+
+def test_eager_keeps_the_stages_and_the_whole_graph_for_spans():
+    """fuse_stages auto: eager (spans) wants the whole graph beside its stages, and is never fused outright (its
+    boundaries are decided per job); lazy keeps its batch-cap rule; true/false override."""
+    from lazybatch.backend.fusion import wants_whole_graph_spans
+
+    eager = parse_policy("eager").build(max_batch_size=8)
+    assert wants_whole_graph_spans("auto", eager)
+    assert not wants_whole_graph_spans("false", eager) and not wants_whole_graph_spans("true", eager)
+    assert not wants_whole_graph_spans("auto", parse_policy("eager:spans=false").build(max_batch_size=8))
+    assert not wants_whole_graph_spans("auto", parse_policy("lazy").build(max_batch_size=8))
+    g = ModelGraph("t", [(f"s{i}", StageType.STATIC) for i in range(3)])
+    flat = LatencyTable(g, [1, 2, 4, 8], [[1e-3 * b for b in (1, 2, 4, 8)] for _ in range(3)])  # no batching gain
+    assert fuse_reason("auto", eager, flat) is None
+    assert fuse_reason("auto", parse_policy("lazy").build(max_batch_size=8), flat) is not None
