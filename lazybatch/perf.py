@@ -1,6 +1,6 @@
 """NVIDIA perf_analyzer for lazybatch models: install it into the virtualenv, run it, read its CSV report.
 
-Why this route (docs/triton.md, DESIGN.md): the newest perf_analyzer package does not install here, but the
+Why this route (docs/triton.md): the newest perf_analyzer package does not install here, but the
 ``tritonclient==2.41.0`` wheel carries a working ``perf_analyzer`` binary (``.data/data/bin/``). It needs
 ``libb64.so.0d`` and ``libcudart.so.12``, which ship under hashed names in ``nvidia_pytriton.libs/`` (the serve
 extra); symlinks with the plain names suffice. The wheel is only unpacked; the venv's own tritonclient stays.

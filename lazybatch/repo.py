@@ -306,7 +306,7 @@ POLICY_PARAMETERS: dict[str, dict[str, str]] = {k: params for k, (_, params) in 
 ALL_POLICIES.update({k: policy for k, (policy, _) in VARIANT_POLICIES.items()})
 
 # What each shipped model is: ResNet-50 (compute-bound on a CPU: batching barely pays), an 8-layer MLP of width
-# 2048 (matrix-vector bound at batch 1: batching pays several times over), the two regimes DESIGN.md describes;
+# 2048 (matrix-vector bound at batch 1: batching pays several times over), the two regimes docs/triton.md describes;
 # BERT-base at sequence length 32 (the zoo's encoder, 12 layers, hidden 768); and a tiny 4-layer MLP of width 64
 # (tests: builds and serves in seconds); MobileNet-v1 (the zoo's, depthwise convolutions: a model the default policy
 # was not tuned on).

@@ -47,10 +47,11 @@ def register(sub: Any) -> None:
     d = rsub.add_parser("default", help="build the shipped comparison repository: a model under lazy, Triton's "
                         "dynamic batcher (0/5000/20000 us) and serial")
     d.add_argument("--repository", "--model-repository", dest="repository", default="model_repository")
-    d.add_argument("--model", default="resnet50", choices=("resnet50", "mlp", "bert", "tiny", "gnmt"),
+    d.add_argument("--model", default="resnet50", choices=("resnet50", "mlp", "bert", "tiny", "gnmt", "mobilenet"),
                    help="resnet50 (batching barely pays on a CPU), mlp (8 x 2048 MatMul layers: batching pays), "
                    "bert (BERT-base, sequence 32), gnmt (GNMT-like LSTM seq2seq; graph:0/5/20 instead of Triton's "
-                   "batcher) or tiny (4 x 64 MLP, for tests); model names are <model>_<policy>")
+                   "batcher), mobilenet (MobileNet-v1) or tiny (4 x 64 MLP, for tests); model names are "
+                   "<model>_<policy>")
     d.add_argument("--max-batch-size", type=int, default=None, help="default 8 (resnet50, bert, tiny), 16 (mlp)")
     d.add_argument("--sla-ms", type=float, default=None,
                    help="default SLA: 100 ms (resnet50), 10 ms (mlp), 300 ms (bert), 50 ms (tiny)")
