@@ -175,3 +175,19 @@ def test_never_worse_than_work_conserving_batching_on_a_batchable_table():
 def test_dispatch_reason_is_logged():
     _, sim, _ = run(table(0.0), [0.0])
     assert any(d.kind == DISPATCH and "device idle" in d.reason for d in sim.scheduler.log)
+
+
+def test_a_cheaper_whole_graph_pass_raises_the_price_of_cutting_it():
+    """Where the whole graph runs in one call at 60% of the stages' summed time, a job from stage 0 keeps its
+    boundaries only where a preemption would pay that loss too: the same arrivals that cut passes at
+    fused_ratio 1 leave them whole."""
+    def stops(ratio):
+        pol = EagerBatching(max_batch_size=8, boundary_cost_us=10.0)
+        pol.fused_ratio = ratio
+        out = []
+        sim = Simulation(table(0.0), pol, on_job=lambda t, j: out.append((j.stage, j.stop)))
+        sim.run([Request(i, i * 3 * MS, sla=1.0) for i in range(40)])
+        return [s for s in out if s[0] == 0]
+
+    assert any(stop < 8 for _, stop in stops(1.0))
+    assert all(stop == 8 for _, stop in stops(0.6))

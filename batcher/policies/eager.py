@@ -77,6 +77,11 @@ class EagerBatching(LazyBatching):
         # seconds one stage boundary costs the device (serving cost; the backend keeps it measured)
         self.boundary_cost = boundary_cost_us * 1e-6
         self.spans = spans
+        # a whole-graph pass / the table's stage times summed, at the same batch size (the backend measures it:
+        # one onnxruntime call with cross-layer fusions, against a call per stage). Cutting a job that could run
+        # as the whole graph loses (1 - fused_ratio) of its pass on top of the boundary's own cost. 1 in the
+        # simulator, which has no whole graph.
+        self.fused_ratio = 1.0
         self._arrivals: deque[float] = deque()
         self._first: float | None = None  # the first arrival seen
         self._busy_arrivals: deque[float] = deque()  # arrivals while a job ran
@@ -274,8 +279,10 @@ class EagerBatching(LazyBatching):
         if q <= 0 and lam <= 0.0:
             return n  # nothing queued and nothing arriving mid-pass: no boundary can be of use
         p = sum(len(e.reqs) for e in self.stack[:-1])
-        cost = self.boundary_cost
         scale = self.time_scale
+        cost = self.boundary_cost
+        if s == 0 and self.fused_ratio < 1.0:  # this job could run as one whole-graph call
+            cost += (1.0 - self.fused_ratio) * pre[m][n] * scale
         for b in range(s + 1, n):
             expected = q + lam * (pre[m][b] - pre[m][s]) * scale  # newcomers queued by the time the pass is at b
             if expected <= 0.0:

@@ -414,3 +414,5 @@ def test_runtime_runs_spans_of_stages_with_the_stages_result(mlp, whole):
         np.testing.assert_allclose(outputs["y"], sess.run(None, {"x": xs[h]})[0], rtol=1e-5, atol=1e-6)
     assert rt.stats.span_runs > 0
     assert rt.stats.host_per_job_s > 0.0 and rt.policy.boundary_cost == rt.stats.host_per_job_s
+    if whole:  # the whole graph's time against the stages' is measured and given to the policy
+        assert rt.stats.fused_runs > 0 and rt.policy.fused_ratio == min(1.0, rt.stats.fused_ratio)
