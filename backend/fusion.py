@@ -21,7 +21,9 @@ served stage by stage and the log says why (a user who replaced one file without
 
 from __future__ import annotations
 
+import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +107,21 @@ def fuse(runner: StageRunner, table: LatencyTable, whole_model: Path, *, executi
                   "batch; serving stage by stage", file=sys.stderr)
             return None
     return fused, fused_table(table)
+
+
+def measure_fused_ratio(runner: StageRunner, whole: StageRunner, reps: int = 5) -> float:
+    """Whole-graph pass / the stages run one after the other, at batch 1 (medians of ``reps`` interleaved runs, at
+    load time): what cutting a whole pass into stages loses (cross-layer fusions, a session call per stage), which
+    eager weighs with the boundary cost (``fused_ratio``). At most 1: a whole pass never costs more than its
+    stages (a larger reading is noise)."""
+    sample = runner.sample_inputs(1, seed=3)
+    staged, fused = [], []
+    for _ in range(max(1, reps)):
+        t0 = time.perf_counter()
+        runner.run_all(sample)
+        t1 = time.perf_counter()
+        whole.run_all(sample)
+        t2 = time.perf_counter()
+        staged.append(t1 - t0)
+        fused.append(t2 - t1)
+    return min(1.0, statistics.median(fused) / max(statistics.median(staged), 1e-9))

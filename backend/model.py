@@ -37,6 +37,7 @@ from .faults import FaultInjector
 from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
 from .npu_executor import maybe_wrap
 from .responder import ResponseThread
+from .fusion import measure_fused_ratio
 from .stages import StageRunner, available_providers, make_session, profile_batch_sizes
 
 try:  # only importable inside the Triton Python backend stub
@@ -217,8 +218,10 @@ class TritonPythonModel:
                     intra_op_threads=s.intra_op_threads, name=s.name)
         if done is None:
             return None
-        self.fused = (f"a job that spans all {table.graph.n} stages runs as one whole-graph pass; the scheduler "
-                      "keeps the stage boundaries where preempting may pay")
+        policy.fused_ratio = measure_fused_ratio(runner, done[0])
+        self.fused = (f"a job that spans all {table.graph.n} stages runs as one whole-graph pass "
+                      f"({policy.fused_ratio:.2f}x the stages' time); the scheduler keeps the stage boundaries where "
+                      "preempting may pay")
         return done[0]
 
     def _maybe_fuse(self, cfg: Any, policy: Any, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any]:

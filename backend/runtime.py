@@ -145,8 +145,6 @@ class RuntimeStats:
     span_runs: int = 0  # jobs that ran several stages with no decision point between (StageJob.stop)
     time_scale: float = 1.0  # measured / profiled stage time over the model (batcher/calibration.py: its scale)
     host_per_job_s: float = 0.0  # what a job costs besides onnxruntime (moving average): a decision point's cost
-    fused_ratio: float = 1.0  # whole-graph pass / the stages' table times summed (moving average)
-    fused_runs: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         n = max(self.stage_runs, 1)
@@ -158,7 +156,7 @@ class RuntimeStats:
             "overhead_per_stage_ms": (self.io_s + self.sched_s) / n * 1e3,
             "overhead_fraction": (self.io_s + self.sched_s) / self.ort_s if self.ort_s else 0.0,
             "answered": dict(self.answered), "time_scale": self.time_scale, "span_runs": self.span_runs,
-            "host_per_job_ms": self.host_per_job_s * 1e3, "fused_ratio": self.fused_ratio,
+            "host_per_job_ms": self.host_per_job_s * 1e3,
         }
 
 
@@ -438,10 +436,9 @@ class BackendRuntime:
         stats.io_s += (t1 - t0) + (t3 - t2)
         if self.on_batch is not None:
             self.on_batch(start, len(reqs), t2 - t1)
-        if whole is None:
-            self._calibrate_span(start, stop, len(reqs), t3 - t0)
-        else:
-            self._fused_ratio(len(reqs), t2 - t1)
+        # a whole-graph pass too: the table must follow what the device does, and at low load nearly every
+        # request is one (its time shared among the stages by their table times)
+        self._calibrate_span(start, stop, len(reqs), t3 - t0)
 
     def _run_batch(self, stage: int, reqs: list[Request]) -> None:
         runner = self.runner
@@ -496,23 +493,6 @@ class BackendRuntime:
         if total > 0.0:
             for s, t in zip(range(start, stop), times):
                 self._calibrate(s, batch, took * t / total)
-
-    def _fused_ratio(self, batch: int, took: float) -> None:
-        """A moving average of whole-graph pass time / the table's stage times summed at that batch size (the
-        stages as separate sessions): what cutting a whole pass into stages loses, which a policy that chooses
-        spans (``fused_ratio``, batcher/policies/eager.py) weighs with the boundary cost."""
-        dense = self._dense
-        if batch >= len(dense[0]):
-            return
-        total = sum(row[batch] for row in dense)
-        if total <= 0.0:
-            return
-        ratio = min(2.0, max(0.1, took / total))
-        stats = self.stats
-        stats.fused_runs += 1
-        stats.fused_ratio += max(BOUNDARY_COST_WEIGHT, 1.0 / stats.fused_runs) * (ratio - stats.fused_ratio)
-        if hasattr(self.policy, "fused_ratio"):
-            self.policy.fused_ratio = min(1.0, stats.fused_ratio)
 
     def _boundary_cost(self, host_s: float) -> None:
         """A moving average of what one job costs the scheduler thread besides onnxruntime: tensors joined and

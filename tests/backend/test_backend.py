@@ -323,7 +323,7 @@ def test_repo_add_cli(tmp_path, mlp, capsys):
     assert "unknown policy" in capsys.readouterr().err
     assert main(["repo", "add", str(tmp_path / "none.onnx"), "--repository", str(repo)]) == 2
     assert "no such ONNX file" in capsys.readouterr().err
-    assert not (repo / "none_lazy").exists()
+    assert not (repo / "none_eager").exists()
     assert main(["repo", "add", "--stages", str(stages), "--repository", str(repo), "--name", "s",
                  "--profile-reps", "1", "--max-batch-size", "4"]) == 0
     assert load_manifest(repo / "s" / "1" / "stages").model == load_manifest(stages).model
@@ -414,5 +414,7 @@ def test_runtime_runs_spans_of_stages_with_the_stages_result(mlp, whole):
         np.testing.assert_allclose(outputs["y"], sess.run(None, {"x": xs[h]})[0], rtol=1e-5, atol=1e-6)
     assert rt.stats.span_runs > 0
     assert rt.stats.host_per_job_s > 0.0 and rt.policy.boundary_cost == rt.stats.host_per_job_s
-    if whole:  # the whole graph's time against the stages' is measured and given to the policy
-        assert rt.stats.fused_runs > 0 and rt.policy.fused_ratio == min(1.0, rt.stats.fused_ratio)
+    if whole:  # what cutting a whole pass loses: measured once, at most 1
+        from lazybatch.backend.fusion import measure_fused_ratio
+
+        assert 0.0 < measure_fused_ratio(rt.runner, got[0], reps=3) <= 1.0

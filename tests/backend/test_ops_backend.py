@@ -217,8 +217,8 @@ def test_repo_add_writes_the_admission_knobs(tmp_path, mlp):  # noqa: F811
     repo = tmp_path / "repo"
     assert main(["repo", "add", str(model), "--repository", str(repo), "--max-queue-size", "32",
                  "--timeout-action", "reject", "--max-batch-size", "4", "--profile-reps", "1"]) == 0
-    cfg = load_config(repo / "mlp_lazy" / "config.pbtxt")
-    s = BackendSettings.from_config(cfg, repo / "mlp_lazy" / "1")
+    cfg = load_config(repo / "mlp_eager" / "config.pbtxt")
+    s = BackendSettings.from_config(cfg, repo / "mlp_eager" / "1")
     assert (s.max_queue_size, s.timeout_action) == (32, "REJECT")
     assert main(["repo", "add", str(model), "--repository", str(repo), "--max-queue-size", "-1", "--name", "x"]) == 2
     assert main(["repo", "add", str(model), "--repository", str(repo), "--max-queue-size", "2", "--name", "z"]) == 2
