@@ -418,3 +418,24 @@ def test_runtime_runs_spans_of_stages_with_the_stages_result(mlp, whole):
         from lazybatch.backend.fusion import measure_fused_ratio
 
         assert 0.0 < measure_fused_ratio(rt.runner, got[0], reps=3) <= 1.0
+
+
+def test_cancel_watcher_asks_a_bounded_number_per_sweep_in_turn():
+    """Each ask is a message to the Triton process: a sweep asks at most ``budget`` held requests, and the next
+    sweep goes on where it stopped, so every held request is asked in turn."""
+    from lazybatch.backend.cancel_watch import CancelWatcher
+    from lazybatch.backend.runtime import _Parent
+
+    parents = [_Parent(h, {}, 1) for h in range(40)]
+    for p in parents:
+        p.checked = -1e9  # never asked
+    asked: list[int] = []
+    w = CancelWatcher(lambda: parents, lambda h: asked.append(h) or False, lambda p: None, interval=3600.0)
+    try:
+        w.budget = 16
+        w.sweep()
+        assert asked == list(range(16))
+        w.sweep()
+        assert asked[16:] == list(range(16, 32))
+    finally:
+        w.close()
