@@ -129,4 +129,6 @@ def maybe_wrap(cfg: Any, runner: Any, table: LatencyTable, max_batch_size: int) 
                           "`lazybatch repo add --executor npu`); this one has no meta.npu", field="latency_table")
     table.check_covers(max_batch_size)
     scaled = scale_table(table, k)
-    return NpuTimedRunner(runner, scaled), scaled
+    # the runner keeps a copy of its own: the scheduler's table is recalibrated in place from observed stage times
+    # (batcher/calibration.py), and the modelled NPU time must not follow them
+    return NpuTimedRunner(runner, LatencyTable.from_dict(scaled.to_dict())), scaled
