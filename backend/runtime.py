@@ -65,6 +65,13 @@ def join_rows(parts: list[Row]) -> np.ndarray:
     return np.concatenate([a[k:k + 1] for a, k in parts], axis=0)
 
 
+def _gather(inp: Any, reqs: list[Request]) -> np.ndarray:
+    """One stage input (a model input, or a tensor an earlier stage left with each request) as one batch."""
+    if inp.source is None:
+        return join_rows([(r.payload.parent.inputs[inp.name], r.payload.row) for r in reqs])
+    return join_rows([r.payload.tensors[inp.name] for r in reqs])
+
+
 class _Timer:
     __slots__ = ("when", "callback", "cancelled")
 
@@ -400,13 +407,8 @@ class BackendRuntime:
         need = [i for s in range(start, stop) for i in stages[s].inputs
                 if i.source is None or i.source < start]
         for inp in need:
-            if inp.name in feeds:
-                continue
-            if inp.source is None:
-                parts = [(r.payload.parent.inputs[inp.name], r.payload.row) for r in reqs]
-            else:
-                parts = [r.payload.tensors[inp.name] for r in reqs]
-            feeds[inp.name] = join_rows(parts)
+            if inp.name not in feeds:
+                feeds[inp.name] = _gather(inp, reqs)
         t1 = time.perf_counter()
         if self.fault is not None:
             ids = [r.id for r in reqs]
@@ -445,13 +447,7 @@ class BackendRuntime:
         spec = runner.manifest.stages[stage]
         stats = self.stats
         t0 = time.perf_counter()
-        feeds: dict[str, np.ndarray] = {}
-        for inp in spec.inputs:
-            if inp.source is None:
-                parts = [(r.payload.parent.inputs[inp.name], r.payload.row) for r in reqs]
-            else:
-                parts = [r.payload.tensors[inp.name] for r in reqs]
-            feeds[inp.name] = join_rows(parts)
+        feeds = {inp.name: _gather(inp, reqs) for inp in spec.inputs}
         t1 = time.perf_counter()
         if self.fault is not None:
             self.fault.check(stage, [r.id for r in reqs])

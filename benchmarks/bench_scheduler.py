@@ -20,26 +20,14 @@ import statistics
 import sys
 import time
 
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness.py, shared by the benchmarks
+from harness import git_commit  # noqa: E402
 from lazybatch.batcher import GraphBatching, LazyBatching, OracleLazyBatching, Request, Scheduler
 from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.batcher.interfaces import StageJob
 from lazybatch.simulator import paper_tables, sweep, workload
 from lazybatch.simulator.engine import Simulation
-
-
-def git_commit() -> str | None:
-    """The checkout's HEAD commit, with "+dirty" when tracked files differ from it (recorded with the figures)."""
-    import subprocess
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (head + ("+dirty" if dirty else "")) or None
 
 
 class _NullExecutor:

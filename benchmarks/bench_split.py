@@ -23,11 +23,15 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness.py, shared by the benchmarks
+from harness import git_commit  # noqa: E402
 import numpy as np
 
 DEFAULT_MODELS = ["resnet50", "light_resnet50", "mobilenet_v1", "vgg16:small", "bert:small", "gnmt", "transformer"]
@@ -44,21 +48,6 @@ def model_file(spec: str, work: Path) -> Path:
     out = work / f"{name}{'_small' if variant else ''}.onnx"
     export_model(name, out, small=variant == "small", seed=0)
     return out
-
-
-def git_commit() -> str | None:
-    """The checkout's HEAD commit, with "+dirty" when tracked files differ from it (recorded with the figures)."""
-    import subprocess
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (head + ("+dirty" if dirty else "")) or None
 
 
 VARIANTS = {  # name -> (graph_optimization_level of the split, hand-off)

@@ -37,17 +37,24 @@ def machine_meta() -> dict:
             return version(dist)
         except Exception:
             return "?"
-    try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip() or "?"
-        if subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"]).returncode:
-            commit += " + uncommitted changes"
-    except OSError:
-        commit = "?"
+    full = git_commit()
+    commit = "?" if full is None else full[:7] + (" + uncommitted changes" if full.endswith("+dirty") else "")
     return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
             "onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__, "pytriton": ver("nvidia-pytriton"),
             "tritonclient": ver("tritonclient"), "commit": commit,
             "loadavg_before": " ".join(f"{v:.1f}" for v in os.getloadavg())}
+
+
+def git_commit() -> str | None:
+    """The checkout's HEAD commit, with "+dirty" when tracked files differ from it (recorded with the figures)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+dirty" if dirty else "")) or None
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..decisions import DISPATCH, PREEMPT
+from ..decisions import DISPATCH
 from ..errors import ConfigError
 from ..interfaces import StageJob
 from ..lengths import LengthHistogram
@@ -166,14 +166,7 @@ class EagerBatching(LazyBatching):
             else:
                 k, gain = self._best_preemption(now)
                 if k:
-                    top = stack[-1]
-                    e = self._take(now, k)
-                    if e is not None:
-                        self.log.add(now, PREEMPT, top.node, len(top.reqs),
-                                     "the table predicts a lower mean latency if the queue goes first", gain)
-                        stack.append(e)
-                        self.log.add(now, DISPATCH, 0, len(e.reqs), "lazily batched", gain)
-                        self._merge_top(now)
+                    self._preempt(now, k, "the table predicts a lower mean latency if the queue goes first", gain)
         if not stack:
             return None
         top = stack[-1]

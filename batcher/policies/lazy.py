@@ -172,14 +172,7 @@ class LazyBatching(Policy):
                 if k and self._prefix:
                     k = self._worth_preempting(k)
                 if k:
-                    top = stack[-1]
-                    e = self._take(now, k)
-                    if e is not None:
-                        self.log.add(now, PREEMPT, top.node, len(top.reqs),
-                                     "slack predictor allows lazy batching", predicted_slack)
-                        stack.append(e)
-                        self.log.add(now, DISPATCH, 0, len(e.reqs), "lazily batched", predicted_slack)
-                        self._merge_top(now)
+                    self._preempt(now, k, "slack predictor allows lazy batching", predicted_slack)
         if not stack:
             return None
         top = stack[-1]
@@ -261,6 +254,18 @@ class LazyBatching(Policy):
             if r.deadline < dmin:
                 dmin = r.deadline
         return _Entry(0, reqs, rem, dmin) if reqs else None
+
+    def _preempt(self, now: float, k: int, why: str, value: float) -> None:
+        """Set the active sub-batch aside at its boundary for the first ``k`` queued requests (pushed at stage 0),
+        and merge the top two where they already meet."""
+        top = self.stack[-1]
+        e = self._take(now, k)
+        if e is None:  # every one of them was cancelled while queued
+            return
+        self.log.add(now, PREEMPT, top.node, len(top.reqs), why, value)
+        self.stack.append(e)
+        self.log.add(now, DISPATCH, 0, len(e.reqs), "lazily batched", value)
+        self._merge_top(now)
 
     def _admissible(self, now: float) -> tuple[int, float]:
         """How many queued requests (in arrival order) may join now, and the slack that leaves."""
