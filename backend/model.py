@@ -196,6 +196,7 @@ class TritonPythonModel:
                                        on_batch=self._batch_log.record if self._batch_log else None)
             if whole is not None:
                 self.runtime.whole_runner = whole
+                self.runtime.inline = self._inline_allowed(cfg)
             if "boundary_cost_us" in spec.params:  # fixed by the config: not measured
                 self.runtime.measure_boundary_cost = False
             self._configure_production(self.runtime)
@@ -223,6 +224,27 @@ class TritonPythonModel:
                       f"({policy.fused_ratio:.2f}x the stages' time); the scheduler keeps the stage boundaries where "
                       "preempting may pay")
         return done[0]
+
+    def _inline_allowed(self, cfg: Any) -> bool:
+        """Whether whole passes may run in execute (``BackendRuntime.run_inline``): only where Triton's dynamic
+        batcher hands execute everything that queued meanwhile (without it, each execute would hold one request
+        and inline passes would serve the queue one by one), with no queue delay of its own (a delay would come on
+        top of ours), and where nothing needs the scheduler to see every request (REJECT admission, fault
+        injection)."""
+        s = self.settings
+        why = None
+        if not cfg.HasField("dynamic_batching"):
+            why = "config.pbtxt has no dynamic_batching section"
+        elif cfg.dynamic_batching.max_queue_delay_microseconds:
+            why = "dynamic_batching has a max_queue_delay_microseconds"
+        elif s.timeout_action == "REJECT" or s.max_queue_size:
+            why = "admission control (max_queue_size, timeout_action: REJECT) sees every request"
+        elif s.fault_injection:
+            why = "fault_injection is set"
+        if why:
+            print(f"lazybatch: {s.name}: whole passes run through the scheduler thread, not inline ({why})",
+                  file=sys.stderr)
+        return why is None
 
     def _maybe_fuse(self, cfg: Any, policy: Any, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any]:
         """Whole passes where no stage boundary would be used (backend/fusion.py); the NPU executor times stages
@@ -260,6 +282,7 @@ class TritonPythonModel:
         if self.runtime is None:
             return self._execute_whole_graph(requests)
         s = self.settings
+        good: list[tuple[Any, dict[str, np.ndarray], int, Any]] = []
         for request in requests:
             tensors = {t.name(): t.as_numpy() for t in request.inputs()}
             batch, err = (self.seq2seq.validate(tensors, s.max_batch_size) if self.seq2seq is not None else
@@ -270,7 +293,28 @@ class TritonPythonModel:
             if err is None:
                 opts.priority, err = s.request_level(opts.priority)
             if err is None:
-                err = self.runtime.submit(request, tensors, batch, opts)
+                err = self.runtime.check_deadline(opts)
+            if err is None:
+                good.append((request, tensors, batch, opts))
+                continue
+            if self.metrics is not None:
+                self.metrics.request_done(INVALID)
+            request.get_response_sender().send(_error_response(err),
+                                               flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if not good:
+            return None
+        outputs = None
+        if self.runtime.inline:
+            def early(i: int, out: Any) -> None:  # a pass before the group's last: its answers go now
+                good[i][0].get_response_sender().send(self._response(out),
+                                                      flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+            outputs = self.runtime.run_inline([(g[1], g[2]) for g in good], early)
+        if outputs is not None:  # the rest answered with the end of execute, one message (as Triton's backends)
+            answers = {id(g[0]): self._response(out) for g, out in zip(good, outputs) if out is not None}
+            return [answers.get(id(r)) for r in requests]
+        for request, tensors, batch, opts in good:
+            err = self.runtime.submit(request, tensors, batch, opts)
             if err is not None:
                 if self.metrics is not None:
                     self.metrics.request_done(INVALID)
@@ -289,6 +333,14 @@ class TritonPythonModel:
             self._batch_log.close()
 
     # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _response(out: "dict[str, np.ndarray] | str") -> Any:
+        """An inline pass's answer: its outputs, or the error it failed with."""
+        if isinstance(out, str):
+            return _error_response(f"onnxruntime failed: {out}", "INTERNAL")
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, np.ascontiguousarray(v))
+                                                          for k, v in out.items()])
+
     def _respond(self, request: Any, outputs: dict[str, np.ndarray] | None, status: Status,
                  error: str | None) -> None:
         if outputs is not None:

@@ -54,6 +54,17 @@ Row = tuple[np.ndarray, int]
 DECISION_LOG_CAPACITY = 4096
 _WAKE = object()  # put on the inbox to wake the scheduler thread (a cancellation to answer)
 BOUNDARY_COST_WEIGHT = 0.02  # per job: the measured cost of a decision point follows the host within ~50 jobs
+# An inline pass waits at most this long for the scheduler thread to finish the bookkeeping of its last job (it
+# answered everything and holds nothing, but has not gone back to sleep): longer, and the requests go to it instead.
+INLINE_LOCK_WAIT_S = 0.002
+# The latency table is rewritten from the observed runs (batcher/calibration.py) at most this often: a rewrite
+# (every stage, every batch size, and the policy's derived tables) cost more than a MobileNet stage, and was due
+# after nearly every run of a noisy span.
+RECALIBRATE_INTERVAL_S = 0.25
+# The idle hook (statistics file, metrics) runs at most this often: written at every idle moment it cost a JSON file
+# per request at low load, on the cores onnxruntime needs. Inline passes leave it to the scheduler thread, which
+# wakes this often to see whether they did.
+IDLE_HOOK_INTERVAL_S = 0.1
 
 
 def join_rows(parts: list[Row]) -> np.ndarray:
@@ -150,6 +161,8 @@ class RuntimeStats:
     sched_s: float = 0.0  # policy decisions, bookkeeping, hand-off
     answered: dict[str, int] = field(default_factory=dict)
     span_runs: int = 0  # jobs that ran several stages with no decision point between (StageJob.stop)
+    inline_runs: int = 0  # whole-graph passes run in Triton's execute call, outside the scheduler (run_inline)
+    inline_requests: int = 0
     time_scale: float = 1.0  # measured / profiled stage time over the model (batcher/calibration.py: its scale)
     host_per_job_s: float = 0.0  # what a job costs besides onnxruntime (moving average): a decision point's cost
 
@@ -163,6 +176,7 @@ class RuntimeStats:
             "overhead_per_stage_ms": (self.io_s + self.sched_s) / n * 1e3,
             "overhead_fraction": (self.io_s + self.sched_s) / self.ort_s if self.ort_s else 0.0,
             "answered": dict(self.answered), "time_scale": self.time_scale, "span_runs": self.span_runs,
+            "inline_runs": self.inline_runs, "inline_requests": self.inline_requests,
             "host_per_job_ms": self.host_per_job_s * 1e3,
         }
 
@@ -183,9 +197,12 @@ class BackendRuntime:
         self.runner = runner
         # the verified whole graph (backend/fusion.py), for jobs that span every stage; None: chain the stages
         self.whole_runner: StageRunner | None = None
+        self._inline = False  # run_inline allowed (the ``inline`` property)
         self.policy = policy
         self._dense = table.dense
         self.calibrator = OnlineCalibrator(table)  # rewrites table.dense in place (the rows _dense holds)
+        self._recalibrate_owed = False
+        self._recalibrated_at = float("-inf")
         # the policy's boundary_cost follows the measured cost of a job, unless the model's config fixed it
         self.measure_boundary_cost = True
         self.respond = respond
@@ -211,28 +228,168 @@ class BackendRuntime:
         self._live: dict[int, _Parent] = {}
         self._cancelled: queue.SimpleQueue[_Parent] = queue.SimpleQueue()  # seen cancelled by the watcher
         self._dirty = False
+        self._idle_hook_at = 0.0  # when the idle hook last ran (IDLE_HOOK_INTERVAL_S)
         self._stopping = threading.Event()
         self._closed = False
         self._submit_lock = threading.Lock()
+        self._pending = 0  # submitted, not yet admitted by the scheduler thread (under _submit_lock)
         self._answer_lock = threading.Lock()  # a request is asked for cancellation only while unanswered
+        # held by the scheduler thread whenever it is not asleep on the inbox; an inline pass holds it throughout,
+        # so that the policy and the table are only ever touched by one thread at a time
+        self._busy_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=f"{name}-scheduler", daemon=True)
         self._thread.start()
         self._watcher = (CancelWatcher(lambda: self._live.values(), is_cancelled, self._on_cancel, cancel_poll_s,
                                        name, lock=self._answer_lock) if is_cancelled is not None else None)
 
     # ------------------------------------------------------------------ any thread
-    def submit(self, handle: Any, inputs: dict[str, np.ndarray], batch: int, opts: RequestOptions) -> str | None:
-        """Queue a validated request; returns an error message instead when it cannot be accepted."""
-        arrival = time.monotonic()
+    @property
+    def inline(self) -> bool:
+        """Whether ``run_inline`` may run passes: the model turns it on where Triton's dynamic batcher hands
+        execute its groups (backend/model.py)."""
+        return self._inline
+
+    @inline.setter
+    def inline(self, on: bool) -> None:
+        self._inline = bool(on)
+        self._inbox.put(_WAKE)  # the scheduler thread may sleep with no timeout: from now on it looks in on them
+
+    @staticmethod
+    def check_deadline(opts: RequestOptions) -> str | None:
+        """An error message for a request whose own deadline passed before it reached the model, else None."""
         if opts.deadline_unix_s is not None:
             left = opts.deadline_unix_s - time.time()
             if left <= 0:
                 return f"the request's deadline passed {-left * 1e3:.1f} ms before it reached the model"
+        return None
+
+    def submit(self, handle: Any, inputs: dict[str, np.ndarray], batch: int, opts: RequestOptions) -> str | None:
+        """Queue a validated request; returns an error message instead when it cannot be accepted."""
+        arrival = time.monotonic()
+        err = self.check_deadline(opts)
+        if err is not None:
+            return err
         with self._submit_lock:
             if self._closed:
                 return "the model is shutting down; retry on another instance"
             self._inbox.put((_Parent(handle, inputs, batch), opts, arrival))
+            self._pending += 1
         return None
+
+    def run_inline(self, requests: list[tuple[dict[str, np.ndarray], int]],
+                   early: "Callable[[int, dict[str, np.ndarray] | str], None] | None" = None
+                   ) -> "list[dict[str, np.ndarray] | str | None] | None":
+        """Run these validated requests now, on the caller's thread (Triton's ``execute``), as whole-graph passes,
+        and return each one's outputs, or the error it failed with (a batch that fails is rerun request by
+        request, so that only the requests that fail alone get the error); None: they must all go to the
+        scheduler (``submit``). Where the policy serves the group in several passes one after the other, the
+        requests of all but the last pass are handed to ``early`` (index, outputs or error) as soon as their pass
+        ends, and their entries in the list are None.
+
+        Why: a request that goes through the scheduler costs a hand-off to its thread, another to the response
+        thread and a response round trip of its own, on the cores onnxruntime needs (docs/results/default.md: the
+        served gap to Triton's batcher was that cost, not the decisions). Passes run inline only where they are
+        the ones the scheduler would run: nothing held, and the policy would start these requests so, with no
+        decision point in their passes (``Policy.inline_batch``). Triton's dynamic batcher queues what arrives
+        meanwhile and hands it to the next ``execute`` as one group: its own behaviour with no queue delay."""
+        whole = self.whole_runner
+        if whole is None or not self._inline or self._job is not None or self._live:
+            return None
+        if not self._busy_lock.acquire(timeout=INLINE_LOCK_WAIT_S):
+            return None
+        try:
+            if self._closed or self._job is not None or self._live or self._pending or self.scheduler.held:
+                return None
+            n = sum(b for _, b in requests)
+            start = time.monotonic()
+            k = self.policy.inline_batch(start, n)
+            if k <= 0 or (k < n and early is None):
+                return None
+            chunks: list[list[int]] = [[]]
+            size = 0
+            for i, (_, b) in enumerate(requests):  # whole requests, at most k samples a pass (or one larger)
+                if chunks[-1] and size + b > k:
+                    chunks.append([])
+                    size = 0
+                chunks[-1].append(i)
+                size += b
+            results: list[dict[str, np.ndarray] | None] = [None] * len(requests)
+            names = [t.name for t in whole.manifest.inputs]
+            for c, idx in enumerate(chunks):
+                t0 = t1 = time.perf_counter()
+                try:
+                    feeds = {name: requests[idx[0]][0][name] if len(idx) == 1 else
+                             np.concatenate([requests[i][0][name] for i in idx]) for name in names}
+                    t1 = time.perf_counter()
+                    outs = whole.run(0, feeds)
+                except Exception as e:  # each request alone: only the ones that fail on their own get the error
+                    if self.metrics is not None:
+                        self.metrics.stage_failed(0)
+                    for i in idx:
+                        results[i] = self._run_alone(whole, names, requests[i][0]) if len(idx) > 1 else \
+                            f"{type(e).__name__}: {e}"
+                    failed = sum(1 for i in idx if isinstance(results[i], str))
+                    self._inline_stats(len(idx) - failed, sum(requests[i][1] for i in idx), 0.0, 0.0, start,
+                                       failed=failed)
+                    if c < len(chunks) - 1:
+                        for i in idx:
+                            early(i, results[i])  # type: ignore[misc]
+                            results[i] = None
+                    continue
+                t2 = time.perf_counter()
+                row = 0
+                for i in idx:
+                    b = requests[i][1]
+                    results[i] = outs if len(idx) == 1 else {o: v[row:row + b] for o, v in outs.items()}
+                    row += b
+                t3 = time.perf_counter()
+                m = sum(requests[i][1] for i in idx)
+                self._inline_stats(len(idx), m, t1 - t0 + t3 - t2, t2 - t1, start)
+                self._calibrate_span(0, self.runner.n_stages, m, t3 - t0)
+                if c < len(chunks) - 1:
+                    for i in idx:
+                        early(i, results[i])  # type: ignore[misc]
+                        results[i] = None
+            self.policy.inline_done(start, time.monotonic(), n)
+            return results
+        finally:
+            self._busy_lock.release()
+
+    def _run_alone(self, whole: StageRunner, names: list[str],
+                   inputs: dict[str, np.ndarray]) -> "dict[str, np.ndarray] | str":
+        try:
+            return whole.run(0, {name: inputs[name] for name in names})
+        except Exception as e:  # onnxruntime failure: this request fails, the server goes on
+            if self.metrics is not None:
+                self.metrics.stage_failed(0)
+            return f"{type(e).__name__}: {e}"
+
+    def _inline_stats(self, requests: int, n: int, io_s: float, ort_s: float, start: float,
+                      failed: int = 0) -> None:
+        """One inline pass of ``requests`` answered (and ``failed`` that failed alone), ``n`` samples in all."""
+        stats = self.stats
+        stats.requests += requests + failed
+        stats.samples += n
+        stats.inline_runs += 1
+        stats.inline_requests += requests + failed
+        stats.stage_runs += 1
+        stats.batch_hist[n] = stats.batch_hist.get(n, 0) + 1
+        stats.ort_s += ort_s
+        stats.io_s += io_s
+        stats.answered["OK"] = stats.answered.get("OK", 0) + requests
+        if failed:
+            stats.answered["ERROR"] = stats.answered.get("ERROR", 0) + failed
+        self._dirty = True
+        if self.on_batch is not None and ort_s:
+            self.on_batch(0, n, ort_s)
+        if self.metrics is not None:
+            for stage in range(self.runner.n_stages):
+                self.metrics.stage_run(stage, n)
+            latency = time.monotonic() - start  # from execute: Triton's own queue time is in its nv_inference_*
+            for _ in range(requests):
+                self.metrics.request_done(M.OK, latency=latency, queue_delay=0.0, sla_met=None)
+            for _ in range(failed):
+                self.metrics.request_done(M.ERROR)
 
     def close(self, timeout: float = 30.0) -> None:
         """Answer everything still held with UNAVAILABLE and stop the thread."""
@@ -260,17 +417,48 @@ class BackendRuntime:
         try:
             while True:
                 if self._job is None:
-                    if self._dirty and not self._live:
-                        self._dirty = False
-                        self._idle_hook()  # about to wait with nothing held
                     due = clock.next_due()
+                    if self._dirty and not self._live:  # about to wait with nothing held
+                        now = time.monotonic()
+                        if now - self._idle_hook_at >= IDLE_HOOK_INTERVAL_S:
+                            with self._busy_lock:
+                                self._dirty = False
+                                self._idle_hook_at = now
+                                self._idle_hook()
+                    if self._dirty or (self._inline and (self.on_idle is not None or self.metrics is not None)):
+                        # the hook is owed (or inline passes, which never wake this thread, may make it owed)
+                        hook = max(self._idle_hook_at + IDLE_HOOK_INTERVAL_S, time.monotonic() + 1e-3)
+                        due = hook if due is None else min(due, hook)
                     timeout = None if due is None else max(0.0, due - time.monotonic())
-                    if not self._drain(block=True, timeout=timeout):
-                        break
-                    t0 = time.perf_counter()
-                    clock.fire_due()
-                    stats.sched_s += time.perf_counter() - t0
+                    item = self._wait(timeout)
+                    with self._busy_lock:
+                        if item is None or not self._drain(block=False, first=item):
+                            break
+                        t0 = time.perf_counter()
+                        clock.fire_due()
+                        stats.sched_s += time.perf_counter() - t0
                     continue
+                with self._busy_lock:
+                    if not self._run_next(stats):
+                        break
+        except Exception:  # pragma: no cover - a bug; make it loud and answer what is held
+            traceback.print_exc()
+        finally:
+            with self._busy_lock:
+                self._shutdown()
+                self._idle_hook()
+
+    def _wait(self, timeout: float | None) -> Any:
+        """The next inbox item, or _WAKE when ``timeout`` (a timer) passes first; None once close() was called."""
+        try:
+            return self._inbox.get(timeout=timeout) if timeout is None or timeout > 0 else self._inbox.get_nowait()
+        except queue.Empty:
+            return _WAKE
+
+    def _run_next(self, stats: RuntimeStats) -> bool:
+        """Run the job the scheduler gave, then report it done; False once close() was called."""
+        clock = self.clock
+        if True:
                 job, done = self._job
                 self._job = None
                 t_job = time.perf_counter()
@@ -283,7 +471,7 @@ class BackendRuntime:
                             self.metrics.stage_run(stage, ran)
                 t_drain = time.perf_counter()
                 if not self._drain(block=False):
-                    break
+                    return False
                 t0 = time.perf_counter()
                 done(job, result)
                 clock.fire_due()
@@ -293,11 +481,7 @@ class BackendRuntime:
                 stats.sched_s += t1 - t0
                 # what a decision point costs besides onnxruntime (arrivals admitted meanwhile are not its cost)
                 self._boundary_cost((t1 - t_job) - (t0 - t_drain) - (stats.ort_s - ort_before))
-        except Exception:  # pragma: no cover - a bug; make it loud and answer what is held
-            traceback.print_exc()
-        finally:
-            self._shutdown()
-            self._idle_hook()
+        return True
 
     def _sync_metrics(self, min_interval: float = 0.0) -> None:
         self.metrics.sync_scheduler(self.scheduler.log, held=self.scheduler.held, policy=self.scheduler.policy,
@@ -312,19 +496,17 @@ class BackendRuntime:
             except Exception:  # statistics are best effort
                 traceback.print_exc()
 
-    def _drain(self, *, block: bool, timeout: float | None = None) -> bool:
-        """Submit every queued arrival to the scheduler; False once close() was called."""
-        first = True
+    def _drain(self, *, block: bool = False, first: Any = None) -> bool:
+        """Submit every queued arrival to the scheduler (``first``: one already taken off the inbox); False once
+        close() was called."""
         while True:
-            try:
-                if block and first:
-                    item = self._inbox.get(timeout=timeout) if timeout is None or timeout > 0 else \
-                        self._inbox.get_nowait()
-                else:
+            if first is not None:
+                item, first = first, None
+            else:
+                try:
                     item = self._inbox.get_nowait()
-            except queue.Empty:
-                return True
-            first = False
+                except queue.Empty:
+                    return True
             if item is None:
                 return False
             if item is _WAKE:
@@ -334,6 +516,8 @@ class BackendRuntime:
 
     def _admit(self, parent: _Parent, opts: RequestOptions, arrival: float) -> None:
         t0 = time.perf_counter()
+        with self._submit_lock:
+            self._pending -= 1
         if opts.deadline_unix_s is not None:
             deadline = arrival + (opts.deadline_unix_s - time.time())
             kw: dict[str, float] = {"deadline": deadline if deadline > arrival else arrival + 1e-9}
@@ -474,9 +658,16 @@ class BackendRuntime:
         they derived from it. Why: the table is profiled once, alone; served next to other work the stages run
         slower, not uniformly, and a predictor that believes the profile admits work that then misses its
         deadline."""
-        if self.calibrator.observe(stage, batch, took):
-            self.policy.table_changed()
-        self.stats.time_scale = self.calibrator.scale
+        if self.calibrator.observe(stage, batch, took, refresh=False):
+            self._recalibrate_owed = True
+        if self._recalibrate_owed:
+            now = time.monotonic()
+            if now - self._recalibrated_at >= RECALIBRATE_INTERVAL_S:
+                self._recalibrate_owed = False
+                self._recalibrated_at = now
+                self.calibrator.refresh()
+                self.policy.table_changed()
+                self.stats.time_scale = self.calibrator.scale
 
     def _calibrate_span(self, start: int, stop: int, batch: int, took: float) -> None:
         """A span's time shared among its stages in proportion to their table times (a whole-graph pass has no

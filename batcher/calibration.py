@@ -94,11 +94,12 @@ class OnlineCalibrator:
         """Index (into ``batch_sizes``) of the largest profiled size at or below ``batch``."""
         return self._bucket[batch]
 
-    def observe(self, stage: int, batch: int, seconds: float) -> bool:
+    def observe(self, stage: int, batch: int, seconds: float, *, refresh: bool = True) -> bool:
         """Record one measured run of ``stage`` on ``batch`` samples that took ``seconds``; True when the table was
         rewritten (the caller then tells the policy: ``policy.table_changed()``). Runs with a batch outside the
         table (< 1 or above its largest size) or a time that is not a positive finite number are ignored (counted
-        in ``ignored``)."""
+        in ``ignored``). ``refresh=False``: True means a rewrite is due, and the caller calls ``refresh`` when it
+        suits it (a rewrite costs a pass over the whole table: a server does it at most a few times a second)."""
         if not 0 <= stage < len(self.profiled):
             raise ValueError(f"stage {stage} outside 0..{len(self.profiled) - 1}")
         if not 1 <= batch < len(self._bucket) or not (isinstance(seconds, (int, float)) and math.isfinite(seconds)
@@ -122,7 +123,8 @@ class OnlineCalibrator:
         self._since_refresh += 1
         if (self._since_refresh >= self.refresh_every
                 or abs(new / self._applied[stage][k] - 1.0) > self.move_threshold):
-            self.refresh()
+            if refresh:
+                self.refresh()
             return True
         return False
 

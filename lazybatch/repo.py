@@ -220,7 +220,11 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
         if s2s is not None:
             cfg = seq2seq_config(name, s2s, table, max_batch_size=max_batch_size, parameters=params)
         else:
-            cfg = build_config(name, man.inputs, man.outputs, max_batch_size=max_batch_size, parameters=params)
+            # eager runs a pass the scheduler would run whole in Triton's execute call (backend/runtime.py
+            # run_inline), on the group Triton's batcher queued meanwhile: that needs dynamic_batching, no delay
+            inline = getattr(pol, "kind", "") == "eager"
+            cfg = build_config(name, man.inputs, man.outputs, max_batch_size=max_batch_size, parameters=params,
+                               dynamic_batching_us=0 if inline else None)
     (mdir / "config.pbtxt").write_text(config_to_text(cfg))
     (vdir / "model.py").write_text(MODEL_PY)
     return mdir

@@ -85,6 +85,21 @@ class Policy(ABC):
     def describe(self) -> str:
         return f"{self.name}(max_batch_size={self.max_batch_size})"
 
+    # ------------------------------------------------------------------ inline passes (backend/runtime.py)
+    def inline_batch(self, now: float, n: int) -> int:
+        """May ``n`` samples that find the device idle run as whole-graph passes outside the scheduler? The batch
+        size of those passes (``n``: one pass; less: the group served in passes of that size, one after the
+        other), or 0: no, the scheduler must see them.
+
+        The backend's inline path (``BackendRuntime.run_inline``) runs such passes in Triton's ``execute`` call,
+        as Triton's own batcher does, with none of the scheduler's hand-offs. Only right where this policy would
+        itself start them so and place no decision point in their passes. 0 by default: the policy sees every
+        request."""
+        return 0
+
+    def inline_done(self, start: float, end: float, n: int) -> None:
+        """Passes allowed by ``inline_batch`` ran from ``start`` to ``end``: count its arrivals and busy time."""
+
     # ------------------------------------------------------------------ shared bookkeeping
     def advance(self, job: StageJob, result: StageResult | None, now: float) -> tuple[int, list[Request],
                                                                                       int, list[Request]]:

@@ -48,15 +48,19 @@ RATE_WINDOW_PASSES = 64
 RATE_WINDOW_MIN_S = 0.05
 RATE_MIN_PASSES = 8
 # Serving the queue in smaller batches than all of it must leave the device at most this busy at the arrival rate
-# (queues grow fast as utilisation nears 1), unless the smaller batch costs about as much per sample as the whole
-# queue's (within SAME_THROUGHPUT): then it loses no throughput at all.
+# (queues grow fast as utilisation nears 1). No exception for a model whose table shows no batching gain: served,
+# such a table was off by more than the gain it denied (MobileNet: 965 batches of one at 120% load, 0.8x Triton's
+# throughput), and a batcher that may not lose to Triton's must not give up its throughput on a table's word.
 MAX_UTILISATION = 0.85
-SAME_THROUGHPUT = 0.03
 # No preemption may make a request of the running sub-batch take longer than this many whole passes at the
 # merged batch size in all (its wait included).
 TAIL_PASSES = 2.0
 # A preemption must predict at least this much lower mean latency (relative): a margin over the table's own error.
 DEFAULT_MIN_GAIN = 0.02
+# Requests handed to an inline pass (backend/runtime.py) carry no arrival time; those handed over this soon after the
+# previous pass ended queued while it ran (Triton calls execute again at once when requests wait). Short, so that
+# an idle-time arrival is rarely taken for a busy-time one: an underestimate only keeps passes whole, as Triton's.
+BACK_TO_BACK_S = 0.0005
 
 
 class EagerBatching(LazyBatching):
@@ -89,6 +93,7 @@ class EagerBatching(LazyBatching):
         self._busy_s = 0.0
         self._window = RATE_WINDOW_MIN_S
         self._whole: list[float] = []  # [batch]: the whole graph's table time
+        self._last_end: float | None = None  # when the device last fell idle (inline passes, BACK_TO_BACK_S)
 
     def table_changed(self) -> None:
         """Recompute what is derived from the table (after online recalibration changed it)."""
@@ -122,7 +127,30 @@ class EagerBatching(LazyBatching):
     def job_done(self, job: StageJob, result, now: float) -> None:  # type: ignore[override]
         self._busy.append((now, now - job.started))
         self._busy_s += now - job.started
+        self._last_end = now
         super().job_done(job, result, now)
+
+    def inline_batch(self, now: float, n: int) -> int:
+        """The batch size the device-idle rule would start (``_batch_size``), where ``_stop`` would run such a batch
+        through every boundary: the passes are then the ones this policy would run, minus the scheduler's serving
+        cost. (Served one after the other, the later passes cannot take in requests that arrive meanwhile, as the
+        scheduler's could; they wait for the next group, as under Triton's batcher.)"""
+        if self.graph.is_seq2seq or not self.spans or self.stack or self.infq or not 1 <= n <= self.max_batch_size:
+            return 0
+        k = self._batch_size(now, n) if n > 1 else 1
+        return k if self._stop(now, 0, k, queued=n - k) >= self.graph.n else 0
+
+    def inline_done(self, start: float, end: float, n: int) -> None:
+        busy = self._last_end is not None and start - self._last_end <= BACK_TO_BACK_S
+        for _ in range(n):
+            self._arrivals.append(start)
+            if busy:
+                self._busy_arrivals.append(start)
+        if self._first is None:
+            self._first = start
+        self._busy.append((end, end - start))
+        self._busy_s += end - start
+        self._last_end = end
 
     def busy_rate(self, now: float) -> float:
         """Arrivals per second of busy time: the rate at which requests turn up while a pass runs, which is what
@@ -203,12 +231,12 @@ class EagerBatching(LazyBatching):
         yes_mean = yes / (m + k + p + a_p)
         return no_mean, yes_mean, (no_mean - yes_mean) * (m + k + p)
 
-    def _batch_size(self, now: float) -> int:
+    def _batch_size(self, now: float, backlog: int | None = None) -> int:
         """How many queued requests start when the device frees: all of them (Triton's choice), unless the table
         says that serving the queue in smaller batches one after the other gives a lower mean latency (a model
         whose batches cost about a run per sample: a batch only makes each member wait for all the others) and
         that smaller batch still keeps up with the arrival rate (else the queue would grow without bound)."""
-        backlog = len(self.infq)
+        backlog = len(self.infq) if backlog is None else backlog
         q = min(backlog, self.max_batch_size)
         if q <= 1 or self.graph.is_seq2seq:
             return q
@@ -221,8 +249,8 @@ class EagerBatching(LazyBatching):
             t = whole[k]
             f, r = divmod(q, k)
             busy = f * t + whole[r]  # the q served in batches of k (whole[0] is 0)
-            if lam * busy > MAX_UTILISATION * q and busy > all_at_once * (1.0 + SAME_THROUGHPUT):
-                continue  # would lose throughput that the arrival rate needs
+            if lam * busy > MAX_UTILISATION * q:
+                continue  # would lose throughput that the arrival rate may need
             # completion times of the q, the wait of those behind and of what arrives meanwhile
             cost = k * t * f * (f + 1) / 2 + (r * busy if r else 0.0) + behind * busy + lam * busy * busy / 2
             if cost < best_cost * (1.0 - self.min_gain):
@@ -260,14 +288,15 @@ class EagerBatching(LazyBatching):
             return 0, saving
         return k, saving
 
-    def _stop(self, now: float, s: int, m: int) -> int:
+    def _stop(self, now: float, s: int, m: int, queued: int | None = None) -> int:
         """The first boundary after stage ``s`` at which a preemption could pay more than the boundary costs, or
-        the end of the graph: the job runs up to it with no decision point between."""
+        the end of the graph: the job runs up to it with no decision point between. ``queued``: the queue length
+        to assume (an inline pass: nothing queued beside it) instead of the policy's own."""
         n = self.graph.n
         if s + 1 >= n:
             return n
         pre = self._prefix
-        q = min(len(self.infq), self.max_batch_size - m)
+        q = min(len(self.infq) if queued is None else queued, self.max_batch_size - m)
         lam = self.busy_rate(now)  # arrivals a boundary inside this job could serve
         if q <= 0 and lam <= 0.0:
             return n  # nothing queued and nothing arriving mid-pass: no boundary can be of use
@@ -276,6 +305,12 @@ class EagerBatching(LazyBatching):
         cost = self.boundary_cost
         if s == 0 and self.fused_ratio < 1.0:  # this job could run as one whole-graph call
             cost += (1.0 - self.fused_ratio) * pre[m][n] * scale
+        # the tail guard of _best_preemption, so that no boundary is kept for a preemption it would refuse (past
+        # capacity the oldest request has waited long, and every boundary would only cost)
+        oldest = min((r.arrival for e in self.stack for r in e.reqs), default=now)
+        if q > 0 and self.infq:
+            oldest = min(oldest, self.infq[0].arrival)
+        tail = TAIL_PASSES * self._whole[1] * scale
         for b in range(s + 1, n):
             expected = q + lam * (pre[m][b] - pre[m][s]) * scale  # newcomers queued by the time the pass is at b
             if expected <= 0.0:
@@ -283,6 +318,9 @@ class EagerBatching(LazyBatching):
             k = min(self.max_batch_size - m, max(1, round(expected)))
             if k <= 0:
                 return n
+            mk = min(self.max_batch_size, m + k)
+            if now + (pre[m][b] - pre[m][s] + pre[k][b] + pre[mk][n] - pre[mk][b]) * scale - oldest > tail:
+                continue
             no, yes, saving = self._gain(b, m, k, p, lam)
             if yes >= no * (1.0 - self.min_gain):
                 continue

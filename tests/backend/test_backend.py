@@ -358,10 +358,14 @@ def test_cancellation_is_asked_off_the_scheduler_thread_and_answered_at_once(mlp
 
 
 @pytest.mark.parametrize("factor, expect_above", [(0.05, True), (50.0, False)])
-def test_runtime_recalibrates_the_table_the_policy_reads(mlp, factor, expect_above):
+def test_runtime_recalibrates_the_table_the_policy_reads(mlp, factor, expect_above, monkeypatch):
     """The stage runs the server observes rewrite the policy's latency table per stage and batch size
-    (batcher/calibration.py), and the policy recomputes its slack predictor from it."""
+    (batcher/calibration.py), and the policy recomputes its slack predictor from it. (Rewrites are rate-limited
+    in time, RECALIBRATE_INTERVAL_S: off here, where 80 requests take a fraction of it.)"""
+    from lazybatch.backend import runtime as runtime_module
     from lazybatch.batcher.latency_table import LatencyTable
+
+    monkeypatch.setattr(runtime_module, "RECALIBRATE_INTERVAL_S", 0.0)
 
     _, stages = mlp
     runner = StageRunner(stages, execution_provider="cpu")
@@ -439,3 +443,181 @@ def test_cancel_watcher_asks_a_bounded_number_per_sweep_in_turn():
         assert asked[16:] == list(range(16, 32))
     finally:
         w.close()
+
+
+def _inline_runtime(mlp, on_idle=None):
+    from lazybatch.backend.fusion import fuse
+
+    model, stages = mlp
+    runner = StageRunner(stages, execution_provider="cpu")
+    table = runner.profile([1, 2, 4, 8], reps=1)
+    c = Collector()
+    rt = BackendRuntime(runner, table, parse_policy("eager").build(max_batch_size=8), c.respond,
+                        is_cancelled=c.is_cancelled, cancel_poll_s=0.0, on_idle=on_idle)
+    got = fuse(rt.runner, rt.scheduler.table, model, execution_provider="cpu", intra_op_threads=0, name="t")
+    assert got is not None
+    rt.whole_runner = got[0]
+    rt.inline = True
+    return rt, c
+
+
+def test_inline_pass_gives_the_whole_graphs_result_and_is_counted(mlp):
+    """A group that finds the scheduler idle, where eager would run it whole anyway, runs on the caller's thread
+    (Triton's execute): each request gets its own rows of the whole graph's result; the policy counts the arrivals,
+    the table is recalibrated, and the statistics hook still runs (the scheduler thread looks in on its own)."""
+    model, _ = mlp
+    idle_calls: list[int] = []
+    rt, c = _inline_runtime(mlp, on_idle=lambda r: idle_calls.append(r.stats.inline_requests))
+    sess = ort.InferenceSession(str(model))
+    try:
+        xs = [np.random.default_rng(k).standard_normal((1 + k % 2, 16)).astype(np.float32) for k in range(3)]
+        outs = rt.run_inline([(({"x": x}), x.shape[0]) for x in xs])
+        assert outs is not None and len(outs) == 3
+        for x, out in zip(xs, outs):
+            np.testing.assert_allclose(out["y"], sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+        assert rt.stats.inline_runs == 1 and rt.stats.inline_requests == 3 and rt.stats.samples == 4
+        assert rt.stats.batch_hist == {4: 1}
+        assert rt.policy.rate(time.monotonic()) > 0.0  # the policy saw the arrivals
+        assert c.answers == {}  # answered by the caller, not through respond
+        deadline = time.monotonic() + 5.0
+        while not idle_calls or idle_calls[-1] < 3:
+            assert time.monotonic() < deadline, f"the idle hook did not run after the inline pass: {idle_calls}"
+            time.sleep(0.02)
+    finally:
+        rt.close()
+
+
+def test_inline_pass_is_refused_while_the_scheduler_holds_work_or_too_large(mlp):
+    """Inline only where it is what eager would do: not beside requests the scheduler holds (they would be
+    overtaken), not for more than the batch limit, not when turned off; the caller then submits them."""
+    rt, c = _inline_runtime(mlp)
+    try:
+        x = np.ones((1, 16), np.float32)
+        assert rt.run_inline([({"x": np.ones((9, 16), np.float32)}, 9)]) is None  # above max_batch_size 8
+        rt._live[1] = object()  # the scheduler holds a request
+        assert rt.run_inline([({"x": x}, 1)]) is None
+        rt._live.clear()
+        rt.inline = False
+        assert rt.run_inline([({"x": x}, 1)]) is None
+        rt.inline = True
+        assert rt.run_inline([({"x": x}, 1)]) is not None
+        assert rt.stats.inline_runs == 1
+    finally:
+        rt.close()
+
+
+def test_eager_keeps_boundaries_when_arrivals_come_mid_pass(mlp):
+    """Under traffic that arrives while passes run (back to back), and with boundaries that are free, eager wants
+    decision points inside the pass: the pass is then not run inline but by the scheduler."""
+    rt, c = _inline_runtime(mlp)
+    try:
+        pol = rt.policy
+        pol.boundary_cost = 0.0
+        pol.fused_ratio = 1.0
+        now = time.monotonic()
+        whole = pol._whole[1]
+        t = now - 200 * whole
+        for _ in range(150):  # passes back to back, 3 arrivals handed to each
+            pol.inline_done(t, t + whole, 3)
+            t += whole + 1e-5
+        assert pol.busy_rate(t) > 0.0
+        assert pol.inline_batch(t, 1) == 0
+        pol._busy_arrivals.clear()
+        pol._arrivals.clear()
+        assert pol.inline_batch(t + 10.0, 1) == 1  # nothing arrives mid-pass: no boundary can pay
+    finally:
+        rt.close()
+
+
+def test_statistics_follow_inline_passes_after_the_first_write(mlp):
+    """The statistics hook is rate-limited (IDLE_HOOK_INTERVAL_S); passes run after a write must still reach it."""
+    seen: list[int] = []
+    rt, c = _inline_runtime(mlp, on_idle=lambda r: seen.append(r.stats.inline_runs))
+    try:
+        x = np.ones((1, 16), np.float32)
+        for k in range(3):
+            assert rt.run_inline([({"x": x}, 1)]) is not None
+            deadline = time.monotonic() + 5.0
+            while not seen or seen[-1] < k + 1:
+                assert time.monotonic() < deadline, f"pass {k + 1} never reached the statistics: {seen}"
+                time.sleep(0.02)
+    finally:
+        rt.close()
+
+
+def test_table_rewrites_are_rate_limited_and_none_is_lost(mlp):
+    """A rewrite of the table (and of what the policy derives from it) costs a pass over every stage and batch size:
+    the runtime does it at most once per RECALIBRATE_INTERVAL_S however many runs ask for it, and a rewrite owed
+    when the interval ends is done at the next run."""
+    from lazybatch.backend import runtime as runtime_module
+    from lazybatch.batcher.latency_table import LatencyTable
+
+    _, stages = mlp
+    runner = StageRunner(stages, execution_provider="cpu")
+    measured = runner.profile([1, 2, 4, 8], reps=1)
+    table = LatencyTable(measured.graph, measured.batch_sizes, [[v * 0.01 for v in row] for row in measured.measured])
+    policy = parse_policy("lazy").build(max_batch_size=8)
+    c = Collector()
+    rt = BackendRuntime(runner, table, policy, c.respond)
+    try:
+        x = np.ones((1, 16), np.float32)
+        for h in range(40):
+            assert rt.submit(h, {"x": x}, 1, RequestOptions(sla_s=1.0)) is None
+        c.wait(40)
+        first = rt.calibrator.version
+        assert first == 1, "one rewrite within the interval, however many were due"
+        assert rt._recalibrate_owed
+        time.sleep(runtime_module.RECALIBRATE_INTERVAL_S + 0.05)
+        assert rt.submit(99, {"x": x}, 1, RequestOptions(sla_s=1.0)) is None
+        c.wait(41)
+        assert rt.calibrator.version == 2
+    finally:
+        rt.close()
+
+
+def test_inline_group_served_in_smaller_passes_answers_early_ones_at_once(mlp):
+    """Where eager serves a group in passes of k one after the other (no batching gain, light load), the requests
+    of every pass but the last are handed to ``early`` as their pass ends, in order, and the list holds the rest;
+    every request gets the whole graph's result exactly once."""
+    model, _ = mlp
+    rt, c = _inline_runtime(mlp)
+    sess = ort.InferenceSession(str(model))
+    try:
+        rt.policy.inline_batch = lambda now, n: 2  # the device-idle rule's choice, fixed for the test
+        xs = [np.random.default_rng(k).standard_normal((1, 16)).astype(np.float32) for k in range(5)]
+        early: list[int] = []
+        got: dict[int, dict] = {}
+
+        def on_early(i, out):
+            early.append(i)
+            got[i] = out
+
+        outs = rt.run_inline([({"x": x}, 1) for x in xs], on_early)
+        assert outs is not None
+        assert early == [0, 1, 2, 3]  # passes {0,1}, {2,3}, then {4} returned with the end of the call
+        assert [o is None for o in outs] == [True, True, True, True, False]
+        got[4] = outs[4]
+        for i, x in enumerate(xs):
+            np.testing.assert_allclose(got[i]["y"], sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+        assert rt.stats.inline_runs == 3 and rt.stats.batch_hist == {2: 2, 1: 1}
+        # without an ``early`` to send them, a group that would need several passes goes to the scheduler
+        assert rt.run_inline([({"x": x}, 1) for x in xs]) is None
+    finally:
+        rt.close()
+
+
+def test_inline_batch_that_fails_fails_only_the_request_that_fails_alone(mlp):
+    """An onnxruntime failure in an inline pass: each request is rerun alone, and only the one that fails on its
+    own gets the error (a message, not an exception out of Triton's execute); the others get their results."""
+    model, _ = mlp
+    rt, c = _inline_runtime(mlp)
+    try:
+        good = np.ones((1, 16), np.float32)
+        bad = np.ones((1, 15), np.float32)  # wrong width: the batch cannot even be joined, and onnxruntime refuses it
+        outs = rt.run_inline([({"x": good}, 1), ({"x": bad}, 1), ({"x": good}, 1)])
+        assert outs is not None
+        assert isinstance(outs[1], str) and outs[1], outs[1]
+        assert outs[0]["y"].shape == (1, 8) and outs[2]["y"].shape == (1, 8)
+        assert rt.stats.answered == {"OK": 2, "ERROR": 1}
+    finally:
+        rt.close()

@@ -181,10 +181,14 @@ def test_injected_fault_and_batch_log(split):
 
 
 @pytest.mark.parametrize("factor, expect_above", [(0.05, True), (50.0, False)])
-def test_runtime_recalibrates_the_table(split, factor, expect_above):
+def test_runtime_recalibrates_the_table(split, factor, expect_above, monkeypatch):
     """Like the base runtime, the seq2seq loop rewrites the policy's latency table from the stage runs it observes
-    (batcher/calibration.py), so that a table profiled alone does not make lazy admit work it cannot finish."""
+    (batcher/calibration.py), so that a table profiled alone does not make lazy admit work it cannot finish.
+    (Rewrites are rate-limited in time, RECALIBRATE_INTERVAL_S: off here, for a run shorter than the interval.)"""
+    from lazybatch.backend import runtime as runtime_module
     from lazybatch.batcher.latency_table import LatencyTable
+
+    monkeypatch.setattr(runtime_module, "RECALIBRATE_INTERVAL_S", 0.0)
 
     kind, runner, spec, table, ref = split
     off = LatencyTable(table.graph, table.batch_sizes, [[v * factor for v in row] for row in table.measured],

@@ -94,6 +94,40 @@ def test_scheduler_batches_concurrent_requests(served, model):
     assert sum(after["answered"].values()) == after["requests"]
 
 
+def test_eager_runs_idle_groups_inline_and_mixes_answers_with_errors(served, reference):
+    """eager's inline path (backend/runtime.py run_inline) on the real server: Triton's dynamic batcher hands execute
+    groups; a group that finds the scheduler idle runs in execute and is answered with its end, while a bad request
+    of the same group already got its error through the response sender (None in execute's list). Every request
+    gets exactly one answer: its own result, or the error that says what was wrong."""
+    model = "mlp_eager"
+    cfg = (served.repo / model / "config.pbtxt").read_text()
+    assert "dynamic_batching" in cfg, "repo add writes eager models with Triton's batcher in front (no delay)"
+    before = served.stats(model)
+    bad_seen = []
+
+    def client(k: int) -> None:
+        with Client(served.grpc) as c:
+            for j in range(4):
+                x = _x(1 + (k + j) % 3, seed=3000 + 10 * k + j)
+                if (k + j) % 5 == 0:
+                    x[0, 0] = np.nan
+                    with pytest.raises(InferError, match="NaN"):
+                        c.infer(model, {"x": x})
+                    bad_seen.append(k)
+                else:
+                    np.testing.assert_allclose(c.infer(model, {"x": x})["y"], reference("mlp", x), **TOL)
+
+    with ThreadPoolExecutor(24) as pool:
+        list(pool.map(client, range(24)))
+    after = served.stats(model)
+    assert after["inline_runs"] > before.get("inline_runs", 0), after
+    good = 96 - len(bad_seen)
+    assert after["answered"].get("OK", 0) - before["answered"].get("OK", 0) == good
+    with Client(served.grpc) as c:  # and the server goes on
+        x = _x(2, seed=1)
+        np.testing.assert_allclose(c.infer(model, {"x": x})["y"], reference("mlp", x), **TOL)
+
+
 BAD = {
     "wrong dtype": ({"x": np.zeros((2, 32), np.float64)}, "data-type"),
     "wrong shape": ({"x": np.zeros((2, 31), np.float32)}, "shape"),
