@@ -39,8 +39,7 @@ PARAMETERS = {
     "execution_provider": "auto (CUDA when onnxruntime has it, else CPU) | cpu | cuda",
     "intra_op_threads": "onnxruntime intra-op threads (0: onnxruntime's default)",
     "use_per_session_threads": "true: every stage session gets its own intra-op pool, spinning off (onnxruntime's "
-                               "name; `repo add` writes it for eager models); default false: one pool per model "
-                               "instance shared by all its stages, whose workers spin between runs",
+                               "name); default false: one pool per model instance shared by all its stages",
     "inplace_residuals": "true (default): residual stages write their output over their shortcut input, as "
                          "onnxruntime does in the whole graph (docs/onnx.md); false: plain session.run",
     "cancel_poll_ms": "how often the watcher thread asks each held request whether the client cancelled it "

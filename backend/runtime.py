@@ -57,9 +57,6 @@ BOUNDARY_COST_WEIGHT = 0.02  # per job: the measured cost of a decision point fo
 # An inline pass waits at most this long for the scheduler thread to finish the bookkeeping of its last job (it
 # answered everything and holds nothing, but has not gone back to sleep): longer, and the requests go to it instead.
 INLINE_LOCK_WAIT_S = 0.002
-# A group that arrives while the scheduler runs a whole pass it would only follow anyway waits in execute for that
-# pass (Policy.inline_wait) at most twice its predicted rest plus this, then runs inline; past that, the scheduler.
-INLINE_WAIT_SLACK_S = 0.005
 # The latency table is rewritten from the observed runs (batcher/calibration.py) at most this often: a rewrite
 # (every stage, every batch size, and the policy's derived tables) cost more than a MobileNet stage, and was due
 # after nearly every run of a noisy span.
@@ -166,7 +163,6 @@ class RuntimeStats:
     span_runs: int = 0  # jobs that ran several stages with no decision point between (StageJob.stop)
     inline_runs: int = 0  # whole-graph passes run in Triton's execute call, outside the scheduler (run_inline)
     inline_requests: int = 0
-    inline_waits: int = 0  # groups that waited in execute for a whole pass to end, then ran inline
     time_scale: float = 1.0  # measured / profiled stage time over the model (batcher/calibration.py: its scale)
     host_per_job_s: float = 0.0  # what a job costs besides onnxruntime (moving average): a decision point's cost
 
@@ -181,7 +177,6 @@ class RuntimeStats:
             "overhead_fraction": (self.io_s + self.sched_s) / self.ort_s if self.ort_s else 0.0,
             "answered": dict(self.answered), "time_scale": self.time_scale, "span_runs": self.span_runs,
             "inline_runs": self.inline_runs, "inline_requests": self.inline_requests,
-            "inline_waits": self.inline_waits,
             "host_per_job_ms": self.host_per_job_s * 1e3,
         }
 
@@ -238,8 +233,6 @@ class BackendRuntime:
         self._closed = False
         self._submit_lock = threading.Lock()
         self._pending = 0  # submitted, not yet admitted by the scheduler thread (under _submit_lock)
-        self._running: StageJob | None = None  # the job onnxruntime runs now (scheduler thread)
-        self._idle = threading.Event()  # set while the scheduler holds nothing (run_inline waits on it)
         self._answer_lock = threading.Lock()  # a request is asked for cancellation only while unanswered
         # held by the scheduler thread whenever it is not asleep on the inbox; an inline pass holds it throughout,
         # so that the policy and the table are only ever touched by one thread at a time
@@ -300,9 +293,7 @@ class BackendRuntime:
         decision point in their passes (``Policy.inline_batch``). Triton's dynamic batcher queues what arrives
         meanwhile and hands it to the next ``execute`` as one group: its own behaviour with no queue delay."""
         whole = self.whole_runner
-        if whole is None or not self._inline:
-            return None
-        if (self._job is not None or self._live or self._pending) and not self._wait_for_whole_pass():
+        if whole is None or not self._inline or self._job is not None or self._live:
             return None
         if not self._busy_lock.acquire(timeout=INLINE_LOCK_WAIT_S):
             return None
@@ -363,22 +354,6 @@ class BackendRuntime:
             return results
         finally:
             self._busy_lock.release()
-
-    def _wait_for_whole_pass(self) -> bool:
-        """Wait (in execute) for the scheduler to go idle where it runs a pass these requests would only follow
-        anyway; True once it is idle. Why: routed through the scheduler meanwhile, they would start right after
-        that pass all the same, but cost its thread hand-offs and a response round trip each; past capacity that
-        route had carried four jobs in ten (MobileNet at 120% load, docs/results/default.md)."""
-        job = self._running
-        if job is None or self._pending:
-            return False
-        left = self.policy.inline_wait(time.monotonic(), job)
-        if left is None:
-            return False
-        if self._idle.wait(2.0 * left + INLINE_WAIT_SLACK_S):
-            self.stats.inline_waits += 1
-            return True
-        return False
 
     def _run_alone(self, whole: StageRunner, names: list[str],
                    inputs: dict[str, np.ndarray]) -> "dict[str, np.ndarray] | str":
@@ -455,8 +430,6 @@ class BackendRuntime:
                         hook = max(self._idle_hook_at + IDLE_HOOK_INTERVAL_S, time.monotonic() + 1e-3)
                         due = hook if due is None else min(due, hook)
                     timeout = None if due is None else max(0.0, due - time.monotonic())
-                    if not self._live and not self._pending:
-                        self._idle.set()
                     item = self._wait(timeout)
                     with self._busy_lock:
                         if item is None or not self._drain(block=False, first=item):
@@ -485,30 +458,29 @@ class BackendRuntime:
     def _run_next(self, stats: RuntimeStats) -> bool:
         """Run the job the scheduler gave, then report it done; False once close() was called."""
         clock = self.clock
-        job, done = self._job
-        self._job = None
-        self._running = job
-        t_job = time.perf_counter()
-        ort_before = stats.ort_s
-        result = self._run(job)
-        if self.metrics is not None:  # here, not in _run_batch: subclasses replace that (seq2seq)
-            ran = sum(1 for r in job.requests if not r.cancelled)
-            if ran:
-                for stage in job.span:
-                    self.metrics.stage_run(stage, ran)
-        t_drain = time.perf_counter()
-        if not self._drain(block=False):
-            return False
-        t0 = time.perf_counter()
-        self._running = None
-        done(job, result)
-        clock.fire_due()
-        if self.metrics is not None:
-            self._sync_metrics(0.05)
-        t1 = time.perf_counter()
-        stats.sched_s += t1 - t0
-        # what a decision point costs besides onnxruntime (arrivals admitted meanwhile are not its cost)
-        self._boundary_cost((t1 - t_job) - (t0 - t_drain) - (stats.ort_s - ort_before))
+        if True:
+                job, done = self._job
+                self._job = None
+                t_job = time.perf_counter()
+                ort_before = stats.ort_s
+                result = self._run(job)
+                if self.metrics is not None:  # here, not in _run_batch: subclasses replace that (seq2seq)
+                    ran = sum(1 for r in job.requests if not r.cancelled)
+                    if ran:
+                        for stage in job.span:
+                            self.metrics.stage_run(stage, ran)
+                t_drain = time.perf_counter()
+                if not self._drain(block=False):
+                    return False
+                t0 = time.perf_counter()
+                done(job, result)
+                clock.fire_due()
+                if self.metrics is not None:
+                    self._sync_metrics(0.05)
+                t1 = time.perf_counter()
+                stats.sched_s += t1 - t0
+                # what a decision point costs besides onnxruntime (arrivals admitted meanwhile are not its cost)
+                self._boundary_cost((t1 - t_job) - (t0 - t_drain) - (stats.ort_s - ort_before))
         return True
 
     def _sync_metrics(self, min_interval: float = 0.0) -> None:
@@ -544,7 +516,6 @@ class BackendRuntime:
 
     def _admit(self, parent: _Parent, opts: RequestOptions, arrival: float) -> None:
         t0 = time.perf_counter()
-        self._idle.clear()
         with self._submit_lock:
             self._pending -= 1
         if opts.deadline_unix_s is not None:

@@ -223,11 +223,6 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
             # eager runs a pass the scheduler would run whole in Triton's execute call (backend/runtime.py
             # run_inline), on the group Triton's batcher queued meanwhile: that needs dynamic_batching, no delay
             inline = getattr(pol, "kind", "") == "eager"
-            if inline and "use_per_session_threads" not in params:
-                # and onnxruntime pools that do not spin: the global pool's workers spin between runs and took
-                # the cores from the backend's own threads (MobileNet at 120% load: 9.4 ms of host time per
-                # scheduled job, throughput 0.5-0.6x Triton's; with these pools 0.9 ms and level; docs/triton.md)
-                params["use_per_session_threads"] = "true"
             cfg = build_config(name, man.inputs, man.outputs, max_batch_size=max_batch_size, parameters=params,
                                dynamic_batching_us=0 if inline else None)
     (mdir / "config.pbtxt").write_text(config_to_text(cfg))

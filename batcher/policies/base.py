@@ -97,12 +97,6 @@ class Policy(ABC):
         request."""
         return 0
 
-    def inline_wait(self, now: float, job: StageJob) -> float | None:
-        """While ``job`` runs: the seconds it still needs, where the requests that arrive now would only start
-        after it anyway (no boundary left in it, nothing queued), so the backend may hold them in ``execute`` and
-        run them inline once it ends; None: they go to the scheduler (they may preempt or merge)."""
-        return None
-
     def inline_done(self, start: float, end: float, n: int) -> None:
         """Passes allowed by ``inline_batch`` ran from ``start`` to ``end``: count its arrivals and busy time."""
 

@@ -140,13 +140,6 @@ class EagerBatching(LazyBatching):
         k = self._batch_size(now, n) if n > 1 else 1
         return k if self._stop(now, 0, k, queued=n - k) >= self.graph.n else 0
 
-    def inline_wait(self, now: float, job: StageJob) -> float | None:
-        if self.graph.is_seq2seq or job.stop < self.graph.n or len(self.stack) != 1 or self.infq:
-            return None
-        n = self.graph.n
-        pre = self._prefix[min(len(job.requests), len(self._prefix) - 1)]
-        return max(0.0, (pre[n] - pre[job.stage]) * self.time_scale - (now - job.started))
-
     def inline_done(self, start: float, end: float, n: int) -> None:
         busy = self._last_end is not None and start - self._last_end <= BACK_TO_BACK_S
         for _ in range(n):

@@ -317,11 +317,10 @@ def test_repo_add_cli(tmp_path, mlp, capsys):
                  "--scheduler-max-batch-size", "2", "--profile-reps", "1"]) == 0
     small = load_config(repo / "small" / "config.pbtxt")  # the default policy, eager
     assert small.parameters["scheduler_max_batch_size"].string_value == "2"
-    # eager: Triton's batcher in front with no delay (inline passes), onnxruntime pools that do not spin
+    # eager: Triton's batcher in front with no delay (inline passes)
     assert small.HasField("dynamic_batching") and small.dynamic_batching.max_queue_delay_microseconds == 0
-    assert small.parameters["use_per_session_threads"].string_value == "true"
     oracle = load_config(repo / "mlp_oracle" / "config.pbtxt")  # the other policies keep their setup
-    assert not oracle.HasField("dynamic_batching") and "use_per_session_threads" not in oracle.parameters
+    assert not oracle.HasField("dynamic_batching")
     assert main(["repo", "add", str(model), "--repository", str(repo), "--name", "big", "--max-batch-size", "4",
                  "--scheduler-max-batch-size", "9"]) == 2
     assert "scheduler_max_batch_size must be in 1..max_batch_size" in capsys.readouterr().err
@@ -628,53 +627,3 @@ def test_inline_batch_that_fails_fails_only_the_request_that_fails_alone(mlp):
     finally:
         rt.close()
 
-
-def test_a_group_waits_in_execute_for_a_whole_pass_then_runs_inline(mlp):
-    """A group that arrives while the scheduler runs a whole pass (no boundary left, nothing queued) would only
-    start after it anyway: it waits in execute for the pass to end and then runs inline (not through the
-    scheduler thread); the request of the running pass is answered as usual, both with the whole graph's result."""
-    model, _ = mlp
-    rt, c = _inline_runtime(mlp)
-    sess = ort.InferenceSession(str(model))
-    real = rt.whole_runner.run
-    slow = {"on": True}
-
-    def run(stage, feeds, **kw):
-        if slow["on"]:
-            time.sleep(0.15)
-        return real(stage, feeds, **kw)
-
-    rt.whole_runner.run = run
-    try:
-        rt.policy.inline_wait = lambda now, job: 0.2 if job.stop == rt.runner.n_stages else None
-        a = np.random.default_rng(1).standard_normal((1, 16)).astype(np.float32)
-        b = np.random.default_rng(2).standard_normal((1, 16)).astype(np.float32)
-        assert rt.submit("a", {"x": a}, 1, RequestOptions(sla_s=1.0)) is None
-        deadline = time.monotonic() + 5.0
-        while rt._running is None:
-            assert time.monotonic() < deadline, "the scheduler never started the first request"
-            time.sleep(0.001)
-        slow["on"] = False
-        outs = rt.run_inline([({"x": b}, 1)])
-        assert outs is not None, "the group should have waited for the pass and run inline"
-        assert rt.stats.inline_waits == 1 and rt.stats.inline_runs == 1
-        np.testing.assert_allclose(outs[0]["y"], sess.run(None, {"x": b})[0], rtol=1e-5, atol=1e-6)
-        c.wait(1)
-        np.testing.assert_allclose(c.answers["a"][0][0]["y"], sess.run(None, {"x": a})[0], rtol=1e-5, atol=1e-6)
-    finally:
-        rt.close()
-
-
-def test_a_group_does_not_wait_where_it_could_preempt(mlp):
-    """Where the running job stops at a boundary (the group might preempt or merge there), the policy gives no
-    wait, and the group goes to the scheduler at once."""
-    rt, c = _inline_runtime(mlp)
-    try:
-        from lazybatch.batcher.interfaces import StageJob
-
-        pol = rt.policy
-        job = StageJob(0, [], 1, None, 2)  # stops after stage 1 of the MLP's stages
-        job.started = time.monotonic()
-        assert pol.inline_wait(time.monotonic(), job) is None
-    finally:
-        rt.close()
