@@ -35,7 +35,8 @@ PARAMETERS = {
     "scheduler_max_batch_size": "largest sub-batch the scheduler forms, in samples (default: max_batch_size)",
     "dec_timesteps": "decoder steps assumed by the slack predictor (seq2seq)",
     "dec_timesteps_coverage": "fraction of the output-length histogram dec_timesteps covers (default 0.9)",
-    "allow_nan": "true: accept NaN/Inf in float inputs (default false: rejected)",
+    "allow_nan": "true (default): float inputs may hold NaN/Inf, as in Triton's own backends (perf_analyzer's "
+                 "default random data has them) | false: such requests are refused with INVALID_ARG",
     "execution_provider": "auto (CUDA when onnxruntime has it, else CPU) | cpu | cuda",
     "intra_op_threads": "onnxruntime intra-op threads (0: onnxruntime's default)",
     "use_per_session_threads": "true: every stage session gets its own intra-op pool, spinning off (onnxruntime's "
@@ -228,7 +229,7 @@ class BackendSettings:
             profile_on_load=_bool(_param(cfg, "profile_on_load"), "profile_on_load"),
             dec_timesteps=int(dts) if dts else None,
             dec_timesteps_coverage=0.9 if cov is None else float(cov),
-            allow_nan=_bool(_param(cfg, "allow_nan"), "allow_nan"),
+            allow_nan=_bool(_param(cfg, "allow_nan", "true"), "allow_nan"),
             execution_provider=_param(cfg, "execution_provider", "auto") or "auto",
             intra_op_threads=int(_number(_param(cfg, "intra_op_threads"), "intra_op_threads", int) or 0),
             cancel_poll_ms=float(_number(_param(cfg, "cancel_poll_ms"), "cancel_poll_ms") or DEFAULT_CANCEL_POLL_MS),
@@ -287,7 +288,7 @@ def _spec(t: Any, kind: str) -> TensorSpec:
 
 
 def validate_request(tensors: Mapping[str, np.ndarray], inputs: list[TensorSpec], max_batch_size: int,
-                     allow_nan: bool = False) -> tuple[int, str | None]:
+                     allow_nan: bool = True) -> tuple[int, str | None]:
     """Check one request: returns (batch size, None) or (0, what is wrong)."""
     want = {t.name: t for t in inputs}
     missing = [n for n in want if n not in tensors]
@@ -315,7 +316,8 @@ def validate_request(tensors: Mapping[str, np.ndarray], inputs: list[TensorSpec]
             return 0, f"inputs disagree on the batch size ({batch} vs {b} for {name!r})"
         if not allow_nan and a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
             bad = int(a.size - np.isfinite(a).sum())
-            return 0, f"input {name!r} holds {bad} NaN/Inf value(s); this model does not accept them"
+            return 0, (f"input {name!r} holds {bad} NaN/Inf value(s); this model refuses them (allow_nan: false "
+                       "in its config.pbtxt)")
     if not batch or batch < 1:
         return 0, "batch size must be at least 1"
     if batch > max_batch_size:

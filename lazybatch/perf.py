@@ -110,7 +110,9 @@ class PerfRow:
 def command(perf: Path, model: str, url: str, rates: Sequence[float], *, batch: int = 1,
             measurement_ms: int = 4000, sla_ms: float | None = None, csv_path: Path | None = None,
             protocol: str = "grpc", stability_percentage: float = 50.0, max_trials: int = 6,
-            extra: Sequence[str] = (), input_data: str = "random") -> list[str]:
+            extra: Sequence[str] = (), input_data: str | None = None) -> list[str]:
+    """perf_analyzer's command line; ``input_data`` None leaves perf_analyzer's default (random bytes, which hold
+    NaN/Inf bit patterns in float inputs: served like any other value unless a model sets allow_nan: false)."""
     if len(rates) == 1:
         rr = f"{rates[0]:g}"
     else:
@@ -119,9 +121,11 @@ def command(perf: Path, model: str, url: str, rates: Sequence[float], *, batch: 
             raise ConfigError("perf_analyzer sweeps evenly spaced rates (start:end:step); give rates like 5,10,15")
         rr = f"{rates[0]:g}:{rates[-1]:g}:{step:g}"
     cmd = [str(perf), "-m", model, "-u", url, "-i", protocol, "-b", str(batch), "--async",
-           "--request-distribution", "poisson", "--request-rate-range", rr, "--input-data", input_data,
+           "--request-distribution", "poisson", "--request-rate-range", rr,
            "-p", str(measurement_ms), "--max-trials", str(max_trials),
            "--stability-percentage", f"{stability_percentage:g}"]
+    if input_data is not None:
+        cmd += ["--input-data", input_data]
     if sla_ms is not None:
         cmd += ["--request-parameter", f"sla_ms:{int(round(sla_ms))}:int"]
     if csv_path is not None:

@@ -115,7 +115,7 @@ def fresh_model_dir(repository: str | Path, name: str, force: bool) -> tuple[Pat
 def add_model(model: str | Path | None, repository: str | Path, *, name: str, policy: str = "eager",
               sla_ms: float | None = 100.0, max_batch_size: int = 16, stages: str | Path | None = None,
               max_stages: int | None = None, latency_table: str | Path | None = None, profile_reps: int = 3,
-              execution_provider: str = "auto", intra_op_threads: int = 0, allow_nan: bool = False,
+              execution_provider: str = "auto", intra_op_threads: int = 0, allow_nan: bool = True,
               scheduler_max_batch_size: int | None = None, force: bool = False, max_queue_size: int = 0,
               timeout_action: str | None = None, parameters: dict[str, str] | None = None) -> Path:
     """Make ``repository/name`` (see the module docstring); returns the model directory.
@@ -164,8 +164,8 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
         params["scheduler_max_batch_size"] = str(scheduler_max_batch_size)
     if intra_op_threads:
         params["intra_op_threads"] = str(intra_op_threads)
-    if allow_nan:
-        params["allow_nan"] = "true"
+    if not allow_nan:  # the backend accepts NaN/Inf unless told otherwise, as Triton's own backends do
+        params["allow_nan"] = "false"
     if stages is not None:
         _link_tree(Path(stages), vdir / "stages")
         man = load_manifest(vdir / "stages")

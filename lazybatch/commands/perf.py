@@ -71,15 +71,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _seq2seq_input_data(args: argparse.Namespace, model: str, out: Path) -> str:
-    """"random" for ordinary models; for a seq2seq model a JSON of valid requests (client/seq2seq.py)."""
+def _seq2seq_input_data(args: argparse.Namespace, model: str, out: Path) -> str | None:
+    """None (perf_analyzer's own default data) for ordinary models; for a seq2seq model a JSON of valid requests
+    (client/seq2seq.py): random token ids would fall outside the vocabulary."""
     from lazybatch.client.api import Client
     from lazybatch.client.seq2seq import info_from_parameters, perf_input_data
 
     with Client(args.url) as c:
         info = info_from_parameters(c.model_parameters(model))
     if info is None:
-        return "random"
+        return None
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"input_{model}.json"
     path.write_text(json.dumps(perf_input_data(info, seed=args.seed, histogram=args.length_histogram)))

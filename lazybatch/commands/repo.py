@@ -31,7 +31,9 @@ def register(sub: Any) -> None:
     a.add_argument("--profile-reps", type=int, default=3)
     a.add_argument("--execution-provider", default="auto", choices=("auto", "cpu", "cuda"))
     a.add_argument("--intra-op-threads", type=int, default=0)
-    a.add_argument("--allow-nan", action="store_true", help="accept NaN/Inf inputs (rejected by default)")
+    a.add_argument("--reject-nan", action="store_true", help="refuse requests whose float inputs hold NaN/Inf "
+                   "(INVALID_ARG); by default they are served, as by Triton's own backends")
+    a.add_argument("--allow-nan", action="store_true", help=argparse.SUPPRESS)  # NaN/Inf are accepted by default now; kept so old scripts still parse
     a.add_argument("--max-queue-size", type=int, default=0, help="most samples the scheduler holds; more are "
                    "rejected UNAVAILABLE at once (Triton's max_queue_size; default 0: unbounded)")
     a.add_argument("--timeout-action", type=str.upper, choices=("REJECT", "DELAY"), default=None,
@@ -91,7 +93,7 @@ def run_add(args: argparse.Namespace) -> int:
                max_batch_size=args.max_batch_size, stages=args.stages, max_stages=args.max_stages,
                **extra, profile_reps=args.profile_reps,
                execution_provider=args.execution_provider, intra_op_threads=args.intra_op_threads,
-               allow_nan=args.allow_nan, scheduler_max_batch_size=args.scheduler_max_batch_size,
+               allow_nan=not args.reject_nan, scheduler_max_batch_size=args.scheduler_max_batch_size,
                force=args.force, max_queue_size=args.max_queue_size, timeout_action=args.timeout_action)
     print(f"added {mdir}")
     print((mdir / "config.pbtxt").read_text())

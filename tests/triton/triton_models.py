@@ -28,7 +28,9 @@ POLICIES = {
     "mlp_adhoc": "adhoc",
     "mlp_deadline": "deadline",
 }
-EXTRA = {"mlp_graph300": "graph:300"}  # a long batching window: requests wait, so cancellations land
+NAN_STRICT = {"mlp_eager", "mlp_lazy", "mlp_triton2000"}  # allow_nan: false (the bad-input tests send NaN); the rest accept NaN/Inf
+EXTRA = {"mlp_graph300": "graph:300"}
+WIDE = [("wide_eager", "eager", True), ("wide_triton0", "triton:0", True), ("wide_strict", "eager", False)]  # a long batching window: requests wait, so cancellations land
 MAX_BATCH = 8
 NPU_SCALE = 1000  # mlp_npu: the wall clock runs 1000x slower than the modelled NPU (~0.7 ms per stage)
 
@@ -84,13 +86,19 @@ def build_repository(root: Path) -> tuple[Path, Path, Path]:
     stages = split_model(mlp, root / "mlp_stages", cut_after=relus)
     for name, policy in {**POLICIES, **EXTRA}.items():
         add_model(mlp, repo, name=name, policy=policy, sla_ms=500, max_batch_size=MAX_BATCH, stages=stages,
-                  profile_reps=2, execution_provider="cpu", intra_op_threads=1)
+                  profile_reps=2, execution_provider="cpu", intra_op_threads=1, allow_nan=name not in NAN_STRICT)
     # split by `lazybatch split` itself (repo add without --stages)
     add_model(mlp, repo, name="mlp_split", policy="lazy", sla_ms=500, max_batch_size=MAX_BATCH, max_stages=3,
               profile_reps=2, execution_provider="cpu", intra_op_threads=1)
     slow = make_mlp(root / "slow.onnx", in_dim=256, width=1024, depth=8, out_dim=16, seed=2)
     add_model(slow, repo, name="slow_lazy", policy="lazy", sla_ms=10000, max_batch_size=MAX_BATCH, profile_reps=1,
-              execution_provider="cpu", intra_op_threads=1)
+              execution_provider="cpu", intra_op_threads=1, allow_nan=False)
+    # a wide input (4096 floats): perf_analyzer's default random bytes then surely hold NaN/Inf bit patterns
+    # (test_standard_tools.py); default models serve them, the strict one refuses them
+    wide = make_mlp(root / "wide.onnx", in_dim=4096, width=16, depth=2, out_dim=4, seed=4)
+    for name, policy, allow_nan in WIDE:
+        add_model(wide, repo, name=name, policy=policy, sla_ms=1000, max_batch_size=MAX_BATCH, profile_reps=1,
+                  execution_provider="cpu", intra_op_threads=1, allow_nan=allow_nan)
     from lazybatch.npu_repo import add_npu_model, add_npu_timing
 
     # the NPU-time executor: outputs from onnxruntime, stages released at the NPU time x 1000 (test_npu_executor.py)
@@ -155,7 +163,7 @@ def build_prod_repository(root: Path) -> ProdModels:
     common = dict(max_batch_size=MAX_BATCH, stages=stages, profile_reps=2, execution_provider="cpu",
                   intra_op_threads=1)
     fast = {"metrics_interval_ms": "100"}
-    add_model(mlp, repo, name="prod_mlp", policy="lazy", sla_ms=2000, parameters=fast, **common)
+    add_model(mlp, repo, name="prod_mlp", policy="lazy", sla_ms=2000, parameters=fast, allow_nan=False, **common)
     add_model(mlp, repo, name="prod_monitor", policy="monitor:window_ms=200", sla_ms=2000, parameters=fast, **common)
     add_model(mlp, repo, name="prod_fault", policy="lazy", sla_ms=2000,
               parameters={**fast, "fault_injection": "stage=2,every=5"}, **common)
