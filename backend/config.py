@@ -65,6 +65,9 @@ PARAMETERS.update({
                       "late (default)",
     "metrics": "true (default): export Triton custom metrics (lazybatch_*) on the metrics port",
     "metrics_interval_ms": "how often the metrics are pushed to Triton (default 1000)",
+    "memory_release_ms": "at an idle moment at most this often, onnxruntime's arenas are shrunk (at each session's "
+                         "next run) and glibc's free heap is returned, so that a burst's memory comes back "
+                         "(default 5000; 0: never; backend/memory.py)",
     "fault_injection": "tests only: stage=<index|name>,every=<N>[,mode=sample|run] makes that stage raise "
                        "(default off)",
     # request priorities, named and read like Triton's dynamic_batching priority_levels/default_priority_level
@@ -178,6 +181,7 @@ class BackendSettings:
     timeout_action: str = "DELAY"
     metrics: bool = True
     metrics_interval_ms: float = 1000.0
+    memory_release_ms: float = 5000.0
     fault_injection: str = ""
     priority_levels: int = 0
     default_priority_level: int = 0
@@ -263,6 +267,9 @@ def _production_settings(cfg: Any) -> dict[str, Any]:
     interval = _number(_param(cfg, "metrics_interval_ms"), "metrics_interval_ms")
     if interval is not None and interval < 10:
         raise ConfigError("metrics_interval_ms must be at least 10", field="parameters.metrics_interval_ms")
+    release = _number(_param(cfg, "memory_release_ms"), "memory_release_ms")
+    if release is not None and release < 0:
+        raise ConfigError("memory_release_ms must be 0 (never) or positive", field="parameters.memory_release_ms")
     metrics = _param(cfg, "metrics")
     levels = int(_number(_param(cfg, "priority_levels"), "priority_levels", int) or 0)
     default = int(_number(_param(cfg, "default_priority_level"), "default_priority_level", int) or 0)
@@ -275,6 +282,7 @@ def _production_settings(cfg: Any) -> dict[str, Any]:
             "max_queue_size": qp.max_queue_size, "timeout_action": qp.timeout_action,
             "metrics": True if metrics is None else _bool(metrics, "metrics"),
             "metrics_interval_ms": 1000.0 if interval is None else float(interval),
+            "memory_release_ms": 5000.0 if release is None else float(release),
             "fault_injection": _param(cfg, "fault_injection", "") or ""}
 
 

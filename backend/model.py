@@ -271,6 +271,7 @@ class TritonPythonModel:
         runtime.scheduler.set_queue_policy(QueuePolicy(s.max_queue_size, s.timeout_action))
         stage_names = [st.name for st in runtime.runner.manifest.stages]
         runtime.fault = FaultInjector.parse(s.fault_injection, stage_names)
+        runtime.memory_release_s = s.memory_release_ms / 1e3
         if s.metrics:
             self.metrics = ModelMetrics(s.name, stage_names, s.scheduler_max_batch_size)
             if pb_utils is not None:  # outside Triton (unit tests) the bookkeeping runs, nothing is exported

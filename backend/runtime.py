@@ -43,6 +43,7 @@ from . import metrics as M
 from .cancel_watch import CancelWatcher
 from .config import RequestOptions
 from .faults import FaultInjector
+from .memory import malloc_trim
 from .stages import StageRunner
 
 # respond(handle, outputs or None, status, error message or None) -- called from the scheduler thread.
@@ -65,6 +66,9 @@ RECALIBRATE_INTERVAL_S = 0.25
 # per request at low load, on the cores onnxruntime needs. Inline passes leave it to the scheduler thread, which
 # wakes this often to see whether they did.
 IDLE_HOOK_INTERVAL_S = 0.1
+# Arena and heap memory is given back (backend/memory.py) at an idle moment at most this often (config
+# memory_release_ms; 0: never): a burst's largest batches then hold their memory a few seconds, not for good.
+MEMORY_RELEASE_INTERVAL_S = 5.0
 
 
 def join_rows(parts: list[Row]) -> np.ndarray:
@@ -165,6 +169,8 @@ class RuntimeStats:
     inline_requests: int = 0
     time_scale: float = 1.0  # measured / profiled stage time over the model (batcher/calibration.py: its scale)
     host_per_job_s: float = 0.0  # what a job costs besides onnxruntime (moving average): a decision point's cost
+    memory_releases: int = 0  # idle moments that released arena and heap memory (backend/memory.py)
+    memory_release_s: float = 0.0  # time malloc_trim took on the scheduler thread
 
     def as_dict(self) -> dict[str, Any]:
         n = max(self.stage_runs, 1)
@@ -178,6 +184,7 @@ class RuntimeStats:
             "answered": dict(self.answered), "time_scale": self.time_scale, "span_runs": self.span_runs,
             "inline_runs": self.inline_runs, "inline_requests": self.inline_requests,
             "host_per_job_ms": self.host_per_job_s * 1e3,
+            "memory_releases": self.memory_releases, "memory_release_ms": self.memory_release_s * 1e3,
         }
 
 
@@ -229,6 +236,8 @@ class BackendRuntime:
         self._cancelled: queue.SimpleQueue[_Parent] = queue.SimpleQueue()  # seen cancelled by the watcher
         self._dirty = False
         self._idle_hook_at = 0.0  # when the idle hook last ran (IDLE_HOOK_INTERVAL_S)
+        self.memory_release_s = MEMORY_RELEASE_INTERVAL_S  # 0: never (config memory_release_ms)
+        self._released_at = time.monotonic()  # when memory was last given back (_release_memory)
         self._stopping = threading.Event()
         self._closed = False
         self._submit_lock = threading.Lock()
@@ -425,7 +434,10 @@ class BackendRuntime:
                                 self._dirty = False
                                 self._idle_hook_at = now
                                 self._idle_hook()
-                    if self._dirty or (self._inline and (self.on_idle is not None or self.metrics is not None)):
+                                if self.memory_release_s and now - self._released_at >= self.memory_release_s:
+                                    self._release_memory(now)
+                    if self._dirty or (self._inline and (self.on_idle is not None or self.metrics is not None
+                                                         or self.memory_release_s)):
                         # the hook is owed (or inline passes, which never wake this thread, may make it owed)
                         hook = max(self._idle_hook_at + IDLE_HOOK_INTERVAL_S, time.monotonic() + 1e-3)
                         due = hook if due is None else min(due, hook)
@@ -486,6 +498,19 @@ class BackendRuntime:
     def _sync_metrics(self, min_interval: float = 0.0) -> None:
         self.metrics.sync_scheduler(self.scheduler.log, held=self.scheduler.held, policy=self.scheduler.policy,
                                     min_interval=min_interval)
+
+    def _release_memory(self, now: float) -> None:
+        """Nothing held and something ran since the last release: the sessions' next runs shrink their arenas,
+        and glibc returns its free heap pages now (a few ms at most, on this otherwise idle thread)."""
+        self._released_at = now
+        for runner in (self.runner, self.whole_runner):
+            release = getattr(runner, "release_arenas", None)  # executor wrappers (npu) may have no arenas
+            if release is not None:
+                release()
+        t0 = time.perf_counter()
+        if malloc_trim():
+            self.stats.memory_releases += 1
+            self.stats.memory_release_s += time.perf_counter() - t0
 
     def _idle_hook(self) -> None:
         if self.metrics is not None:

@@ -222,6 +222,8 @@ class StageRunner:
 
         self.inplace: dict[int, InPlace] = (verified_plan(self.dir, self.manifest.raw, self.sessions)
                                             if inplace_residuals else {})
+        self._shrink_pending: set[int] = set()  # stages whose next run shrinks their arenas (release_arenas)
+        self._shrink_options = None  # onnxruntime RunOptions, made on first use
         n = len(self.manifest.stages)
         self.output_names = [o.name for o in self.manifest.outputs]
         self.last_use: dict[str, int] = {}
@@ -248,11 +250,24 @@ class StageRunner:
         after this stage, so an in-place stage may write its output over its input when that array is writable
         and C-contiguous. Model inputs are never overwritten (not eligible)."""
         spec = self.manifest.stages[stage]
+        options = None
+        if stage in self._shrink_pending:
+            self._shrink_pending.discard(stage)
+            if self._shrink_options is None:
+                from .memory import shrinking_run_options
+
+                self._shrink_options = shrinking_run_options(self.providers)
+            options = self._shrink_options
         step = self.inplace.get(stage) if owned else None
         if step is not None and usable(feeds[step.input], step):
-            return {step.output: run_inplace(self.sessions[stage], step, feeds)}
-        res = self.sessions[stage].run(spec.outputs, dict(feeds))
+            return {step.output: run_inplace(self.sessions[stage], step, feeds, options)}
+        res = self.sessions[stage].run(spec.outputs, dict(feeds), options)
         return dict(zip(spec.outputs, res))
+
+    def release_arenas(self) -> None:
+        """Make each stage's next run give back the arena memory it does not use (backend/memory.py): onnxruntime
+        shrinks an arena only at the end of a run that asks it to."""
+        self._shrink_pending = set(range(len(self.sessions)))
 
     def run_all(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The whole model, stage after stage, on one batch (reference and profiling)."""

@@ -155,8 +155,8 @@ class OpenLoop:
         self.client.close()
 
 
-def process_tree_rss(pid: int) -> int:
-    """Resident memory in bytes of ``pid`` and all its descendants (tritonserver + Python backend stubs)."""
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (tritonserver and its Python backend stubs)."""
     children: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -168,19 +168,45 @@ def process_tree_rss(pid: int) -> int:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
         children.setdefault(ppid, []).append(int(d))
-    total, todo = 0, [pid]
+    out, todo = [], [pid]
     while todo:
         p = todo.pop()
+        out.append(p)
         todo += children.get(p, [])
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            continue
-    return total
+    return out
+
+
+def process_rss(pid: int) -> int:
+    """Resident memory of one process in bytes (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def process_tree_rss(pid: int) -> int:
+    """Resident memory in bytes of ``pid`` and all its descendants (tritonserver + Python backend stubs)."""
+    return sum(process_rss(p) for p in process_tree(pid))
+
+
+def process_label(pid: int) -> str:
+    """A short name: ``tritonserver``, or ``stub:<model>`` for a Python backend stub (its model path is an argument)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return str(pid)
+    if not argv:
+        return str(pid)
+    name = os.path.basename(argv[0])
+    if "python_backend_stub" in name and len(argv) > 1:
+        parts = argv[1].rstrip("/").split("/")  # .../<model>/<version>/model.py
+        return f"stub:{parts[-3] if len(parts) >= 3 else argv[1]}"
+    return name
 
 
 def scrape(url: str, timeout: float = 5.0) -> str:

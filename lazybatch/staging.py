@@ -26,6 +26,34 @@ def _onnx() -> Any:
     return onnx
 
 
+def make_heavy(path: Path, *, rows: int = 1024, dim: int = 512, depth: int = 4, seed: int = 3) -> Path:
+    """A compute-bound model (batching does not pay): x [batch, dim] is broadcast to [batch, rows, dim], then
+    ``depth`` MatMul+Relu layers and a mean over the rows. About 40 ms per sample on one core: its capacity is a few
+    dozen requests/s, so a Python client can offer 5x that."""
+    onnx = _onnx()
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+             numpy_helper.from_array((0.1 * rng.standard_normal((rows, dim))).astype(np.float32), "pos")]
+    nodes = [helper.make_node("Unsqueeze", ["x", "ax1"], ["xu"]), helper.make_node("Add", ["xu", "pos"], ["h"])]
+    prev = "h"
+    for i in range(depth):
+        inits.append(numpy_helper.from_array((rng.standard_normal((dim, dim)) / np.sqrt(dim)).astype(np.float32),
+                                             f"w{i}"))
+        nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
+        prev = f"r{i}"
+    nodes.append(helper.make_node("ReduceMean", [prev, "ax1"], ["y"], keepdims=0))
+    graph = helper.make_graph(nodes, "heavy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", dim])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
 def make_mlp(path: str | Path, *, in_dim: int = 16, width: int = 32, depth: int = 4, out_dim: int = 8,
              seed: int = 0, opset: int = 13) -> Path:
     """A batchable MLP (MatMul/Add/Relu, a skip connection into the last layer) for tests and examples."""

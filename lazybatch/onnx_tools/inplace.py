@@ -87,7 +87,7 @@ def usable(arr: Any, step: InPlace) -> bool:
             and arr.dtype == np.dtype(step.dtype) and arr.size > 0)
 
 
-def run_inplace(session: Any, step: InPlace, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
+def run_inplace(session: Any, step: InPlace, feeds: Mapping[str, np.ndarray], run_options: Any = None) -> np.ndarray:
     """Run the stage with ``feeds[step.input]`` bound as its input and as its output buffer; returns that array,
     which now holds the output. The caller must own the array and read its old value no more."""
     import onnxruntime as ort
@@ -105,7 +105,7 @@ def run_inplace(session: Any, step: InPlace, feeds: Mapping[str, np.ndarray]) ->
             io.bind_ortvalue_input(name, v)
     io.bind_ortvalue_output(step.output, shared)
     try:
-        session.run_with_iobinding(io)
+        session.run_with_iobinding(io, run_options)
     except Exception as e:  # the input may be half overwritten: whoever retries must not read it again
         raise InPlaceRunError(f"{type(e).__name__}: {e} (in-place stage: its input buffer was consumed)") from e
     del keep

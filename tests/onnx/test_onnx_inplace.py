@@ -144,7 +144,7 @@ def test_backend_lazy_serves_inplace_split_correctly(split_all, monkeypatch):
     calls = []
     real = stages_mod.run_inplace
     monkeypatch.setattr(stages_mod, "run_inplace",
-                        lambda s, step, f: calls.append(f[step.input].shape) or real(s, step, f))
+                        lambda s, step, f, o=None: calls.append(f[step.input].shape) or real(s, step, f, o))
     runner = StageRunner(d, execution_provider="cpu")
     assert runner.inplace
     table = runner.profile([1, 2, 4, 8], reps=1)
@@ -218,12 +218,12 @@ def test_backend_failed_inplace_run_fails_its_batch_without_rerun(split_all, mon
     real = stages_mod.run_inplace
     state = {"armed": True}
 
-    def flaky(session, step, feeds):
+    def flaky(session, step, feeds, options=None):
         if state["armed"] and step is runner.inplace[target] and feeds[step.input].shape[0] > 1:
             state["armed"] = False
             feeds[step.input][...] = np.nan  # what a half-finished in-place run leaves behind
             raise InPlaceRunError("RuntimeError: boom (in-place stage: its input buffer was consumed)")
-        return real(session, step, feeds)
+        return real(session, step, feeds, options)
 
     table = runner.profile([1, 2, 4], reps=1)
     monkeypatch.setattr(stages_mod, "run_inplace", flaky)

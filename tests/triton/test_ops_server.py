@@ -214,6 +214,14 @@ def test_burst_at_5x_capacity_then_normal_load(prod):
         assert loop.wait_idle(120), "some burst request got no answer"
         normal2 = loop.run("normal after", rate=capacity * 0.5, duration=6.0)
         assert loop.wait_idle(60)
+        # memory comes back at an idle moment at most every memory_release_ms (default 5 s): after that long, one
+        # request makes the idle instance release (glibc's heap now, each session's arena marked), the next ones
+        # run with onnxruntime's arena shrinkage (backend/memory.py)
+        time.sleep(5.5)
+        with Client(server.endpoints.grpc) as c:
+            for j in range(3):
+                c.infer(model, {"x": xs[j:j + 1]})
+                time.sleep(0.3)
         rss1 = process_tree_rss(server.proc.pid)
     finally:
         loop.close()
@@ -233,8 +241,8 @@ def test_burst_at_5x_capacity_then_normal_load(prod):
     assert normal2.count("rejected") <= normal1.count("rejected") + max(2, len(normal2.outcomes) // 10), \
         (normal1.summary(), normal2.summary())
     assert normal2.count("ok") >= len(normal2.outcomes) * 0.8, normal2.summary()
-    # memory: back near its level before the burst (allocator slack allowed)
-    assert rss1 <= rss0 * 1.15 + 64 * 2**20, (rss0, rss1)
+    # memory: back within 10% of its level before the burst (issue 19; without the release it stayed +25%)
+    assert rss1 <= rss0 * 1.10, (rss0, rss1)
     # the server's counts are the client's
     sent = [normal1, burst, normal2]
 
@@ -242,7 +250,7 @@ def test_burst_at_5x_capacity_then_normal_load(prod):
         return (metric_total(text, family, model=model, **labels)
                 - metric_total(before, family, model=model, **labels))
 
-    ok = sum(p.count("ok") for p in sent)
+    ok = sum(p.count("ok") for p in sent) + 3  # and the three sequential requests before the memory reading
     rejected = sum(p.count("rejected") for p in sent)
     assert wait_for(lambda: delta(_metrics(server), "lazybatch_requests_total", outcome="ok") == ok, 10), \
         (delta(_metrics(server), "lazybatch_requests_total", outcome="ok"), ok)
