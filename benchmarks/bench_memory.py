@@ -1,14 +1,15 @@
 """Memory through a burst: does the server give back what a 5x overload made it take?
 
-    python benchmarks/bench_memory.py                       # the burst test's model and phases, 60 s after
-    python benchmarks/bench_memory.py --env MALLOC_ARENA_MAX=2 --param memory_release=false   # a variant
+    python benchmarks/bench_memory.py                       # with and without memory release, 3 runs each
+    python benchmarks/bench_memory.py --variants release --reps 1 --env MALLOC_ARENA_MAX=2   # one look, other env
 
 The model is the burst test's (tests/triton/test_ops_server.py): ``make_heavy``, a compute-bound graph whose
 intermediate tensors are 2 MiB a sample, under ``lazy`` with ``max_queue_size`` 32 and ``timeout_action REJECT``
 (SLA 1 s). Phases: warm-up at 2x capacity (every batch size once), 0.5x for ``--normal`` s, then the baseline is
 taken (idle); a burst at 5x capacity for ``--burst`` s; then 0.5x for ``--after`` s. The resident memory of
 tritonserver and of each Python backend stub is sampled every second throughout. The figure: memory ``--after`` s
-after the burst ended over the baseline (goal: at most 1.10).
+after the burst ended over the baseline (goal: at most 1.10), with the backend's memory release (the default) and
+without it (``memory_release_ms: 0``), in turns.
 """
 
 from __future__ import annotations
@@ -73,23 +74,17 @@ def build(out: Path, params: dict[str, str]) -> Path:
     return repo
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--normal", type=float, default=6.0, help="seconds at 0.5x before the burst")
-    ap.add_argument("--burst", type=float, default=30.0, help="seconds at 5x capacity")
-    ap.add_argument("--after", type=float, default=60.0, help="seconds at 0.5x after the burst")
-    ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server's environment")
-    ap.add_argument("--param", action="append", default=[], help="key=value config.pbtxt parameter of the model")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/out/memory"))
-    args = ap.parse_args(argv)
-    env = dict(kv.split("=", 1) for kv in args.env)
-    params = dict(kv.split("=", 1) for kv in args.param)
-    args.out.mkdir(parents=True, exist_ok=True)
-    repo = build(args.out, params)
+VARIANTS = {"release": {}, "no-release": {"memory_release_ms": "0"}}  # the default, and without memory release
+
+
+def one_run(out: Path, params: dict[str, str], env: dict[str, str], args: argparse.Namespace) -> dict:
+    """One server through warm-up, normal load, the burst and the load after it; memory sampled every second."""
+    out.mkdir(parents=True, exist_ok=True)
+    repo = build(out, params)
     table = LatencyTable.load(repo / MODEL / "1" / "latency.json")
     capacity = max(b / table.whole_graph_latency(b) for b in table.batch_sizes)
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=args.out / "tritonserver.log", env={"OMP_NUM_THREADS": "1", **env})
+                          log_file=out / "tritonserver.log", env={"OMP_NUM_THREADS": "1", **env})
     server.start(timeout=240)
     xs = np.random.default_rng(0).standard_normal((64, 512)).astype(np.float32)
     loop = OpenLoop(server.endpoints.grpc, MODEL, lambda i: {"x": xs[i % 64:i % 64 + 1]})
@@ -103,7 +98,6 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(1.0)
                 base = sampler.sample()
             sampler.phase = name
-            print(f"{name}: {load:g}x capacity ({load * capacity:.1f}/s) for {secs:g} s", flush=True)
             phase = loop.run(name, rate=load * capacity, duration=secs)
             if name != "burst":  # the burst's backlog drains during the first seconds of "after"
                 loop.wait_idle(120)
@@ -113,49 +107,83 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sampler.stop()
         loop.close()
-        code = server.stop()
-    lost = sum(p.lost for p in phases)
-    ratio = end["total"] / base["total"]
-    print(f"\ncapacity {capacity:.1f} samples/s; server exit code {code}; lost {lost}")
-    labels = sorted(k for k in base if k not in ("t", "phase", "total"))
-    print(f"{'t s':>6} {'phase':<9} {'total MiB':>9} " + " ".join(f"{lab[:22]:>22}" for lab in labels))
-    for row in sampler.rows[::5] + [end]:
-        print(f"{row['t']:>6.0f} {row['phase']:<9} {row['total'] / MiB:>9.1f} "
-              + " ".join(f"{row.get(lab, 0) / MiB:>22.1f}" for lab in labels))
-    print(f"\nbaseline {base['total'] / MiB:.1f} MiB; {args.after:g} s after the burst {end['total'] / MiB:.1f} MiB: "
-          f"ratio {ratio:.3f} (goal <= 1.10)")
-    for p in phases:
-        print(p.summary())
+        server.stop()
+    peak = max(r["total"] for r in sampler.rows if r["phase"] in ("burst", "after"))
+    return {"params": params, "capacity": capacity, "baseline": base, "end": end, "ratio": end["total"] / base["total"],
+            "peak_ratio": peak / base["total"], "lost": sum(p.lost for p in phases),
+            "duplicated": sum(p.duplicated for p in phases), "phases": [p.summary() for p in phases],
+            "samples": sampler.rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--normal", type=float, default=6.0, help="seconds at 0.5x before the burst")
+    ap.add_argument("--burst", type=float, default=30.0, help="seconds at 5x capacity")
+    ap.add_argument("--after", type=float, default=60.0, help="seconds at 0.5x after the burst")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of each variant (they take turns)")
+    ap.add_argument("--variants", default="release,no-release", help=f"from {sorted(VARIANTS)}")
+    ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server's environment")
+    ap.add_argument("--param", action="append", default=[], help="key=value config.pbtxt parameter of the model")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/out/memory"))
+    args = ap.parse_args(argv)
+    env = dict(kv.split("=", 1) for kv in args.env)
+    extra = dict(kv.split("=", 1) for kv in args.param)
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown:
+        ap.error(f"unknown variant(s) {unknown}; choose from {sorted(VARIANTS)}")
+    runs: dict[str, list[dict]] = {v: [] for v in names}
+    from tqdm import tqdm
+
+    total = args.reps * len(names)
+    with tqdm(total=total, desc="memory runs", unit="run") as bar:
+        for rep in range(args.reps):
+            for v in names:  # the variants take turns, so that a slow spell of the machine hits both
+                runs[v].append(one_run(args.out / f"{v}_{rep}", {**VARIANTS[v], **extra}, env, args))
+                bar.update(1)
+    print(f"\nmemory of tritonserver + stubs {args.after:g} s after a {args.burst:g} s burst at 5x capacity, over "
+          f"its level before the burst (goal <= 1.10); {args.reps} repetitions: mean [min-max]")
+    for v in names:
+        r = [x["ratio"] for x in runs[v]]
+        p = [x["peak_ratio"] for x in runs[v]]
+        base = [x["baseline"]["total"] / MiB for x in runs[v]]
+        print(f"  {v:<11} after/before {spread_text(r)}  peak/before {spread_text(p)}  before {spread_text(base, 0)} "
+              f"MiB  lost {sum(x['lost'] for x in runs[v])} duplicated {sum(x['duplicated'] for x in runs[v])}")
     path = write_json(args.out / "memory.json", {
-        "command": command_line(), "commit": git_commit(), "machine": machine_meta(), "env": env, "params": params,
-        "capacity": capacity, "baseline": base, "end": end, "ratio": ratio, "lost": lost,
-        "phases": [p.summary() for p in phases], "samples": sampler.rows})
+        "command": command_line(), "commit": git_commit(), "machine": machine_meta(), "env": env, "runs": runs})
     print(f"wrote {path}")
     try:
-        plot(sampler.rows, labels, args.out / "memory.png")
+        plot(runs, args.out / "memory.png")
     except ImportError:
         pass
-    return 0 if lost == 0 else 1
+    return 0 if all(x["lost"] == 0 and x["duplicated"] == 0 for rs in runs.values() for x in rs) else 1
 
 
-def plot(rows: list[dict], labels: list[str], path: Path) -> None:
+def spread_text(values: list[float], digits: int = 3) -> str:
+    return f"{np.mean(values):.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
+
+
+def plot(runs: dict[str, list[dict]], path: Path) -> None:
+    """Total memory over time, one line a run, one colour a variant; the burst shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4))
-    t = [r["t"] for r in rows]
-    ax.plot(t, [r["total"] / MiB for r in rows], label="total", lw=2)
-    for lab in labels:
-        ax.plot(t, [r.get(lab, 0) / MiB for r in rows], label=lab, lw=1)
-    for ph in ("burst", "after"):
-        ts = [r["t"] for r in rows if r["phase"] == ph]
-        if ts:
-            ax.axvspan(ts[0], ts[-1], alpha=0.08 if ph == "after" else 0.2, color="C3" if ph == "burst" else "C2")
-    ax.set_xlabel("seconds")
-    ax.set_ylabel("resident memory (MiB)")
-    ax.legend(fontsize=7)
+    for k, (v, rs) in enumerate(runs.items()):
+        for j, run in enumerate(rs):
+            rows = run["samples"]
+            t0 = next(r["t"] for r in rows if r["phase"] == "burst")
+            ax.plot([r["t"] - t0 for r in rows], [r["total"] / MiB for r in rows], color=f"C{k}", lw=1,
+                    alpha=0.8, label=v if j == 0 else None)
+    burst = next(iter(runs.values()))[0]["samples"]
+    span = [r["t"] for r in burst if r["phase"] == "burst"]
+    if span:
+        ax.axvspan(0, span[-1] - span[0], alpha=0.15, color="C3", label="burst (5x capacity)")
+    ax.set_xlabel("seconds from the start of the burst")
+    ax.set_ylabel("tritonserver + stubs, resident MiB")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
