@@ -46,16 +46,22 @@ class Phase:
     def duplicated(self) -> int:
         return sum(1 for o in self.outcomes.values() if o.answers > 1)
 
-    def latency_ms(self, q: float) -> float:
-        lat = [o.latency for o in self.outcomes.values() if o.kind == "ok" and o.latency is not None]
+    def latency_ms(self, q: float, kind: str = "ok") -> float:
+        """The ``q``-th percentile latency of the requests answered ``kind`` (ok: served; rejected: refused)."""
+        lat = [o.latency for o in self.outcomes.values() if o.kind == kind and o.latency is not None]
         return float(np.percentile(lat, q) * 1e3) if lat else float("nan")
+
+    def late(self, sla_s: float) -> int:
+        """Served requests whose latency (as the client saw it) exceeded ``sla_s``: promises not kept."""
+        return sum(1 for o in self.outcomes.values() if o.kind == "ok" and o.latency is not None and o.latency > sla_s)
 
     def summary(self) -> dict[str, Any]:
         n = len(self.outcomes)
         return {"phase": self.name, "rate": self.rate, "sent": n, "ok": self.count("ok"),
                 "rejected": self.count("rejected"), "error": self.count("error"),
                 "unavailable": self.count("unavailable"), "other": self.count("other"), "lost": self.lost,
-                "duplicated": self.duplicated, "p50_ms": self.latency_ms(50), "p99_ms": self.latency_ms(99)}
+                "duplicated": self.duplicated, "p50_ms": self.latency_ms(50), "p99_ms": self.latency_ms(99),
+                "rejected_p50_ms": self.latency_ms(50, "rejected"), "rejected_p99_ms": self.latency_ms(99, "rejected")}
 
 
 def classify(error: str | None) -> str:

@@ -18,11 +18,12 @@ from .base import DEFAULT_MAX_BATCH_SIZE, Policy, enqueue_by_priority
 
 
 class _Batch:
-    __slots__ = ("node", "active", "parked", "resume", "size", "started")
+    __slots__ = ("node", "active", "parked", "resume", "size", "started", "planned")
 
     def __init__(self, reqs: list[Request], now: float) -> None:
         self.size = len(reqs)
         self.started = now
+        self.planned: float | None = None  # the latest start a deadline guard planned for (monitor.py)
         self.node = 0
         self.active = reqs
         self.parked: list[Request] = []  # sequences that ended early, padding the batch until the longest ends
