@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "lazybatch.commands.profile",
     "lazybatch.commands.npu",
     "lazybatch.commands.serve",
+    "lazybatch.commands.scale_out",
     "lazybatch.commands.repo",
     "lazybatch.commands.infer",
     "lazybatch.commands.load",

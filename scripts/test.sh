@@ -8,15 +8,20 @@ PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$VENV/bin/python" -m pip install -q -e ".[test,serve]"
-# tests/test_deploy.py validates docker-compose.yml with Debian's docker-compose (no Docker engine needed)
-if ! command -v docker-compose >/dev/null 2>&1; then
+# System tools some tests drive for real, from the distribution's packages (apt-get, as root):
+#   docker-compose: tests/test_deploy.py validates docker-compose.yml with it (no Docker engine needed)
+#   nginx: tests/triton/test_scale_out.py balances two tritonserver replicas with it (lazybatch scale-out)
+need() {  # need COMMAND PACKAGE TEST
+    command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] && return 0
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "installing docker-compose (apt-get) for tests/test_deploy.py" >&2
-        (apt-get install -y -q docker-compose >/dev/null 2>&1 ||
-            { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q docker-compose >/dev/null 2>&1; }) ||
-            echo "could not install docker-compose: tests/test_deploy.py will fail (apt-get install docker-compose)" >&2
+        echo "installing $2 (apt-get) for $3" >&2
+        (apt-get install -y -q "$2" >/dev/null 2>&1 ||
+            { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "$2" >/dev/null 2>&1; }) ||
+            echo "could not install $2: $3 will fail (apt-get install $2)" >&2
     else
-        echo "docker-compose is missing: tests/test_deploy.py will fail (apt-get install docker-compose)" >&2
+        echo "$1 is missing: $3 will fail (apt-get install $2)" >&2
     fi
-fi
+}
+need docker-compose docker-compose tests/test_deploy.py
+need nginx nginx tests/triton/test_scale_out.py
 exec "$VENV/bin/python" -m pytest "$@"

@@ -42,7 +42,7 @@ def config() -> dict:
 
 def test_compose_file_is_valid():
     _compose("config", "-q")
-    assert set(_compose("config", "--profiles").split()) == {"cpu", "gpu"}
+    assert set(_compose("config", "--profiles").split()) == {"cpu", "gpu", "scale-out"}
 
 
 @pytest.mark.parametrize("profile, server, gpu", [("gpu", "tritonserver", True), ("cpu", "tritonserver-cpu", False)])
@@ -87,3 +87,45 @@ def test_dockerfile_pins_the_same_tag_and_installs_the_backend():
     folders = set(re.findall(r'= "([\w/]+)"', package_dir))
     copied = set(re.findall(r"^COPY ([\w/]+) \./\1$", text, flags=re.M))
     assert folders and folders <= copied, folders - copied
+
+
+def test_scale_out_profile_balances_two_replicas_with_the_recipes_nginx(config, tmp_path):
+    """Two replicas of the CPU server on the one repository, unpublished; nginx (Debian's package) in front on 8000
+    and 8001 with deploy/nginx-scale-out.conf, which is what lazybatch.scale_out generates for those names, and
+    which nginx accepts (`nginx -t`, names swapped for 127.0.0.1 as no compose DNS runs here)."""
+    from lazybatch import scale_out
+
+    services = {n: s for n, s in config["services"].items() if "scale-out" in s.get("profiles", [])}
+    replicas = list(scale_out.COMPOSE_REPLICAS)
+    assert set(services) == {"model-repository-cpu", *replicas, "balancer", "perf-analyzer-scale-out"}, services
+    for name in replicas:
+        r = services[name]
+        assert not r.get("ports") and "--model-repository=/models" in r["command"]
+        assert any(v.endswith("model_repository:/models:ro") for v in r["volumes"]), r["volumes"]
+        assert r["depends_on"] == {"model-repository-cpu": {"condition": "service_completed_successfully"}}
+        assert "healthcheck" in r and r["build"]["args"]["ONNXRUNTIME"].startswith("onnxruntime==")
+    b = services["balancer"]
+    assert b["build"]["dockerfile"] == "deploy/nginx.Dockerfile"
+    assert {(p["published"], p["target"]) for p in b["ports"]} == {(8000, 8000), (8001, 8001)}
+    assert b["depends_on"] == {n: {"condition": "service_healthy"} for n in replicas}
+    (conf_mount,) = [v for v in b["volumes"] if v.endswith(":/etc/lazybatch/nginx.conf:ro")]
+    conf = ROOT / "deploy" / "nginx-scale-out.conf"
+    assert conf_mount.startswith(str(conf)), conf_mount
+    text = conf.read_text()
+    assert text == scale_out.compose_nginx_config(), "regenerate: python -m lazybatch.scale_out > " + str(conf)
+    assert "grpc_pass grpc://triton_grpc;" in text
+    dockerfile = (ROOT / "deploy" / "nginx.Dockerfile").read_text()
+    assert "FROM debian:bookworm" in dockerfile and "apt-get install -y --no-install-recommends nginx" in dockerfile
+    assert str(scale_out.COMPOSE_RUN_DIR / "tmp") in dockerfile and "/etc/lazybatch/nginx.conf" in dockerfile
+    perf = services["perf-analyzer-scale-out"]["command"]
+    assert perf[perf.index("-u") + 1] == "balancer:8001"
+
+    local = text.replace(str(scale_out.COMPOSE_RUN_DIR), str(tmp_path)).replace("user www-data;\n", "")
+    for name in replicas:
+        local = local.replace(name, "127.0.0.1")
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "nginx.conf").write_text(local)
+    nginx = scale_out.find_nginx()
+    p = subprocess.run([str(nginx), "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-e",
+                        str(tmp_path / "error.log")], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
