@@ -9,6 +9,13 @@ Off unless the model's config.pbtxt sets ``parameters { key: "fault_injection" v
   time, so only the poisoned requests fail (INTERNAL, with the error text) and the rest of the sub-batch goes on.
 - ``mode=run``: every N-th run of the stage raises, a transient fault: the rerun one request at a time succeeds,
   so no client sees it (only ``lazybatch_stage_failures_total`` does).
+
+Seq2seq models (backend/seq2seq.py) take the same parameter: ``stage`` names an encoder or a decoder stage of the
+manifest (index or name). A sample there is one sequence (a row of a client request; sequences are numbered in
+arrival order), so ``mode=sample`` poisons every N-th sequence, which fails at its first run of that stage (its
+first encoder step, or its first decoder step) and fails its client request once (the request's other rows leave
+it). ``mode=run`` counts runs of the stage: every encoder step of a per-token encoder stage, every decoder step of a
+decoder stage.
 """
 
 from __future__ import annotations

@@ -54,6 +54,19 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "lazybatch_preferred_batch_size": (GAUGE, "BatchMonitor's current preferred batch size"),
     "lazybatch_queue_samples": (GAUGE, "Samples the scheduler holds (queued or in a sub-batch)"),
 }
+# Seq2seq models only (backend/seq2seq.py): what the decoder loop did. Exported by models whose ModelMetrics was made
+# with seq2seq=True, so that a static model's scrape keeps exactly its own families.
+SEQ2SEQ_FAMILIES: dict[str, tuple[str, str]] = {
+    "lazybatch_decoder_steps_total": (COUNTER, "Batched decoder steps run (one per decoder-step job; seq2seq)"),
+    "lazybatch_mixed_timestep_steps_total": (COUNTER, "Decoder steps whose batch held sequences at different "
+                                                      "timesteps (seq2seq)"),
+    "lazybatch_tokens_total": (COUNTER, "Tokens generated (seq2seq)"),
+    "lazybatch_sequences_total": (COUNTER, "Sequences that finished decoding, by end (eos: the end token ended it "
+                                           "early; length: max_output_len or the model's max_length) (seq2seq)"),
+    "lazybatch_padded_rows_total": (COUNTER, "Rows of already finished sequences carried in graph-batching stage "
+                                             "runs (seq2seq)"),
+}
+FAMILIES.update(SEQ2SEQ_FAMILIES)
 
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 
@@ -106,9 +119,12 @@ def batch_buckets(max_batch_size: int) -> list[int]:
 class ModelMetrics:
     """The metrics of one model (see the module docstring); thread-safe, cheap to update."""
 
-    def __init__(self, model: str, stages: Sequence[str], max_batch_size: int) -> None:
+    def __init__(self, model: str, stages: Sequence[str], max_batch_size: int, *, seq2seq: bool = False) -> None:
         self.model = model
         self.stages = list(stages)
+        # the decoder loop's counters (SEQ2SEQ_FAMILIES), for encoder-decoder models only
+        self.seq2seq: dict[str, int] | None = ({"decoder_steps": 0, "mixed_timestep_steps": 0, "tokens": 0, "eos": 0,
+                                                "length": 0, "padded_rows": 0} if seq2seq else None)
         self._lock = threading.Lock()
         self.requests = dict.fromkeys(OUTCOMES, 0)
         self.sla = {"met": 0, "missed": 0}
@@ -145,6 +161,25 @@ class ModelMetrics:
     def stage_failed(self, stage: int) -> None:
         with self._lock:
             self.stage_failures[stage] += 1
+
+    def seq2seq_run(self, *, decoder_step: bool = False, mixed: bool = False, tokens: int = 0, eos: int = 0,
+                    length: int = 0, padded_rows: int = 0) -> None:
+        """One successful stage run of a seq2seq model: a decoder step started (its first stage), tokens made and
+        sequences ended (its last stage: ``eos`` at the end token, ``length`` at their length limit), graph padding."""
+        c = self.seq2seq
+        if c is None:
+            return
+        with self._lock:
+            c["decoder_steps"] += decoder_step
+            c["mixed_timestep_steps"] += mixed
+            c["tokens"] += tokens
+            c["eos"] += eos
+            c["length"] += length
+            c["padded_rows"] += padded_rows
+
+    def family_names(self) -> list[str]:
+        """The metric families this model exports (the seq2seq ones only for a seq2seq model)."""
+        return [f for f in FAMILIES if self.seq2seq is not None or f not in SEQ2SEQ_FAMILIES]
 
     def sync_scheduler(self, log: Any, *, held: int, policy: Any = None, now: float | None = None,
                        min_interval: float = 0.0) -> None:
@@ -192,6 +227,14 @@ class ModelMetrics:
             out += [Sample("lazybatch_dispatch_reasons_total", m + (("reason", k),), v)
                     for k, v in self.reasons.items()]
             out += [Sample(k, m, v) for k, v in self.gauges.items()]
+            c = self.seq2seq
+            if c is not None:
+                out += [Sample("lazybatch_decoder_steps_total", m, c["decoder_steps"]),
+                        Sample("lazybatch_mixed_timestep_steps_total", m, c["mixed_timestep_steps"]),
+                        Sample("lazybatch_tokens_total", m, c["tokens"]),
+                        Sample("lazybatch_sequences_total", m + (("end", "eos"),), c["eos"]),
+                        Sample("lazybatch_sequences_total", m + (("end", "length"),), c["length"]),
+                        Sample("lazybatch_padded_rows_total", m, c["padded_rows"])]
         return out
 
     def to_prometheus(self) -> str:
@@ -221,8 +264,9 @@ class TritonMetricsExporter:
         self.pb = pb_utils
         self.interval_s = interval_s
         kinds = {COUNTER: pb_utils.MetricFamily.COUNTER, GAUGE: pb_utils.MetricFamily.GAUGE}
-        self.families = {name: pb_utils.MetricFamily(name=name, description=help_, kind=kinds[kind])
-                         for name, (kind, help_) in FAMILIES.items()}
+        self.families = {name: pb_utils.MetricFamily(name=name, description=FAMILIES[name][1],
+                                                     kind=kinds[FAMILIES[name][0]])
+                         for name in metrics.family_names()}
         self._series: dict[tuple[str, tuple], Any] = {}
         self._pushed: dict[tuple[str, tuple], float] = {}
         self._stop = threading.Event()

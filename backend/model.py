@@ -273,7 +273,8 @@ class TritonPythonModel:
         runtime.fault = FaultInjector.parse(s.fault_injection, stage_names)
         runtime.memory_release_s = s.memory_release_ms / 1e3
         if s.metrics:
-            self.metrics = ModelMetrics(s.name, stage_names, s.scheduler_max_batch_size)
+            self.metrics = ModelMetrics(s.name, stage_names, s.scheduler_max_batch_size,
+                                        seq2seq=self.seq2seq is not None)  # + the decoder loop's families
             if pb_utils is not None:  # outside Triton (unit tests) the bookkeeping runs, nothing is exported
                 self.exporter = TritonMetricsExporter(self.metrics, pb_utils, s.metrics_interval_ms / 1e3)
             runtime.metrics = self.metrics

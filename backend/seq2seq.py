@@ -236,11 +236,14 @@ class Seq2SeqStats(RuntimeStats):
     max_timestep_spread: int = 0  # largest (max - min) timestep within one batched step
     tokens: int = 0
     padded_rows: int = 0  # rows added to graph-batching runs for sequences that already ended
+    finished_eos: int = 0  # sequences the end token ended (before their length limit, or at it)
+    finished_length: int = 0  # sequences that reached max_output_len or the model's max_length
 
     def as_dict(self) -> dict[str, Any]:
         return {**super().as_dict(), "decoder_steps": self.decoder_steps,
                 "mixed_timestep_steps": self.mixed_timestep_steps, "max_timestep_spread": self.max_timestep_spread,
-                "tokens": self.tokens, "padded_rows": self.padded_rows}
+                "tokens": self.tokens, "padded_rows": self.padded_rows, "finished_eos": self.finished_eos,
+                "finished_length": self.finished_length}
 
 
 class Seq2SeqRuntime(BackendRuntime):
@@ -264,9 +267,12 @@ class Seq2SeqRuntime(BackendRuntime):
         pad = max(0, job.batch_size - len(job.requests))
         errors: dict[int, str] = {}
         exits: set[int] = set()
+        metrics = self.metrics
         try:
             exits = self._run_batch(job.stage, reqs, pad)
         except Exception as e:
+            if metrics is not None:  # as in the base runtime: a failed batched run and each failed rerun count
+                metrics.stage_failed(job.stage)
             if len(reqs) == 1:
                 errors[reqs[0].id] = f"{type(e).__name__}: {e}"
             else:  # nothing was written back: run each alone, so only the ones that fail on their own fail
@@ -274,6 +280,8 @@ class Seq2SeqRuntime(BackendRuntime):
                     try:
                         exits |= self._run_batch(job.stage, [r], 0)
                     except Exception as e1:
+                        if metrics is not None:
+                            metrics.stage_failed(job.stage)
                         errors[r.id] = f"{type(e1).__name__}: {e1}"
         if job.stage == self.spec.dec_last:
             return StageResult(loop_exits=exits, errors=errors or None)
@@ -295,21 +303,23 @@ class Seq2SeqRuntime(BackendRuntime):
             if pad:
                 x = np.concatenate([x, np.repeat(x[-1:], pad, axis=0)], axis=0)
             feeds[inp.name] = x
-        if stage == spec.dec_first:
-            stats.decoder_steps += 1
-            steps = [len(s.tokens) for s in seqs]
-            if len(set(steps)) > 1:
-                stats.mixed_timestep_steps += 1
-                stats.max_timestep_spread = max(stats.max_timestep_spread, max(steps) - min(steps))
         t1 = time.perf_counter()
         if self.fault is not None:  # fault injection (tests, drills): as in the base runtime
             self.fault.check(stage, [r.id for r in reqs])
         outs = runner.run(stage, feeds)
         t2 = time.perf_counter()
         exits: set[int] = set()
+        mixed = eos = 0
         for k, s in enumerate(seqs):
             for name, arr in outs.items():
                 s.tensors[name] = (arr, k)
+        if stage == spec.dec_first:  # counted once the step ran: a failed batched run and its reruns are one step
+            stats.decoder_steps += 1
+            steps = [len(s.tokens) for s in seqs]
+            if len(set(steps)) > 1:
+                mixed = 1
+                stats.mixed_timestep_steps += 1
+                stats.max_timestep_spread = max(stats.max_timestep_spread, max(steps) - min(steps))
         if stage == spec.enc_last:
             for s in seqs:
                 self._end_encoder_step(s)
@@ -320,15 +330,25 @@ class Seq2SeqRuntime(BackendRuntime):
                 s.tokens.append(t)
                 s.state = {st.input: s.tensors[st.output] for st in spec.dec_state}
                 s.tensors = {}
-                if (s.stop_at_eos and t == spec.end_token) or len(s.tokens) >= s.limit:
+                if s.stop_at_eos and t == spec.end_token:
+                    exits.add(r.id)
+                    eos += 1
+                elif len(s.tokens) >= s.limit:
                     exits.add(r.id)
             stats.tokens += len(seqs)
+            stats.finished_eos += eos
+            stats.finished_length += len(exits) - eos
         t3 = time.perf_counter()
         stats.stage_runs += 1
         stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
         stats.padded_rows += pad
         stats.ort_s += t2 - t1
         stats.io_s += (t1 - t0) + (t3 - t2)
+        if self.metrics is not None:  # the loop's own metrics (backend/metrics.py SEQ2SEQ_FAMILIES)
+            last = stage == spec.dec_last
+            self.metrics.seq2seq_run(decoder_step=stage == spec.dec_first, mixed=bool(mixed),
+                                     tokens=len(seqs) if last else 0, eos=eos, length=len(exits) - eos,
+                                     padded_rows=pad)
         if self.on_batch is not None:  # the per-batch log counts executed rows, graph padding included
             self.on_batch(stage, len(reqs) + pad, t2 - t1)
         self._calibrate(stage, len(reqs) + pad, t3 - t0)  # the table's time is for the executed rows, padding too

@@ -215,3 +215,225 @@ def test_runtime_recalibrates_the_table(split, factor, expect_above, monkeypatch
         assert rt.stats.time_scale > 3.0 and sum(row[6] for row in off.dense) > 3.0 * before
     else:  # the table said 50x slower: it comes down
         assert rt.stats.time_scale < 0.8 and sum(row[6] for row in off.dense) < 0.95 * before  # ~3 runs a stage
+
+
+def _run_wave(rt: Seq2SeqRuntime, requests: list[dict[str, np.ndarray]], first_handle: int, answers: dict,
+              calls: list, *, together: bool) -> None:
+    """Submit the requests (handles first_handle, first_handle + 1, ...) and wait for all their answers. together:
+    the scheduler thread is held while they are queued, so that it admits them at once and their runs are batched
+    (a poisoned sequence then fails a batched run first, and the rerun one by one must single it out)."""
+    handles = range(first_handle, first_handle + len(requests))
+    if together:
+        rt._busy_lock.acquire()
+    try:
+        for h, feeds in zip(handles, requests):
+            assert rt.submit(h, feeds, feeds["src_tokens"].shape[0], RequestOptions()) is None
+    finally:
+        if together:
+            rt._busy_lock.release()
+    end = time.monotonic() + 60
+    while not all(h in answers for h in handles) and time.monotonic() < end:
+        time.sleep(0.005)
+    assert all(h in answers for h in handles)
+    time.sleep(0.05)  # a second answer to any of them would have come by now
+    assert len(calls) == len(set(calls)), "a request was answered twice"
+
+
+@pytest.mark.parametrize("where", ["encoder", "decoder"])
+@pytest.mark.parametrize("policy", ["lazy", "graph:1", "serial"])
+def test_fault_fails_only_the_poisoned_sequences_and_is_counted(split, policy, where):
+    """fault_injection on an encoder or a decoder stage of the seq2seq loop, as for static models: every third
+    sequence (rows numbered in arrival order) fails, its request gets exactly one error that names the stage, every
+    other request of the same batches and every later request gets the reference tokens, and the model's metrics
+    count the failed stage runs (lazybatch_stage_failures_total) and the outcomes."""
+    from lazybatch.backend import metrics as M
+
+    kind, runner, spec, table, ref = split
+    info = Seq2SeqInfo(spec.max_source_length, spec.max_length, spec.vocab_size)
+    names = [st.name for st in runner.manifest.stages]
+    stage = spec.enc_stages[0] if where == "encoder" else spec.dec_stages[len(spec.dec_stages) // 2]
+    pol = build_policy(parse_policy(policy), spec, table, max_batch_size=1 if policy == "serial" else 8,
+                       dec_timesteps=None, coverage=0.9)
+    answers: dict[int, tuple] = {}
+    calls: list[int] = []
+
+    def respond(handle, outputs, status, error):
+        calls.append(handle)
+        answers[handle] = (outputs, status, error)
+
+    metrics = M.ModelMetrics("s2s", names, 8)  # the common families
+    rt = Seq2SeqRuntime(runner, table, pol, respond, spec=spec, metrics=metrics)
+    rt.fault = FaultInjector.parse(f"stage={names[stage]},every=3", names)
+    rng = np.random.default_rng(21)
+    wave1 = [make_request(rng, info, int(rng.integers(1, 5)), 4, batch=2 if k == 4 else 1) for k in range(9)]
+    wave2 = [make_request(rng, info, int(rng.integers(1, 5)), 3) for _ in range(4)]
+    try:
+        _run_wave(rt, wave1, 0, answers, calls, together=policy != "serial")
+        _run_wave(rt, wave2, len(wave1), answers, calls, together=False)  # later requests: served as before
+    finally:
+        rt.close()
+    # sequences are numbered in arrival order, one per row: request 4's second row is sequence 5
+    poisoned, seq = set(), 0
+    for h, feeds in enumerate(wave1 + wave2):
+        for _ in range(feeds["src_tokens"].shape[0]):
+            poisoned |= {h} if (seq + 1) % 3 == 0 else set()
+            seq += 1
+    assert poisoned == {2, 4, 7, 10}  # sequences 2, 5, 8 and 11
+    for h, feeds in enumerate(wave1 + wave2):
+        outputs, status, error = answers[h]
+        if h in poisoned:
+            assert outputs is None and status.name == "ERROR"
+            assert f"stage {names[stage]!r} failed: InjectedFault: injected fault in stage {names[stage]!r}" in error
+        else:
+            assert error is None, error
+            for row in range(feeds["src_tokens"].shape[0]):
+                want = _reference(ref, feeds, row)
+                assert outputs["output_tokens"][row][:len(want)].tolist() == want
+    assert rt.stats.answered == {"OK": 13 - len(poisoned), "ERROR": len(poisoned)}
+    assert metrics.requests[M.OK] == 13 - len(poisoned) and metrics.requests[M.ERROR] == len(poisoned)
+    assert metrics.stage_failures[stage] >= len(poisoned)  # each poisoned sequence failed at least one run
+    assert sum(metrics.stage_failures) == metrics.stage_failures[stage]
+
+
+def test_transient_fault_in_a_decoder_step_is_invisible_to_clients(split):
+    """mode=run: every second batched run of a decoder stage raises; the rerun one sequence at a time succeeds, so
+    every request gets its reference tokens and only the failure counter shows it."""
+    from lazybatch.backend import metrics as M
+
+    kind, runner, spec, table, ref = split
+    info = Seq2SeqInfo(spec.max_source_length, spec.max_length, spec.vocab_size)
+    names = [st.name for st in runner.manifest.stages]
+    pol = build_policy(parse_policy("lazy"), spec, table, max_batch_size=8, dec_timesteps=None, coverage=0.9)
+    answers: dict[int, tuple] = {}
+    calls: list[int] = []
+
+    def respond(handle, outputs, status, error):
+        calls.append(handle)
+        answers[handle] = (outputs, status, error)
+
+    metrics = M.ModelMetrics("s2s", names, 8)  # the common families
+    rt = Seq2SeqRuntime(runner, table, pol, respond, spec=spec, metrics=metrics)
+    rt.fault = FaultInjector.parse(f"stage={spec.dec_last},every=2,mode=run", names)
+    rng = np.random.default_rng(4)
+    requests = [make_request(rng, info, 2, 5) for _ in range(6)]
+    try:
+        _run_wave(rt, requests, 0, answers, calls, together=True)
+    finally:
+        rt.close()
+    for h, feeds in enumerate(requests):
+        outputs, _, error = answers[h]
+        assert error is None, error
+        assert outputs["output_tokens"][0].tolist() == _reference(ref, feeds, 0)
+    assert metrics.stage_failures[spec.dec_last] > 0 and metrics.requests[M.ERROR] == 0
+    # a failed batched step and its reruns are one decoder step: the steps counted are the steps that ran
+    assert rt.stats.tokens == 6 * 5
+
+
+@pytest.mark.parametrize("policy", ["lazy", "graph:1"])
+def test_metrics_count_the_decoder_loop(split, policy):
+    """The seq2seq model's metrics hold the common families (outcomes, per-stage batch sizes, decisions) and the
+    decoder loop's own: decoder steps, mixed-timestep steps, tokens, sequences by end (eos / length) and graph
+    padding, equal to the runtime's statistics; a static model's metrics have none of the loop's families. The end
+    token is set to a token the model does make, so that some sequences end early at it."""
+    from lazybatch.backend import metrics as M
+    from lazybatch.backend.metrics import parse_samples
+
+    kind, runner, spec0, table, ref = split
+    spec = Seq2SeqSpec(runner.manifest)  # a copy: the fixture's spec is shared
+    info = Seq2SeqInfo(spec.max_source_length, spec.max_length, spec.vocab_size)
+    names = [st.name for st in runner.manifest.stages]
+    rng = np.random.default_rng(8)
+    requests = [make_request(rng, info, int(rng.integers(1, 6)), 6, ignore_eos=k % 2 == 0) for k in range(8)]
+    full = [_reference(ref, {**f, "ignore_eos": np.ones((1, 1), np.bool_)}, 0) for f in requests]
+    spec.end_token = full[1][1]  # request 1 stops at the end token: its second token
+    want = []
+    for f, toks in zip(requests, full):
+        stop = "ignore_eos" not in f and spec.end_token in toks
+        want.append((toks[:toks.index(spec.end_token) + 1] if stop else toks, stop))
+    pol = build_policy(parse_policy(policy), spec, table, max_batch_size=8, dec_timesteps=None, coverage=0.9)
+    answers: dict[int, tuple] = {}
+    calls: list[int] = []
+
+    def respond(handle, outputs, status, error):
+        calls.append(handle)
+        answers[handle] = (outputs, status, error)
+
+    metrics = M.ModelMetrics("s2s", names, 8, seq2seq=True)
+    rt = Seq2SeqRuntime(runner, table, pol, respond, spec=spec, metrics=metrics)
+    try:
+        _run_wave(rt, requests, 0, answers, calls, together=True)
+        rt._sync_metrics()  # the scheduler thread's decisions into the metrics (it does so at every idle moment)
+    finally:
+        rt.close()
+    for h, (toks, _) in enumerate(want):
+        outputs, _, error = answers[h]
+        assert error is None and outputs["output_tokens"][0].tolist() == toks
+    eos = sum(stop for _, stop in want)
+    assert eos >= 1 and eos < len(want)
+    text = metrics.to_prometheus()
+
+    def total(family: str, **labels: str) -> float:
+        return sum(v for lab, v in parse_samples(text, family) if all(lab.get(k) == w for k, w in labels.items()))
+
+    stats = rt.stats
+    assert total("lazybatch_requests_total", outcome="ok") == len(requests)
+    assert total("lazybatch_decoder_steps_total") == stats.decoder_steps > 0
+    assert total("lazybatch_mixed_timestep_steps_total") == stats.mixed_timestep_steps
+    assert total("lazybatch_tokens_total") == stats.tokens == sum(len(t) for t, _ in want)
+    assert total("lazybatch_sequences_total", end="eos") == stats.finished_eos == eos
+    assert total("lazybatch_sequences_total", end="length") == stats.finished_length == len(want) - eos
+    assert total("lazybatch_padded_rows_total") == stats.padded_rows
+    if policy.startswith("graph"):
+        assert stats.padded_rows > 0  # the early-ended sequence rode along
+    assert total("lazybatch_decisions_total", kind="dispatch") > 0
+    for name in (names[spec.enc_stages[0]], names[spec.dec_first], names[spec.dec_last]):
+        assert total("lazybatch_stage_batch_size_count", stage=name) > 0
+    assert total("lazybatch_stage_batch_size_count", stage=names[spec.dec_first]) == stats.decoder_steps
+
+    static = M.ModelMetrics("mlp", ["s0"], 4)
+    assert not set(M.SEQ2SEQ_FAMILIES) & set(static.family_names())
+    assert set(M.SEQ2SEQ_FAMILIES) <= set(metrics.family_names())
+    assert "lazybatch_tokens_total" not in static.to_prometheus()
+
+
+def test_exporter_registers_the_seq2seq_families_only_for_seq2seq_models():
+    """Triton's metric families are made from ModelMetrics.family_names(): the loop's families appear on the metrics
+    port for a seq2seq model (with their values pushed), never for a static one."""
+    from lazybatch.backend import metrics as M
+
+    made: dict[str, dict] = {}
+
+    class Metric:
+        def __init__(self, family: str, labels: dict) -> None:
+            self.key = (family, tuple(sorted(labels.items())))
+            made.setdefault("values", {})[self.key] = 0.0
+
+        def increment(self, v: float) -> None:
+            made["values"][self.key] += v
+
+        def set(self, v: float) -> None:
+            made["values"][self.key] = v
+
+    class PbUtils:
+        class MetricFamily:
+            COUNTER, GAUGE = 0, 1
+
+            def __init__(self, name: str, description: str, kind: int) -> None:
+                self.name = name
+                made.setdefault("families", []).append(name)
+
+            def Metric(self, labels: dict) -> Metric:
+                return Metric(self.name, labels)
+
+    static = M.TritonMetricsExporter(M.ModelMetrics("mlp", ["s0"], 4), PbUtils, interval_s=3600)
+    static.close()
+    assert not set(M.SEQ2SEQ_FAMILIES) & set(made["families"])
+    made.clear()
+    m = M.ModelMetrics("gnmt", ["enc", "dec"], 4, seq2seq=True)
+    ex = M.TritonMetricsExporter(m, PbUtils, interval_s=3600)
+    m.seq2seq_run(decoder_step=True, tokens=3, length=1, eos=2)
+    ex.close()
+    assert set(M.SEQ2SEQ_FAMILIES) <= set(made["families"])
+    values = made["values"]
+    assert values[("lazybatch_tokens_total", (("model", "gnmt"),))] == 3
+    assert values[("lazybatch_sequences_total", (("end", "eos"), ("model", "gnmt")))] == 2
