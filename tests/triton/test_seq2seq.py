@@ -21,6 +21,7 @@ from lazybatch.batcher.errors import ConfigError
 from lazybatch.cli import main
 from lazybatch.client.api import Client, InferError
 from lazybatch.client.seq2seq import LengthSampler, Seq2SeqInfo, make_request
+from lazybatch.client.soak import metric_total, scrape, wait_for
 from lazybatch.onnx_tools.runtime import StageChain
 from lazybatch.onnx_tools.seq2seq import Seq2SeqRunner
 from lazybatch.onnx_tools.split import split_model
@@ -31,6 +32,8 @@ from lazybatch.serving import TritonServer, free_port
 KINDS = ("gnmt", "transformer")
 POLICIES = {"lazy": "lazy", "graph": "graph:2", "serial": "serial"}
 MAX_BATCH = 8
+FAULT_KIND, FAULT_MODEL = "gnmt", "gnmt_fault"
+FAULT_STAGE = "stage_004"  # a decoder stage of the small GNMT (encoder steps 0-1, decoder steps 2-6)
 
 
 class Seq2SeqServed:
@@ -97,6 +100,10 @@ def s2s(tmp_path_factory: pytest.TempPathFactory) -> Seq2SeqServed:
                       stages=stages, latency_table=table, profile_reps=3, execution_provider="cpu",
                       intra_op_threads=1)
             table = repo / f"{kind}_{pol}" / "1" / "latency.json"  # profiled once, shared by the others
+        if kind == FAULT_KIND:  # every third sequence fails in a decoder stage (test_fault_injection_...)
+            add_model(None, repo, name=FAULT_MODEL, policy="lazy", sla_ms=2000, max_batch_size=MAX_BATCH,
+                      stages=stages, latency_table=table, execution_provider="cpu", intra_op_threads=1,
+                      parameters={"fault_injection": f"stage={FAULT_STAGE},every=3", "metrics_interval_ms": "100"})
         man = json.loads((stages / "manifest.json").read_text())
         refs[kind] = Seq2SeqRunner(StageChain(stages, man, whole=False))
         sec = man["seq2seq"]
@@ -303,3 +310,81 @@ def test_perf_analyzer_against_a_seq2seq_model_reports_no_errors(s2s, tmp_path):
     after = s2s.stats("transformer_lazy")
     assert after["answered"].get("OK", 0) > before.get("answered", {}).get("OK", 0)
     assert after["answered"].get("INTERNAL", 0) == before.get("answered", {}).get("INTERNAL", 0)
+
+
+def test_fault_injection_metrics_and_batch_log_on_a_seq2seq_model(s2s):
+    """fault_injection, metrics and the batch log as for static models. gnmt_fault poisons every third sequence in a
+    decoder stage: under 12 concurrent clients exactly those requests get one error each that names the stage, the
+    others (sharing their decoder steps) the reference runner's tokens; later requests one after the other are
+    served the same way. The metrics port shows the common lazybatch_* families for the model (outcomes, stage
+    failures, batch sizes) and the decoder loop's (steps, tokens, sequences by end), equal to what the clients got,
+    and the batch log holds encoder-step and decoder-step batches."""
+    model, kind = FAULT_MODEL, FAULT_KIND
+    info = s2s.info[kind]
+    url = s2s.server.endpoints.metrics
+    before_stats = s2s.stats(model)
+    base = before_stats.get("samples", 0)  # sequences numbered so far (one per row, in arrival order)
+    before = scrape(url)
+    rng = np.random.default_rng(77)
+    burst = [make_request(rng, info, int(rng.integers(1, info.max_source_length + 1)),
+                          int(rng.integers(2, info.max_output_length + 1)), ignore_eos=k % 2 == 0) for k in range(12)]
+    later = [make_request(rng, info, 3, 4) for _ in range(6)]
+
+    def call(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | str:
+        with Client(s2s.grpc) as c:
+            try:
+                return c.infer(model, feeds)
+            except InferError as e:
+                return str(e)
+
+    with ThreadPoolExecutor(12) as pool:
+        got = list(pool.map(call, burst))
+    failed = [g for g in got if isinstance(g, str)]
+    # the backend numbers sequences in arrival order, which under concurrency need not be the send order: count them
+    assert len(failed) == 4, failed
+    got_later = [call(f) for f in later]  # one after the other: sequences base + 12 + j, in this order
+    for j, g in enumerate(got_later):
+        assert isinstance(g, str) == ((base + 12 + j + 1) % 3 == 0), (j, g)
+    ok_feeds, ok_out = [], []
+    for feeds, g in zip(burst + later, got + got_later):
+        if isinstance(g, str):
+            assert f"stage '{FAULT_STAGE}' failed" in g and f"injected fault in stage '{FAULT_STAGE}'" in g, g
+        else:
+            _check(s2s, kind, feeds, g)
+            ok_feeds.append(feeds)
+            ok_out.append(g)
+    n_failed = len(burst) + len(later) - len(ok_out)
+    after_stats = s2s.stats(model)
+    answered = {k: v - before_stats.get("answered", {}).get(k, 0) for k, v in after_stats["answered"].items()}
+    assert answered == {"OK": len(ok_out), "ERROR": n_failed}  # exactly one answer each, on the server's side too
+
+    tokens = sum(int(o["output_len"].sum()) for o in ok_out)
+    end = s2s.refs[kind].sec["end_token_id"]
+    eos = sum(1 for f, o in zip(ok_feeds, ok_out) if "ignore_eos" not in f
+              and o["output_tokens"][0, int(o["output_len"][0, 0]) - 1] == end)
+
+    def delta(text: str, family: str, **labels: str) -> float:
+        return metric_total(text, family, model=model, **labels) - metric_total(before, family, model=model, **labels)
+
+    assert wait_for(lambda: delta(scrape(url), "lazybatch_tokens_total") == tokens
+                    and delta(scrape(url), "lazybatch_requests_total", outcome="error") == n_failed, 15), \
+        [line for line in scrape(url).splitlines() if model in line and ("tokens" in line or "requests" in line)]
+    text = scrape(url)
+    assert delta(text, "lazybatch_requests_total", outcome="ok") == len(ok_out)
+    assert delta(text, "lazybatch_stage_failures_total", stage=FAULT_STAGE) >= n_failed
+    assert delta(text, "lazybatch_stage_failures_total") == delta(text, "lazybatch_stage_failures_total",
+                                                                  stage=FAULT_STAGE)
+    assert delta(text, "lazybatch_stage_batch_size_count", stage="stage_000") > 0  # encoder steps
+    assert delta(text, "lazybatch_decoder_steps_total") == after_stats["decoder_steps"] - \
+        before_stats.get("decoder_steps", 0) > 0
+    assert delta(text, "lazybatch_sequences_total", end="eos") == eos
+    assert delta(text, "lazybatch_sequences_total", end="length") == len(ok_out) - eos
+    assert delta(text, "lazybatch_decisions_total", kind="dispatch") > 0
+    assert "# TYPE lazybatch_decoder_steps_total counter" in text
+    assert f'lazybatch_tokens_total{{model="{kind}_lazy"}}' in text
+
+    # the batch log (LAZYBATCH_STATS_DIR/<model>.batches.csv): encoder-step and decoder-step batches
+    rows = [line.split(",") for line in (s2s.stats_dir / f"{model}.batches.csv").read_text().splitlines()]
+    stages = {int(r[1]) for r in rows}
+    assert {0, 1} <= stages and {2, 6} <= stages, stages
+    assert sum(int(r[2]) for r in rows if int(r[1]) == 6) >= tokens  # a token per row of each last decoder stage run
