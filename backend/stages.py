@@ -39,6 +39,9 @@ class TensorSpec:
     name: str
     dtype: np.dtype
     dims: tuple[int, ...]
+    # per-sample sizes split ran the model at, for the -1 dims (manifest ``example_dims``): what warm-up and
+    # profiling feed, since a 1 there (a 1x1 image) fails in many models; not part of the tensor's identity
+    example: tuple[int, ...] | None = field(default=None, compare=False)
 
     @property
     def data_type(self) -> str:
@@ -94,7 +97,10 @@ def _tensor(entry: Any, where: str, source: str) -> TensorSpec:
     if not isinstance(dims, list) or not all(isinstance(d, int) for d in dims):
         raise ConfigError("dims must be a list of integers (no batch dimension; -1 for any)", field=f"{where}.dims",
                           source=source)
-    return TensorSpec(str(entry["name"]), dtype, tuple(dims))
+    ex = entry.get("example_dims")
+    example = (tuple(int(d) for d in ex) if isinstance(ex, list) and len(ex) == len(dims)
+               and all(isinstance(d, int) and d > 0 for d in ex) else None)
+    return TensorSpec(str(entry["name"]), dtype, tuple(dims), example)
 
 
 def load_manifest(stage_dir: str | Path) -> Manifest:
@@ -277,11 +283,12 @@ class StageRunner:
         return {o: tensors[o] for o in self.output_names}
 
     def sample_inputs(self, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
-        """Random model inputs of a batch (wildcard dims become 1), for profiling and warm-up."""
+        """Random model inputs of a batch (wildcard dims take the manifest's example_dims, else 1), for profiling
+        and warm-up."""
         rng = np.random.default_rng(seed)
         out = {}
         for t in self.manifest.inputs:
-            shape = (batch, *[d if d > 0 else 1 for d in t.dims])
+            shape = (batch, *(t.example or [d if d > 0 else 1 for d in t.dims]))
             if t.dtype.kind == "f":
                 out[t.name] = rng.standard_normal(shape).astype(t.dtype)
             elif t.dtype.kind == "b":

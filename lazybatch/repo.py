@@ -18,7 +18,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from lazybatch.backend.config import WHOLE_GRAPH, config_to_text, model_config_pb2
 from lazybatch.backend.seq2seq import Seq2SeqSpec
@@ -117,11 +117,18 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
               max_stages: int | None = None, latency_table: str | Path | None = None, profile_reps: int = 3,
               execution_provider: str = "auto", intra_op_threads: int = 0, allow_nan: bool = True,
               scheduler_max_batch_size: int | None = None, force: bool = False, max_queue_size: int = 0,
-              timeout_action: str | None = None, parameters: dict[str, str] | None = None) -> Path:
+              timeout_action: str | None = None, parameters: dict[str, str] | None = None,
+              input_shapes: Mapping[str, Sequence[int]] | None = None) -> Path:
     """Make ``repository/name`` (see the module docstring); returns the model directory.
 
     ``max_queue_size``/``timeout_action`` are the admission knobs (batcher/admission.py); ``parameters`` adds any
-    other config.pbtxt parameter (e.g. ``fault_injection`` for tests)."""
+    other config.pbtxt parameter (e.g. ``fault_injection`` for tests); ``input_shapes`` the per-sample sizes of
+    dynamic input dimensions besides the batch, which the split and the profile run the model at (split's
+    ``--input-shape``)."""
+    if input_shapes and stages is not None:
+        raise ConfigError("--input-shape applies when MODEL.onnx is split here; with --stages the sizes are those "
+                          "the stage directory was split with (`lazybatch split --input-shape`)",
+                          field="--input-shape")
     if not name or "/" in name or name.startswith("."):
         raise ConfigError(f"invalid model name {name!r}", field="--name")
     if not isinstance(max_batch_size, int) or max_batch_size < 1:
@@ -146,7 +153,7 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
         return _fill(mdir, vdir, model, pol, name=name, policy=policy, sla_ms=sla_ms, max_batch_size=max_batch_size,
                      stages=stages, max_stages=max_stages, latency_table=latency_table, profile_reps=profile_reps,
                      execution_provider=execution_provider, intra_op_threads=intra_op_threads, allow_nan=allow_nan,
-                     scheduler_max_batch_size=scheduler_max_batch_size, extra=extra)
+                     scheduler_max_batch_size=scheduler_max_batch_size, extra=extra, input_shapes=input_shapes)
     except BaseException:
         shutil.rmtree(mdir, ignore_errors=True)
         raise
@@ -155,7 +162,8 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
 def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: str, policy: str,
           sla_ms: float | None, max_batch_size: int, stages: str | Path | None, max_stages: int | None,
           latency_table: str | Path | None, profile_reps: int, execution_provider: str, intra_op_threads: int,
-          allow_nan: bool, scheduler_max_batch_size: int | None, extra: dict[str, str] | None = None) -> Path:
+          allow_nan: bool, scheduler_max_batch_size: int | None, extra: dict[str, str] | None = None,
+          input_shapes: Mapping[str, Sequence[int]] | None = None) -> Path:
     params: dict[str, str] = {"execution_provider": execution_provider, **(extra or {})}
     if scheduler_max_batch_size is not None:
         if not 1 <= scheduler_max_batch_size <= max_batch_size:
@@ -181,7 +189,7 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
         if not mp.exists():
             raise ConfigError(f"no such ONNX file: {mp}", field="model")
         if stages is None:
-            split_into(mp, vdir / "stages", max_stages=max_stages, name=name)
+            split_into(mp, vdir / "stages", max_stages=max_stages, name=name, input_shapes=input_shapes)
         man = load_manifest(vdir / "stages")
         whole = man.raw.get("whole_model")  # the splitter's batchable copy of the whole graph, when it made one
         _link_file(vdir / "stages" / whole if whole and (vdir / "stages" / whole).exists() else mp,
@@ -258,7 +266,8 @@ def seq2seq_config(name: str, s2s: Seq2SeqSpec, table: LatencyTable, *, max_batc
     return cfg
 
 
-def split_into(model: Path, dest: Path, *, max_stages: int | None, name: str) -> Path:
+def split_into(model: Path, dest: Path, *, max_stages: int | None, name: str,
+               input_shapes: Mapping[str, Sequence[int]] | None = None) -> Path:
     """Cut the whole graph into stages with the project's splitter (`lazybatch split`: layer cuts, balanced FLOPs,
     a batchable whole model beside the stages); the plain cut-point splitter only where that one is not installed."""
     try:
@@ -267,11 +276,12 @@ def split_into(model: Path, dest: Path, *, max_stages: int | None, name: str) ->
         project_split = None
     if project_split is not None:
         try:
-            project_split(model, dest, max_stages=max_stages, force=True)
+            project_split(model, dest, max_stages=max_stages, force=True, input_shapes=input_shapes)
         except ConfigError as e:
             if max_stages is None or "stage" not in str(e):
                 raise
-            project_split(model, dest, max_stages=None, force=True)  # fewer cut points than asked: the finest
+            # fewer cut points than asked: the finest
+            project_split(model, dest, max_stages=None, force=True, input_shapes=input_shapes)
         return dest
     from lazybatch.staging import split_model
 

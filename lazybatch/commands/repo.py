@@ -26,6 +26,10 @@ def register(sub: Any) -> None:
     a.add_argument("--stages", default=None, help="an existing stage directory (from `lazybatch split`) instead of "
                    "splitting MODEL.onnx here")
     a.add_argument("--max-stages", type=int, default=None, help="merge cut points down to at most this many stages")
+    a.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...", default=None,
+                   help="size per sample (no batch) of an input with dynamic dimensions besides the batch, e.g. "
+                        "images=3,640,640: what the split and the profile run the model at (as `lazybatch split "
+                        "--input-shape`); the stages and config.pbtxt keep those dimensions -1")
     a.add_argument("--latency-table", default=None, help="an existing latency table (from `lazybatch profile`) "
                    "instead of profiling here")
     a.add_argument("--profile-reps", type=int, default=3)
@@ -87,8 +91,13 @@ def run_add(args: argparse.Namespace) -> int:
         if args.latency_table:
             raise ConfigError("--executor npu computes the NPU latency table itself; leave out --latency-table")
         extra = {"npu_time_scale": args.npu_time_scale, "npu_config": args.npu_config}
+        if args.input_shape:
+            raise ConfigError("--input-shape is for --executor onnxruntime; with npu, split with `lazybatch split "
+                              "--input-shape` and pass --stages")
     else:
-        extra = {"latency_table": args.latency_table}
+        from lazybatch.onnx_tools.probe import parse_input_shapes
+
+        extra = {"latency_table": args.latency_table, "input_shapes": parse_input_shapes(args.input_shape)}
     mdir = add(args.model, args.repository, name=name, policy=args.policy, sla_ms=args.sla_ms,
                max_batch_size=args.max_batch_size, stages=args.stages, max_stages=args.max_stages,
                **extra, profile_reps=args.profile_reps,

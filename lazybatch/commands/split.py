@@ -25,6 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "cutting it, so that stages keep the fusions and the layout the whole graph gets; 'all' "
                         "makes stages specific to this CPU and onnxruntime version (recorded in the manifest and "
                         "checked when they are loaded). Default: cut the model as given (portable)")
+    p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...", default=None,
+                   help="size per sample (no batch) of an input with dynamic dimensions besides the batch, e.g. "
+                        "images=3,640,640; repeat for several inputs. The stages keep those dimensions dynamic; the "
+                        "sizes are what --verify and profiling run the model at (recorded in the manifest as "
+                        "example_dims). Default: the first of 64, 128, 224, 32, ... at which the model runs")
     p.add_argument("--verify", action="store_true",
                    help="run whole graph and chained stages in onnxruntime at batch 1 and 8; fail unless they agree")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
@@ -33,16 +38,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lazybatch.onnx_tools.plan import parse_cost
+    from lazybatch.onnx_tools.probe import parse_input_shapes
     from lazybatch.onnx_tools.split import split_model
 
     cost = parse_cost(args.min_stage_cost) if args.min_stage_cost is not None else None
     res = split_model(args.model, args.out, max_stages=args.max_stages, min_stage_cost=cost,
                       max_cross=args.max_cross, verify=args.verify, force=args.force, progress=True,
-                      graph_optimization_level=args.graph_optimization_level)
+                      graph_optimization_level=args.graph_optimization_level,
+                      input_shapes=parse_input_shapes(args.input_shape))
     m = res.manifest
     types = sorted({s["type"] for s in m["stages"]})
     print(f"wrote {res.out}/: {len(m['stages'])} stages ({', '.join(types)}; the graph allows up to "
           f"{m['max_stages']}), manifest.json, {m['whole_model']} in {res.seconds:.1f} s")
+    sized = [i for i in m["graph_inputs"] if "example_dims" in i]
+    if sized:
+        print("dynamic dimensions besides the batch stay dynamic in the stages; verify and profile run them at "
+              + ", ".join(f"{i['name']}={','.join(map(str, i['example_dims']))}" for i in sized)
+              + " (--input-shape to choose)")
     if m.get("verify"):
         v = m["verify"]
         print(f"verify: passed at batch {', '.join(map(str, v['batch_sizes']))}: max abs error {v['max_abs_err']:.3g}, "

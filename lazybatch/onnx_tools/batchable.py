@@ -21,6 +21,17 @@ def real_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     return [i for i in graph.input if i.name not in inits]
 
 
+def _dynamic_dims(vi: onnx.ValueInfoProto) -> None:
+    """Turn negative ``dim_value`` (Paddle2ONNX and other exporters write -1 for a dynamic dimension, which
+    onnxruntime accepts) into an unknown dimension: onnx shape inference and checker treat -1 as a real size, and
+    stage files written with it would say a tensor has -1 elements along that axis."""
+    if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return
+    for d in vi.type.tensor_type.shape.dim:
+        if d.HasField("dim_value") and d.dim_value < 0:
+            d.Clear()
+
+
 def _set_batch_dim(vi: onnx.ValueInfoProto, what: str, fixes: list[str]) -> None:
     tt = vi.type.tensor_type
     if not tt.HasField("shape") or len(tt.shape.dim) == 0:
@@ -28,12 +39,15 @@ def _set_batch_dim(vi: onnx.ValueInfoProto, what: str, fixes: list[str]) -> None
                           "batch as the first dimension of every model input and output: re-export the model with "
                           "an explicit batch dimension")
     d0 = tt.shape.dim[0]
-    if d0.HasField("dim_value"):
+    if d0.HasField("dim_value") and d0.dim_value >= 0:  # a negative value (-1) is dynamic, as a dim_param is
         if d0.dim_value != 1:
             raise ConfigError(f"{what} {vi.name!r} has a fixed first dimension {d0.dim_value}; lazybatch treats "
                               "dimension 0 as the batch: re-export with a dynamic batch dimension (or batch 1, "
                               "which split makes dynamic)")
         fixes.append(f"{what} {vi.name}: batch dimension 1 -> '{BATCH}'")
+    elif d0.HasField("dim_value"):
+        fixes.append(f"{what} {vi.name}: batch dimension {d0.dim_value} -> '{BATCH}'")
+    _dynamic_dims(vi)
     d0.Clear()
     d0.dim_param = BATCH
 
@@ -137,65 +151,9 @@ def shape_table(model: onnx.ModelProto) -> dict[str, tuple[int, list[int | str |
             continue
         dims: list[int | str | None] | None = None
         if tt.HasField("shape"):
-            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+            dims = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or None)
+                    for d in tt.shape.dim]
         out[vi.name] = (tt.elem_type, dims)
     for t in g.initializer:
         out[t.name] = (t.data_type, list(t.dims))
-    return out
-
-
-def _unknown(dims: list[int | str | None] | None) -> bool:
-    return dims is None or any(d is None or (isinstance(d, str) and d.startswith("unk")) for d in dims)
-
-
-def probe_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, list[int | str | None] | None]],
-                 ranges: dict[str, list[int]] | None = None) -> dict[str, tuple[int, list[int | str | None] | None]]:
-    """Fill in what onnx shape inference left unknown by running the model at batch 1 and 2 in onnxruntime.
-
-    Shapes computed at run time (``Reshape(x, Concat(Shape(x)[0], -1))``, as PyTorch exports flatten) defeat
-    static inference; the stage files still need typed, shaped inputs and outputs. A dimension that is 1 at
-    batch 1 and 2 at batch 2 in position 0 is the batch; other dimensions that change stay symbolic (None).
-    """
-    import onnxruntime as ort
-
-    activations = [o for nd in model.graph.node for o in nd.output if o]
-    todo = [t for t in activations if _unknown(shapes.get(t, (0, None))[1])]
-    if not todo or model.ByteSize() > 2_000_000_000 - 50_000_000:
-        return shapes
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    have = {o.name for o in probe.graph.output}
-    for t in todo:
-        if t not in have:
-            probe.graph.output.append(onnx.ValueInfoProto(name=t))
-    from .threads import session_options
-
-    so = session_options(log_severity_level=4)
-    try:
-        sess = ort.InferenceSession(probe.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
-        runs = []
-        for b in (1, 2):
-            rng = np.random.default_rng(b)
-            feeds = {}
-            for i in sess.get_inputs():
-                dims = [b if k == 0 else (d if isinstance(d, int) and d > 0 else 1) for k, d in enumerate(i.shape)]
-                et, _ = shapes.get(i.name, (onnx.TensorProto.FLOAT, None))
-                dt = onnx.helper.tensor_dtype_to_np_dtype(et)
-                if np.issubdtype(dt, np.floating):
-                    feeds[i.name] = rng.standard_normal(dims).astype(dt)
-                elif dt == np.bool_:
-                    feeds[i.name] = rng.random(dims) < 0.5
-                else:
-                    lo, hi = (ranges or {}).get(i.name, [0, 1])
-                    feeds[i.name] = rng.integers(lo, hi + 1, size=dims).astype(dt)
-            runs.append(dict(zip(todo, sess.run(todo, feeds))))
-    except Exception:  # best effort: the caller reports tensors that stay unknown
-        return shapes
-    out = dict(shapes)
-    for t in todo:
-        a, b = runs[0][t], runs[1][t]
-        dims: list[int | str | None] = []
-        for k, (x, y) in enumerate(zip(a.shape, b.shape)):
-            dims.append(BATCH if (k == 0 and x == 1 and y == 2) else (int(x) if x == y else None))
-        out[t] = (int(onnx.helper.np_dtype_to_tensor_dtype(a.dtype)), dims if a.ndim == b.ndim else None)
     return out

@@ -61,9 +61,14 @@ def load_model(path: str | Path) -> LoadedModel:
                           "with onnx.version_converter.convert_version(model, 13)")
     for node in model.graph.node:
         if node.op_type in CONTROL_FLOW:
+            # Refused rather than kept whole inside one stage: an If takes one branch for the whole batch (its
+            # condition is a single value), so rows batched together would change each other's results, and a
+            # Loop/Scan body is a graph of its own that cannot be cut between layers (docs/onnx.md).
             raise ConfigError(f"node {node.name or '(unnamed)'!r} is a {node.op_type}: graphs with control flow "
-                              "(If/Loop/Scan) cannot be cut into layer stages; export the model with loops unrolled "
-                              "(or its step as its own graph, as `lazybatch export gnmt` does), or serve it unsplit")
+                              "(If/Loop/Scan) cannot be cut into layer stages, and an If picks one branch for a "
+                              "whole batch; export the model with loops unrolled and the branch it takes fixed "
+                              "(or its step as its own graph, as `lazybatch export gnmt` does), or serve it "
+                              "unsplit with Triton's onnxruntime backend")
     if external:
         try:
             onnx.load_external_data_for_model(model, str(p.parent))

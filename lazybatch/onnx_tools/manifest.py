@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import onnx
 
@@ -40,22 +40,27 @@ def _shape(plan: Plan, name: str) -> list[Any] | None:
     return None if dims is None else list(dims)
 
 
-def triton_io(plan: Plan, name: str, ranges: Mapping[str, list[int]]) -> dict[str, Any]:
+def triton_io(plan: Plan, name: str, ranges: Mapping[str, list[int]],
+              examples: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
+    """A model input or output, Triton style; ``example_dims`` (per-sample sizes for the -1 dims, see probe.py)
+    where the splitter ran the model at chosen sizes."""
     et, dims = plan.shapes.get(name, (0, None))
     entry: dict[str, Any] = {"name": name, "dtype": numpy_name(et), "data_type": triton_name(et),
                              "dims": [d if isinstance(d, int) and d > 0 else -1 for d in (dims or [None, None])[1:]]}
     if name in ranges:
         entry["range"] = list(ranges[name])
+    if examples and name in examples and -1 in entry["dims"]:
+        entry["example_dims"] = [int(d) for d in examples[name]]
     return entry
 
 
 def build_manifest(plan: Plan, stage_io: list[tuple[list[str], list[str]]], model: onnx.ModelProto, *,
                    source: str, seq2seq: Mapping[str, Any] | None, granularity: Mapping[str, Any],
                    fixes: list[str], external_data: bool, opset: int, whole_model: str,
-                   version: str) -> dict[str, Any]:
+                   version: str, examples: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
     g = model.graph
     ranges = input_ranges(model)
-    graph_inputs = [triton_io(plan, vi.name, ranges) for vi in g.input]
+    graph_inputs = [triton_io(plan, vi.name, ranges, examples) for vi in g.input]
     graph_outputs = [triton_io(plan, vi.name, ranges) for vi in g.output]
     producer_stage = {t: k for k, (_, outs) in enumerate(stage_io) for t in outs}
     consumers: dict[str, list[int]] = {}

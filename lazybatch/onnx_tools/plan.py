@@ -240,10 +240,18 @@ def _group(qp: list[int], cost: list[float], piece_heavy: list[bool], *, k: int 
 
 def make_plan(model: onnx.ModelProto, seq2seq: dict[str, Any] | None = None, *, max_stages: int | None = None,
               min_stage_cost: float | None = None, max_cross: int | None = None,
-              shapes: dict[str, tuple[int, Any]] | None = None) -> Plan:
-    """Where to cut ``model`` (see the module docstring); raises ConfigError for graphs that cannot be split."""
+              shapes: dict[str, tuple[int, Any]] | None = None,
+              sizes: dict[str, list[int]] | None = None) -> Plan:
+    """Where to cut ``model`` (see the module docstring); raises ConfigError for graphs that cannot be split.
+
+    ``sizes``: concrete dims at the example input sizes (probe.probe) for tensors whose ``shapes`` are symbolic;
+    FLOPs are counted on them, so that an image model with a dynamic height and width is balanced by its real
+    per-layer cost rather than by channel counts alone."""
     g = model.graph
     shapes = shapes if shapes is not None else shape_table(model)
+    flop_shapes = dict(shapes)
+    for t, dims in (sizes or {}).items():
+        flop_shapes[t] = (shapes.get(t, (0, None))[0], dims)
     const_nodes, active, _const = _const_split(g)
     part = _parts(active, seq2seq)
     order = sorted(range(len(active)), key=lambda i: (part[i], i))  # stable: encoder first, then decoder
@@ -259,7 +267,7 @@ def make_plan(model: onnx.ModelProto, seq2seq: dict[str, Any] | None = None, *, 
             raise ConfigError(f"graph output {vi.name!r} is a constant or a graph input passed straight through, "
                               "not computed by any stage; remove it from the outputs (or compute it) and split "
                               "again")
-    flops = [node_flops(nd, shapes) for nd in active]
+    flops = [node_flops(nd, flop_shapes) for nd in active]
     heavy = [nd.op_type in HEAVY for nd in active]
     width, forbidden = _cut_widths(active, shapes)
     bounds = [0] + _candidate_cuts(part, heavy, width, forbidden, max_cross) + [n]

@@ -37,11 +37,21 @@ def make_session(path: Path | bytes, providers: Sequence[str], threads: int = 0,
                                 providers=list(providers))
 
 
+def example_dims(spec: Mapping[str, Any]) -> list[int]:
+    """Per-sample sizes of a manifest input: its ``example_dims`` where split recorded them, else ``dims`` with 1
+    for each -1 (manifests written before example_dims existed)."""
+    ex = spec.get("example_dims")
+    if isinstance(ex, list) and len(ex) == len(spec["dims"]) and all(isinstance(d, int) and d > 0 for d in ex):
+        return [int(d) for d in ex]
+    return [d if d > 0 else 1 for d in spec["dims"]]
+
+
 def random_feeds(specs: Sequence[Mapping[str, Any]], batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random inputs for the manifest's graph_inputs: floats ~ N(0, 1), integers uniform in their declared range."""
+    """Random inputs for the manifest's graph_inputs: floats ~ N(0, 1), integers uniform in their declared range;
+    dynamic (-1) dims take the input's ``example_dims`` (the sizes split ran the model at), else 1."""
     feeds: dict[str, np.ndarray] = {}
     for spec in specs:
-        dims = [batch] + [d if d > 0 else 1 for d in spec["dims"]]
+        dims = [batch] + example_dims(spec)
         dt = spec["dtype"]
         if dt.startswith("float"):
             feeds[spec["name"]] = rng.standard_normal(dims).astype(dt)

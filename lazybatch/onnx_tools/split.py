@@ -7,7 +7,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import onnx
 from onnx import helper
@@ -15,12 +15,13 @@ from onnx import helper
 from lazybatch import __version__
 from lazybatch.batcher.errors import ConfigError
 
-from .batchable import infer_shapes, make_batchable, probe_shapes, shape_table
+from .batchable import infer_shapes, make_batchable, shape_table
 from .fsutil import check_target, replace_dir, staging_dir
 from .loading import default_opset, fold_constant_nodes, load_model
 from .manifest import FORMAT, build_manifest, input_ranges
 from .ort_optimize import OPTIMIZED_WHOLE, manifest_entry, optimize_model
 from .plan import Plan, make_plan
+from .probe import choose_examples, probe
 from .zoo import EXTERNAL_DATA_THRESHOLD, seq2seq_spec
 
 WHOLE_MODEL = "model.onnx"
@@ -93,10 +94,15 @@ def _save(model: onnx.ModelProto, path: Path, external: bool) -> None:
 def split_model(model_path: str | Path, out: str | Path, *, max_stages: int | None = None,
                 min_stage_cost: float | None = None, max_cross: int | None = None, verify: bool = False,
                 force: bool = False, progress: bool = False,
-                graph_optimization_level: str | None = None) -> SplitResult:
+                graph_optimization_level: str | None = None,
+                input_shapes: Mapping[str, Sequence[int]] | None = None) -> SplitResult:
     """Split ``model_path`` into ``out``. With ``graph_optimization_level`` (basic, extended, all) the graph is
     cut after onnxruntime has optimised it at that level (see :mod:`.ort_optimize`); ``model.onnx`` stays the
-    unoptimised (batchable) model, and the optimised whole graph is kept beside it for --verify."""
+    unoptimised (batchable) model, and the optimised whole graph is kept beside it for --verify.
+
+    ``input_shapes``: per-sample sizes (no batch) for inputs with dynamic dimensions besides the batch, used by
+    every run of the model here and recorded in the manifest as ``example_dims`` (see :mod:`.probe`); where not
+    given, sizes the model accepts are found by trying a few."""
     t0 = time.perf_counter()
     out = Path(out)
     check_target(out, force, "output directory")
@@ -114,9 +120,10 @@ def split_model(model_path: str | Path, out: str | Path, *, max_stages: int | No
     if graph_optimization_level:
         model = infer_shapes(optimize_model(whole, graph_optimization_level, loaded.external_data))
     spec = seq2seq_spec(model)
-    shapes = probe_shapes(model, shape_table(model), input_ranges(model))
+    examples = choose_examples(whole, input_shapes, input_ranges(model))
+    shapes, sizes = probe(model, shape_table(model), input_ranges(model), examples)
     plan = make_plan(model, spec, max_stages=max_stages, min_stage_cost=min_stage_cost, max_cross=max_cross,
-                     shapes=shapes)
+                     shapes=shapes, sizes=sizes)
     with staging_dir(out) as tmp:
         _save(whole, tmp / WHOLE_MODEL, loaded.external_data)
         if graph_optimization_level:
@@ -139,7 +146,7 @@ def split_model(model_path: str | Path, out: str | Path, *, max_stages: int | No
                                   granularity={"max_stages": max_stages, "min_stage_cost": min_stage_cost,
                                                "max_cross": max_cross},
                                   fixes=fixes, external_data=loaded.external_data, opset=default_opset(model),
-                                  whole_model=WHOLE_MODEL, version=__version__)
+                                  whole_model=WHOLE_MODEL, version=__version__, examples=examples)
         if graph_optimization_level:
             manifest["ort_optimization"] = manifest_entry(graph_optimization_level)
         if not verify:

@@ -45,8 +45,15 @@ def compare(whole: Mapping[str, np.ndarray], chain: Mapping[str, np.ndarray]) ->
     return out
 
 
-def _batch_failure(b: int, e: Exception) -> ConfigError:
+def _batch_failure(b: int, e: Exception, specs: Sequence[Mapping[str, Any]] = ()) -> ConfigError:
     first = str(e).strip().splitlines()[0][:400] if str(e).strip() else type(e).__name__
+    sized = [s for s in specs if "example_dims" in s]
+    if sized:  # the model has dynamic dims besides the batch: the sizes chosen for them are as likely a cause
+        shown = " ".join(f"{s['name']}={','.join(map(str, s['example_dims']))}" for s in sized)
+        return ConfigError(f"onnxruntime failed at batch size {b}: {first}; the inputs had these sizes per sample "
+                           f"for their dynamic dimensions: {shown}. If the model needs other sizes, give them with "
+                           "--input-shape NAME=D1,D2,... (e.g. a multiple of 32 for a detector's height and width); "
+                           "if it hard-codes its batch size, re-export it with a dynamic batch dimension")
     return ConfigError(f"onnxruntime failed at batch size {b}: {first}; the model probably hard-codes its batch "
                        "size (a constant shape, Expand, Tile or Concat with a batch of 1, or a batch folded into "
                        "another dimension): re-export it with a dynamic batch dimension")
@@ -61,7 +68,7 @@ def check_batchable(directory: str | Path, manifest: Mapping[str, Any], batch: i
     try:
         sess.run(None, feeds)
     except Exception as e:  # onnxruntime raises its own exception types
-        raise _batch_failure(batch, e) from None
+        raise _batch_failure(batch, e, manifest["graph_inputs"]) from None
 
 
 def _instrumented_whole(directory: Path, manifest: Mapping[str, Any], providers: Sequence[str]) -> Any:
@@ -122,7 +129,7 @@ def verify_dir(directory: str | Path, manifest: Mapping[str, Any], *, batch_size
             # outputs are checked on the chain as it is served, in-place residual stages included
             chained = chain.run_chain(feeds) if chain.inplace else {n: chained_all[n] for n in model_outputs}
         except Exception as e:  # onnxruntime raises its own Fail/InvalidArgument types
-            raise _batch_failure(b, e) from None
+            raise _batch_failure(b, e, manifest["graph_inputs"]) from None
         res = compare({n: whole_all[n] for n in model_outputs}, chained)
         if instrumented is not None:
             res.update({f"boundary:{k}": v for k, v in compare({n: whole_all[n] for n in boundaries},
