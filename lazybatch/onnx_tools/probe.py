@@ -27,9 +27,10 @@ from .batchable import BATCH, real_inputs
 
 Shapes = dict[str, tuple[int, Any]]  # tensor name -> (elem_type, dims) as batchable.shape_table gives
 # Sizes tried, in order, for dynamic dimensions the user did not size: moderate first (an image of 64x64 runs
-# through most conv nets; a sequence of 64 through most encoders), then larger, then smaller ones.
-DEFAULT_FILLS = (64, 128, 224, 32, 256, 512, 1024, 16, 8, 4, 2, 1)
-ALT_SCALES = (2.0, 3.0, 1.5)  # how the probe perturbs the example to tell fixed dimensions from dynamic ones
+# through most conv nets; a sequence of 64 through most encoders), then larger, then smaller ones. Nothing larger:
+# a failed try can allocate most of a run's memory before the node that refuses the size.
+DEFAULT_FILLS = (64, 128, 224, 32, 256, 16, 8, 4, 2, 1)
+ALT_SCALES = (2.0, 1.5)  # how the probe perturbs the example to tell fixed dimensions from dynamic ones
 MAX_PROBE_BYTES = 2_000_000_000 - 50_000_000  # a model must serialise to bytes to be run from memory
 
 
@@ -89,7 +90,8 @@ def _feeds(model: onnx.ModelProto, examples: Mapping[str, Sequence[int]], batch:
 
 
 def _session(model: onnx.ModelProto) -> Any:
-    """A CPU session of ``model`` from memory, or None for a model too large to serialise (over 2 GB)."""
+    """A CPU session of ``model`` from memory, or None for a model too large to serialise (over 2 GB). No arena:
+    a probe asks for every activation at once, and an arena would keep that peak for the rest of the split."""
     import onnxruntime as ort
 
     from .threads import session_options
@@ -97,8 +99,14 @@ def _session(model: onnx.ModelProto) -> Any:
     if model.ByteSize() > MAX_PROBE_BYTES:
         return None
     ort.set_default_logger_severity(4)
-    return ort.InferenceSession(model.SerializeToString(), sess_options=session_options(log_severity_level=4),
-                                providers=["CPUExecutionProvider"])
+    so = session_options(log_severity_level=4)
+    so.enable_cpu_mem_arena = False
+    return ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+
+
+def _shapes(sess: Any, targets: list[str], feeds: dict[str, np.ndarray]) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """(shape, dtype) of each target in one run; the arrays themselves are dropped at once."""
+    return {t: (tuple(int(d) for d in a.shape), a.dtype) for t, a in zip(targets, sess.run(targets, feeds))}
 
 
 def choose_examples(model: onnx.ModelProto, given: Mapping[str, Sequence[int]] | None = None,
@@ -106,7 +114,7 @@ def choose_examples(model: onnx.ModelProto, given: Mapping[str, Sequence[int]] |
     """Per-sample sizes for every input with a dynamic dimension besides the batch.
 
     ``given`` (``--input-shape``) wins; other dynamic dimensions take the first of ``DEFAULT_FILLS`` at which the
-    whole model runs at batch 2 (all of them the same size: the height and width of an image, say). If none runs,
+    whole model runs at batch 1 (all of them the same size: the height and width of an image, say). If none runs,
     the first is kept and ``--verify`` reports onnxruntime's error with a hint to give the sizes."""
     given = dict(given or {})
     inputs = {vi.name: vi for vi in real_inputs(model.graph)}
@@ -138,7 +146,7 @@ def choose_examples(model: onnx.ModelProto, given: Mapping[str, Sequence[int]] |
         for size in DEFAULT_FILLS:
             cand = fill(size)
             try:
-                sess.run(None, _feeds(model, cand, 2, 0, ranges))
+                sess.run(None, _feeds(model, cand, 1, 0, ranges))
                 return cand
             except Exception:  # onnxruntime's own exception types: this size does not fit, try the next
                 continue
@@ -155,15 +163,15 @@ def _symbolic(dims: Any) -> bool:
 
 
 def _alternative(model: onnx.ModelProto, sess: Any, examples: Mapping[str, Sequence[int]], targets: list[str],
-                 ranges: Mapping[str, list[int]] | None) -> dict[str, np.ndarray] | None:
-    """The targets at batch 1 with every dynamic input dimension scaled (x2, else x3, else x1.5), or None when the
-    model accepts none of these sizes."""
+                 ranges: Mapping[str, list[int]] | None) -> dict[str, tuple[tuple[int, ...], Any]] | None:
+    """Shapes of the targets at batch 1 with every dynamic input dimension scaled (x2, else x1.5), or None when
+    the model accepts neither size."""
     dyn = dynamic_inputs(model)
     for scale in ALT_SCALES:
         alt = {n: [s if dyn[n][k] is not None else max(s + 1, math.ceil(s * scale)) for k, s in enumerate(sizes)]
                for n, sizes in examples.items()}
         try:
-            return dict(zip(targets, sess.run(targets, _feeds(model, alt, 1, 3, ranges))))
+            return _shapes(sess, targets, _feeds(model, alt, 1, 3, ranges))
         except Exception:
             continue
     return None
@@ -195,23 +203,23 @@ def probe(model: onnx.ModelProto, shapes: Shapes, ranges: Mapping[str, list[int]
             pm.graph.output.append(onnx.ValueInfoProto(name=t))
     try:
         sess = _session(pm)
-        one = dict(zip(targets, sess.run(targets, _feeds(model, examples, 1, 1, ranges))))
-        two = dict(zip(todo, sess.run(todo, _feeds(model, examples, 2, 2, ranges)))) if todo else {}
+        one = _shapes(sess, targets, _feeds(model, examples, 1, 1, ranges))
+        two = _shapes(sess, todo, _feeds(model, examples, 2, 2, ranges)) if todo else {}
     except Exception:  # best effort: the caller reports tensors that stay unknown
         return shapes, {}
     alt = _alternative(model, sess, examples, todo, ranges) if todo and examples else None
     out = dict(shapes)
     for t in todo:
-        a, b = one[t], two[t]
-        c = alt[t] if alt is not None else None
-        same_rank = a.ndim == b.ndim and (c is None or c.ndim == a.ndim)
+        (a, dtype), (b, _) = one[t], two[t]
+        c = alt[t][0] if alt is not None else None
+        same_rank = len(a) == len(b) and (c is None or len(c) == len(a))
         dims: list[int | str | None] | None = None
         if same_rank:
             dims = []
-            for k, (x, y) in enumerate(zip(a.shape, b.shape)):
+            for k, (x, y) in enumerate(zip(a, b)):
                 # with dynamic input dims a size is fixed only if the scaled run kept it (no such run: unknown)
-                fixed = x == y and (c.shape[k] == x if c is not None else not examples)
-                dims.append(BATCH if (k == 0 and x == 1 and y == 2) else (int(x) if fixed else None))
-        out[t] = (int(onnx.helper.np_dtype_to_tensor_dtype(a.dtype)), dims)
-    sizes = {t: [int(d) for d in one[t].shape] for t in targets}
+                fixed = x == y and (c[k] == x if c is not None else not examples)
+                dims.append(BATCH if (k == 0 and x == 1 and y == 2) else (x if fixed else None))
+        out[t] = (int(onnx.helper.np_dtype_to_tensor_dtype(dtype)), dims)
+    sizes = {t: list(one[t][0]) for t in targets}
     return out, sizes
