@@ -19,9 +19,11 @@ from lazybatch.batcher.errors import ConfigError
 
 from .stages import TRITON_TO_NUMPY, TensorSpec
 
-# Each poll is a round trip to the server process per held request: at 2 ms it was most of the backend's own cost
-# in the NPU-served benchmark (docs/npu.md); a client that cancels waits at most this long for its answer.
-DEFAULT_CANCEL_POLL_MS = 50.0
+# Each poll is a round trip to the server process per held request: at a fixed 2 ms it was most of the backend's own
+# cost in the NPU-served benchmark (docs/npu.md), and a fixed 50 ms left a cancelled request running ~25 ms (median)
+# after its cancel. The default (0, written "auto") paces the asks by the model's stage times instead, within a
+# bounded IPC load (backend/cancel_watch.py).
+DEFAULT_CANCEL_POLL_MS = 0.0
 WHOLE_GRAPH = "whole_graph"  # the model runs the whole ONNX graph on what Triton batched (dynamic_batching)
 
 PARAMETERS = {
@@ -43,8 +45,11 @@ PARAMETERS = {
                                "name); default false: one pool per model instance shared by all its stages",
     "inplace_residuals": "true (default): residual stages write their output over their shortcut input, as "
                          "onnxruntime does in the whole graph (docs/onnx.md); false: plain session.run",
-    "cancel_poll_ms": "how often the watcher thread asks each held request whether the client cancelled it "
-                      "(default 50 ms; backend/cancel_watch.py)",
+    "cancel_poll_ms": "auto (default; 0 is the same): the watcher thread asks each running request whether the "
+                      "client cancelled it just before its stage ends and queued ones about once a stage time, so "
+                      "a cancel is answered and its compute stops within about one stage time (sweeps >= 2 ms apart, "
+                      "<= 16 round trips each, <= 1000 a second) | <ms>: each held request at most once per "
+                      "<ms>, the rule before (50 was the default; backend/cancel_watch.py)",
     "fuse_stages": "auto (default): eager runs a job that spans every stage as the whole graph in one onnxruntime "
                    "call; lazy and oracle run each request through the whole graph "
                    "where their batch cap is 1 (batching buys nothing, so no boundary is ever used) | true: "
@@ -236,13 +241,20 @@ class BackendSettings:
             allow_nan=_bool(_param(cfg, "allow_nan", "true"), "allow_nan"),
             execution_provider=_param(cfg, "execution_provider", "auto") or "auto",
             intra_op_threads=int(_number(_param(cfg, "intra_op_threads"), "intra_op_threads", int) or 0),
-            cancel_poll_ms=float(_number(_param(cfg, "cancel_poll_ms"), "cancel_poll_ms") or DEFAULT_CANCEL_POLL_MS),
+            cancel_poll_ms=_cancel_poll_ms(_param(cfg, "cancel_poll_ms")),
             use_per_session_threads=_bool(_param(cfg, "use_per_session_threads"), "use_per_session_threads"),
             inplace_residuals=_bool(_param(cfg, "inplace_residuals", "true"), "inplace_residuals"),
             fuse_stages=_fuse_mode(_param(cfg, "fuse_stages", "auto")),
             response_thread=_bool(_param(cfg, "response_thread", "true"), "response_thread"),
             **_production_settings(cfg),
         )
+
+
+def _cancel_poll_ms(text: str | None) -> float:
+    """``cancel_poll_ms``: "auto" (or absent, or 0) is 0.0, paced by the stage times; else a fixed period in ms."""
+    if text is None or text.strip().lower() in ("", "auto"):
+        return DEFAULT_CANCEL_POLL_MS
+    return float(_number(text, "cancel_poll_ms"))
 
 
 def _fuse_mode(text: str | None) -> str:

@@ -106,20 +106,32 @@ class BatchLog:
         self._file: Any = None
 
     def record(self, stage: int, size: int, seconds: float) -> None:
+        self._line(f"{time.time():.6f},{stage},{size},{seconds:.6f}")
+
+    def _line(self, text: str) -> None:
         try:
             with self._lock:
                 if self._file is None:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
                     self._file = self.path.open("a", buffering=1)
-                self._file.write(f"{time.time():.6f},{stage},{size},{seconds:.6f}\n")
+                self._file.write(text + "\n")
         except OSError as e:
-            print(f"lazybatch: cannot write the batch log: {e}", file=sys.stderr)
+            print(f"lazybatch: cannot write {self.path.name}: {e}", file=sys.stderr)
 
     def close(self) -> None:
         with self._lock:
             if self._file is not None:
                 self._file.close()
                 self._file = None
+
+
+class CancelLog(BatchLog):
+    """One CSV line per CANCELLED answer (unix time as it is sent, the client's request id), appended to
+    ``LAZYBATCH_STATS_DIR/<model>.cancels.csv``: a client that cancels gets its own answer at once from its gRPC
+    library, so when the server answered is only seen here (benchmarks/bench_cancel.py). Best effort."""
+
+    def record_cancel(self, request_id: str) -> None:
+        self._line(f"{time.time():.6f},{request_id.replace(',', ';')}")
 
 
 class TritonPythonModel:
@@ -140,6 +152,7 @@ class TritonPythonModel:
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
         self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
         self._batch_log = BatchLog(Path(stats_dir) / f"{s.name}.batches.csv") if stats_dir else None
+        self._cancel_log = CancelLog(Path(stats_dir) / f"{s.name}.cancels.csv") if stats_dir else None
         # Inside Triton a model instance is a stub process of its own: one pool for all its sessions. Outside it
         # (in-process tests, embedding) the process is someone else's, and the switch would refuse their sessions.
         if not s.use_per_session_threads and pb_utils is not None:
@@ -333,6 +346,8 @@ class TritonPythonModel:
             self.exporter.close()
         if self._batch_log is not None:
             self._batch_log.close()
+        if self._cancel_log is not None:
+            self._cancel_log.close()
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -353,7 +368,11 @@ class TritonPythonModel:
             code = _error_code(status)
             err = te(error or status.value, code) if code is not None else te(error or status.value)
             resp = pb_utils.InferenceResponse(output_tensors=[], error=err)
+        # the id is read before the final send: after it the server may release the request
+        rid = request.request_id() if status is Status.CANCELLED and self._cancel_log is not None else None
         request.get_response_sender().send(resp, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if rid is not None:
+            self._cancel_log.record_cancel(rid)
 
     @staticmethod
     def _is_cancelled(request: Any) -> bool:

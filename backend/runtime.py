@@ -40,7 +40,7 @@ from lazybatch.batcher.scheduler import Scheduler
 from lazybatch.onnx_tools.inplace import InPlaceRunError
 
 from . import metrics as M
-from .cancel_watch import CancelWatcher
+from .cancel_watch import CancelWatcher, auto_interval, typical_stage_s
 from .config import RequestOptions
 from .faults import FaultInjector
 from .memory import malloc_trim
@@ -171,6 +171,9 @@ class RuntimeStats:
     host_per_job_s: float = 0.0  # what a job costs besides onnxruntime (moving average): a decision point's cost
     memory_releases: int = 0  # idle moments that released arena and heap memory (backend/memory.py)
     memory_release_s: float = 0.0  # time malloc_trim took on the scheduler thread
+    cancel_checks: int = 0  # is_cancelled() round trips the watcher made (backend/cancel_watch.py): its IPC load
+    cancel_check_s: float = 0.0  # the wall time they took
+    cancel_slip: float = 1.0  # served job time over the table's, as the watcher predicts boundaries with it
 
     def as_dict(self) -> dict[str, Any]:
         n = max(self.stage_runs, 1)
@@ -185,6 +188,8 @@ class RuntimeStats:
             "inline_runs": self.inline_runs, "inline_requests": self.inline_requests,
             "host_per_job_ms": self.host_per_job_s * 1e3,
             "memory_releases": self.memory_releases, "memory_release_ms": self.memory_release_s * 1e3,
+            "cancel_checks": self.cancel_checks, "cancel_check_ms": self.cancel_check_s * 1e3,
+            "cancel_slip": self.cancel_slip,
         }
 
 
@@ -248,8 +253,10 @@ class BackendRuntime:
         self._busy_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=f"{name}-scheduler", daemon=True)
         self._thread.start()
+        # cancel_poll_s 0: paced by the stage times (cancel_poll_ms: auto, backend/cancel_watch.py)
         self._watcher = (CancelWatcher(lambda: self._live.values(), is_cancelled, self._on_cancel, cancel_poll_s,
-                                       name, lock=self._answer_lock) if is_cancelled is not None else None)
+                                       name, lock=self._answer_lock, stage_s=typical_stage_s(table.dense))
+                         if is_cancelled is not None else None)
 
     # ------------------------------------------------------------------ any thread
     @property
@@ -475,7 +482,12 @@ class BackendRuntime:
                 self._job = None
                 t_job = time.perf_counter()
                 ort_before = stats.ort_s
+                watcher = self._watcher
+                if watcher is not None:  # it asks these requests just before the job should end
+                    watcher.job_started(job.requests, self._expected_s(job))
                 result = self._run(job)
+                if watcher is not None:
+                    watcher.job_ended()
                 if self.metrics is not None:  # here, not in _run_batch: subclasses replace that (seq2seq)
                     ran = sum(1 for r in job.requests if not r.cancelled)
                     if ran:
@@ -513,6 +525,10 @@ class BackendRuntime:
             self.stats.memory_release_s += time.perf_counter() - t0
 
     def _idle_hook(self) -> None:
+        if self._watcher is not None:
+            self.stats.cancel_checks = self._watcher.checks
+            self.stats.cancel_check_s = self._watcher.check_s
+            self.stats.cancel_slip = self._watcher.slip
         if self.metrics is not None:
             self._sync_metrics()
         if self.on_idle is not None:
@@ -552,6 +568,8 @@ class BackendRuntime:
             kw = {}
         key = id(parent)
         self._live[key] = parent
+        if self._watcher is not None:
+            self._watcher.held_changed()
         self.stats.requests += 1
         for row in range(parent.remaining):
             r = Request(next(self._ids), arrival, priority=opts.priority, **self._sample_args(parent, row), **kw)
@@ -693,6 +711,18 @@ class BackendRuntime:
                 self.calibrator.refresh()
                 self.policy.table_changed()
                 self.stats.time_scale = self.calibrator.scale
+                if self._watcher is not None and self._watcher.auto:  # the stage time it is paced by
+                    self._watcher.interval = auto_interval(typical_stage_s(self._dense))
+
+    def _expected_s(self, job: StageJob) -> float:
+        """How long the job should take, from the (calibrated) latency table."""
+        dense = self._dense
+        b = job.batch_size
+        t = 0.0
+        for s in job.span:
+            row = dense[s]
+            t += row[b] if b < len(row) else row[-1] * b / (len(row) - 1)
+        return t
 
     def _calibrate_span(self, start: int, stop: int, batch: int, took: float) -> None:
         """A span's time shared among its stages in proportion to their table times (a whole-graph pass has no
