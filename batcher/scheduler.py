@@ -74,6 +74,9 @@ class Scheduler:
             for request in requests:
                 self.finish(request, Status.REJECTED, message)
             return reason
+        if self.admission is not None:
+            self.admission.admitted([r.id for r in requests], self.outstanding - self.completed - n, now,
+                                    min(r.deadline for r in requests))
         for request in requests:
             self.policy.enqueue(request, now)
         if not self.busy:
@@ -128,6 +131,8 @@ class Scheduler:
         request.error = error
         request.finish = self.clock.now()
         self.completed += 1
+        if self.admission is not None:
+            self.admission.finished(request.id, status is Status.OK, request.finish)
         if self.on_response is not None:
             self.on_response(request)
 

@@ -103,6 +103,32 @@ def test_overload_reject_keeps_served_requests_on_time_delay_serves_everything_l
     assert out["REJECT"][1] < out["DELAY"][1] / 2, out
 
 
+@pytest.mark.parametrize("make", [lambda: LazyBatching(max_batch_size=8), lambda: GraphBatching(8, 0.002)],
+                         ids=["lazy", "graph"])
+def test_reject_learns_how_late_the_drain_runs_and_keeps_its_promises(make):
+    """On a device that runs up to 30% slower than its table and fires timers late (what a served model adds; the
+    burst test missed 1-2% of accepted deadlines under a busy core), the bare drain admits requests that end late.
+    Learning how much later than planned recent admitted requests finished (95th percentile) keeps >= 99% of the
+    accepted ones on time, still serving a good share of the burst."""
+    from .test_monitor import _JitteryDevice
+
+    graph = ModelGraph("m", ["a", "b", "c", "d"])
+    table = LatencyTable(graph, [1, 8], [[1e-3, 2.5e-3]] * 4)
+    out = {}
+    for learn in (False, True):
+        reqs = make_requests(poisson(5 * 250.0, 2000, seed=4, graph=graph), 0.040)
+        sim = _JitteryDevice(table, make(), queue_policy=QueuePolicy(0, "REJECT"), seed=2)
+        sim.scheduler.admission.learn = learn
+        sim.run(reqs)
+        served = [r for r in reqs if r.status is Status.OK]
+        out[learn] = (sum(r.finish > r.deadline for r in served) / len(served), len(served),
+                      sim.scheduler.admission.margin)
+    assert out[False][0] > 0.01, out  # the bare drain breaks its promise on this device
+    assert out[True][0] <= 0.01, out
+    assert out[True][1] >= 0.5 * out[False][1] and out[True][2] > 0.0, out
+    assert not sim.scheduler.admission._planned  # every admitted sample's plan was settled
+
+
 def test_closed_scheduler_rejects_with_reason():
     sched = Scheduler(flat_table(2), LazyBatching(), Parked(), ManualClock())
     sched.close()

@@ -203,6 +203,7 @@ def test_mixed_good_bad_cancelled_exactly_one_response_each(served, reference):
     time.sleep(0.5)
     assert sorted(results) == list(range(n))
     assert all(len(v) == 1 for v in results.values()), "some request was answered more than once"
+    raced: list[int] = []
     for i, (kind, x) in expected.items():
         result, error = results[i][0]
         if kind == "good":
@@ -210,8 +211,14 @@ def test_mixed_good_bad_cancelled_exactly_one_response_each(served, reference):
             np.testing.assert_allclose(result.as_numpy("y"), reference("slow", x), rtol=1e-3, atol=1e-4)
         elif kind == "nan":
             assert error is not None and "NaN" in str(error)
+        elif error is None:
+            # the client's cancel() lost the race with the server's answer: a main thread descheduled for a few ms
+            # between async_infer and cancel() (a loaded 2-core machine) gets the result; then it must be correct
+            raced.append(i)
+            np.testing.assert_allclose(result.as_numpy("y"), reference("slow", x), rtol=1e-3, atol=1e-4)
         else:
-            assert error is not None and "cancel" in str(error).lower(), str(error)
+            assert "cancel" in str(error).lower(), str(error)
+    assert len(raced) <= (n // 4) // 3, f"most cancels should win the race with a slow model: {raced} did not"
     # the server side answered each request it accepted exactly once, cancelled ones included
     after = served.stats(model)
     accepted = after["requests"] - before["requests"]
