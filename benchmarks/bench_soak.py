@@ -3,6 +3,7 @@
     python benchmarks/bench_soak.py                        # 5 minutes at 80% of the batch-1 service rate
     python benchmarks/bench_soak.py --duration 60          # a shorter look
     python benchmarks/bench_soak.py --timeout-action REJECT --max-queue-size 64
+    python benchmarks/bench_soak.py --from-json docs/data/soak_1800s.json --plot docs/img/soak_1800s.png  # re-plot
 
 One model: an 8-layer MLP of width 1024 cut after every Relu (``lazybatch.staging.make_mlp``, the regime where
 batching pays), served by the lazybatch backend under ``--policy`` (lazy). The batch-1 service rate mu is measured
@@ -25,11 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from lazybatch.client.api import Client
-from lazybatch.client.soak import OpenLoop, metric_total, process_tree_rss, scrape, wait_for
-from lazybatch.repo import add_model
-from lazybatch.serving import TritonServer, free_port
-from lazybatch.staging import make_mlp, split_model
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import command_line, git_commit, machine_meta  # noqa: E402
+
+from lazybatch.client.api import Client  # noqa: E402
+from lazybatch.client.soak import OpenLoop, metric_total, process_tree_rss, scrape, wait_for  # noqa: E402
+from lazybatch.repo import add_model  # noqa: E402
+from lazybatch.serving import TritonServer, free_port  # noqa: E402
+from lazybatch.staging import make_mlp, split_model  # noqa: E402
 
 MODEL = "soak_mlp"
 
@@ -64,6 +68,37 @@ def largest_batch(text: str) -> int:
     return bounds[0] if bounds else 0
 
 
+def plot(result: dict, path: Path) -> Path | None:
+    """Memory of tritonserver + stubs and the samples held, over the run (matplotlib; None where it is missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    t = [p[0] / 60 for p in result["rss_samples"]]
+    mem = [p[1] / 2**20 for p in result["rss_samples"]]
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    ax.plot(t, mem, color="tab:blue", lw=1.2, label="tritonserver + stubs (MiB)")
+    ax.set_xlabel("minutes of load")
+    ax.set_ylabel("resident memory (MiB)")
+    ax.set_ylim(0, max(mem) * 1.25)
+    held = result.get("held_at_samples") or []
+    if held:
+        ax2 = ax.twinx()
+        ax2.plot(t[:len(held)], held, color="tab:orange", lw=0.6, alpha=0.7, label="samples held")
+        ax2.set_ylabel("samples held", color="tab:orange")
+    ax.set_title(f"soak: {result['sent']:,} requests at {result['load']:.0%} load, lost {result['lost']}, "
+                 f"duplicated {result['duplicated']}", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def service_rate(url: str, n: int = 60) -> float:
     x = {"x": np.random.default_rng(0).standard_normal((1, 256)).astype(np.float32)}
     with Client(url) as c:
@@ -80,7 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout-action", default=None, choices=("REJECT", "DELAY"))
     ap.add_argument("--rss-every", type=float, default=5.0, help="seconds between memory samples")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/soak"))
+    ap.add_argument("--from-json", type=Path, help="no run: plot a soak.json written before (see --plot)")
+    ap.add_argument("--plot", type=Path, help="where the memory plot goes (default: soak.png beside soak.json)")
     args = ap.parse_args(argv)
+    if args.from_json is not None:
+        got = plot(json.loads(args.from_json.read_text()), args.plot or args.from_json.with_suffix(".png"))
+        print(f"written: {got}" if got else "matplotlib is missing: pip install 'lazybatch[plots]'")
+        return 0 if got else 1
     if args.duration <= 0 or not 0 < args.load <= 5:
         ap.error("--duration must be positive and --load in (0, 5]")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -170,8 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         "largest_batch_at_samples": largest, "held_at_samples": held,
         "warm_up": warm.summary(), "policy": args.policy, "sla_ms": args.sla_ms,
         "max_queue_size": args.max_queue_size, "timeout_action": args.timeout_action or "DELAY",
+        "commit": git_commit(), "command": command_line(), "machine": machine_meta(),
     }
     (args.out / "soak.json").write_text(json.dumps(result, indent=1))
+    png = plot(result, args.plot or args.out / "soak.png")
     print(f"\nbatch-1 service rate {mu:.1f}/s; offered {rate:.1f}/s ({args.load:.0%}) for {args.duration:.0f} s")
     print(f"sent {s['sent']}, ok {ok}, rejected {s['rejected']}, errors {s['error'] + s['other']}, "
           f"lost {s['lost']}, duplicated {s['duplicated']}; server counted ok {server_ok:.0f}, rejected "
@@ -180,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
           f"p99 {s['p99_ms']:.1f} ms")
     print(f"memory (tritonserver + stubs): {r0 / 2**20:.1f} MB -> {r1 / 2**20:.1f} MB (x{r1 / r0:.3f}, max "
           f"{rmax / 2**20:.1f}); second-half slope {result['rss_slope_second_half_mb_per_min']:+.2f} MB/min")
-    print(f"written: {args.out / 'soak.json'}")
+    print(f"written: {args.out / 'soak.json'}" + (f", {png}" if png else ""))
     return 0 if s["lost"] == 0 and s["duplicated"] == 0 and idle else 1
 
 
