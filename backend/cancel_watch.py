@@ -134,7 +134,12 @@ class CancelWatcher:
         job = self._job
         if job is not None and self.auto:
             self._ended = job[0]
-            self._slips.append((time.monotonic() - job[2]) / job[3])
+            slip = (time.monotonic() - job[2]) / job[3]
+            if job[0] != self._asked_job and slip < (1.0 - BOUNDARY_LEAD) * self.slip:
+                # it ended before its sweep was due: the learned slip is stale (the first, slow runs after a load
+                # taught it), so the next job is predicted from this one alone, not after half a window of them
+                self._slips.clear()
+            self._slips.append(slip)
 
     def held_changed(self) -> None:
         """A request was added: a watcher asleep for want of held requests starts sweeping again."""

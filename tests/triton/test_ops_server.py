@@ -302,8 +302,15 @@ def test_request_priority_overtakes_the_queue(prod):
     done: list[tuple[float, str]] = []
     lock = threading.Lock()
 
+    # Every default request is sent at once (a barrier after each thread's connection is made), and the urgent one
+    # as soon as the first of them is answered: the others are queued at the server by then. (A fixed 50 ms sleep
+    # here let 15 of 16 finish first on a machine with a busy core: thread starts and connections took that long.)
+    ready = threading.Barrier(17)
+
     def send(tag: str, priority: int | None) -> None:
         with Client(server.endpoints.grpc) as c:
+            if priority is None:
+                ready.wait(timeout=60)
             c.infer("prod_heavy_prio", {"x": _x(1, len(tag), dim=512)}, priority=priority)
         with lock:
             done.append((time.perf_counter(), tag))
@@ -311,7 +318,8 @@ def test_request_priority_overtakes_the_queue(prod):
     queued = [threading.Thread(target=send, args=(f"d{i}", None)) for i in range(16)]
     for t in queued:
         t.start()
-    time.sleep(0.05)  # the default requests queue behind the first (serial, tens of ms each)
+    ready.wait(timeout=60)
+    assert wait_for(lambda: len(done) >= 1, 60), "no default request was answered"
     sent = time.perf_counter()
     urgent = threading.Thread(target=send, args=("urgent", 1))
     urgent.start()
