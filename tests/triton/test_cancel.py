@@ -13,7 +13,6 @@ that parameter, this test fails; docs/operations.md, Cancellation).
 
 from __future__ import annotations
 
-import json
 import random
 import statistics
 import threading
@@ -27,6 +26,7 @@ import tritonclient.grpc as grpcclient
 from lazybatch.repo import add_model
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_heavy, split_model
+from triton_models import settled_stats
 
 MODEL = "cancel_heavy"
 DIM = 512
@@ -57,20 +57,8 @@ class CancelServed:
                 out.setdefault(rid, []).append(float(t))
         return out
 
-    def stats(self, settle: float = 10.0) -> dict:
-        """The backend's statistics file once it stopped changing (it is rewritten when the model goes idle)."""
-        path = self.stats_dir / f"{MODEL}.json"
-        end, last = time.monotonic() + settle, None
-        while time.monotonic() < end:
-            try:
-                data = json.loads(path.read_text()) if path.exists() else {"answered": {}, "requests": 0}
-            except ValueError:
-                data = None
-            if data is not None and data == last:
-                return data
-            last = data
-            time.sleep(0.3)
-        raise AssertionError(f"statistics did not settle: {last}")
+    def stats(self) -> dict:
+        return settled_stats(self.stats_dir / f"{MODEL}.json")
 
 
 @pytest.fixture(scope="module")

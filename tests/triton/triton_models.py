@@ -53,27 +53,29 @@ class Served:
         return self.server.endpoints.http
 
     def stats(self, model: str, *, settle: float = 10.0) -> dict:
-        """The backend's statistics (written by the scheduler thread whenever it holds nothing), once stable.
+        """The backend's statistics (written by the scheduler thread whenever it holds nothing), once stable."""
+        return settled_stats(self.stats_dir / f"{model}.json", settle)
 
-        Before the model answered anything there is no file: zero counts then.
-        """
-        path = self.stats_dir / f"{model}.json"
-        end = time.monotonic() + settle
-        last = None
-        while time.monotonic() < end:
-            data = None
-            if path.exists():
-                try:
-                    data = json.loads(path.read_text())
-                except ValueError:
-                    data = None
-            else:
-                data = {"requests": 0, "samples": 0, "answered": {}, "batch_hist": {}}
-            if data is not None and data == last:
-                return data
-            last = data
-            time.sleep(0.3)
-        raise AssertionError(f"statistics of {model} did not settle: {last}")
+
+def settled_stats(path: Path, settle: float = 10.0) -> dict:
+    """A backend statistics file (``LAZYBATCH_STATS_DIR/<model>.json``, rewritten whenever the model goes idle) once
+    two reads 0.3 s apart agree. Before the model answered anything there is no file: zero counts then."""
+    end = time.monotonic() + settle
+    last = None
+    while time.monotonic() < end:
+        data = None
+        if path.exists():
+            try:
+                data = json.loads(path.read_text())
+            except ValueError:
+                data = None
+        else:
+            data = {"requests": 0, "samples": 0, "answered": {}, "batch_hist": {}}
+        if data is not None and data == last:
+            return data
+        last = data
+        time.sleep(0.3)
+    raise AssertionError(f"statistics in {path.name} did not settle: {last}")
 
 
 def build_repository(root: Path) -> tuple[Path, Path, Path]:
