@@ -311,24 +311,30 @@ def test_request_priority_overtakes_the_queue(prod):
     # Every default request is sent at once (a barrier after each thread's connection is made), and the urgent one
     # as soon as the first of them is answered: the others are queued at the server by then. (A fixed 50 ms sleep
     # here let 15 of 16 finish first on a machine with a busy core: thread starts and connections took that long.)
-    ready = threading.Barrier(17)
+    # The urgent request's thread and connection are made beforehand too and wait for a signal: started and
+    # connected only once the first answer came, it reached the server after two more requests had started (more
+    # than one service time later) in one suite run with another process spinning on one of the two cores.
+    ready = threading.Barrier(18)
+    go = threading.Event()
 
     def send(tag: str, priority: int | None) -> None:
         with Client(server.endpoints.grpc) as c:
-            if priority is None:
-                ready.wait(timeout=60)
+            assert c.is_ready("prod_heavy_prio")  # the connection is made here, before the barrier
+            ready.wait(timeout=60)
+            if priority is not None:
+                assert go.wait(timeout=60)
             c.infer("prod_heavy_prio", {"x": _x(1, len(tag), dim=512)}, priority=priority)
         with lock:
             done.append((time.perf_counter(), tag))
 
     queued = [threading.Thread(target=send, args=(f"d{i}", None)) for i in range(16)]
-    for t in queued:
+    urgent = threading.Thread(target=send, args=("urgent", 1))
+    for t in [*queued, urgent]:
         t.start()
     ready.wait(timeout=60)
     assert wait_for(lambda: len(done) >= 1, 60), "no default request was answered"
     sent = time.perf_counter()
-    urgent = threading.Thread(target=send, args=("urgent", 1))
-    urgent.start()
+    go.set()
     with Client(server.endpoints.grpc) as c:
         with pytest.raises(InferError, match=r"request_priority 3 is outside 1\.\.2"):
             c.infer("prod_heavy_prio", {"x": _x(1, 0, dim=512)}, priority=3)
