@@ -58,6 +58,9 @@ BOUNDARY_COST_WEIGHT = 0.02  # per job: the measured cost of a decision point fo
 # An inline pass waits at most this long for the scheduler thread to finish the bookkeeping of its last job (it
 # answered everything and holds nothing, but has not gone back to sleep): longer, and the requests go to it instead.
 INLINE_LOCK_WAIT_S = 0.002
+# A group that finds the scheduler busy with work it could only follow (Policy.inline_wait) waits in execute at
+# most twice the predicted rest of that work plus this, then runs inline; past that, it goes to the scheduler.
+INLINE_WAIT_SLACK_S = 0.005
 # The latency table is rewritten from the observed runs (batcher/calibration.py) at most this often: a rewrite
 # (every stage, every batch size, and the policy's derived tables) cost more than a MobileNet stage, and was due
 # after nearly every run of a noisy span.
@@ -167,6 +170,10 @@ class RuntimeStats:
     span_runs: int = 0  # jobs that ran several stages with no decision point between (StageJob.stop)
     inline_runs: int = 0  # whole-graph passes run in Triton's execute call, outside the scheduler (run_inline)
     inline_requests: int = 0
+    inline_groups: int = 0  # execute calls served inline (inline_runs / inline_groups: passes a group took)
+    inline_waits: int = 0  # groups that waited in execute for the scheduler to finish what it held, then ran inline
+    # why a group handed to execute went to the scheduler instead (run_inline's refusals, by reason)
+    inline_refused: dict[str, int] = field(default_factory=dict)
     time_scale: float = 1.0  # measured / profiled stage time over the model (batcher/calibration.py: its scale)
     host_per_job_s: float = 0.0  # what a job costs besides onnxruntime (moving average): a decision point's cost
     memory_releases: int = 0  # idle moments that released arena and heap memory (backend/memory.py)
@@ -186,6 +193,7 @@ class RuntimeStats:
             "overhead_fraction": (self.io_s + self.sched_s) / self.ort_s if self.ort_s else 0.0,
             "answered": dict(self.answered), "time_scale": self.time_scale, "span_runs": self.span_runs,
             "inline_runs": self.inline_runs, "inline_requests": self.inline_requests,
+            "inline_groups": self.inline_groups, "inline_waits": self.inline_waits, "inline_refused": dict(sorted(self.inline_refused.items())),
             "host_per_job_ms": self.host_per_job_s * 1e3,
             "memory_releases": self.memory_releases, "memory_release_ms": self.memory_release_s * 1e3,
             "cancel_checks": self.cancel_checks, "cancel_check_ms": self.cancel_check_s * 1e3,
@@ -247,6 +255,8 @@ class BackendRuntime:
         self._closed = False
         self._submit_lock = threading.Lock()
         self._pending = 0  # submitted, not yet admitted by the scheduler thread (under _submit_lock)
+        self._running: StageJob | None = None  # the job onnxruntime runs now (scheduler thread)
+        self._idle = threading.Event()  # set while the scheduler holds nothing (an inline pass may wait for it)
         self._answer_lock = threading.Lock()  # a request is asked for cancellation only while unanswered
         # held by the scheduler thread whenever it is not asleep on the inbox; an inline pass holds it throughout,
         # so that the policy and the table are only ever touched by one thread at a time
@@ -288,6 +298,7 @@ class BackendRuntime:
         with self._submit_lock:
             if self._closed:
                 return "the model is shutting down; retry on another instance"
+            self._idle.clear()
             self._inbox.put((_Parent(handle, inputs, batch), opts, arrival))
             self._pending += 1
         return None
@@ -309,18 +320,21 @@ class BackendRuntime:
         decision point in their passes (``Policy.inline_batch``). Triton's dynamic batcher queues what arrives
         meanwhile and hands it to the next ``execute`` as one group: its own behaviour with no queue delay."""
         whole = self.whole_runner
-        if whole is None or not self._inline or self._job is not None or self._live:
+        if whole is None or not self._inline:
+            return None
+        if (self._job is not None or self._live or self._pending) and not self._await_idle(requests):
             return None
         if not self._busy_lock.acquire(timeout=INLINE_LOCK_WAIT_S):
-            return None
+            return self._refuse("scheduler thread's bookkeeping")
         try:
             if self._closed or self._job is not None or self._live or self._pending or self.scheduler.held:
-                return None
+                return self._refuse("scheduler busy")
             n = sum(b for _, b in requests)
             start = time.monotonic()
             k = self.policy.inline_batch(start, n)
             if k <= 0 or (k < n and early is None):
-                return None
+                return self._refuse("a boundary may pay")
+            self.stats.inline_groups += 1
             chunks: list[list[int]] = [[]]
             size = 0
             for i, (_, b) in enumerate(requests):  # whole requests, at most k samples a pass (or one larger)
@@ -370,6 +384,22 @@ class BackendRuntime:
             return results
         finally:
             self._busy_lock.release()
+
+    def _await_idle(self, requests: list[tuple[dict[str, np.ndarray], int]]) -> bool:
+        """Wait (in execute) for the scheduler to hold nothing where these requests could only follow its work
+        (``Policy.inline_wait``); True once it holds nothing."""
+        left = self.policy.inline_wait(time.monotonic(), self._running, self._pending)
+        if left is None:
+            return self._refuse("scheduler busy") or False
+        if not self._idle.wait(2.0 * left + INLINE_WAIT_SLACK_S):
+            return self._refuse("scheduler busy past its predicted end") or False
+        self.stats.inline_waits += 1
+        return True
+
+    def _refuse(self, reason: str) -> None:
+        refused = self.stats.inline_refused
+        refused[reason] = refused.get(reason, 0) + 1
+        return None
 
     def _run_alone(self, whole: StageRunner, names: list[str],
                    inputs: dict[str, np.ndarray]) -> "dict[str, np.ndarray] | str":
@@ -449,6 +479,9 @@ class BackendRuntime:
                         hook = max(self._idle_hook_at + IDLE_HOOK_INTERVAL_S, time.monotonic() + 1e-3)
                         due = hook if due is None else min(due, hook)
                     timeout = None if due is None else max(0.0, due - time.monotonic())
+                    with self._submit_lock:
+                        if not self._live and not self._pending:
+                            self._idle.set()  # a group waiting in execute runs inline now
                     item = self._wait(timeout)
                     with self._busy_lock:
                         if item is None or not self._drain(block=False, first=item):
@@ -480,6 +513,7 @@ class BackendRuntime:
         if True:
                 job, done = self._job
                 self._job = None
+                self._running = job
                 t_job = time.perf_counter()
                 ort_before = stats.ort_s
                 watcher = self._watcher
@@ -497,6 +531,7 @@ class BackendRuntime:
                 if not self._drain(block=False):
                     return False
                 t0 = time.perf_counter()
+                self._running = None
                 done(job, result)
                 clock.fire_due()
                 if self.metrics is not None:

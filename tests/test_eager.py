@@ -11,6 +11,7 @@ from lazybatch.batcher.graph import ModelGraph, StageType
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies import EagerBatching, parse_policy
 from lazybatch.batcher.request import Request, Status
+from lazybatch.batcher.scheduler import Scheduler
 from lazybatch.simulator.engine import Simulation
 from lazybatch.simulator.loads_on_table import simulate_loads
 
@@ -191,3 +192,45 @@ def test_a_cheaper_whole_graph_pass_raises_the_price_of_cutting_it():
 
     assert any(stop < 8 for _, stop in stops(1.0))
     assert all(stop == 8 for _, stop in stops(0.6))
+
+
+class _HeldExecutor:
+    """Keeps each job running until the test finishes it: the state a group handed to execute finds."""
+
+    def __init__(self) -> None:
+        self.jobs: list = []
+
+    def submit(self, job, done) -> None:
+        self.jobs.append((job, done))
+
+
+def test_inline_wait_where_newcomers_could_only_follow_the_work_held():
+    """A group that finds the scheduler busy waits in execute (backend/runtime.py) only where it could use no
+    decision point of the work held: one sub-batch whose running job goes to the end of the graph, and a queue
+    that starts when it ends. The answer is the predicted rest of that work; None where a boundary lies ahead,
+    between jobs, or with sub-batches stacked."""
+    from .test_scheduler_core import ManualClock
+
+    clock = ManualClock()
+    tab = table(0.0)  # 8 stages of 1 ms, batching free
+    pol = EagerBatching(max_batch_size=4)
+    ex = _HeldExecutor()
+    sched = Scheduler(tab, pol, ex, clock)
+    assert pol.inline_wait(0.0, None, 0) == pytest.approx(0.0)  # nothing held
+    assert pol.inline_wait(0.0, None, 2) == pytest.approx(8 * MS)  # handed over, not yet queued: one pass of 2
+    sched.submit(Request(0, 0.0, sla=1.0))
+    job, done = ex.jobs[-1]
+    assert (job.stage, job.stop) == (0, 8)  # nothing queued, nothing arriving mid-pass: one span, no boundary
+    clock.t = job.started + 3 * MS
+    assert pol.inline_wait(clock.t, job, 0) == pytest.approx(5 * MS)  # the rest of the running pass
+    assert pol.inline_wait(clock.t, job, 6) == pytest.approx(5 * MS + 2 * 8 * MS)  # and the queue: passes of 4, 2
+    assert pol.inline_wait(clock.t, None, 0) is None  # between jobs: the next one's boundaries are not known
+    job.stop = 4  # a job that stops at a boundary: the newcomers may preempt there
+    assert pol.inline_wait(clock.t, job, 0) is None
+    job.stop = 8
+    pol.stack.append(pol.stack[-1])  # sub-batches stacked (a preemption happened): they may merge
+    assert pol.inline_wait(clock.t, job, 0) is None
+    pol.stack.pop()
+    for other in (EagerBatching(max_batch_size=4, spans=False), parse_policy("lazy").build(max_batch_size=4)):
+        Scheduler(tab, other, _HeldExecutor(), ManualClock())
+        assert other.inline_wait(0.0, None, 0) is None  # stage by stage, or the paper's rule: never

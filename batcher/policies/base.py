@@ -100,6 +100,17 @@ class Policy(ABC):
     def inline_done(self, start: float, end: float, n: int) -> None:
         """Passes allowed by ``inline_batch`` ran from ``start`` to ``end``: count its arrivals and busy time."""
 
+    def inline_wait(self, now: float, running: StageJob | None, pending: int) -> float | None:
+        """A group handed to ``execute`` finds the scheduler busy (``running``: the job onnxruntime runs now, if
+        any; ``pending``: samples handed over but not yet queued). The seconds until the scheduler should hold
+        nothing, where that group could not use any decision point of the work held (it would only start after
+        that work, as under Triton's batcher), so the backend may hold it in ``execute`` and run it inline then;
+        None: the group goes to the scheduler (it may preempt or merge). None by default.
+
+        Called from another thread than the scheduler's, without its lock: an answer read from a state that
+        changes meanwhile only makes the group wait up to a bound, or go to the scheduler."""
+        return None
+
     # ------------------------------------------------------------------ shared bookkeeping
     def advance(self, job: StageJob, result: StageResult | None, now: float) -> tuple[int, list[Request],
                                                                                       int, list[Request]]:

@@ -513,6 +513,44 @@ def test_inline_pass_is_refused_while_the_scheduler_holds_work_or_too_large(mlp)
         rt.close()
 
 
+def test_group_that_could_only_follow_a_whole_pass_waits_for_it_then_runs_inline(mlp):
+    """Past capacity every group used to find the previous one still held and go to the scheduler, for good. Now a
+    group that finds the scheduler running a whole pass it could only follow waits in execute for that pass, then
+    runs inline (Triton queues what arrives meanwhile); the request the scheduler held is answered first."""
+    rt, c = _inline_runtime(mlp)
+    try:
+        pol = rt.policy
+        for row in pol.table.dense:  # 8 stages of 10 ms in the table: the wait's bound is about twice the pass
+            row[1:] = [10e-3] * (len(row) - 1)
+        pol.table_changed()
+        whole = rt.whole_runner
+        run = whole.run
+        calls: list[str] = []
+
+        def slow_first(*a, **kw):  # the scheduler's pass takes 40 ms, the inline one runs as it is
+            calls.append(threading.current_thread().name)
+            if len(calls) == 1:
+                time.sleep(0.04)
+            return run(*a, **kw)
+
+        whole.run = slow_first
+        x = np.ones((1, 16), np.float32)
+        assert rt.submit("held", {"x": x}, 1, RequestOptions()) is None
+        end = time.monotonic() + 5.0
+        while rt._running is None:
+            assert time.monotonic() < end, "the scheduler did not start the pass"
+            time.sleep(0.001)
+        assert (rt._running.stage, rt._running.stop) == (0, rt.runner.n_stages)
+        outs = rt.run_inline([({"x": x}, 1)])
+        assert outs is not None, rt.stats.inline_refused
+        assert "held" in c.answers  # answered by the scheduler before the group ran
+        assert rt.stats.inline_waits == 1 and rt.stats.inline_runs == 1
+        assert calls[1] == threading.current_thread().name  # the group ran on the caller's thread (execute)
+        np.testing.assert_allclose(outs[0]["y"], c.answers["held"][0][0]["y"], rtol=1e-6)
+    finally:
+        rt.close()
+
+
 def test_eager_keeps_boundaries_when_arrivals_come_mid_pass(mlp):
     """Under traffic that arrives while passes run (back to back), and with boundaries that are free, eager wants
     decision points inside the pass: the pass is then not run inline but by the scheduler."""
