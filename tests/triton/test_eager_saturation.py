@@ -27,7 +27,7 @@ MODEL = "heavy_eager"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("saturation")
-    heavy = make_heavy(root / "heavy.onnx", rows=256)  # a few ms a sample: capacity ~200/s here, a Python client offers 2x
+    heavy = make_heavy(root / "heavy.onnx", rows=256)  # capacity ~200/s here: a Python client offers 2x
     relus = [i for i, n in enumerate(onnx.load(str(heavy)).graph.node) if n.op_type == "Relu"]
     stages = split_model(heavy, root / "heavy_stages", cut_after=relus[:-1])
     repo = root / "repo"
@@ -46,7 +46,8 @@ def served(tmp_path_factory):
 
 def test_groups_past_capacity_wait_for_the_pass_and_run_inline(served):
     """Poisson arrivals at twice the model's capacity for 4 s: every request gets exactly one answer, a served one
-    (test_server.py checks the inline route's results against the whole graph); at least 80% of them ran inline (99% in a trial; without the wait 34%, the rest went through the scheduler)."""
+    (test_server.py checks the inline route's results against the whole graph); at least 80% of them ran inline
+    (99% in a trial; without the wait 34%: the rest went through the scheduler)."""
     server, heavy, stats_dir, table = served
     capacity = max(b / table.whole_graph_latency(b) for b in table.batch_sizes)
     xs = np.random.default_rng(0).standard_normal((64, 512)).astype(np.float32)
