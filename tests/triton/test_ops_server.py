@@ -308,14 +308,16 @@ def test_request_priority_overtakes_the_queue(prod):
     done: list[tuple[float, str]] = []
     lock = threading.Lock()
 
-    # Every default request is sent at once (a barrier after each thread's connection is made), and the urgent one
-    # as soon as the first of them is answered: the others are queued at the server by then. (A fixed 50 ms sleep
-    # here let 15 of 16 finish first on a machine with a busy core: thread starts and connections took that long.)
-    # The urgent request's thread and connection are made beforehand too and wait for a signal: started and
-    # connected only once the first answer came, it reached the server after two more requests had started (more
-    # than one service time later) in one suite run with another process spinning on one of the two cores.
+    # Every default request is sent at once (a barrier after each thread's connection is made); the urgent one has
+    # its thread and connection made beforehand too, and is sent as soon as the first default request is answered
+    # (signalled from that request's own thread): the others are queued at the server by then. Each default
+    # request holds 4 samples (about 90 ms on this machine, the serial policy runs one request at a time), so that
+    # the urgent request's own way to the server is short beside one service time even with another process
+    # spinning on one of the two cores. (With one sample a request, about 22 ms, the main thread's poll for the
+    # first answer and the urgent thread's wake-up let 2-8 more requests start first in 2 of 5 suite runs.)
     ready = threading.Barrier(18)
     go = threading.Event()
+    sent = [0.0]
 
     def send(tag: str, priority: int | None) -> None:
         with Client(server.endpoints.grpc) as c:
@@ -323,25 +325,28 @@ def test_request_priority_overtakes_the_queue(prod):
             ready.wait(timeout=60)
             if priority is not None:
                 assert go.wait(timeout=60)
-            c.infer("prod_heavy_prio", {"x": _x(1, len(tag), dim=512)}, priority=priority)
+                sent[0] = time.perf_counter()
+            rows = 1 if priority is not None else 4
+            c.infer("prod_heavy_prio", {"x": _x(rows, len(tag), dim=512)}, priority=priority)
         with lock:
             done.append((time.perf_counter(), tag))
+        go.set()  # the first answer: the urgent request goes now
 
     queued = [threading.Thread(target=send, args=(f"d{i}", None)) for i in range(16)]
     urgent = threading.Thread(target=send, args=("urgent", 1))
     for t in [*queued, urgent]:
         t.start()
     ready.wait(timeout=60)
-    assert wait_for(lambda: len(done) >= 1, 60), "no default request was answered"
-    sent = time.perf_counter()
-    go.set()
+    assert go.wait(timeout=60), "no default request was answered"
     with Client(server.endpoints.grpc) as c:
         with pytest.raises(InferError, match=r"request_priority 3 is outside 1\.\.2"):
             c.infer("prod_heavy_prio", {"x": _x(1, 0, dim=512)}, priority=3)
     for t in [*queued, urgent]:
         t.join()
     assert len(done) == 17
-    after = [tag for t, tag in sorted(done) if t >= sent]
+    after = [tag for t, tag in sorted(done) if t >= sent[0]]
+    print("\nanswered after the urgent request was sent (ms):",
+          [(tag, round((t - sent[0]) * 1e3)) for t, tag in sorted(done) if t >= sent[0]])
     assert len(after) >= 5, f"too few default requests were still queued when the urgent one came: {after}"
     # first in line: only the request running when it reached the server, and one that may have started while the
     # urgent request was still on its way, finish before it; in arrival order it would finish last of these
