@@ -236,12 +236,11 @@ def test_inline_wait_where_newcomers_could_only_follow_the_work_held():
         assert other.inline_wait(0.0, None, 0) is None  # stage by stage, or the paper's rule: never
 
 
-def test_a_saturated_device_never_serves_a_group_in_smaller_batches():
-    """No batching gain: a group of 4 that finds the device idle after a quiet spell is served one by one (a mean of
+def test_a_saturated_device_never_serves_its_queue_in_smaller_batches():
+    """No batching gain: a queue of 4 that finds the device idle after a quiet spell is served one by one (a mean of
     2.5 passes instead of 4, the same throughput). One that comes while passes run back to back is served whole:
-    smaller batches would give up throughput the load needs, and with Triton holding the queue while a pass runs in
-    execute, the arrival rate observed is only the rate served (split groups cost MobileNet 10% of its throughput
-    at 200% load)."""
+    smaller batches would give up throughput the load needs, even where the table (never exact) makes the rate test
+    alone find room. A group handed to execute is never split (inline_batch): the whole group or the scheduler."""
     from .test_scheduler_core import ManualClock
 
     tab = table(1.0, n=4)  # 4 ms a pass at batch 1, 4 ms per sample at any batch size
@@ -250,13 +249,15 @@ def test_a_saturated_device_never_serves_a_group_in_smaller_batches():
     whole = 4 * MS
     pol.inline_done(0.0, whole, 1)
     t = 10.0  # a quiet spell: the last pass long gone
-    assert pol.busy_fraction(t) == 0.0 and pol.inline_batch(t, 4) == 1
+    assert pol.busy_fraction(t) == 0.0 and pol._batch_size(t, 4) == 1
+    assert pol.inline_batch(t, 4) == 4
     # then passes of 4 back to back, 4 handed to each: the device always busy. The passes take 25% longer than
-    # the table says (the table is never exact), so the rate served looks like room to split: 4 per 20 ms, and
-    # one by one the table predicts 16 ms for 4, 80% of the time
+    # the table says, so the rate served looks like room to split: 4 per 20 ms, and one by one the table predicts
+    # 16 ms for 4, 80% of the time
     for _ in range(200):
         pol.inline_done(t, t + 5 * whole, 4)
         t += 5 * whole
     assert pol.rate(t) * 4 * whole < 0.85 * 4  # the rate test alone would split (4 one by one: 16 ms busy)
     assert pol.busy_fraction(t) > 0.95
+    assert pol._batch_size(t, 4) == 4
     assert pol.inline_batch(t, 4) == 4

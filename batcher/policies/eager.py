@@ -131,14 +131,16 @@ class EagerBatching(LazyBatching):
         super().job_done(job, result, now)
 
     def inline_batch(self, now: float, n: int) -> int:
-        """The batch size the device-idle rule would start (``_batch_size``), where ``_stop`` would run such a batch
-        through every boundary: the passes are then the ones this policy would run, minus the scheduler's serving
-        cost. (Served one after the other, the later passes cannot take in requests that arrive meanwhile, as the
-        scheduler's could; they wait for the next group, as under Triton's batcher.)"""
+        """The whole group as one pass (Triton's choice), where ``_stop`` would run it through every boundary: the
+        pass is then the one this policy would run, minus the scheduler's serving cost. Never in smaller passes:
+        a group handed to execute is all that queued while the last pass ran, and whether the device keeps up
+        cannot be seen from here (Triton holds the queue meanwhile, and the gaps between execute calls read as
+        idle time): split groups cost MobileNet a fifth of its throughput at 200% load (174 groups in 203
+        passes, docs/data/probe_routes_mobilenet.txt). The device-idle rule of the scheduler (``_batch_size``)
+        still serves its own queue in smaller batches where that pays and the load allows."""
         if self.graph.is_seq2seq or not self.spans or self.stack or self.infq or not 1 <= n <= self.max_batch_size:
             return 0
-        k = self._batch_size(now, n) if n > 1 else 1
-        return k if self._stop(now, 0, k, queued=n - k) >= self.graph.n else 0
+        return n if self._stop(now, 0, n) >= self.graph.n else 0
 
     def inline_done(self, start: float, end: float, n: int) -> None:
         busy = self._last_end is not None and start - self._last_end <= BACK_TO_BACK_S
