@@ -49,6 +49,14 @@ THREADS = 6
 # its models unload, CANCELLED as its gRPC endpoint stops. Not UNAVAILABLE: lazybatch's answer to a request it
 # held when its model was unloaded, which a graceful drain must never produce.
 RETRYABLE = {"StatusCode.NOT_FOUND", "StatusCode.CANCELLED"}
+# ... and UNAVAILABLE from Triton's own scheduler once the server is stopping (it refuses the request before handing
+# it to the model: seen once in a suite run under a busy core, a request that reached the replica in that moment).
+# Told apart from lazybatch's UNAVAILABLE by its message.
+TRITON_STOPPING = "stopped accepting new inference requests"
+
+
+def retryable(code: str, message: str) -> bool:
+    return code in RETRYABLE or (code == "StatusCode.UNAVAILABLE" and TRITON_STOPPING in message)
 
 
 @pytest.fixture(scope="module")
@@ -140,8 +148,8 @@ class Load:
                     except InferenceServerException as e:
                         code = str(e.status())
                         with self._lock:
-                            self.errors[(code, (e.message() or "")[:70])] += 1
-                        if code in RETRYABLE and attempt < self.tries:
+                            self.errors[(code, (e.message() or "")[:160])] += 1
+                        if retryable(code, e.message() or "") and attempt < self.tries:
                             with self._lock:
                                 self.retries += 1
                                 self.retried_requests += attempt == 1
@@ -290,4 +298,4 @@ def test_sigterm_alone_needs_client_retries(scale_out: ScaleOut, model) -> None:
     # refusal is NOT_FOUND (its models unloading) or CANCELLED (its gRPC endpoint stopping): never a request it
     # had taken and dropped (that would be UNAVAILABLE, lazybatch's answer to requests held at unload)
     assert load.retries > 0, figures
-    assert set(c for c, _ in load.errors) <= RETRYABLE, figures
+    assert all(retryable(c, m) for c, m in load.errors), figures
