@@ -323,7 +323,7 @@ class BackendRuntime:
         whole = self.whole_runner
         if whole is None or not self._inline:
             return None
-        if (self._job is not None or self._live or self._pending) and not self._await_idle(requests):
+        if (self._job is not None or self._live or self._pending) and not self._await_idle():
             return None
         if not self._busy_lock.acquire(timeout=INLINE_LOCK_WAIT_S):
             return self._refuse("scheduler thread's bookkeeping")
@@ -386,21 +386,24 @@ class BackendRuntime:
         finally:
             self._busy_lock.release()
 
-    def _await_idle(self, requests: list[tuple[dict[str, np.ndarray], int]]) -> bool:
+    def _await_idle(self) -> bool:
         """Wait (in execute) for the scheduler to hold nothing where these requests could only follow its work
         (``Policy.inline_wait``); True once it holds nothing."""
         left = self.policy.inline_wait(time.monotonic(), self._running, self._pending)
         if left is None:
-            return self._refuse("scheduler busy") or False
+            self._refuse("scheduler busy")
+            return False
         if not self._idle.wait(2.0 * left + INLINE_WAIT_SLACK_S):
-            return self._refuse("scheduler busy past its predicted end") or False
+            self._refuse("scheduler busy past its predicted end")
+            return False
         self.stats.inline_waits += 1
         return True
 
     def _refuse(self, reason: str) -> None:
+        """Count why a group goes to the scheduler instead (statistics ``inline_refused``); run_inline returns
+        this None."""
         refused = self.stats.inline_refused
         refused[reason] = refused.get(reason, 0) + 1
-        return None
 
     def _run_alone(self, whole: StageRunner, names: list[str],
                    inputs: dict[str, np.ndarray]) -> "dict[str, np.ndarray] | str":
