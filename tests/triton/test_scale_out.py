@@ -220,9 +220,22 @@ def _access_log(so: ScaleOut, with_duration: bool = False) -> list[tuple]:
     return rows
 
 
+def _settled_access_log(so: ScaleOut, answered: int, timeout: float = 10.0) -> list[tuple]:
+    """nginx writes a request's log line when it finalizes the request, which is after the client has its answer:
+    under a busy core the last line was once still unwritten when the test read the log (1489 ok lines for 1490
+    answers). Wait until the ok lines reach the client's count, or until the timeout; the count is then asserted
+    exactly, so a missing or a duplicated line still fails."""
+    end = time.monotonic() + timeout
+    while True:
+        rows = _access_log(so)
+        if sum(1 for r in rows if r[2] == "0") >= answered or time.monotonic() > end:
+            return rows
+        time.sleep(0.1)
+
+
 def _check_and_report(so: ScaleOut, load: Load, final: list[int], t_exit: float) -> dict:
     """Every request got one correct answer; nginx's log and the replicas' own counts agree with the client."""
-    rows = _access_log(so)
+    rows = _settled_access_log(so, load.answered)
     grpc_addr = [r.endpoints.grpc for r in so.replicas]
     ok_rows = [r for r in rows if r[2] == "0"]
     per_replica = [sum(1 for r in ok_rows if r[1][-1] == a) for a in grpc_addr]
