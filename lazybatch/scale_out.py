@@ -193,6 +193,7 @@ class Nginx:
         self.access_log = self.run_dir / "nginx-access.log"
         self.proc: subprocess.Popen | None = None
         self._out: IO | None = None
+        self._log_at = 0  # the error log's size when this nginx started
 
     @property
     def grpc(self) -> str:
@@ -241,6 +242,7 @@ class Nginx:
     def start(self, timeout: float = 30.0) -> "Nginx":
         self.write_config()
         self._out = open(self.run_dir / "nginx.out", "wb")
+        self._log_at = self.log.stat().st_size if self.log.exists() else 0  # this start's lines come after
         self.proc = subprocess.Popen(self._base(self.conf), stdout=self._out, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         try:
@@ -255,10 +257,27 @@ class Nginx:
         while time.monotonic() < end:
             if self.proc is not None and self.proc.poll() is not None:
                 raise ConfigError(f"nginx exited with code {self.proc.returncode}; see {self.log}:\n{self._tail()}")
+            # nginx retries a failed bind for 2 s before it exits: meanwhile another process may be the one that
+            # listens on the port (seen once: a replica given the same free port), so its own error decides
+            emerg = self._emerg()
+            if emerg:
+                raise ConfigError(f"nginx cannot start: {emerg}; see {self.log} (another process on the port? "
+                                  "choose other ports)")
             if all(_listening(self.host, p) for p in (self.grpc_port, self.http_port)):
                 return
             time.sleep(0.1)
         raise ConfigError(f"nginx did not listen on {self.grpc} and {self.http} after {timeout:.0f} s; see {self.log}")
+
+    def _emerg(self) -> str | None:
+        """The first ``[emerg]`` line nginx logged since this start, if any."""
+        if self.proc is None or not self.log.exists():
+            return None
+        with open(self.log, "rb") as f:
+            f.seek(self._log_at)
+            for line in f.read().decode(errors="replace").splitlines():
+                if "[emerg]" in line:
+                    return line.split("[emerg]", 1)[1].strip()
+        return None
 
     def _tail(self, n: int = 10) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:]) if self.log.exists() else ""

@@ -9,6 +9,7 @@ onnxruntime).
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import signal
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -94,10 +96,23 @@ def _backend_dir_near(binary: Path) -> Path:
     raise ConfigError(f"no backends/python directory next to {binary}")
 
 
+_GIVEN_PORTS: "collections.deque[int]" = collections.deque(maxlen=512)
+_GIVEN_LOCK = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, and not one this process handed out recently: the OS may return the same
+    free port to two calls before either is bound (seen: a replica's HTTP port and nginx's, the balancer then
+    failing to bind while the replica answered in its place)."""
+    with _GIVEN_LOCK:
+        for _ in range(100):
+            with socket.socket() as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+            if port not in _GIVEN_PORTS:
+                _GIVEN_PORTS.append(port)
+                return port
+    raise OSError(f"no free port on {host} that this process has not handed out already")
 
 
 @dataclass
