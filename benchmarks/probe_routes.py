@@ -8,6 +8,9 @@ fraction of the batch-1 rate measured on KIND_triton_0us), and prints per cell t
 throughput, Triton's requests per execute call (its own metrics), and for eager models the backend's counts: passes
 run inline in ``execute`` and groups they served (``inline_runs``/``inline_groups``), groups that waited for the
 scheduler (``inline_waits``), why groups went to the scheduler instead (``inline_refused``), and the batch sizes.
+With ``--cpu``, also the CPU time per answered request of tritonserver and of each model's stub process (from
+/proc, Linux only): where one policy's passes cost more than another's with the same groups, this says which process
+spends it.
 """
 
 from __future__ import annotations
@@ -38,12 +41,38 @@ def triton_counts(metrics_url: str, model: str) -> dict[str, float]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc (clock ticks)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def processes(server_pid: int) -> dict[str, int]:
+    """tritonserver and its Python backend stubs (one per model instance), by model name."""
+    out = {"tritonserver": server_pid}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == server_pid and cmd and cmd[0].endswith(b"triton_python_backend_stub") and len(cmd) > 1:
+            out[Path(cmd[1].decode()).parent.parent.name] = int(d.name)  # MODEL/1/model.py
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("repo", type=Path, help="a repository bench_default.py built: OUT/repos/KIND")
     ap.add_argument("--loads", default="1.2,2.0", help="fractions of the batch-1 rate")
     ap.add_argument("--models", default="eager,triton_0us", help="policy suffixes of KIND_<suffix>, in turn")
     ap.add_argument("--duration", type=float, default=4.0, help="seconds of load per cell")
+    ap.add_argument("--cpu", action="store_true", help="CPU ms per answered request of tritonserver and each stub")
     args = ap.parse_args(argv)
     kind = args.repo.name
     stats = Path(tempfile.mkdtemp(prefix="lazybatch-stats-"))
@@ -59,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         for f in [float(v) for v in args.loads.split(",")]:
             for suffix in args.models.split(","):
                 model = f"{kind}_{suffix}"
+                procs = processes(server.proc.pid) if args.cpu else {}
+                cpu0 = {k: cpu_seconds(p) for k, p in procs.items()}
                 r = run_load(url, model, f / t1, args.duration, sla_ms=5 * t1 * 1e3, seed=1, timeout_s=120.0)
                 time.sleep(0.5)
                 now = triton_counts(server.endpoints.metrics, model)
@@ -69,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
                     if d["nv_inference_exec_count"] else float("nan")
                 print(f"{f:.0%} {model}: avg {r.avg_ms:.1f} ms, p99 {r.p99_ms:.1f} ms, {r.throughput:.1f}/s; "
                       f"{per_exec:.2f} requests per execute")
+                if procs and d["nv_inference_request_success"]:
+                    n = d["nv_inference_request_success"]
+                    print("   CPU ms per answered request:", ", ".join(
+                        f"{k} {(cpu_seconds(p) - cpu0[k]) / n * 1e3:.2f}" for k, p in procs.items()
+                        if k in ("tritonserver", model) or cpu_seconds(p) - cpu0[k] > 0.05 * n * 1e-3))
                 path = stats / f"{model}.json"
                 if path.exists():  # eager and the other scheduler policies write it; whole-graph models do not
                     data = json.loads(path.read_text())
