@@ -96,7 +96,7 @@ def _backend_dir_near(binary: Path) -> Path:
     raise ConfigError(f"no backends/python directory next to {binary}")
 
 
-_GIVEN_PORTS: "collections.deque[int]" = collections.deque(maxlen=512)
+_GIVEN_PORTS: "collections.deque[int]" = collections.deque(maxlen=4096)
 _GIVEN_LOCK = threading.Lock()
 
 

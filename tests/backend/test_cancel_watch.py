@@ -69,6 +69,7 @@ def test_running_requests_are_asked_just_before_their_stage_should_end():
         t0 = time.monotonic()
         w.job_started([p.samples[0] for p in running], 0.040)
         time.sleep(0.036)  # the job ends just before its predicted end (a job still running then is asked again)
+        t_end = time.monotonic() - t0
         w.job_ended()
         time.sleep(0.03)
         log = list(asks.log)
@@ -79,7 +80,15 @@ def test_running_requests_are_asked_just_before_their_stage_should_end():
     # not at the start: in the stage's last fifth, less the round trips (the upper bound allows a thread that
     # wakes up to 10 ms late on a loaded machine; what the test guards is the lower bound)
     assert 0.040 * (1 - cw.BOUNDARY_LEAD) - 0.004 <= first[0][0] <= 0.050, first
-    assert [h for _, h in first].count(0) == 1  # once for this job (the next sweep is a period of 0.2 s away)
+    # once for this job (the next sweep is a period of 0.2 s away) ... unless the 36 ms sleep overran the predicted
+    # end, as it did once under a busy core: a job still running then is asked again every BOUNDARY_LEAD of its
+    # time (8 ms), and only while it runs
+    asks0 = [t for t, h in first if h == 0]
+    reask = 0.040 * cw.BOUNDARY_LEAD
+    for prev, t in zip(asks0, asks0[1:]):
+        assert t - prev >= reask - 1e-3 and t <= t_end + 0.005, (asks0, t_end)
+    if t_end < asks0[0] + reask - 1e-3:
+        assert len(asks0) == 1, (asks0, t_end)
 
 
 def test_a_cancel_seen_flags_the_samples_and_is_reported_once():
