@@ -477,10 +477,16 @@ class BackendRuntime:
                                 self._idle_hook()
                                 if self.memory_release_s and now - self._released_at >= self.memory_release_s:
                                     self._release_memory(now)
-                    if self._dirty or (self._inline and (self.on_idle is not None or self.metrics is not None
-                                                         or self.memory_release_s)):
-                        # the hook is owed (or inline passes, which never wake this thread, may make it owed)
+                    hook = None
+                    if self._dirty:  # the hook is owed: at its interval
                         hook = max(self._idle_hook_at + IDLE_HOOK_INTERVAL_S, time.monotonic() + 1e-3)
+                    elif self._inline and (self.on_idle is not None or self.metrics is not None
+                                           or self.memory_release_s):
+                        # inline passes, which never wake this thread, may make it owed: look in once an interval.
+                        # (Not "at the interval after the last hook": with nothing owed that moment is past, and
+                        # the thread woke every millisecond, 25 ms of CPU a second in an idle stub.)
+                        hook = time.monotonic() + IDLE_HOOK_INTERVAL_S
+                    if hook is not None:
                         due = hook if due is None else min(due, hook)
                     timeout = None if due is None else max(0.0, due - time.monotonic())
                     with self._submit_lock:
