@@ -58,6 +58,10 @@ BOUNDARY_COST_WEIGHT = 0.02  # per job: the measured cost of a decision point fo
 # An inline pass waits at most this long for the scheduler thread to finish the bookkeeping of its last job (it
 # answered everything and holds nothing, but has not gone back to sleep): longer, and the requests go to it instead.
 INLINE_LOCK_WAIT_S = 0.002
+# ... and, where it holds no job, this long for its idle hook (statistics, metrics, memory given back: a few ms,
+# longer on a busy core): a group refused for it went through the scheduler, whose answers cost a response round
+# trip each and whose jobs made the next groups follow (4-7 refusals a probe cell, docs/data/probe_routes_mobilenet.txt)
+INLINE_BOOKKEEPING_WAIT_S = 0.05
 # A group that finds the scheduler busy with work it could only follow (Policy.inline_wait) waits in execute at
 # most twice the predicted rest of that work plus this, then runs inline; past that, it goes to the scheduler.
 INLINE_WAIT_SLACK_S = 0.005
@@ -325,7 +329,9 @@ class BackendRuntime:
             return None
         if (self._job is not None or self._live or self._pending) and not self._await_idle():
             return None
-        if not self._busy_lock.acquire(timeout=INLINE_LOCK_WAIT_S):
+        if not self._busy_lock.acquire(timeout=INLINE_LOCK_WAIT_S) and (
+                self._job is not None or self._running is not None or self._live or self._pending
+                or not self._busy_lock.acquire(timeout=INLINE_BOOKKEEPING_WAIT_S)):
             return self._refuse("scheduler thread's bookkeeping")
         try:
             if self._closed or self._job is not None or self._live or self._pending or self.scheduler.held:
