@@ -258,26 +258,26 @@ class Nginx:
             if self.proc is not None and self.proc.poll() is not None:
                 raise ConfigError(f"nginx exited with code {self.proc.returncode}; see {self.log}:\n{self._tail()}")
             # nginx retries a failed bind for 2 s before it exits: meanwhile another process may be the one that
-            # listens on the port (seen once: a replica given the same free port), so its own error decides
-            emerg = self._emerg()
+            # listens on the port (seen once: a replica given the same free port), so nginx's own log decides: an
+            # [emerg] line fails the start, and it has started once it forked its workers (after every bind)
+            log = self._log_since_start()
+            emerg = re.search(r"\[emerg\] (.*)", log)
             if emerg:
-                raise ConfigError(f"nginx cannot start: {emerg}; see {self.log} (another process on the port? "
-                                  "choose other ports)")
-            if all(_listening(self.host, p) for p in (self.grpc_port, self.http_port)):
+                raise ConfigError(f"nginx cannot start: {emerg.group(1).strip()}; see {self.log} (another process "
+                                  "on the port? choose other ports)")
+            if "start worker process" in log and all(_listening(self.host, p) for p in (self.grpc_port,
+                                                                                        self.http_port)):
                 return
             time.sleep(0.1)
         raise ConfigError(f"nginx did not listen on {self.grpc} and {self.http} after {timeout:.0f} s; see {self.log}")
 
-    def _emerg(self) -> str | None:
-        """The first ``[emerg]`` line nginx logged since this start, if any."""
+    def _log_since_start(self) -> str:
+        """What nginx wrote to its error log since this start."""
         if self.proc is None or not self.log.exists():
-            return None
+            return ""
         with open(self.log, "rb") as f:
             f.seek(self._log_at)
-            for line in f.read().decode(errors="replace").splitlines():
-                if "[emerg]" in line:
-                    return line.split("[emerg]", 1)[1].strip()
-        return None
+            return f.read().decode(errors="replace")
 
     def _tail(self, n: int = 10) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:]) if self.log.exists() else ""
