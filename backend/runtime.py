@@ -329,9 +329,7 @@ class BackendRuntime:
             return None
         if (self._job is not None or self._live or self._pending) and not self._await_idle():
             return None
-        if not self._busy_lock.acquire(timeout=INLINE_LOCK_WAIT_S) and (
-                self._job is not None or self._running is not None or self._live or self._pending
-                or not self._busy_lock.acquire(timeout=INLINE_BOOKKEEPING_WAIT_S)):
+        if not self._acquire_for_inline():
             return self._refuse("scheduler thread's bookkeeping")
         try:
             if self._closed or self._job is not None or self._live or self._pending or self.scheduler.held:
@@ -391,6 +389,15 @@ class BackendRuntime:
             return results
         finally:
             self._busy_lock.release()
+
+    def _acquire_for_inline(self) -> bool:
+        """Take the scheduler thread's lock: briefly where it may be between jobs, longer where it holds no job
+        and can only be at its idle hook."""
+        if self._busy_lock.acquire(timeout=INLINE_LOCK_WAIT_S):
+            return True
+        if self._job is not None or self._running is not None or self._live or self._pending:
+            return False
+        return self._busy_lock.acquire(timeout=INLINE_BOOKKEEPING_WAIT_S)
 
     def _await_idle(self) -> bool:
         """Wait (in execute) for the scheduler to hold nothing where these requests could only follow its work
