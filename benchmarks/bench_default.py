@@ -10,9 +10,12 @@ perf_analyzer (Poisson, --async).
 
 Per model, one tritonserver serves it under eager and under Triton's batcher at 0, 5 and 20 ms. The batch-1 rate mu
 is measured first on triton_0us (sequential requests). Then, at each load, every repetition runs every policy once,
-taking turns (the order reverses every repetition, so no policy always runs first after a load change); each
-repetition's "best Triton" is the configuration with the lowest average in that repetition. Ratios are reported as
-mean [min-max] over repetitions; a range that straddles 1.00 is a tie. The raw cells go to OUT/default.json.
+taking turns (the order reverses every repetition, so no policy always runs first after a load change). "Best
+Triton" at a load is the configuration with the lowest mean average over the repetitions. Ratios are reported as
+mean [min-max] over repetitions; a range that straddles 1.00 is a tie. A second copy of Triton's 0 ms configuration
+(the twin) runs in turn too: Triton 0 ms / its twin is the noise floor of one cell on this machine. Eager's route
+counts per cell (inline in execute, or through the scheduler thread) come from the backend's statistics file. The raw
+cells go to OUT/default.json.
 """
 
 from __future__ import annotations
@@ -36,8 +39,11 @@ from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
 
 POLICIES = {"eager": "eager", "triton_0us": "triton:0", "triton_5000us": "triton:5000",
-            "triton_20000us": "triton:20000"}
-TRITON = [k for k in POLICIES if k.startswith("triton")]
+            "triton_20000us": "triton:20000", "triton_0us_twin": "triton:0"}
+# The twin is a second, identical copy of Triton's stock configuration, measured in turn like the others: the ratio of
+# the two is this machine's noise floor for one cell (an A/A test), shown beside eager's ratio. It is never "best".
+TWIN = "triton_0us_twin"
+TRITON = [k for k in POLICIES if k.startswith("triton") and k != TWIN]
 SLA_MULTIPLE = 5.0  # violations are counted against 5 x t1, the deadline eager's requests carry
 
 
@@ -69,8 +75,9 @@ def drive_perf(url: str, model: str, rate: float, duration: float, sla_ms: float
 def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     repo = build_default_repository(out / "repos" / kind, kind=kind, work=out / "build" / kind,
                                     policies=POLICIES, profile_reps=5)
+    stats_dir = out / "stats" / kind  # the backend's statistics (LAZYBATCH_STATS_DIR): which route eager took
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=out / f"tritonserver_{kind}.log")
+                          log_file=out / f"tritonserver_{kind}.log", env={"LAZYBATCH_STATS_DIR": str(stats_dir)})
     cells = []
     with server:
         url = server.endpoints.grpc
@@ -79,6 +86,7 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         tqdm.write(f"[{kind}] t1 {t1 * 1e3:.2f} ms (batch-1 rate {1 / t1:.1f}/s), SLA {sla_ms:.1f} ms")
         drivers = ["load", "perf"] if args.driver == "both" else [args.driver]
         steps = [(d, f, k) for d in drivers for f in args.loads for k in range(args.reps)]
+        seen: dict = {}
         for driver, f, k in tqdm(steps, desc=kind, unit="rep"):
             order = list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))
             for pol in order:
@@ -87,10 +95,29 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
                     c = drive_load(url, model, f / t1, args.duration, sla_ms, seed=100 * k)
                 else:
                     c = drive_perf(url, model, f / t1, args.duration, sla_ms, seed=100 * k, out=out)
-                cells.append({"driver": driver, "load": f, "rep": k, "policy": pol, **c})
                 time.sleep(0.3)
+                if pol == "eager":
+                    c["routes"], seen = routes(stats_dir / f"{model}.json", seen)
+                cells.append({"driver": driver, "load": f, "rep": k, "policy": pol, **c})
     return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "cells": cells,
             "simulated": simulated(repo / f"{kind}_eager" / "1" / "latency.json", args.loads)}
+
+
+def routes(path: Path, before: dict) -> tuple[dict, dict]:
+    """The route eager's requests took in one cell, from the backend's cumulative statistics file (written when its
+    scheduler goes idle, which the pause after each cell leaves time for): requests answered by whole passes in
+    ``execute`` (inline) and through the scheduler thread, and why groups went to the scheduler."""
+    import json
+
+    try:
+        now = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}, before
+    refused = {k: v - before.get("inline_refused", {}).get(k, 0) for k, v in now.get("inline_refused", {}).items()}
+    d = {k: now.get(k, 0) - before.get(k, 0) for k in ("requests", "inline_requests", "inline_groups", "span_runs")}
+    return {"inline": d["inline_requests"], "scheduler": d["requests"] - d["inline_requests"],
+            "inline_groups": d["inline_groups"], "span_runs": d["span_runs"],
+            "refused": {k: v for k, v in refused.items() if v}}, now
 
 
 def simulated(table_path: Path, loads: list[float]) -> dict:
@@ -112,21 +139,34 @@ def simulated(table_path: Path, loads: list[float]) -> dict:
 
 
 def ratios(res: dict, driver: str) -> list[dict]:
-    """Per load: best Triton / eager (average, p99, violations) per repetition, and peak throughputs."""
+    """Per load: best Triton / eager (average, p99, violations) per repetition, and the A/A noise floor.
+
+    "Best Triton" is the configuration with the lowest mean average latency over the repetitions at that load: the
+    one a user would deploy for that load. (Picking the best of three per repetition instead compares eager's one
+    measurement with the luckiest of three, which favours Triton wherever its configurations behave alike.)"""
     rows = []
     cells = [c for c in res["cells"] if c["driver"] == driver]
     for f in sorted({c["load"] for c in cells}):
-        avg, p99, viol, stock = [], [], [], []
-        for k in sorted({c["rep"] for c in cells if c["load"] == f}):
-            by = {c["policy"]: c for c in cells if c["load"] == f and c["rep"] == k}
-            best = min(TRITON, key=lambda p: by[p]["avg_ms"])
-            avg.append(by[best]["avg_ms"] / by["eager"]["avg_ms"])
-            stock.append(by["triton_0us"]["avg_ms"] / by["eager"]["avg_ms"])
-            p99.append(min(by[p]["p99_ms"] for p in TRITON) / by["eager"]["p99_ms"])
-            if by["eager"]["violations"] is not None:
-                viol.append(min(by[p]["violations"] for p in TRITON) - by["eager"]["violations"])
-        rows.append({"load": f, "avg": spread(avg), "p99": spread(p99), "stock": spread(stock),
-                     "viol_diff": spread(viol) if viol else None})
+        reps = sorted({c["rep"] for c in cells if c["load"] == f})
+        by = {(c["rep"], c["policy"]): c for c in cells if c["load"] == f}
+        tri = [p for p in TRITON if all((k, p) in by for k in reps)]
+        best = min(tri, key=lambda p: sum(by[k, p]["avg_ms"] for k in reps))
+        avg, p99, viol, stock, twin, inline = [], [], [], [], [], []
+        for k in reps:
+            e = by[k, "eager"]
+            avg.append(by[k, best]["avg_ms"] / e["avg_ms"])
+            stock.append(by[k, "triton_0us"]["avg_ms"] / e["avg_ms"])
+            p99.append(by[k, best]["p99_ms"] / e["p99_ms"])
+            if (k, TWIN) in by:
+                twin.append(by[k, "triton_0us"]["avg_ms"] / by[k, TWIN]["avg_ms"])
+            if e["violations"] is not None:
+                viol.append(by[k, best]["violations"] - e["violations"])
+            r = e.get("routes") or {}
+            if r.get("inline", 0) + r.get("scheduler", 0):
+                inline.append(r["inline"] / (r["inline"] + r["scheduler"]))
+        rows.append({"load": f, "best": best, "avg": spread(avg), "p99": spread(p99), "stock": spread(stock),
+                     "viol_diff": spread(viol) if viol else None, "twin": spread(twin) if twin else None,
+                     "inline": spread(inline) if inline else None})
     return rows
 
 
@@ -138,16 +178,20 @@ def report(res: dict, driver: str) -> list[str]:
                    for f in {c["load"] for c in cells}) for p in POLICIES}
     sim = res.get("simulated") or {"avg": {}, "p99": {}}
     lines = [f"### {res['model']} ({driver} driver): t1 {res['t1_ms']:.2f} ms, SLA 5 x t1 = {res['sla_ms']:.1f} ms",
-             "", "| load | best Triton avg / eager avg | best Triton p99 / eager p99 | 5x-SLA violations: best "
-             "Triton - eager (points) | avg goal >= 1.00 | Triton 0 ms avg / eager avg | simulated ceiling avg / p99 |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "", "| load | best Triton (by mean) | best Triton avg / eager avg | avg goal >= 1.00 | noise floor: "
+             "Triton 0 ms / its twin | best Triton p99 / eager p99 | 5x-SLA violations: best Triton - eager (points) "
+             "| Triton 0 ms avg / eager avg | eager requests inline | simulated ceiling avg / p99 |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         v = r["viol_diff"]
         vs = fmt({k: x * 100 for k, x in v.items()}, 1) if v else "-"
         key = f"{r['load']:g}"
         ceil = f"{sim['avg'][key]:.2f}x / {sim['p99'][key]:.2f}x" if key in sim["avg"] else "-"
-        lines.append(f"| {r['load']:.0%} | {fmt(r['avg'])} | {fmt(r['p99'])} | {vs} | {verdict(r['avg'], 1.0)} | "
-                     f"{fmt(r['stock'])} | {ceil} |")
+        twin = fmt(r["twin"]) if r["twin"] else "-"
+        inline = fmt({k: x * 100 for k, x in r["inline"].items()}, 0, "%") if r["inline"] else "-"
+        lines.append(f"| {r['load']:.0%} | {r['best'].removeprefix('triton_')} | {fmt(r['avg'])} | "
+                     f"{verdict(r['avg'], 1.0)} | {twin} | {fmt(r['p99'])} | {vs} | {fmt(r['stock'])} | {inline} | "
+                     f"{ceil} |")
     best_tri = max(peak[p] for p in TRITON)
     lines += ["", f"Peak throughput: eager {peak['eager']:.1f}/s, best Triton {best_tri:.1f}/s "
                   f"({peak['eager'] / best_tri:.2f}x)."]
@@ -193,10 +237,13 @@ def header(meta: dict) -> list[str]:
             f"Generated by `{meta['command']}` (re-rendered with `--from-results`), commit `{meta['commit']}`, "
             f"{meta['started']}; {meta['cpu']} ({meta['cores']} cores), onnxruntime {meta['onnxruntime']}, "
             f"tritonclient {meta['tritonclient']}. {meta['reps']} repetitions of {meta['duration_s']:g} s of Poisson "
-            "load per policy and load, taking turns; ratios are mean [min-max] over repetitions, each repetition "
-            "against the best of Triton's three configurations in it (the best of three noisy measurements: at "
-            "loads where the three configurations behave alike, this favours Triton; the column Triton 0 ms is the "
-            "stock configuration alone); a range that straddles 1.00 is a tie. "
+            "load per policy and load, taking turns; ratios are mean [min-max] over repetitions against the best "
+            "of Triton's three configurations at that load (the lowest mean over the repetitions: the one a user "
+            "would deploy; the column Triton 0 ms is the stock configuration alone); a range that straddles 1.00 "
+            "is a tie. Noise floor: a second, identical copy of Triton's 0 ms configuration (its twin), measured in "
+            "turn like the others; Triton 0 ms / its twin is what one cell's ratio can be with no difference at all. "
+            "Eager requests inline: the share answered by whole passes in Triton's execute (the rest went through "
+            "the scheduler thread, to preempt or merge at stage boundaries). "
             "Simulated ceiling: the same loads on a virtual clock with the table eager read (no serving cost), "
             "best graph:0/5/20 / eager. Raw data: [../data/default.json](../data/default.json).", ""]
 
@@ -238,8 +285,8 @@ def rerender(paths: list[Path], out: Path, json_copy: str | None) -> int:
     import json
 
     lines, runs = [], []
-    for path in paths:
-        data = json.loads(path.read_text())
+    loaded = [(path, run) for path in paths for run in (lambda d: d.get("runs", [d]))(json.loads(path.read_text()))]
+    for path, data in loaded:  # a run's own default.json, or docs/data/default.json ({"runs": [...]})
         lines += header(data["meta"])
         for res in data["results"]:
             if "simulated" not in res:
