@@ -57,6 +57,10 @@ PARAMETERS = {
     "response_thread": "true (default): responses are built and sent on a thread of their own, so the scheduler "
                        "runs the next stage while pb_utils' send waits for the Triton process | false: sent inline "
                        "by the scheduler thread (backend/responder.py)",
+    "batch_per_execute": "false (default) | true: each group Triton's dynamic batcher hands to execute is served "
+                         "as one batch to its end (graph:0 in the scheduler), and execute returns only once every "
+                         "request of it is answered: Triton's batcher as the only batcher, for models with a loop "
+                         "inside (seq2seq under `repo add --policy triton:<us>`)",
     # seq2seq models: written by `lazybatch repo add` for clients, checked against the stage manifest at load
     "max_source_length": "seq2seq: most source tokens a request may send",
     "max_output_length": "seq2seq: most tokens the decoder generates per sequence",
@@ -182,6 +186,7 @@ class BackendSettings:
     inplace_residuals: bool = True
     fuse_stages: str = "auto"
     response_thread: bool = True
+    batch_per_execute: bool = False
     max_queue_size: int = 0
     timeout_action: str = "DELAY"
     metrics: bool = True
@@ -228,6 +233,10 @@ class BackendSettings:
         sla = _number(_param(cfg, "sla_ms"), "sla_ms")
         if sla is not None and sla <= 0:
             raise ConfigError("sla_ms must be positive (leave it out for no SLA)", field="parameters.sla_ms")
+        per_execute = _bool(_param(cfg, "batch_per_execute"), "batch_per_execute")
+        if per_execute and not policy.startswith("graph"):
+            raise ConfigError(f"batch_per_execute serves each execute's group as one batch; it needs policy graph:0 "
+                              f"(no batching of the scheduler's own), not {policy!r}", field="parameters.policy")
         return cls(
             name=cfg.name, policy=policy, max_batch_size=int(cfg.max_batch_size),
             scheduler_max_batch_size=int(smbs) if smbs else int(cfg.max_batch_size),
@@ -246,6 +255,7 @@ class BackendSettings:
             inplace_residuals=_bool(_param(cfg, "inplace_residuals", "true"), "inplace_residuals"),
             fuse_stages=_fuse_mode(_param(cfg, "fuse_stages", "auto")),
             response_thread=_bool(_param(cfg, "response_thread", "true"), "response_thread"),
+            batch_per_execute=per_execute,
             **_production_settings(cfg),
         )
 

@@ -134,6 +134,24 @@ class CancelLog(BatchLog):
         self._line(f"{time.time():.6f},{request_id.replace(',', ';')}")
 
 
+class _Latch:
+    """Counts the answers still owed to one execute call (``batch_per_execute``)."""
+
+    def __init__(self, n: int) -> None:
+        self._left = n
+        self._cond = threading.Condition()
+
+    def count_down(self) -> None:
+        with self._cond:
+            self._left -= 1
+            if self._left <= 0:
+                self._cond.notify_all()
+
+    def wait(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._left <= 0)
+
+
 class TritonPythonModel:
     """Serves a staged ONNX model under a batching policy (see the module docstring)."""
 
@@ -147,6 +165,7 @@ class TritonPythonModel:
         self.session = None
         self.seq2seq: Any = None  # a seq2seq.Seq2SeqSpec for encoder-decoder models
         self._responder: ResponseThread | None = None  # sends the answers (response_thread, backend/responder.py)
+        self._latches: dict[int, _Latch] = {}  # batch_per_execute: request -> its execute call's latch
         self.fused: str | None = None
         whole: Any = None  # the whole graph for jobs that span every stage (eager's spans, backend/fusion.py)  # why the stages run as one whole-graph pass (fuse_stages), if they do
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
@@ -328,13 +347,23 @@ class TritonPythonModel:
         if outputs is not None:  # the rest answered with the end of execute, one message (as Triton's backends)
             answers = {id(g[0]): self._response(out) for g, out in zip(good, outputs) if out is not None}
             return [answers.get(id(r)) for r in requests]
-        for request, tensors, batch, opts in good:
-            err = self.runtime.submit(request, tensors, batch, opts)
+        latch = _Latch(len(good)) if s.batch_per_execute else None
+        if latch is not None:  # counted down by _respond as each request is answered
+            for g in good:
+                self._latches[id(g[0])] = latch
+        for (request, *_), err in zip(good, self.runtime.submit_group(good)):  # one arrival: seen together
             if err is not None:
+                if latch is not None:
+                    del self._latches[id(request)]
+                    latch.count_down()
                 if self.metrics is not None:
                     self.metrics.request_done(INVALID)
                 request.get_response_sender().send(_error_response(err),
                                                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if latch is not None:
+            # batch_per_execute: this group is Triton's batch, served to its end before Triton may call execute
+            # again (the whole decode loop in one execute, as a model with its own loop under Triton's batcher)
+            latch.wait()
         return None
 
     def finalize(self) -> None:
@@ -370,7 +399,12 @@ class TritonPythonModel:
             resp = pb_utils.InferenceResponse(output_tensors=[], error=err)
         # the id is read before the final send: after it the server may release the request
         rid = request.request_id() if status is Status.CANCELLED and self._cancel_log is not None else None
-        request.get_response_sender().send(resp, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        latch = self._latches.pop(id(request), None)
+        try:
+            request.get_response_sender().send(resp, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        finally:
+            if latch is not None:
+                latch.count_down()
         if rid is not None:
             self._cancel_log.record_cancel(rid)
 

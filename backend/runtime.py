@@ -26,7 +26,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -53,6 +53,14 @@ IsCancelled = Callable[[Any], bool]
 # sub-batch whose members are the rows of one array, in order, is passed on without a copy.
 Row = tuple[np.ndarray, int]
 DECISION_LOG_CAPACITY = 4096
+
+
+class _Group(NamedTuple):
+    """Inbox item: requests of one execute call, admitted together (``submit_group``)."""
+
+    items: list[tuple[Any, Any, float]]
+
+
 _WAKE = object()  # put on the inbox to wake the scheduler thread (a cancellation to answer)
 BOUNDARY_COST_WEIGHT = 0.02  # per job: the measured cost of a decision point follows the host within ~50 jobs
 # An inline pass waits at most this long for the scheduler thread to finish the bookkeeping of its last job (it
@@ -307,6 +315,24 @@ class BackendRuntime:
             self._inbox.put((_Parent(handle, inputs, batch), opts, arrival))
             self._pending += 1
         return None
+
+    def submit_group(self, group: "Sequence[tuple[Any, dict[str, np.ndarray], int, RequestOptions]]"
+                     ) -> list[str | None]:
+        """Queue requests that reached the model together (one ``execute`` call) as one arrival: the scheduler
+        admits them in one go and asks its policy once, so an idle device does not start the first alone. Returns
+        per request None (queued) or why it cannot be accepted (it is then not queued)."""
+        arrival = time.monotonic()
+        errors: list[str | None] = [self.check_deadline(opts) for *_, opts in group]
+        with self._submit_lock:
+            if self._closed:
+                return ["the model is shutting down; retry on another instance"] * len(group)
+            items = [(_Parent(h, inputs, batch), opts, arrival)
+                     for (h, inputs, batch, opts), err in zip(group, errors) if err is None]
+            if items:
+                self._idle.clear()
+                self._inbox.put(_Group(items))
+                self._pending += len(items)
+        return errors
 
     def run_inline(self, requests: list[tuple[dict[str, np.ndarray], int]],
                    early: "Callable[[int, dict[str, np.ndarray] | str], None] | None" = None
@@ -610,6 +636,11 @@ class BackendRuntime:
                 return False
             if item is _WAKE:
                 self._answer_cancelled()
+                continue
+            if isinstance(item, _Group):
+                with self.scheduler.deferred_dispatch():
+                    for one in item.items:
+                        self._admit(*one)
                 continue
             self._admit(*item)
 

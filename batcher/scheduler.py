@@ -8,7 +8,8 @@ It is single-threaded: the driver (the simulator's event loop, or the backend's 
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
 
 from .admission import CLOSED, Admission, QueuePolicy
 from .decisions import REJECT, DecisionLog
@@ -82,6 +83,24 @@ class Scheduler:
         if not self.busy:
             self._dispatch()
         return None
+
+    @contextmanager
+    def deferred_dispatch(self) -> Iterator[None]:
+        """Submit several arrivals as one moment: the policy is asked what to run once, after the last of them.
+
+        Why: requests that reached the model together (one group from Triton's dynamic batcher) must be seen
+        together; otherwise an idle device starts the first alone and the rest wait for it."""
+        if self._in_dispatch:  # already inside a dispatch (or a deferral): it asks the policy at its end
+            yield
+            return
+        self._in_dispatch = True
+        self._again = False
+        try:
+            yield
+        finally:
+            self._in_dispatch = False
+        if self._again or not self.busy:
+            self._dispatch()
 
     def set_queue_policy(self, queue_policy: QueuePolicy) -> None:
         """Bound the queue and/or reject late requests from now on (batcher/admission.py)."""

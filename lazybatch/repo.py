@@ -195,11 +195,15 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
         _link_file(vdir / "stages" / whole if whole and (vdir / "stages" / whole).exists() else mp,
                    vdir / "model.onnx")
     s2s = Seq2SeqSpec(man, str(vdir / "stages" / "manifest.json")) if "seq2seq" in man.raw else None
+    loop_batcher_us: int | None = None  # seq2seq under triton:<us>: Triton's batcher forms the batches
     if s2s is not None and isinstance(pol, TritonPolicy):
-        raise ConfigError("a seq2seq model loops its decoder step per request inside the lazybatch backend; Triton's "
-                          "dynamic batcher runs one whole graph per batch and has no such loop. Use --policy "
-                          "graph:<ms> for graph batching (whole batches, padded until the longest sequence ends)",
-                          field="--policy")
+        # No whole graph holds the decode loop, so the backend runs it: each group Triton's dynamic batcher hands to
+        # execute is one batch, decoded to its longest member's end (finished rows padded, as a static batch is)
+        # before execute returns and Triton may form the next: a model with its own loop under Triton's batcher.
+        loop_batcher_us = pol.delay_us
+        params["batch_per_execute"] = "true"
+        policy = "graph:0"
+        pol = parse_policy(policy)
     if isinstance(pol, TritonPolicy):
         params["policy"] = WHOLE_GRAPH
         if not (vdir / "model.onnx").exists():
@@ -226,7 +230,8 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
             table = runner.profile(profile_batch_sizes(max_batch_size), reps=profile_reps)
             table.save(table_path)
         if s2s is not None:
-            cfg = seq2seq_config(name, s2s, table, max_batch_size=max_batch_size, parameters=params)
+            cfg = seq2seq_config(name, s2s, table, max_batch_size=max_batch_size, parameters=params,
+                                 dynamic_batching_us=loop_batcher_us)
         else:
             # eager runs a pass the scheduler would run whole in Triton's execute call (backend/runtime.py
             # run_inline), on the group Triton's batcher queued meanwhile: that needs dynamic_batching, no delay
@@ -252,7 +257,7 @@ def profile_seq2seq(stage_dir: Path, max_batch_size: int, *, reps: int, executio
 
 
 def seq2seq_config(name: str, s2s: Seq2SeqSpec, table: LatencyTable, *, max_batch_size: int,
-                   parameters: dict[str, str]) -> Any:
+                   parameters: dict[str, str], dynamic_batching_us: int | None = None) -> Any:
     """The served interface of a seq2seq model (backend/seq2seq.py): source tokens in, generated tokens out."""
     params = {**parameters, **s2s.info_parameters()}
     dec = table.meta.get("dec_timesteps_90")
@@ -260,7 +265,7 @@ def seq2seq_config(name: str, s2s: Seq2SeqSpec, table: LatencyTable, *, max_batc
         params["dec_timesteps"] = str(min(int(dec), s2s.max_length))
     served = s2s.served_inputs()
     cfg = build_config(name, [t for t, _ in served], s2s.served_outputs(), max_batch_size=max_batch_size,
-                       parameters=params)
+                       parameters=params, dynamic_batching_us=dynamic_batching_us)
     for entry, (_, optional) in zip(cfg.input, served):
         entry.optional = optional
     return cfg

@@ -156,3 +156,48 @@ def test_missing_loop_report_fails_only_that_request():
     sim.run(reqs)
     assert reqs[0].status is Status.ERROR and "did not report whether decoding ended" in reqs[0].error
     assert reqs[1].status is Status.OK
+
+
+class RecordingExecutor:
+    """Holds the job it was given (the device stays busy until the test completes it)."""
+
+    def __init__(self) -> None:
+        self.jobs = []
+
+    def submit(self, job, done) -> None:
+        self.jobs.append((job, done))
+
+
+def test_deferred_dispatch_starts_arrivals_of_one_moment_together():
+    """Requests that reached the model together (one execute call) are one arrival: an idle device starts them as
+    one batch; submitted one by one, the first starts alone and the rest wait for it."""
+    clock = ManualClock()
+    ex = RecordingExecutor()
+    sched = Scheduler(flat_table(4, unit=1e-3), GraphBatching(8, max_queue_delay=0.0), ex, clock)
+    with sched.deferred_dispatch():
+        for i in range(3):
+            sched.submit(Request(i, 0.0))
+        assert ex.jobs == []  # the policy is asked once, at the end
+    assert [len(j.requests) for j, _ in ex.jobs] == [3]
+
+    clock2 = ManualClock()
+    ex2 = RecordingExecutor()
+    sched2 = Scheduler(flat_table(4, unit=1e-3), GraphBatching(8, max_queue_delay=0.0), ex2, clock2)
+    for i in range(3):
+        sched2.submit(Request(i, 0.0))
+    assert [len(j.requests) for j, _ in ex2.jobs] == [1]
+
+
+def test_deferred_dispatch_while_busy_leaves_the_running_job_alone():
+    clock = ManualClock()
+    ex = RecordingExecutor()
+    sched = Scheduler(flat_table(4, unit=1e-3), GraphBatching(8, max_queue_delay=0.0), ex, clock)
+    sched.submit(Request(0, 0.0))
+    with sched.deferred_dispatch():
+        sched.submit(Request(1, 0.0))
+        sched.submit(Request(2, 0.0))
+    assert len(ex.jobs) == 1  # still the first request's job
+    while [r.id for r in ex.jobs[-1][0].requests] == [0]:  # graph batching runs request 0's whole graph first
+        job, done = ex.jobs[-1]
+        done(job, None)
+    assert [r.id for r in ex.jobs[-1][0].requests] == [1, 2]  # the two that came together, as one batch

@@ -1,7 +1,7 @@
 """Seq2seq models (small GNMT and Transformer exports) through a real Triton server: the backend's decoder loop.
 
 Served tokens must equal the reference runner's (``Seq2SeqRunner`` on the same stages) for concurrent requests of
-different source and output lengths under lazy, graph and serial; decoder steps of requests at different timesteps
+different source and output lengths under lazy, graph, serial and Triton's own batcher (triton:0); decoder steps of requests at different timesteps
 must really share batches; a bad request gets its own clear error while the others succeed.
 """
 
@@ -30,7 +30,8 @@ from lazybatch.repo import add_model
 from lazybatch.serving import TritonServer, free_port
 
 KINDS = ("gnmt", "transformer")
-POLICIES = {"lazy": "lazy", "graph": "graph:2", "serial": "serial"}
+# triton: Triton's own dynamic batcher forms the batches, the backend decodes each to its end in one execute
+POLICIES = {"lazy": "lazy", "graph": "graph:2", "serial": "serial", "triton": "triton:0"}
 MAX_BATCH = 8
 FAULT_KIND, FAULT_MODEL = "gnmt", "gnmt_fault"
 FAULT_STAGE = "stage_004"  # a decoder stage of the small GNMT (encoder steps 0-1, decoder steps 2-6)
@@ -172,8 +173,10 @@ def test_concurrent_requests_match_reference_runner(s2s, kind, policy):
         assert max(int(b) for b in after["batch_hist"]) > 1, (after["scheduler"], after["batch_hist"])
     else:
         assert set(after["batch_hist"]) == {"1"}
-    if policy == "graph":
+    if policy in ("graph", "triton"):
         assert after["padded_rows"] > 0  # finished sequences rode along until the longest ended
+    if policy == "triton":  # never a step of requests at different timesteps: a batch is decoded to its end
+        assert after.get("mixed_timestep_steps", 0) == 0
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -286,11 +289,30 @@ def test_infer_and_load_cli_drive_a_seq2seq_model(s2s, tmp_path, capsys):
     assert len({s for s, _ in drawn}) > 1 and len({o for _, o in drawn}) > 1
 
 
-def test_repo_add_refuses_triton_dynamic_batching_for_seq2seq(tmp_path):
+def test_repo_add_serves_seq2seq_under_tritons_batcher_a_batch_per_execute(tmp_path):
+    """triton:<us> on a seq2seq model: Triton's dynamic_batching with that delay forms the batches; the backend
+    decodes each group to its end (graph:0, batch_per_execute) before execute returns."""
+    from lazybatch.backend.config import parse_config_text
+
     export_model("gnmt", tmp_path / "g.onnx", small=True)
-    with pytest.raises(ConfigError, match="graph:<ms>"):
-        add_model(tmp_path / "g.onnx", tmp_path / "repo", name="g", policy="triton:0", execution_provider="cpu")
-    assert not (tmp_path / "repo" / "g").exists()
+    add_model(tmp_path / "g.onnx", tmp_path / "repo", name="g", policy="triton:5000", execution_provider="cpu",
+              profile_reps=1)
+    cfg = parse_config_text((tmp_path / "repo" / "g" / "config.pbtxt").read_text())
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 5000
+    params = {k: v.string_value for k, v in cfg.parameters.items()}
+    assert params["batch_per_execute"] == "true" and params["policy"] == "graph:0"
+
+
+def test_batch_per_execute_needs_graph_policy(tmp_path):
+    from lazybatch.backend.config import BackendSettings, parse_config_text
+
+    export_model("gnmt", tmp_path / "g.onnx", small=True)
+    add_model(tmp_path / "g.onnx", tmp_path / "repo", name="g", policy="triton:0", execution_provider="cpu",
+              profile_reps=1)
+    cfg = parse_config_text((tmp_path / "repo" / "g" / "config.pbtxt").read_text())
+    cfg.parameters["policy"].string_value = "lazy"
+    with pytest.raises(ConfigError, match="batch_per_execute .* needs policy graph:0"):
+        BackendSettings.from_config(cfg, tmp_path / "repo" / "g" / "1")
 
 
 def test_perf_analyzer_against_a_seq2seq_model_reports_no_errors(s2s, tmp_path):
