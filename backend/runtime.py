@@ -908,7 +908,10 @@ class BackendRuntime:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 break
-            if item is not None:
+            if isinstance(item, _Group):  # None (the close) and _WAKE (a cancellation to look at) hold no request
+                for parent, _, _ in item.items:
+                    self._live[id(parent)] = parent
+            elif isinstance(item, tuple):  # one request (submit)
                 parent = item[0]
                 self._live[id(parent)] = parent
         self.scheduler.close("the model was unloaded before the request finished")

@@ -258,6 +258,24 @@ def test_runtime_close_answers_everything_held_unavailable(mlp):
         "the model is shutting down; retry on another instance"
 
 
+def test_runtime_shutdown_answers_groups_still_in_the_inbox(mlp):
+    """Items the scheduler thread had not taken when it stopped (a group of one execute call, a cancellation wake-up
+    behind the close) are answered UNAVAILABLE: nothing is lost, and a wake-up is no request."""
+    from lazybatch.backend.runtime import _WAKE, _Group, _Parent
+
+    _, stages = mlp
+    rt, c = _runtime(stages)
+    x = np.ones((1, 16), np.float32)
+    with rt._busy_lock:  # the thread stops at the first item and finds the others behind it
+        rt._inbox.put(None)
+        rt._inbox.put(_WAKE)
+        rt._inbox.put(_Group([(_Parent(h, {"x": x}, 1), RequestOptions(), time.monotonic()) for h in (7, 8)]))
+    rt._thread.join(10)
+    assert not rt._thread.is_alive()
+    assert sorted(c.answers) == [7, 8]
+    assert all(len(a) == 1 and a[0][1] is Status.UNAVAILABLE for a in c.answers.values())
+
+
 def test_runtime_cancellation_while_queued(mlp):
     _, stages = mlp
     c = Collector()
