@@ -255,7 +255,7 @@ class BackendRuntime:
         self.metrics = metrics  # Prometheus bookkeeping (backend/metrics.py), updated on this thread
         self.fault = fault  # fault injection for tests (backend/faults.py), None unless configured
         self._admitting = False  # inside Scheduler.submit_many: an UNAVAILABLE answer now is a rejection
-        self._inbox: queue.SimpleQueue[tuple[_Parent, RequestOptions, float] | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # _Group, _WAKE, or None (close)
         self._job: tuple[StageJob, DoneCallback] | None = None
         self._ids = itertools.count()
         self._live: dict[int, _Parent] = {}
@@ -304,17 +304,7 @@ class BackendRuntime:
 
     def submit(self, handle: Any, inputs: dict[str, np.ndarray], batch: int, opts: RequestOptions) -> str | None:
         """Queue a validated request; returns an error message instead when it cannot be accepted."""
-        arrival = time.monotonic()
-        err = self.check_deadline(opts)
-        if err is not None:
-            return err
-        with self._submit_lock:
-            if self._closed:
-                return "the model is shutting down; retry on another instance"
-            self._idle.clear()
-            self._inbox.put((_Parent(handle, inputs, batch), opts, arrival))
-            self._pending += 1
-        return None
+        return self.submit_group([(handle, inputs, batch, opts)])[0]
 
     def submit_group(self, group: "Sequence[tuple[Any, dict[str, np.ndarray], int, RequestOptions]]"
                      ) -> list[str | None]:
@@ -325,7 +315,7 @@ class BackendRuntime:
         errors: list[str | None] = [self.check_deadline(opts) for *_, opts in group]
         with self._submit_lock:
             if self._closed:
-                return ["the model is shutting down; retry on another instance"] * len(group)
+                return [err or "the model is shutting down; retry on another instance" for err in errors]
             items = [(_Parent(h, inputs, batch), opts, arrival)
                      for (h, inputs, batch, opts), err in zip(group, errors) if err is None]
             if items:
@@ -637,12 +627,9 @@ class BackendRuntime:
             if item is _WAKE:
                 self._answer_cancelled()
                 continue
-            if isinstance(item, _Group):
-                with self.scheduler.deferred_dispatch():
-                    for one in item.items:
-                        self._admit(*one)
-                continue
-            self._admit(*item)
+            with self.scheduler.deferred_dispatch():  # the requests of one execute call: one arrival
+                for one in item.items:
+                    self._admit(*one)
 
     def _admit(self, parent: _Parent, opts: RequestOptions, arrival: float) -> None:
         t0 = time.perf_counter()
@@ -911,9 +898,6 @@ class BackendRuntime:
             if isinstance(item, _Group):  # None (the close) and _WAKE (a cancellation to look at) hold no request
                 for parent, _, _ in item.items:
                     self._live[id(parent)] = parent
-            elif isinstance(item, tuple):  # one request (submit)
-                parent = item[0]
-                self._live[id(parent)] = parent
         self.scheduler.close("the model was unloaded before the request finished")
         for parent in list(self._live.values()):
             if not parent.answered:

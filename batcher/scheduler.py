@@ -99,8 +99,7 @@ class Scheduler:
             yield
         finally:
             self._in_dispatch = False
-        if self._again or not self.busy:
-            self._dispatch()
+        self._dispatch()  # a no-op while a job runs
 
     def set_queue_policy(self, queue_policy: QueuePolicy) -> None:
         """Bound the queue and/or reject late requests from now on (batcher/admission.py)."""
