@@ -59,7 +59,8 @@ OPTIONAL = (SRC_LEN, MAX_OUT, IGNORE_EOS)
 class _State:
     input: str
     output: str
-    init: Any
+    init: Any  # a constant, or None where the state starts as an encoder output
+    init_from: str | None = None  # that encoder output (a decoder-only model's prefill: KV cache, last token)
 
 
 class Seq2SeqSpec:
@@ -77,8 +78,10 @@ class Seq2SeqSpec:
             self.per_token = sec["encoder"].get("runs") == "per_token"
             self.steps_input: str | None = sec["encoder"].get("steps_input")
             self.enc_outputs: list[str] = list(sec["encoder"]["outputs"])
-            self.enc_state = [_State(s["input"], s["output"], s["init"]) for s in sec["encoder"]["state"]]
-            self.dec_state = [_State(s["input"], s["output"], s["init"]) for s in sec["decoder"]["state"]]
+            self.enc_state = [_State(s["input"], s["output"], s.get("init"), s.get("init_from"))
+                              for s in sec["encoder"]["state"]]
+            self.dec_state = [_State(s["input"], s["output"], s.get("init"), s.get("init_from"))
+                              for s in sec["decoder"]["state"]]
             self.bind: list[dict[str, str]] = list(sec.get("bind", []))
             self.token_output: str = sec["token_output"]
             self.end_token: int = int(sec["end_token_id"])
@@ -88,6 +91,13 @@ class Seq2SeqSpec:
         except (KeyError, TypeError) as e:
             raise ConfigError(f"the seq2seq section lacks {e}; re-run `lazybatch split` on the export",
                               source=src) from None
+        for st in self.enc_state + self.dec_state:
+            if (st.init is None) == (st.init_from is None):
+                raise ConfigError(f"seq2seq state {st.input!r} needs exactly one of init (a constant) and init_from "
+                                  "(an encoder output)", source=src)
+            if st.init_from is not None and (st in self.enc_state or st.init_from not in self.enc_outputs):
+                raise ConfigError(f"seq2seq state {st.input!r}: init_from {st.init_from!r} must name an encoder "
+                                  f"output ({self.enc_outputs}) and belong to the decoder", source=src)
         if not self.enc_stages or not self.dec_stages or self.enc_stages[-1] >= self.dec_stages[0]:
             raise ConfigError("seq2seq: encoder stages must come first, then decoder stages", source=src)
         graph_inputs = {e["name"]: e for e in raw.get("graph_inputs") or raw.get("inputs") or []}
@@ -101,6 +111,7 @@ class Seq2SeqSpec:
         self.min_token = int(lo)
         if SRC_LEN not in graph_inputs:
             raise ConfigError(f"seq2seq: the graphs need a {SRC_LEN!r} input (the source length)", source=src)
+        self.bound_outputs = {b["encoder_output"] for b in self.bind if "encoder_output" in b}
         self.enc_last = self.enc_stages[-1]
         self.dec_first = self.dec_stages[0]
         self.dec_last = self.dec_stages[-1]
@@ -181,10 +192,13 @@ class Seq2SeqSpec:
                 return 0, f"{IGNORE_EOS} needs {MAX_OUT}: say how many tokens to generate"
         return batch, None
 
-    def init_state(self, states: list[_State]) -> dict[str, Row]:
-        """Initial carried state of one request (shared, read-only arrays)."""
+    def init_state(self, states: list[_State], enc_out: Mapping[str, Row] | None = None) -> dict[str, Row]:
+        """Initial carried state of one request (shared, read-only arrays, or the encoder's output rows)."""
         out: dict[str, Row] = {}
         for s in states:
+            if s.init_from is not None:
+                out[s.input] = (enc_out or {})[s.init_from]
+                continue
             a = self._init_cache.get(s.input)
             if a is None:
                 spec = self.graph_inputs[s.input]
@@ -361,7 +375,8 @@ class Seq2SeqRuntime(BackendRuntime):
             s.state = {st.input: s.tensors[st.output] for st in spec.enc_state}
         else:  # the encoder is done: keep its outputs (the attention memory), start the decoder
             s.enc_out = {n: s.tensors[n] for n in spec.enc_outputs if n in s.tensors}
-            s.state = spec.init_state(spec.dec_state)
+            s.state = spec.init_state(spec.dec_state, s.enc_out)
+            s.enc_out = {n: s.enc_out[n] for n in spec.bound_outputs if n in s.enc_out}  # the rest is state now
             s.encoded = True
         s.tensors = {}
 

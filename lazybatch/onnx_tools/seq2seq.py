@@ -40,9 +40,14 @@ class Seq2SeqRunner:
         self.sec = self.m["seq2seq"]
         self.spec = {s["name"]: s for s in self.m["graph_inputs"]}
 
-    def _init_state(self, part: str) -> dict[str, np.ndarray]:
+    def _init_state(self, part: str, enc_outputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """A state entry starts as a constant (``init``) or as an encoder output (``init_from``: a decoder-only
+        model's prefill hands over its KV cache, last token and position)."""
         out = {}
         for s in self.sec[part]["state"]:
+            if "init_from" in s:
+                out[s["input"]] = (enc_outputs or {})[s["init_from"]]
+                continue
             spec = self.spec[s["input"]]
             out[s["input"]] = np.full([1] + [max(d, 1) for d in spec["dims"]], s["init"], dtype=spec["dtype"])
         return out
@@ -88,7 +93,7 @@ class Seq2SeqRunner:
                 r.enc_done += 1
                 if r.enc_done >= r.enc_steps:
                     r.enc_outputs = {n: env[n][i:i + 1] for n in self.sec["encoder"]["outputs"]}
-                    r.phase, r.state = "decoder", self._init_state("decoder")
+                    r.phase, r.state = "decoder", self._init_state("decoder", r.enc_outputs)
             else:
                 tok = int(env[self.sec["token_output"]][i])
                 r.tokens.append(tok)

@@ -27,7 +27,7 @@ from lazybatch.onnx_tools.zoo import export_model
 from lazybatch.repo import profile_seq2seq
 
 
-@pytest.fixture(scope="module", params=["gnmt", "transformer"])
+@pytest.fixture(scope="module", params=["gnmt", "transformer", "gpt2"])
 def split(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(request.param)
     export_model(request.param, root / "m.onnx", small=True, seed=5)

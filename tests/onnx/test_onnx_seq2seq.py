@@ -41,7 +41,7 @@ def _solo(runner: Seq2SeqRunner, inputs: dict[str, np.ndarray]) -> list[np.ndarr
     return r.logits
 
 
-@pytest.mark.parametrize("name", ["transformer", "gnmt"])
+@pytest.mark.parametrize("name", ["transformer", "gnmt", "gpt2"])
 def test_rows_at_different_timesteps_batch_together(name: str, tmp_path: Path, cli) -> None:
     chain = _split(name, tmp_path, cli)
     runner = Seq2SeqRunner(chain)
@@ -91,3 +91,42 @@ def test_seq2seq_manifest_section(tmp_path: Path, cli) -> None:
     # top-level inputs are the graph's: every stage input from "model" is among them
     top = {i["name"] for i in man["inputs"]}
     assert all(i["name"] in top for st in man["stages"] for i in st["inputs"] if i["from"] == "model")
+
+
+def test_decoder_lm_prefill_equals_token_by_token_decoding(tmp_path: Path, cli) -> None:
+    """The prefill is an optimisation only: feeding the prompt through the decoder step one token at a time from an
+    empty cache (the plain sequential greedy decode) gives the same tokens and logits as prefill + decoder."""
+    chain = _split("gpt2", tmp_path, cli)
+    runner = Seq2SeqRunner(chain)
+    sec, man = runner.sec, chain.manifest
+    assert sec["decoder_only"] and [s["init_from"] for s in sec["decoder"]["state"][:2]] == ["last_token", "last_pos"]
+    assert {man["stages"][k]["type"] for k in sec["encoder"]["stages"]} == {"STATIC"}
+    spec = {s["name"]: s for s in man["graph_inputs"]}
+    dec_inputs = [s["input"] for s in sec["decoder"]["state"]]
+    rng = np.random.default_rng(11)
+    for n in (1, 2, sec["max_source_length"]):
+        prompt = rng.integers(3, spec["src_tokens"]["range"][1] + 1, size=n)
+        src = np.zeros((1, sec["max_source_length"]), np.int64)
+        src[0, :n] = prompt
+        fast = runner.start({"src_tokens": src, "src_len": np.array([n], np.int64)})
+        while fast.phase != "done":
+            runner.step([fast])
+        state = {k: np.zeros([1] + spec[k]["dims"], spec[k]["dtype"]) for k in dec_inputs}
+        tokens: list[int] = []
+        logits: list[np.ndarray] = []
+        feed = list(prompt)
+        for pos in range(n - 1 + sec["max_length"]):
+            state["dec_token"] = np.array([feed[pos] if pos < n else tokens[-1]], np.int64)
+            state["dec_pos"] = np.array([pos], np.int64)
+            env = dict(state)
+            for k in sec["decoder"]["stages"]:
+                chain.run_stage(k, env)
+            state = {s["input"]: env[s["output"]] for s in sec["decoder"]["state"]}
+            if pos >= n - 1:  # from the last prompt token on, the step's output is a generated token
+                tokens.append(int(env["next_token"][0]))
+                logits.append(env["logits"][0])
+                if tokens[-1] == sec["end_token_id"]:
+                    break
+        assert fast.tokens == tokens, n
+        for a, b in zip(fast.logits, logits):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * max(1.0, float(np.abs(b).max())))

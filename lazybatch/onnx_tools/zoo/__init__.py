@@ -1,6 +1,6 @@
 """The paper's benchmark models (Table II and section VI-C) built with onnx.helper and seeded random weights.
 
-``export_model`` writes one ONNX file. Seq2seq models (gnmt, transformer) hold their encoder and decoder-step
+``export_model`` writes one ONNX file. Seq2seq models (gnmt, transformer, and the decoder-only gpt2) hold their encoder and decoder-step
 graphs side by side in that one file, with a ``lazybatch.seq2seq`` metadata entry that tells ``lazybatch split``
 which outputs belong to which part and how the decoder's state is carried between steps.
 """
@@ -18,6 +18,7 @@ from lazybatch.batcher.errors import ConfigError
 
 from ..builder import GraphBuilder
 from ..fsutil import check_target, move_files_into_place, staging_dir
+from .decoder_lm import gpt2
 from .gnmt import gnmt
 from .nlp import bert, transformer
 from .vision import mobilenet_v1, resnet50, vgg16
@@ -42,6 +43,8 @@ MODELS: dict[str, ZooEntry] = {
                      True),
     "transformer": ZooEntry(transformer, "Transformer base: encoder + decoder step, KV cache of 80 (~93M params)",
                             True),
+    "gpt2": ZooEntry(gpt2, "GPT-2-small-like decoder-only LM: prompt prefill + decoder step, KV cache of 512 (~124M "
+                           "params)", True),
 }
 
 
