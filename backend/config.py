@@ -65,6 +65,7 @@ PARAMETERS = {
     "max_source_length": "seq2seq: most source tokens a request may send",
     "max_output_length": "seq2seq: most tokens the decoder generates per sequence",
     "vocab_size": "seq2seq: token ids are 0..vocab_size-1",
+    "length_histogram": "seq2seq: the shipped length histogram clients draw request lengths from (chat, wmt)",
 }
 # production knobs (docs/operations.md); queue names follow Triton's ModelQueuePolicy
 PARAMETERS.update({

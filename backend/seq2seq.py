@@ -87,6 +87,8 @@ class Seq2SeqSpec:
             self.end_token: int = int(sec["end_token_id"])
             self.max_length: int = int(sec["max_length"])
             self.max_source_length: int = int(sec["max_source_length"])
+            self.decoder_only = bool(sec.get("decoder_only", False))  # the "source" is a prompt to continue
+            self.length_histogram: str | None = sec.get("length_histogram")  # shipped lengths clients draw from
             request_inputs = list(sec["request_inputs"])
         except (KeyError, TypeError) as e:
             raise ConfigError(f"the seq2seq section lacks {e}; re-run `lazybatch split` on the export",
@@ -129,8 +131,11 @@ class Seq2SeqSpec:
         return [TensorSpec(OUT_TOKENS, i64, (-1,)), TensorSpec(OUT_LEN, i64, (1,))]
 
     def info_parameters(self) -> dict[str, str]:
-        return {"max_source_length": str(self.max_source_length), "max_output_length": str(self.max_length),
+        info = {"max_source_length": str(self.max_source_length), "max_output_length": str(self.max_length),
                 "vocab_size": str(self.vocab_size)}
+        if self.length_histogram:
+            info["length_histogram"] = self.length_histogram
+        return info
 
     def check_config(self, inputs: list[TensorSpec], outputs: list[TensorSpec], params: Mapping[str, str],
                      source: str) -> None:
@@ -167,7 +172,8 @@ class Seq2SeqSpec:
         if batch > max_batch_size:
             return 0, f"batch size {batch} exceeds the model's max_batch_size {max_batch_size}"
         if not 1 <= length <= self.max_source_length:
-            return 0, (f"source length {length} is out of range: send 1..{self.max_source_length} tokens "
+            what = "prompt" if self.decoder_only else "source"
+            return 0, (f"{what} length {length} is out of range: send 1..{self.max_source_length} tokens "
                        "(the model's max_source_length)")
         bad = (tok < self.min_token) | (tok >= self.vocab_size)
         if bad.any():

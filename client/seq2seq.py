@@ -28,6 +28,7 @@ class Seq2SeqInfo:
     max_source_length: int
     max_output_length: int
     vocab_size: int
+    length_histogram: str | None = None  # the shipped histogram the model is served with ("chat"; None: "wmt")
 
 
 def info_from_parameters(params: Mapping[str, str]) -> Seq2SeqInfo | None:
@@ -36,7 +37,7 @@ def info_from_parameters(params: Mapping[str, str]) -> Seq2SeqInfo | None:
     if not all(k in params for k in keys):
         return None
     try:
-        return Seq2SeqInfo(*(int(params[k]) for k in keys))
+        return Seq2SeqInfo(*(int(params[k]) for k in keys), length_histogram=params.get("length_histogram") or None)
     except ValueError:
         raise ConfigError(f"the model's seq2seq parameters {dict((k, params[k]) for k in keys)} are not "
                           "integers; re-run `lazybatch repo add`") from None
@@ -74,7 +75,7 @@ class LengthSampler:
     clipped to the model's limits; the same seed gives the same lengths."""
 
     def __init__(self, info: Seq2SeqInfo, histogram: str | Path | None = None, seed: int = 0) -> None:
-        path = Path(histogram) if histogram else _shipped_histogram()
+        path = Path(histogram) if histogram else shipped_histogram(info.length_histogram)
         self.hist = LengthHistogram.load(path)
         self.info = info
         self.rng = random.Random(seed)
@@ -84,11 +85,18 @@ class LengthSampler:
         return min(s, self.info.max_source_length), min(o, self.info.max_output_length)
 
 
-def _shipped_histogram() -> Path:
-    """The synthetic WMT en-de histogram the simulator ships (lazybatch/simulator/data/)."""
+SHIPPED_HISTOGRAMS = {"wmt": "wmt_en_de_lengths.json", "chat": "chat_lengths.json"}
+
+
+def shipped_histogram(name: str | None = None) -> Path:
+    """A length histogram the project ships (lazybatch/simulator/data/): ``wmt``, the synthetic WMT en-de one (the
+    default, for translation models), or ``chat``, the long-tailed one the decoder LM is served with."""
     import lazybatch
 
-    p = Path(lazybatch.__file__).resolve().parent / "simulator" / "data" / "wmt_en_de_lengths.json"
+    if (name or "wmt") not in SHIPPED_HISTOGRAMS:
+        raise ConfigError(f"unknown length histogram {name!r}; the shipped ones are {', '.join(SHIPPED_HISTOGRAMS)}, "
+                          "or pass --length-histogram FILE")
+    p = Path(lazybatch.__file__).resolve().parent / "simulator" / "data" / SHIPPED_HISTOGRAMS[name or "wmt"]
     if not p.is_file():  # pragma: no cover - the package data is missing
         raise ConfigError("the shipped length histogram is missing; pass --length-histogram FILE")
     return p

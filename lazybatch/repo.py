@@ -328,10 +328,12 @@ ALL_POLICIES.update({k: policy for k, (policy, _) in VARIANT_POLICIES.items()})
 # 2048 (matrix-vector bound at batch 1: batching pays several times over), the two regimes docs/triton.md describes;
 # BERT-base at sequence length 32 (the zoo's encoder, 12 layers, hidden 768); and a tiny 4-layer MLP of width 64
 # (tests: builds and serves in seconds); MobileNet-v1 (the zoo's, depthwise convolutions: a model the default policy
-# was not tuned on).
-MODEL_KINDS = ("resnet50", "mlp", "bert", "tiny", "gnmt", "mobilenet")
-KIND_MAX_BATCH = {"resnet50": 8, "mlp": 16, "bert": 8, "tiny": 8, "gnmt": 8, "mobilenet": 8}
-KIND_SLA_MS = {"resnet50": 100.0, "mlp": 10.0, "bert": 300.0, "tiny": 50.0, "gnmt": 5000.0, "mobilenet": 100.0}
+# was not tuned on); a GPT-2-like decoder-only LM at the served size (lazybatch/onnx_tools/zoo/decoder_lm.py SERVED:
+# 4 layers, d 256, 64 prompt + 512 output tokens), whose requests' lengths follow the shipped chat-like histogram.
+MODEL_KINDS = ("resnet50", "mlp", "bert", "tiny", "gnmt", "mobilenet", "lm")
+KIND_MAX_BATCH = {"resnet50": 8, "mlp": 16, "bert": 8, "tiny": 8, "gnmt": 8, "mobilenet": 8, "lm": 16}
+KIND_SLA_MS = {"resnet50": 100.0, "mlp": 10.0, "bert": 300.0, "tiny": 50.0, "gnmt": 5000.0, "mobilenet": 100.0,
+               "lm": 5000.0}
 BERT_SEQ_LEN = 32
 
 
@@ -350,6 +352,14 @@ def _build_onnx(kind: str, path: Path) -> None:
         from lazybatch.onnx_tools.zoo import build_model
 
         onnx.save(build_model("gnmt" if kind == "gnmt" else "mobilenet_v1", seed=0), str(path))
+    elif kind == "lm":
+        import onnx
+
+        from lazybatch.onnx_tools.zoo.decoder_lm import SERVED, gpt2
+
+        g, sec = gpt2(seed=0, config=SERVED)
+        onnx.save(g.model({"lazybatch.seed": "0", "lazybatch.seq2seq": sec},
+                          doc=f"GPT-2-like decoder-only LM, {SERVED}; random weights"), str(path))
     elif kind == "bert":
         import onnx
 
@@ -366,12 +376,14 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
                              work: str | Path | None = None, max_batch_size: int | None = None,
                              sla_ms: float | None = None, max_stages: int | None = 20, profile_reps: int = 5,
                              force: bool = False, policies: dict[str, str] | None = None,
-                             reprofile: bool = False, log: Any = print) -> Path:
+                             reprofile: bool = False, seq2seq_baselines: bool = True, log: Any = print) -> Path:
     """``kind`` split once, profiled once, and served under every policy of COMPARISON (names ``<kind>_<suffix>``);
     the weights are hard-linked between model directories. ResNet-50 is the onnx package's light model made
     batchable (random weights); the MLPs are cut after every Relu. ``policies`` (suffix -> policy) replaces
     COMPARISON (a suffix of POLICY_PARAMETERS gets its parameters too); ``reprofile`` measures the latency table
-    again and rewrites the model directories."""
+    again and rewrites the model directories. ``seq2seq_baselines``: a seq2seq model's triton_<us> suffixes become
+    the backend's graph batching (graph_<ms>), as the regimes page measures them; False keeps Triton's own batcher
+    (each group decoded to its end in one execute, batch_per_execute)."""
     from lazybatch.staging import split_model
 
     if kind not in MODEL_KINDS:
@@ -396,7 +408,7 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
         else:
             # seq2seq: the splitter's own encoder-step/decoder-step cuts (merging them further broke the step's
             # outputs the decoder loop reads)
-            n = None if kind == "gnmt" else max_stages
+            n = None if kind in ("gnmt", "lm") else max_stages
             log(f"splitting into {'the default' if n is None else f'at most {n}'} stages -> {stages}")
             split_into(onnx_path, stages, max_stages=n, name=kind)
     table = work_dir / f"{kind}_latency_b{mbs}.json"
@@ -410,7 +422,7 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
             runner.profile(profile_batch_sizes(mbs), reps=profile_reps).save(table)
     seq2seq = "seq2seq" in load_manifest(stages).raw
     for suffix, policy in (policies or COMPARISON).items():
-        if seq2seq and suffix in SEQ2SEQ_BASELINES:
+        if seq2seq and seq2seq_baselines and suffix in SEQ2SEQ_BASELINES:
             suffix, policy = SEQ2SEQ_BASELINES[suffix]
         name = f"{kind}_{suffix}"
         if (repo / name / "config.pbtxt").exists() and not (force or reprofile):

@@ -67,10 +67,15 @@ def parse_batch_sizes(text: str) -> list[int]:
     return sizes
 
 
-def default_length_histogram() -> Path | None:
-    """The synthetic WMT en-de output-length histogram the simulator ships (docs say where it comes from)."""
-    p = Path(__file__).resolve().parents[1] / "simulator" / "data" / "wmt_en_de_lengths.json"
-    return p if p.is_file() else None
+def default_length_histogram(name: str | None = None) -> Path | None:
+    """The shipped length histogram a seq2seq export names (``chat`` for the decoder LM), else the synthetic WMT
+    en-de one (lazybatch/simulator/data/; docs say where each comes from)."""
+    from lazybatch.client.seq2seq import shipped_histogram
+
+    try:
+        return shipped_histogram(name)
+    except ConfigError:
+        return None
 
 
 def _times(fn: Callable[[], Any], warmup: int, repeat: int) -> list[float]:
@@ -181,7 +186,7 @@ def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_B
         table.meta["whole_graph_latency_s"] = whole_lat
         table.meta["overhead_ratio"] = [sum(lat[k][j] for k in range(n)) / whole_lat[j] for j in range(len(sizes))]
     if length_histogram is None and graph.is_seq2seq:
-        length_histogram = default_length_histogram()
+        length_histogram = default_length_histogram((manifest.get("seq2seq") or {}).get("length_histogram"))
     if length_histogram is not None:
         from lazybatch.batcher.lengths import LengthHistogram
 

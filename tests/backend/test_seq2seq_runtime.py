@@ -55,14 +55,15 @@ def _reference(ref: Seq2SeqRunner, feeds: dict[str, np.ndarray], row: int) -> li
 
 
 def test_validation_messages(split):
-    _, _, spec, _, _ = split
+    kind, _, spec, _, _ = split
     v = spec.vocab_size
+    source = "prompt" if kind == "gpt2" else "source"  # a decoder-only model's errors speak of its prompt
     ok = {"src_tokens": np.array([[4, 5, 6]], np.int64)}
     assert spec.validate(ok, 8) == (1, None)
     cases = [
         ({"src_tokens": np.array([[4, v]], np.int64)}, f"token id {v} at row 0, position 1"),
-        ({"src_tokens": np.zeros((1, spec.max_source_length + 1), np.int64)}, "source length"),
-        ({"src_tokens": np.zeros((1, 0), np.int64)}, "source length 0"),
+        ({"src_tokens": np.zeros((1, spec.max_source_length + 1), np.int64)}, f"{source} length"),
+        ({"src_tokens": np.zeros((1, 0), np.int64)}, f"{source} length 0"),
         ({**ok, "max_output_len": np.array([[spec.max_length + 1]], np.int64)}, "max_length"),
         ({**ok, "src_len": np.array([[4]], np.int64)}, "src_len"),
         ({**ok, "ignore_eos": np.ones((1, 1), np.bool_)}, "needs max_output_len"),

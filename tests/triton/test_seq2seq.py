@@ -29,7 +29,7 @@ from lazybatch.onnx_tools.zoo import export_model
 from lazybatch.repo import add_model
 from lazybatch.serving import TritonServer, free_port
 
-KINDS = ("gnmt", "transformer")
+KINDS = ("gnmt", "transformer", "gpt2")
 # triton: Triton's own dynamic batcher forms the batches, the backend decodes each to its end in one execute
 POLICIES = {"lazy": "lazy", "graph": "graph:2", "serial": "serial", "triton": "triton:0"}
 MAX_BATCH = 8
@@ -222,7 +222,8 @@ BAD = {
                                       "outside the vocabulary"),
     "negative token id": (lambda i: {"src_tokens": np.array([[-1, 4]], np.int64)}, "outside the vocabulary"),
     "source too long": (lambda i: {"src_tokens": np.full((1, i.max_source_length + 1), 4, np.int64)},
-                        "source length"),
+                        "length"),
+    "empty source": (lambda i: {"src_tokens": np.zeros((1, 0), np.int64)}, "length 0 is out of range"),
     "output length zero": (lambda i: {"src_tokens": np.full((1, 3), 4, np.int64),
                                       "max_output_len": np.zeros((1, 1), np.int64)}, "max_output_len"),
     "output length above the model's": (lambda i: {"src_tokens": np.full((1, 3), 4, np.int64),

@@ -1,0 +1,143 @@
+"""Decoder models: step-level batching against Triton's own dynamic batcher, on a real tritonserver.
+
+    python benchmarks/bench_decoder.py                                  # the decoder LM, 70/100/150% load
+    python benchmarks/bench_decoder.py --models lm,gnmt --loads 0.1,0.7,1.5,3 --reps 3 --duration 30
+
+Goal (issue "Decoder models"): on the decoder-only LM with long-tail lengths, at 70-150% of the batch-1 rate, best
+Triton dynamic-batcher config (0/5/20 ms queue delay) average and p99 latency / lazybatch's >= 3, and lazybatch's peak
+throughput >= 2x Triton's best; on GNMT and the Transformer, average >= 1.5 at 70-150% and >= 1.0 at every load.
+
+Per model, one tritonserver serves it under lazybatch's default policy (eager: decoder steps of requests at different
+timesteps share a batch, a finished request leaves at once, a new one joins at the next step) and under Triton's
+dynamic batcher at 0, 5 and 20 ms (`triton:<us>`: Triton forms each batch, the backend decodes it to its longest
+member's end in one execute; finished rows ride along, as in any request-level batcher). Prompt and output lengths
+are drawn from the model's shipped histogram (the chat-like one for the LM: most outputs short, a tail of several
+hundred tokens; `ignore_eos`, so random weights cannot end a request early). The batch-1 rate is 1 / the mean
+latency of 20 such requests sent one at a time to triton_0us. At each load every repetition runs every policy once,
+taking turns (the order reverses every repetition). Ratios are mean [min-max] over repetitions; a range that straddles
+the goal is a tie. The raw cells go to OUT/decoder.json; ``--data`` copies them into the docs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import numpy as np  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from harness import command_line, fmt, machine_meta, spread, verdict, write_json  # noqa: E402
+from lazybatch.client.api import Client  # noqa: E402
+from lazybatch.client.load import run_load  # noqa: E402
+from lazybatch.client.seq2seq import LengthSampler, http_parameters, info_from_parameters, make_request  # noqa: E402
+from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
+from lazybatch.serving import TritonServer, free_port  # noqa: E402
+
+POLICIES = {"eager": "eager", "triton_0us": "triton:0", "triton_5000us": "triton:5000",
+            "triton_20000us": "triton:20000"}
+TRITON = [p for p in POLICIES if p.startswith("triton")]
+GOALS = {"lm": (3.0, 3.0, 2.0)}  # (avg, p99, peak throughput) at 70-150%; seq2seq: (1.5, -, -) there, 1.0 elsewhere
+
+
+def t1_of(url: str, http: str, model: str, n: int) -> float:
+    """Mean latency of n requests of histogram lengths, one at a time: 1 / the batch-1 service rate."""
+    with urllib.request.urlopen(f"http://{http}/v2/models/{model}/config", timeout=10) as f:
+        info = info_from_parameters(http_parameters(json.loads(f.read())))
+    sampler, rng = LengthSampler(info, None, seed=1), np.random.default_rng(1)
+    feeds = [make_request(rng, info, *sampler.draw()) for _ in range(n + 2)]
+    with Client(url) as c:
+        times = c.latencies(model, feeds, n + 2, warmup=0)[2:]
+    return statistics.fmean(times)
+
+
+def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
+    repo = build_default_repository(out / "repos" / kind, kind=kind, work=out / "build" / kind, policies=POLICIES,
+                                    profile_reps=5, seq2seq_baselines=False)
+    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                          log_file=out / f"tritonserver_{kind}.log", env={"LAZYBATCH_STATS_DIR": str(out / "stats")})
+    sla_ms = KIND_SLA_MS[kind]
+    cells = []
+    with server:
+        url, http = server.endpoints.grpc, server.endpoints.http
+        t1 = t1_of(url, http, f"{kind}_triton_0us", 20)
+        tqdm.write(f"[{kind}] t1 {t1 * 1e3:.1f} ms (batch-1 rate {1 / t1:.2f}/s), SLA {sla_ms:g} ms")
+        steps = [(f, k) for f in args.loads for k in range(args.reps)]
+        for f, k in tqdm(steps, desc=kind, unit="rep"):
+            for pol in (list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))):
+                r = run_load(url, f"{kind}_{pol}", f / t1, args.duration, sla_ms=sla_ms, seed=100 * k,
+                             timeout_s=600.0)
+                cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
+                              "avg_ms": r.avg_ms, "p99_ms": r.p99_ms, "throughput": r.throughput,
+                              "violations": r.sla_violation_rate})
+                time.sleep(0.5)
+    return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "cells": cells}
+
+
+def report(res: dict) -> list[str]:
+    cells = res["cells"]
+    kind = res["model"]
+    lines = [f"### {kind}: t1 {res['t1_ms']:.1f} ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s)", "",
+             "| load | best Triton (by mean) | best Triton avg / eager avg | goal | best Triton p99 / eager p99 | "
+             "goal | eager avg / p99 ms | best Triton avg / p99 ms | throughput eager / best Triton (/s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for f in sorted({c["load"] for c in cells}):
+        reps = sorted({c["rep"] for c in cells if c["load"] == f})
+        by = {(c["rep"], c["policy"]): c for c in cells if c["load"] == f}
+        best = min(TRITON, key=lambda p: sum(by[k, p]["avg_ms"] for k in reps))
+        avg = spread([by[k, best]["avg_ms"] / by[k, "eager"]["avg_ms"] for k in reps])
+        p99 = spread([by[k, best]["p99_ms"] / by[k, "eager"]["p99_ms"] for k in reps])
+        in_band = 0.7 <= f <= 1.5
+        g_avg, g_p99, _ = GOALS.get(kind, (1.5, None, None))
+        goal_avg = g_avg if in_band else 1.0
+        e = [by[k, "eager"] for k in reps]
+        b = [by[k, best] for k in reps]
+        lines.append(
+            f"| {f:.0%} | {best.removeprefix('triton_')} | {fmt(avg)} | >= {goal_avg:g}: {verdict(avg, goal_avg)} | "
+            f"{fmt(p99)} | {verdict(p99, g_p99) if g_p99 and in_band else '-'} | "
+            f"{statistics.fmean(c['avg_ms'] for c in e):.0f} / {statistics.fmean(c['p99_ms'] for c in e):.0f} | "
+            f"{statistics.fmean(c['avg_ms'] for c in b):.0f} / {statistics.fmean(c['p99_ms'] for c in b):.0f} | "
+            f"{statistics.fmean(c['throughput'] for c in e):.2f} / {statistics.fmean(c['throughput'] for c in b):.2f} |")
+    peak = {p: max(statistics.fmean(c["throughput"] for c in cells if c["policy"] == p and c["load"] == f)
+                   for f in {c["load"] for c in cells}) for p in POLICIES}
+    best_tri = max(peak[p] for p in TRITON)
+    goal_peak = GOALS.get(kind, (None, None, None))[2]
+    lines += ["", f"Peak throughput over these loads: eager {peak['eager']:.2f}/s, best Triton {best_tri:.2f}/s "
+                  f"({peak['eager'] / best_tri:.2f}x" + (f"; goal >= {goal_peak:g}x" if goal_peak else "") + ")."]
+    errors = sum(c["errors"] for c in cells)
+    lines.append(f"Errors: {errors} of {sum(c['sent'] for c in cells)} requests.")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="lm", help="comma list of lm, gnmt (default lm)")
+    ap.add_argument("--loads", default="0.7,1,1.5", help="fractions of the batch-1 rate (0.7,1,1.5)")
+    ap.add_argument("--reps", type=int, default=2, help="repetitions per cell (2)")
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds of arrivals per cell (20)")
+    ap.add_argument("--out", default="lazybatch-results/decoder", help="results folder")
+    ap.add_argument("--data", default=None, help="also copy the raw results here (e.g. docs/data/decoder.json)")
+    args = ap.parse_args(argv)
+    args.loads = [float(x) for x in args.loads.split(",")]
+    out = Path(args.out)
+    res = {"meta": {**machine_meta(), "command": command_line()}, "models": []}
+    for kind in args.models.split(","):
+        res["models"].append(bench_model(kind, args, out))
+        write_json(out / "decoder.json", res)
+    for m in res["models"]:
+        print("\n".join(report(m)) + "\n")
+    if args.data:
+        write_json(args.data, res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
