@@ -21,24 +21,20 @@ the goal is a tie. The raw cells go to OUT/decoder.json; ``--data`` copies them 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from harness import command_line, fmt, machine_meta, spread, verdict, write_json  # noqa: E402
+from harness import command_line, fmt, machine_meta, seq2seq_requests, spread, verdict, write_json  # noqa: E402
 from lazybatch.client.api import Client  # noqa: E402
 from lazybatch.client.load import run_load  # noqa: E402
-from lazybatch.client.seq2seq import LengthSampler, http_parameters, info_from_parameters, make_request  # noqa: E402
 from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
 
@@ -50,10 +46,7 @@ GOALS = {"lm": (3.0, 3.0, 2.0)}  # (avg, p99, peak throughput) at 70-150%; seq2s
 
 def t1_of(url: str, http: str, model: str, n: int) -> float:
     """Mean latency of n requests of histogram lengths, one at a time: 1 / the batch-1 service rate."""
-    with urllib.request.urlopen(f"http://{http}/v2/models/{model}/config", timeout=10) as f:
-        info = info_from_parameters(http_parameters(json.loads(f.read())))
-    sampler, rng = LengthSampler(info, None, seed=1), np.random.default_rng(1)
-    feeds = [make_request(rng, info, *sampler.draw()) for _ in range(n + 2)]
+    feeds = seq2seq_requests(http, model, n + 2, seed=1)
     with Client(url) as c:
         times = c.latencies(model, feeds, n + 2, warmup=0)[2:]
     return statistics.fmean(times)

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))  # harness.py, shared by the benchmarks
 
-from harness import machine_meta  # noqa: E402
+from harness import machine_meta, seq2seq_requests  # noqa: E402
 
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.batcher.policies.lazy import DEFAULT_MIN_BATCH_GAIN, useful_batch_size  # noqa: E402
@@ -155,16 +155,7 @@ def stats_delta(before: dict, after: dict) -> dict[str, float]:
 def request_feeds(client: Client, http: str, model: str, n: int, seed: int = 0) -> list[dict]:
     """``n`` batch-1 requests: random inputs, or for a seq2seq model source and output lengths drawn from the shipped
     length histogram as `lazybatch load` draws them (client/seq2seq.py)."""
-    import numpy as np
-
-    from lazybatch.client.seq2seq import LengthSampler, http_parameters, info_from_parameters, make_request
-
-    with urllib.request.urlopen(f"http://{http}/v2/models/{model}/config", timeout=10) as f:
-        info = info_from_parameters(http_parameters(json.loads(f.read())))
-    if info is None:
-        return [client.random_inputs(model, 1, seed=seed)] * n
-    sampler, rng = LengthSampler(info, None, seed), np.random.default_rng(seed)
-    return [make_request(rng, info, *sampler.draw()) for _ in range(n)]
+    return seq2seq_requests(http, model, n, seed) or [client.random_inputs(model, 1, seed=seed)] * n
 
 
 def service_time(client: Client, http: str, model: str, seconds: float, *, n: int | None = None,

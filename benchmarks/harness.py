@@ -86,3 +86,20 @@ def write_json(path: str | Path, data: Any) -> Path:
 
 def command_line() -> str:
     return " ".join([Path(sys.executable).name, *sys.argv])
+
+
+def seq2seq_requests(http: str, model: str, n: int, seed: int = 0) -> list[dict] | None:
+    """``n`` batch-1 requests of a served seq2seq model, their lengths drawn from the histogram the model is served
+    with, as `lazybatch load` draws them (client/seq2seq.py); None for a model that is not seq2seq."""
+    import urllib.request
+
+    import numpy as np
+
+    from lazybatch.client.seq2seq import LengthSampler, http_parameters, info_from_parameters, make_request
+
+    with urllib.request.urlopen(f"http://{http}/v2/models/{model}/config", timeout=10) as f:
+        info = info_from_parameters(http_parameters(json.loads(f.read())))
+    if info is None:
+        return None
+    sampler, rng = LengthSampler(info, None, seed), np.random.default_rng(seed)
+    return [make_request(rng, info, *sampler.draw()) for _ in range(n)]

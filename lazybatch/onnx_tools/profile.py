@@ -67,15 +67,13 @@ def parse_batch_sizes(text: str) -> list[int]:
     return sizes
 
 
-def default_length_histogram(name: str | None = None) -> Path | None:
+def default_length_histogram(name: str | None = None) -> Path:
     """The shipped length histogram a seq2seq export names (``chat`` for the decoder LM), else the synthetic WMT
-    en-de one (lazybatch/simulator/data/; docs say where each comes from)."""
+    en-de one (lazybatch/simulator/data/; docs say where each comes from). An unknown name is an error, not a
+    table without ``dec_timesteps_90``."""
     from lazybatch.client.seq2seq import shipped_histogram
 
-    try:
-        return shipped_histogram(name)
-    except ConfigError:
-        return None
+    return shipped_histogram(name)
 
 
 def _times(fn: Callable[[], Any], warmup: int, repeat: int) -> list[float]:
