@@ -61,6 +61,9 @@ PARAMETERS = {
                          "as one batch to its end (graph:0 in the scheduler), and execute returns only once every "
                          "request of it is answered: Triton's batcher as the only batcher, for models with a loop "
                          "inside (seq2seq under `repo add --policy triton:<us>`)",
+    "stream_interval_tokens": "decoupled seq2seq models (model_transaction_policy { decoupled: true }): a response "
+                              "goes out once a row holds this many new tokens (default 1: every token); the last "
+                              "one carries the final flag (backend/seq2seq.py)",
     # seq2seq models: written by `lazybatch repo add` for clients, checked against the stage manifest at load
     "max_source_length": "seq2seq: most source tokens a request may send",
     "max_output_length": "seq2seq: most tokens the decoder generates per sequence",
@@ -188,6 +191,8 @@ class BackendSettings:
     fuse_stages: str = "auto"
     response_thread: bool = True
     batch_per_execute: bool = False
+    decoupled: bool = False  # model_transaction_policy { decoupled: true }: seq2seq models stream their tokens
+    stream_interval_tokens: int = 1
     max_queue_size: int = 0
     timeout_action: str = "DELAY"
     metrics: bool = True
@@ -238,6 +243,14 @@ class BackendSettings:
         if per_execute and not policy.startswith("graph"):
             raise ConfigError(f"batch_per_execute serves each execute's group as one batch; it needs policy graph:0 "
                               f"(no batching of the scheduler's own), not {policy!r}", field="parameters.policy")
+        decoupled = bool(cfg.model_transaction_policy.decoupled)
+        if decoupled and policy == WHOLE_GRAPH:
+            raise ConfigError("a decoupled model (model_transaction_policy { decoupled: true }) needs a scheduler "
+                              f"policy: {WHOLE_GRAPH} answers from execute, which a decoupled model may not",
+                              field="model_transaction_policy.decoupled")
+        interval = _number(_param(cfg, "stream_interval_tokens"), "stream_interval_tokens", int)
+        if interval is not None and interval < 1:
+            raise ConfigError("stream_interval_tokens must be at least 1", field="parameters.stream_interval_tokens")
         return cls(
             name=cfg.name, policy=policy, max_batch_size=int(cfg.max_batch_size),
             scheduler_max_batch_size=int(smbs) if smbs else int(cfg.max_batch_size),
@@ -257,6 +270,8 @@ class BackendSettings:
             fuse_stages=_fuse_mode(_param(cfg, "fuse_stages", "auto")),
             response_thread=_bool(_param(cfg, "response_thread", "true"), "response_thread"),
             batch_per_execute=per_execute,
+            decoupled=decoupled,
+            stream_interval_tokens=int(interval or 1),
             **_production_settings(cfg),
         )
 

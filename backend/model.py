@@ -5,10 +5,12 @@ model-specific comes from that directory's ``config.pbtxt`` parameters (see ``co
 
 Two modes:
 
-- a scheduler policy (lazy, oracle, graph, serial): the model stays non-decoupled, ``execute`` validates and
+- a scheduler policy (eager, lazy, oracle, graph, serial): ``execute`` validates and
   enqueues each request and returns ``None``; the scheduler thread answers each request later through its response
   sender with TRITONSERVER_RESPONSE_COMPLETE_FINAL. Triton keeps handing the instance new requests meanwhile, which
-  is what lets LazyBatching regroup them at stage boundaries.
+  is what lets LazyBatching regroup them at stage boundaries. A seq2seq model may be decoupled
+  (``model_transaction_policy { decoupled: true }``): it then streams its tokens as they are made, each part a
+  response without the final flag, the last one with it (backend/seq2seq.py).
 - ``whole_graph``: no scheduler; the whole ONNX graph runs on whatever Triton's own ``dynamic_batching`` grouped
   into one ``execute`` call (the real-world graph-batching baseline).
 """
@@ -209,7 +211,8 @@ class TritonPythonModel:
                                           max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size,
                                           dec_timesteps=s.dec_timesteps)
             seq2seq.warm_up(runner, self.seq2seq)
-            runtime_cls = functools.partial(seq2seq.Seq2SeqRuntime, spec=self.seq2seq)
+            runtime_cls = functools.partial(seq2seq.Seq2SeqRuntime, spec=self.seq2seq,
+                                            stream_every=s.stream_interval_tokens if s.decoupled else 0)
         else:
             check_against_manifest(s, runner.manifest.inputs, runner.manifest.outputs)
             table = load_table(s, runner)
@@ -273,6 +276,8 @@ class TritonPythonModel:
             why = "admission control (max_queue_size, timeout_action: REJECT) sees every request"
         elif s.fault_injection:
             why = "fault_injection is set"
+        elif s.decoupled:
+            why = "the model is decoupled (execute may not return responses)"
         if why:
             print(f"lazybatch: {s.name}: whole passes run through the scheduler thread, not inline ({why})",
                   file=sys.stderr)
@@ -388,7 +393,13 @@ class TritonPythonModel:
                                                           for k, v in out.items()])
 
     def _respond(self, request: Any, outputs: dict[str, np.ndarray] | None, status: Status,
-                 error: str | None) -> None:
+                 error: str | None, final: bool = True) -> None:
+        """Send an answer; ``final`` False is a streamed part of it (decoupled seq2seq models)."""
+        if not final:
+            resp = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, np.ascontiguousarray(v))
+                                                              for k, v in outputs.items()])
+            request.get_response_sender().send(resp)
+            return
         if outputs is not None:
             resp = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, np.ascontiguousarray(v))
                                                               for k, v in outputs.items()])

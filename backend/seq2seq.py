@@ -217,7 +217,8 @@ class Seq2SeqSpec:
 class _Seq(_Sample):
     """One sequence (a row of a client request) and everything it carries between steps."""
 
-    __slots__ = ("inputs", "state", "enc_done", "enc_steps", "encoded", "enc_out", "tokens", "limit", "stop_at_eos")
+    __slots__ = ("inputs", "state", "enc_done", "enc_steps", "encoded", "enc_out", "tokens", "limit", "stop_at_eos",
+                 "sent")
 
     def __init__(self, parent: _Parent, row: int, spec: Seq2SeqSpec) -> None:
         super().__init__(parent, row)
@@ -235,6 +236,7 @@ class _Seq(_Sample):
         self.tokens: list[int] = []
         self.limit = min(int(t[MAX_OUT][row, 0]), spec.max_length) if MAX_OUT in t else spec.max_length
         self.stop_at_eos = not (IGNORE_EOS in t and bool(t[IGNORE_EOS][row, 0]))
+        self.sent = 0  # tokens already streamed to the client (decoupled models)
 
     def value(self, name: str, spec: Seq2SeqSpec) -> Row:
         """A stage input that comes "from the model": carried state, a request input, or a bound tensor."""
@@ -258,12 +260,13 @@ class Seq2SeqStats(RuntimeStats):
     padded_rows: int = 0  # rows added to graph-batching runs for sequences that already ended
     finished_eos: int = 0  # sequences the end token ended (before their length limit, or at it)
     finished_length: int = 0  # sequences that reached max_output_len or the model's max_length
+    streamed: int = 0  # non-final responses sent (decoupled models)
 
     def as_dict(self) -> dict[str, Any]:
         return {**super().as_dict(), "decoder_steps": self.decoder_steps,
                 "mixed_timestep_steps": self.mixed_timestep_steps, "max_timestep_spread": self.max_timestep_spread,
                 "tokens": self.tokens, "padded_rows": self.padded_rows, "finished_eos": self.finished_eos,
-                "finished_length": self.finished_length}
+                "finished_length": self.finished_length, "streamed": self.streamed}
 
 
 class Seq2SeqRuntime(BackendRuntime):
@@ -272,8 +275,10 @@ class Seq2SeqRuntime(BackendRuntime):
     stats_class = Seq2SeqStats
 
     def __init__(self, runner: StageRunner, table: LatencyTable, policy: Policy, respond: Any, *,
-                 spec: Seq2SeqSpec, **kw: Any) -> None:
+                 spec: Seq2SeqSpec, stream_every: int = 0, **kw: Any) -> None:
         self.spec = spec
+        # decoupled models: a row's new tokens go out once it holds this many unsent ones (0: one final answer)
+        self.stream_every = stream_every
         super().__init__(runner, table, policy, respond, **kw)
 
     def _sample_args(self, parent: _Parent, row: int) -> dict[str, Any]:
@@ -358,6 +363,8 @@ class Seq2SeqRuntime(BackendRuntime):
             stats.tokens += len(seqs)
             stats.finished_eos += eos
             stats.finished_length += len(exits) - eos
+            if self.stream_every:
+                self._stream(reqs, exits)
         t3 = time.perf_counter()
         stats.stage_runs += 1
         stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
@@ -386,6 +393,28 @@ class Seq2SeqRuntime(BackendRuntime):
             s.encoded = True
         s.tensors = {}
 
+    def _stream(self, reqs: list[Request], exits: set[int]) -> None:
+        """Send the new tokens of each request that holds ``stream_every`` unsent ones in some row, unless this step
+        ends its last row: the final answer then carries them (one response fewer, and the final flag comes with
+        data, which every client sees; an empty final response reaches gRPC clients only on request)."""
+        ending: dict[int, int] = {}
+        parents: dict[int, _Parent] = {}
+        for r in reqs:
+            parent = r.payload.parent
+            parents[id(parent)] = parent
+            if r.id in exits:
+                ending[id(parent)] = ending.get(id(parent), 0) + 1
+        k = self.stream_every
+        for key, parent in parents.items():
+            if parent.answered or parent.remaining - ending.get(key, 0) <= 0:
+                continue
+            seqs: list[_Seq] = [x.payload for x in parent.samples]
+            if max(len(s.tokens) - s.sent for s in seqs) >= k:
+                self.stats.streamed += 1  # type: ignore[attr-defined]
+                self.respond(parent.handle, _token_rows([s.tokens[s.sent:] for s in seqs]), Status.OK, None, False)
+                for s in seqs:
+                    s.sent = len(s.tokens)
+
     def _on_sample_done(self, r: Request) -> None:
         seq: _Seq = r.payload
         parent = seq.parent
@@ -400,12 +429,18 @@ class Seq2SeqRuntime(BackendRuntime):
         if parent.remaining:
             return
         rows: list[list[int]] = parent.rows  # type: ignore[assignment]
-        width = max(len(t) for t in rows)
-        out = np.full((len(rows), width), PAD, np.int64)
-        for i, t in enumerate(rows):
-            out[i, :len(t)] = t
-        lens = np.array([[len(t)] for t in rows], np.int64)
-        self._answer(parent, {OUT_TOKENS: out, OUT_LEN: lens}, Status.OK, None)
+        if self.stream_every:  # what was not streamed yet
+            rows = [t[x.payload.sent:] for t, x in zip(rows, parent.samples)]
+        self._answer(parent, _token_rows(rows), Status.OK, None)
+
+
+def _token_rows(rows: list[list[int]]) -> dict[str, np.ndarray]:
+    """output_tokens (rows padded with -1) and output_len of a response."""
+    width = max(len(t) for t in rows)
+    out = np.full((len(rows), width), PAD, np.int64)
+    for i, t in enumerate(rows):
+        out[i, :len(t)] = t
+    return {OUT_TOKENS: out, OUT_LEN: np.array([[len(t)] for t in rows], np.int64)}
 
 
 def build_policy(spec: PolicySpec, s2s: Seq2SeqSpec, table: LatencyTable, *, max_batch_size: int | None,

@@ -131,6 +131,17 @@ class Client:
 
         return grpc_parameters(cfg) if self.protocol == "grpc" else http_parameters(cfg.get("config", cfg))
 
+    def is_decoupled(self, model: str) -> bool:
+        """Whether the model answers on gRPC streams only (``model_transaction_policy { decoupled: true }``: a
+        decoupled lazybatch seq2seq model streams its tokens, client/stream.py)."""
+        try:
+            cfg = self._client.get_model_config(model)
+        except Exception as e:
+            raise InferError(f"cannot get the config of model {model!r}: {_msg(e)}", _status(e)) from None
+        if self.protocol == "grpc":
+            return bool(cfg.config.model_transaction_policy.decoupled)
+        return bool(cfg.get("config", cfg).get("model_transaction_policy", {}).get("decoupled", False))
+
     def random_inputs(self, model: str, batch: int = 1, seed: int | None = None) -> dict[str, np.ndarray]:
         """Random inputs of the model's shapes (wildcard dims become 1)."""
         rng = np.random.default_rng(seed)

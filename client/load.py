@@ -46,6 +46,14 @@ class LoadResult:
     # per request, in send order: (scheduled send offset s, latency ms or NaN, answered ok); time series need these
     records: list[tuple[float, float, bool]] = field(default_factory=list, repr=False)
     start_unix: float = 0.0  # wall-clock time of offset 0 (to line requests up with server-side logs)
+    # streamed (decoupled) models only: time to first token and time per output token after it (client/stream.py)
+    streaming: bool = False
+    tokens: int = 0  # output tokens received in successful answers
+    ttft_avg_ms: float = math.nan
+    ttft_p50_ms: float = math.nan
+    ttft_p99_ms: float = math.nan
+    tpot_avg_ms: float = math.nan
+    tpot_p99_ms: float = math.nan
 
     def row(self) -> dict[str, Any]:
         d = asdict(self)
@@ -111,12 +119,15 @@ def schedule_from_rates(trace: Sequence[tuple[float, float]], duration_s: float,
 async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *, sla_ms: float | None,
                         batch: int, seed: int, max_requests: int, timeout_s: float,
                         send_sla: bool, length_histogram: str | None = None, ignore_eos: bool = True,
-                        offsets: Sequence[float] | None = None) -> LoadResult:
+                        offsets: Sequence[float] | None = None, streaming: bool = False) -> LoadResult:
     import tritonclient.grpc as grpcmod
     import tritonclient.grpc.aio as aio
 
-    res = LoadResult(model, rate, duration_s, sla_ms, batch)
+    from .stream import StreamClient, Streamed
+
+    res = LoadResult(model, rate, duration_s, sla_ms, batch, streaming=streaming)
     client = aio.InferenceServerClient(url)
+    streamer = StreamClient(url) if streaming else None
     try:
         md = await client.get_model_metadata(model)
         rng = np.random.default_rng(seed)
@@ -130,7 +141,10 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
         params = request_parameters(sla_ms if send_sla else None)
         from .seq2seq import grpc_parameters, info_from_parameters
 
-        s2s = info_from_parameters(grpc_parameters(await client.get_model_config(model)))
+        config = await client.get_model_config(model)
+        s2s = info_from_parameters(grpc_parameters(config))
+        if getattr(config, "config", config).model_transaction_policy.decoupled and streamer is None:  # it answers only on a stream
+            res.streaming, streamer = True, StreamClient(url)
         if offsets is None:
             offsets = poisson_schedule(rate, duration_s, seed, max_requests)
         else:
@@ -146,24 +160,36 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
             feeds = make_request(rng, s2s, 1, 1, batch=batch)  # the warm-up: one source token, one output token
         # one warm-up request, not counted
         try:
-            await client.infer(model, make_inputs(grpcmod, feeds), parameters=params or None,
-                               client_timeout=timeout_s)
+            if streamer is not None:
+                await streamer.generate(model, feeds, sla_ms=sla_ms if send_sla else None, timeout_s=timeout_s)
+            else:
+                await client.infer(model, make_inputs(grpcmod, feeds), parameters=params or None,
+                                   client_timeout=timeout_s)
         except Exception:
             pass
         latencies: list[float] = [math.nan] * len(offsets)
         ok_flags = [False] * len(offsets)
         errors: list[str] = []
         done_times: list[float] = []
+        streamed: list[Streamed | None] = [None] * len(offsets)
 
         async def one(i: int) -> None:
             t0 = time.perf_counter()
-            try:
-                await client.infer(model, make_inputs(grpcmod, per_request[i] if per_request else feeds),
-                                   parameters=params or None, client_timeout=timeout_s)
-                ok_flags[i] = True
-            except Exception as e:  # counted, reported by kind
-                m = getattr(e, "message", None)
-                errors.append(str(m() if callable(m) else e))
+            inputs = per_request[i] if per_request else feeds
+            if streamer is not None:
+                s = streamed[i] = await streamer.generate(model, inputs, sla_ms=sla_ms if send_sla else None,
+                                                          timeout_s=timeout_s)
+                ok_flags[i] = s.ok
+                if s.error is not None:
+                    errors.append(s.error)
+            else:
+                try:
+                    await client.infer(model, make_inputs(grpcmod, inputs), parameters=params or None,
+                                       client_timeout=timeout_s)
+                    ok_flags[i] = True
+                except Exception as e:  # counted, reported by kind
+                    m = getattr(e, "message", None)
+                    errors.append(str(m() if callable(m) else e))
             t1 = time.perf_counter()
             latencies[i] = t1 - t0
             done_times.append(t1)
@@ -186,22 +212,43 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
                 t.cancel()
         last = max(done_times) if done_times else start
         res.records = [(float(o), float(l) * 1e3, ok) for o, l, ok in zip(offsets, latencies, ok_flags)]
+        if streamer is not None:
+            summarize_stream(res, [s for s in streamed if s is not None and s.ok])
         return summarize(res, latencies, ok_flags, errors, start, last)
     finally:
         await client.close()
+        if streamer is not None:
+            await streamer.close()
+
+
+def summarize_stream(res: LoadResult, answers: Sequence[Any]) -> LoadResult:
+    """Time to first token and time per output token (after the first) over the successful streamed answers."""
+    res.tokens = int(sum(a.n_tokens for a in answers))
+    ttft = np.array([a.ttft_s for a in answers]) * 1e3
+    tpot = np.array([a.tpot_s for a in answers if not math.isnan(a.tpot_s)]) * 1e3
+    if ttft.size:
+        res.ttft_avg_ms = float(ttft.mean())
+        res.ttft_p50_ms, res.ttft_p99_ms = (float(v) for v in np.percentile(ttft, [50, 99]))
+    if tpot.size:
+        res.tpot_avg_ms = float(tpot.mean())
+        res.tpot_p99_ms = float(np.percentile(tpot, 99))
+    return res
 
 
 def run_load(url: str, model: str, rate: float, duration_s: float = 10.0, *, sla_ms: float | None = 100.0,
              batch: int = 1, seed: int = 0, max_requests: int = 100_000, timeout_s: float = 30.0,
-             send_sla: bool = True, length_histogram: str | None = None, ignore_eos: bool = True) -> LoadResult:
+             send_sla: bool = True, length_histogram: str | None = None, ignore_eos: bool = True,
+             streaming: bool = False) -> LoadResult:
     """Poisson load at ``rate`` requests/s for ``duration_s`` seconds against one model.
 
     Seq2seq models (client/seq2seq.py) get per-request source and output lengths drawn from ``length_histogram``
     (default: the shipped WMT-like one) with ``seed``; ``ignore_eos`` makes each request decode exactly its drawn
-    output length."""
+    output length. ``streaming``: the model is decoupled; each request is a gRPC stream of its own, and the result
+    adds time to first token and time per output token (client/stream.py)."""
     return asyncio.run(_run_one_rate(url, model, rate, duration_s, sla_ms=sla_ms, batch=batch, seed=seed,
                                      max_requests=max_requests, timeout_s=timeout_s, send_sla=send_sla,
-                                     length_histogram=length_histogram, ignore_eos=ignore_eos))
+                                     length_histogram=length_histogram, ignore_eos=ignore_eos,
+                                     streaming=streaming))
 
 
 def run_schedule(url: str, model: str, offsets: Sequence[float], *, sla_ms: float | None = 100.0, batch: int = 1,
@@ -219,13 +266,13 @@ def run_schedule(url: str, model: str, offsets: Sequence[float], *, sla_ms: floa
 def sweep(url: str, models: Sequence[str], rates: Sequence[float], duration_s: float = 10.0, *,
           sla_ms: float | None = 100.0, batch: int = 1, seed: int = 0, timeout_s: float = 30.0,
           pause_s: float = 0.5, progress: Any = None, length_histogram: str | None = None,
-          ignore_eos: bool = True) -> list[LoadResult]:
+          ignore_eos: bool = True, streaming: bool = False) -> list[LoadResult]:
     """Every model at every rate, one after the other (models never share the CPU during a measurement)."""
     out = []
     for rate in rates:
         for model in models:
             r = run_load(url, model, rate, duration_s, sla_ms=sla_ms, batch=batch, seed=seed, timeout_s=timeout_s,
-                         length_histogram=length_histogram, ignore_eos=ignore_eos)
+                         length_histogram=length_histogram, ignore_eos=ignore_eos, streaming=streaming)
             out.append(r)
             if progress is not None:
                 progress(r)
@@ -245,6 +292,14 @@ def format_table(results: Sequence[LoadResult]) -> str:
         lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {r.send_rate:>7.1f} {r.sent:>6d} {r.ok:>6d} "
                      f"{r.errors:>5d} {r.throughput:>7.1f} {r.avg_ms:>8.1f} {r.p50_ms:>8.1f} {r.p90_ms:>8.1f} "
                      f"{r.p99_ms:>8.1f} {r.sla_violation_rate * 100 if r.sent else math.nan:>7.1f}%")
+    streamed = [r for r in results if r.streaming]
+    if streamed:  # time to first token, time per output token after it
+        head = (f"{'streamed':<22} {'rate/s':>7} {'tokens':>7} {'TTFT avg':>9} {'p50':>8} {'p99':>8} "
+                f"{'TPOT avg':>9} {'p99':>8}")
+        lines += ["", head, "-" * len(head)]
+        for r in streamed:
+            lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {r.tokens:>7d} {r.ttft_avg_ms:>9.1f} "
+                         f"{r.ttft_p50_ms:>8.1f} {r.ttft_p99_ms:>8.1f} {r.tpot_avg_ms:>9.2f} {r.tpot_p99_ms:>8.2f}")
     return "\n".join(lines)
 
 

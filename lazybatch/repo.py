@@ -84,7 +84,7 @@ def _link_file(src: Path, dest: Path) -> None:
 
 def build_config(name: str, manifest_inputs: list, manifest_outputs: list, *, max_batch_size: int,
                  parameters: dict[str, str], dynamic_batching_us: int | None = None,
-                 instance_count: int = 1) -> Any:
+                 instance_count: int = 1, decoupled: bool = False) -> Any:
     pb = model_config_pb2()
     cfg = pb.ModelConfig(name=name, backend="python", max_batch_size=max_batch_size)
     for t in manifest_inputs:
@@ -96,6 +96,8 @@ def build_config(name: str, manifest_inputs: list, manifest_outputs: list, *, ma
         cfg.parameters[k].string_value = str(v)
     if dynamic_batching_us is not None:
         cfg.dynamic_batching.max_queue_delay_microseconds = dynamic_batching_us
+    if decoupled:
+        cfg.model_transaction_policy.decoupled = True
     return cfg
 
 
@@ -118,8 +120,12 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
               execution_provider: str = "auto", intra_op_threads: int = 0, allow_nan: bool = True,
               scheduler_max_batch_size: int | None = None, force: bool = False, max_queue_size: int = 0,
               timeout_action: str | None = None, parameters: dict[str, str] | None = None,
-              input_shapes: Mapping[str, Sequence[int]] | None = None) -> Path:
+              input_shapes: Mapping[str, Sequence[int]] | None = None, decoupled: bool = False,
+              stream_interval_tokens: int | None = None) -> Path:
     """Make ``repository/name`` (see the module docstring); returns the model directory.
+
+    ``decoupled`` (seq2seq models): the model streams its tokens (``model_transaction_policy { decoupled: true }``),
+    a response every ``stream_interval_tokens`` tokens (default 1); clients use gRPC streaming.
 
     ``max_queue_size``/``timeout_action`` are the admission knobs (batcher/admission.py); ``parameters`` adds any
     other config.pbtxt parameter (e.g. ``fault_injection`` for tests); ``input_shapes`` the per-sample sizes of
@@ -148,12 +154,19 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
         if qp.max_queue_size:
             extra["max_queue_size"] = str(qp.max_queue_size)
         extra["timeout_action"] = qp.timeout_action
+    if stream_interval_tokens is not None:
+        if not decoupled:
+            raise ConfigError("--stream-interval-tokens applies to a --decoupled model", field="--stream-interval-tokens")
+        if stream_interval_tokens < 1:
+            raise ConfigError("--stream-interval-tokens must be at least 1", field="--stream-interval-tokens")
+        extra["stream_interval_tokens"] = str(stream_interval_tokens)
     mdir, vdir = fresh_model_dir(repository, name, force)
     try:
         return _fill(mdir, vdir, model, pol, name=name, policy=policy, sla_ms=sla_ms, max_batch_size=max_batch_size,
                      stages=stages, max_stages=max_stages, latency_table=latency_table, profile_reps=profile_reps,
                      execution_provider=execution_provider, intra_op_threads=intra_op_threads, allow_nan=allow_nan,
-                     scheduler_max_batch_size=scheduler_max_batch_size, extra=extra, input_shapes=input_shapes)
+                     scheduler_max_batch_size=scheduler_max_batch_size, extra=extra, input_shapes=input_shapes,
+                     decoupled=decoupled)
     except BaseException:
         shutil.rmtree(mdir, ignore_errors=True)
         raise
@@ -163,7 +176,7 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
           sla_ms: float | None, max_batch_size: int, stages: str | Path | None, max_stages: int | None,
           latency_table: str | Path | None, profile_reps: int, execution_provider: str, intra_op_threads: int,
           allow_nan: bool, scheduler_max_batch_size: int | None, extra: dict[str, str] | None = None,
-          input_shapes: Mapping[str, Sequence[int]] | None = None) -> Path:
+          input_shapes: Mapping[str, Sequence[int]] | None = None, decoupled: bool = False) -> Path:
     params: dict[str, str] = {"execution_provider": execution_provider, **(extra or {})}
     if scheduler_max_batch_size is not None:
         if not 1 <= scheduler_max_batch_size <= max_batch_size:
@@ -195,6 +208,9 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
         _link_file(vdir / "stages" / whole if whole and (vdir / "stages" / whole).exists() else mp,
                    vdir / "model.onnx")
     s2s = Seq2SeqSpec(man, str(vdir / "stages" / "manifest.json")) if "seq2seq" in man.raw else None
+    if decoupled and s2s is None:
+        raise ConfigError("--decoupled streams generated tokens: it applies to seq2seq and decoder models (`lazybatch "
+                          "export gnmt|transformer|gpt2`); this model answers each request once", field="--decoupled")
     loop_batcher_us: int | None = None  # seq2seq under triton:<us>: Triton's batcher forms the batches
     if s2s is not None and isinstance(pol, TritonPolicy):
         # No whole graph holds the decode loop, so the backend runs it: each group Triton's dynamic batcher hands to
@@ -231,7 +247,7 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
             table.save(table_path)
         if s2s is not None:
             cfg = seq2seq_config(name, s2s, table, max_batch_size=max_batch_size, parameters=params,
-                                 dynamic_batching_us=loop_batcher_us)
+                                 dynamic_batching_us=loop_batcher_us, decoupled=decoupled)
         else:
             # eager runs a pass the scheduler would run whole in Triton's execute call (backend/runtime.py
             # run_inline), on the group Triton's batcher queued meanwhile: that needs dynamic_batching, no delay
@@ -257,7 +273,8 @@ def profile_seq2seq(stage_dir: Path, max_batch_size: int, *, reps: int, executio
 
 
 def seq2seq_config(name: str, s2s: Seq2SeqSpec, table: LatencyTable, *, max_batch_size: int,
-                   parameters: dict[str, str], dynamic_batching_us: int | None = None) -> Any:
+                   parameters: dict[str, str], dynamic_batching_us: int | None = None,
+                   decoupled: bool = False) -> Any:
     """The served interface of a seq2seq model (backend/seq2seq.py): source tokens in, generated tokens out."""
     params = {**parameters, **s2s.info_parameters()}
     dec = table.meta.get("dec_timesteps_90")
@@ -265,7 +282,7 @@ def seq2seq_config(name: str, s2s: Seq2SeqSpec, table: LatencyTable, *, max_batc
         params["dec_timesteps"] = str(min(int(dec), s2s.max_length))
     served = s2s.served_inputs()
     cfg = build_config(name, [t for t, _ in served], s2s.served_outputs(), max_batch_size=max_batch_size,
-                       parameters=params, dynamic_batching_us=dynamic_batching_us)
+                       parameters=params, dynamic_batching_us=dynamic_batching_us, decoupled=decoupled)
     for entry, (_, optional) in zip(cfg.input, served):
         entry.optional = optional
     return cfg

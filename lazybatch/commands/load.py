@@ -36,6 +36,9 @@ def register(sub: Any) -> None:
                    "shipped WMT en-de one) with --seed")
     p.add_argument("--stop-at-eos", action="store_true", help="seq2seq models: stop at the end token (default: "
                    "decode exactly the drawn output length; random weights make no meaningful end token)")
+    p.add_argument("--streaming", action="store_true", help="send each request on a gRPC stream and time its parts "
+                   "(time to first token, time per output token), as perf_analyzer --streaming; on by itself for a "
+                   "decoupled model, which answers only on a stream")
     p.add_argument("--out", default=None, help="write load.csv, load.json and load.png here, and report.md/.csv "
                    "with the rows of `lazybatch perf --out` the same folder")
     p.set_defaults(func=run)
@@ -57,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
     results = sweep(args.url, args.models, rates, args.duration, sla_ms=args.sla_ms, batch=args.batch,
                     seed=args.seed, timeout_s=args.timeout, progress=progress,
-                    length_histogram=args.length_histogram, ignore_eos=not args.stop_at_eos)
+                    length_histogram=args.length_histogram, ignore_eos=not args.stop_at_eos,
+                    streaming=args.streaming)
     print(format_table(results))
     if args.out:
         from lazybatch.client.report import write_combined

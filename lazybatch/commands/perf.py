@@ -26,6 +26,8 @@ def register(sub: Any) -> None:
     p.add_argument("--length-histogram", default=None, metavar="FILE", help="seq2seq models: source/output lengths "
                    "of the generated --input-data are drawn from this histogram (default: the shipped one)")
     p.add_argument("--seed", type=int, default=0, help="seq2seq models: seed of the generated input data")
+    p.add_argument("--streaming", action="store_true", help="perf_analyzer --streaming (gRPC streams); on by itself "
+                   "for a decoupled model, which answers only on a stream")
     p.add_argument("--out", default="lazybatch-results/perf", help="CSV/JSON/logs go here (default %(default)s); "
                    "with the folder of a `lazybatch load --out`, report.md/.csv hold both drivers' rows")
     p.set_defaults(func=run)
@@ -54,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         rows, _ = perf.run(binary, model, args.url, rates, out, batch=args.batch,
                            measurement_ms=args.measurement_ms, sla_ms=args.sla_ms,
                            stability_percentage=args.stability_percentage, max_trials=args.max_trials,
-                           input_data=_seq2seq_input_data(args, model, out))
+                           input_data=_seq2seq_input_data(args, model, out),
+                           extra=["--streaming"] if args.streaming or _decoupled(args.url, model) else [])
         all_rows += rows
     print(f"{'model':<22} {'rate/s':>7} {'infer/s':>8} {'avg ms':>8} {'p50':>8} {'p90':>8} {'p99':>8} "
           f"{'queue':>7} {'compute':>8}")
@@ -69,6 +72,14 @@ def run(args: argparse.Namespace) -> int:
     if combined is not None:
         print(f"wrote {combined} (and report.csv: both load drivers side by side)")
     return 0
+
+
+def _decoupled(url: str, model: str) -> bool:
+    """Whether the model answers on streams only (model_transaction_policy { decoupled: true })."""
+    from lazybatch.client.api import Client
+
+    with Client(url) as c:
+        return c.is_decoupled(model)
 
 
 def _seq2seq_input_data(args: argparse.Namespace, model: str, out: Path) -> str | None:

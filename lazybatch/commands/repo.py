@@ -42,6 +42,11 @@ def register(sub: Any) -> None:
                    "rejected UNAVAILABLE at once (Triton's max_queue_size; default 0: unbounded)")
     a.add_argument("--timeout-action", type=str.upper, choices=("REJECT", "DELAY"), default=None,
                    help="REJECT: refuse requests whose deadline cannot be met; DELAY: serve them late (default)")
+    a.add_argument("--decoupled", action="store_true", help="seq2seq and decoder models: stream the tokens as they "
+                   "are made (model_transaction_policy { decoupled: true }; clients use gRPC streaming, e.g. "
+                   "`lazybatch load --streaming`, perf_analyzer --streaming)")
+    a.add_argument("--stream-interval-tokens", type=int, default=None, help="with --decoupled: a response every N "
+                   "new tokens of a row (default 1)")
     a.add_argument("--force", action="store_true", help="replace an existing model directory")
     a.add_argument("--executor", default="onnxruntime", choices=("onnxruntime", "npu"), help="npu: outputs from "
                    "onnxruntime, each stage released at its modelled NPU time; the latency table is the NPU "
@@ -106,7 +111,10 @@ def run_add(args: argparse.Namespace) -> int:
                **extra, profile_reps=args.profile_reps,
                execution_provider=args.execution_provider, intra_op_threads=args.intra_op_threads,
                allow_nan=not args.reject_nan, scheduler_max_batch_size=args.scheduler_max_batch_size,
-               force=args.force, max_queue_size=args.max_queue_size, timeout_action=args.timeout_action)
+               force=args.force, max_queue_size=args.max_queue_size, timeout_action=args.timeout_action,
+               **({"decoupled": True, "stream_interval_tokens": args.stream_interval_tokens} if args.decoupled
+                  else {"stream_interval_tokens": args.stream_interval_tokens} if args.stream_interval_tokens
+                  else {}))
     print(f"added {mdir}")
     print((mdir / "config.pbtxt").read_text())
     return 0

@@ -447,3 +447,83 @@ def test_exporter_registers_the_seq2seq_families_only_for_seq2seq_models():
     values = made["values"]
     assert values[("lazybatch_tokens_total", (("model", "gnmt"),))] == 3
     assert values[("lazybatch_sequences_total", (("end", "eos"), ("model", "gnmt")))] == 2
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_streaming_parts_concatenate_to_the_reference(split, every):
+    """A decoupled model's parts: non-final ones with ``every`` new tokens in some row, one final; each row's parts
+    joined are the sequential greedy decode, and a request whose only row ends sends just the final."""
+    kind, runner, spec, table, ref = split
+    info = Seq2SeqInfo(spec.max_source_length, spec.max_length, spec.vocab_size)
+    pol = build_policy(parse_policy("lazy"), spec, table, max_batch_size=8, dec_timesteps=None, coverage=0.9)
+    parts: dict[int, list] = {}
+    finals: dict[int, tuple] = {}
+    n = 8
+    all_done = threading.Event()
+
+    def respond(handle, outputs, status, error, final=True):
+        assert handle not in finals, "a part after the final answer"
+        if final:
+            finals[handle] = (outputs, status, error)
+            if len(finals) == n:
+                all_done.set()
+        else:
+            parts.setdefault(handle, []).append(outputs)
+
+    rt = Seq2SeqRuntime(runner, table, pol, respond, spec=spec, stream_every=every)
+    rng = np.random.default_rng(3)
+    requests = []
+    for k in range(n):
+        out_len = 1 if k == 0 else int(rng.integers(2, info.max_output_length + 1))
+        feeds = make_request(rng, info, int(rng.integers(1, info.max_source_length + 1)), out_len,
+                             batch=1 + k % 2, ignore_eos=True)
+        requests.append(feeds)
+        assert rt.submit(k, feeds, feeds["src_tokens"].shape[0], RequestOptions()) is None
+    assert all_done.wait(60)
+    rt.close()
+    assert 0 not in parts  # one token: the final answer carries it, nothing is streamed before
+    for k, feeds in enumerate(requests):
+        outputs, status, error = finals[k]
+        assert error is None
+        got = [[] for _ in range(feeds["src_tokens"].shape[0])]
+        for p in parts.get(k, []) + [outputs]:
+            assert p["output_len"].max() >= (every if p is not outputs else 1)
+            for row, toks in enumerate(got):
+                n_new = int(p["output_len"][row, 0])
+                toks.extend(p["output_tokens"][row, :n_new].tolist())
+                assert (p["output_tokens"][row, n_new:] == -1).all()
+        for row, toks in enumerate(got):
+            assert toks == _reference(ref, feeds, row), (k, row)
+        if int(feeds["max_output_len"].max()) > every:
+            assert parts.get(k), f"request {k} ({feeds['max_output_len'].ravel()} tokens) streamed nothing"
+    assert rt.stats.as_dict()["streamed"] == sum(len(v) for v in parts.values())
+
+
+def test_decoupled_configs_are_checked(tmp_path):
+    """--decoupled streams tokens: refused with a reason for a model without a decoder loop, for Triton's whole-graph
+    policy, and a stream interval needs a decoupled model and at least one token."""
+    from lazybatch.backend.config import BackendSettings, parse_config_text
+    from lazybatch.batcher.errors import ConfigError
+    from lazybatch.repo import add_model
+
+    export_model("gpt2", tmp_path / "g.onnx", small=True)
+    mdir = add_model(tmp_path / "g.onnx", tmp_path / "repo", name="g", policy="eager", execution_provider="cpu",
+                     profile_reps=1, decoupled=True, stream_interval_tokens=2)
+    cfg = parse_config_text((mdir / "config.pbtxt").read_text())
+    settings = BackendSettings.from_config(cfg, mdir / "1")
+    assert settings.decoupled and settings.stream_interval_tokens == 2
+    cfg.parameters["stream_interval_tokens"].string_value = "0"
+    with pytest.raises(ConfigError, match="stream_interval_tokens must be at least 1"):
+        BackendSettings.from_config(cfg, mdir / "1")
+    cfg.parameters["stream_interval_tokens"].string_value = "1"
+    cfg.parameters["policy"].string_value = "whole_graph"
+    with pytest.raises(ConfigError, match="decoupled model .* needs a scheduler policy"):
+        BackendSettings.from_config(cfg, mdir / "1")
+    with pytest.raises(ConfigError, match="applies to a --decoupled model"):
+        add_model(tmp_path / "g.onnx", tmp_path / "repo", name="h", execution_provider="cpu", profile_reps=1,
+                  stream_interval_tokens=2)
+    export_model("mobilenet_v1", tmp_path / "m.onnx", small=True)
+    with pytest.raises(ConfigError, match="--decoupled streams generated tokens"):
+        add_model(tmp_path / "m.onnx", tmp_path / "repo", name="m", execution_provider="cpu", profile_reps=1,
+                  decoupled=True)
+    assert not (tmp_path / "repo" / "m").exists() and not (tmp_path / "repo" / "h").exists()

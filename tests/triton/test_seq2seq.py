@@ -20,7 +20,7 @@ import pytest
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.cli import main
 from lazybatch.client.api import Client, InferError
-from lazybatch.client.seq2seq import LengthSampler, Seq2SeqInfo, make_request
+from lazybatch.client.seq2seq import LengthSampler, Seq2SeqInfo, info_from_parameters, make_request
 from lazybatch.client.soak import metric_total, scrape, wait_for
 from lazybatch.onnx_tools.runtime import StageChain
 from lazybatch.onnx_tools.seq2seq import Seq2SeqRunner
@@ -35,6 +35,8 @@ POLICIES = {"lazy": "lazy", "graph": "graph:2", "serial": "serial", "triton": "t
 MAX_BATCH = 8
 FAULT_KIND, FAULT_MODEL = "gnmt", "gnmt_fault"
 FAULT_STAGE = "stage_004"  # a decoder stage of the small GNMT (encoder steps 0-1, decoder steps 2-6)
+# decoupled models that stream their tokens: (kind, policy, tokens per response)
+STREAMED = {"gpt2_stream": ("gpt2", "eager", 1), "transformer_stream_triton": ("transformer", "triton:0", 3)}
 
 
 class Seq2SeqServed:
@@ -105,6 +107,11 @@ def s2s(tmp_path_factory: pytest.TempPathFactory) -> Seq2SeqServed:
             add_model(None, repo, name=FAULT_MODEL, policy="lazy", sla_ms=2000, max_batch_size=MAX_BATCH,
                       stages=stages, latency_table=table, execution_provider="cpu", intra_op_threads=1,
                       parameters={"fault_injection": f"stage={FAULT_STAGE},every=3", "metrics_interval_ms": "100"})
+        for name, (k, pol, every) in STREAMED.items():
+            if k == kind:
+                add_model(None, repo, name=name, policy=pol, sla_ms=2000, max_batch_size=MAX_BATCH, stages=stages,
+                          latency_table=table, execution_provider="cpu", intra_op_threads=1, decoupled=True,
+                          stream_interval_tokens=every)
         man = json.loads((stages / "manifest.json").read_text())
         refs[kind] = Seq2SeqRunner(StageChain(stages, man, whole=False))
         sec = man["seq2seq"]
@@ -411,3 +418,85 @@ def test_fault_injection_metrics_and_batch_log_on_a_seq2seq_model(s2s):
     stages = {int(r[1]) for r in rows}
     assert {0, 1} <= stages and {2, 6} <= stages, stages
     assert sum(int(r[2]) for r in rows if int(r[1]) == 6) >= tokens  # a token per row of each last decoder stage run
+
+
+def _stream_all(url: str, model: str, requests: list[dict[str, np.ndarray]]) -> list[Any]:
+    """Every request on its own gRPC stream, all at once."""
+    import asyncio
+
+    from lazybatch.client.stream import StreamClient
+
+    async def go() -> list[Any]:
+        async with StreamClient(url) as c:
+            return await asyncio.gather(*[c.generate(model, f, timeout_s=120) for f in requests])
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("model", sorted(STREAMED))
+def test_streamed_parts_join_to_the_reference_tokens(s2s, model):
+    """A decoupled model streams each request's tokens in parts of ``stream_interval_tokens`` (the final part may be
+    shorter): joined, they are the sequential greedy decode; the first token comes before the end."""
+    kind, _, every = STREAMED[model]
+    info = s2s.info[kind]
+    rng = np.random.default_rng(21)
+    requests = [_request(rng, info, k) for k in range(12)]
+    requests.append(make_request(rng, info, 3, 1))  # one token: a single, final response
+    answers = _stream_all(s2s.grpc, model, requests)
+    streamed_parts = 0
+    for feeds, a in zip(requests, answers):
+        assert a.error is None, a.error
+        assert a.tokens == s2s.expected(kind, feeds)
+        longest = a.n_tokens
+        # parts of `every` new tokens in some row (rows of one request may decode at different steps), not one per
+        # token when every > 1
+        assert a.parts <= sum(-(-len(t) // every) for t in a.tokens) + 1
+        if longest > every:
+            assert a.parts >= 2 and a.first_at < a.done_at, (longest, a.parts)
+        streamed_parts += a.parts
+    assert answers[-1].parts == 1 and answers[-1].n_tokens == 1
+    stats = s2s.stats(model)
+    assert stats["streamed"] >= streamed_parts - len(requests)  # non-final parts, counted by the backend
+
+
+def test_a_bad_request_on_a_stream_gets_its_error_while_streams_beside_it_finish(s2s):
+    info = s2s.info["gpt2"]
+    rng = np.random.default_rng(5)
+    goods = [_request(rng, info, k) for k in range(6)]
+    bads = [BAD[c][0](info) for c in ("empty source", "output length zero", "token id above the vocabulary")]
+    answers = _stream_all(s2s.grpc, "gpt2_stream", goods + bads)
+    for feeds, a in zip(goods, answers):
+        assert a.error is None and a.tokens == s2s.expected("gpt2", feeds)
+    msgs = [a.error or "" for a in answers[len(goods):]]
+    assert "prompt length 0" in msgs[0] and "max_output_len" in msgs[1] and "vocabulary" in msgs[2], msgs
+
+
+def test_load_streams_a_decoupled_model_and_reports_ttft(s2s, tmp_path, capsys):
+    """`lazybatch load` sees that the model is decoupled and streams: time to first token and per output token."""
+    rc = main(["load", "gpt2_stream", "--url", s2s.grpc, "--rate", "10", "--duration", "2", "--sla-ms", "2000",
+               "--seed", "3", "--out", str(tmp_path / "load")])
+    assert rc == 0
+    assert "TTFT avg" in capsys.readouterr().out
+    row = json.loads((tmp_path / "load" / "load.json").read_text())[0]
+    assert row["streaming"] and row["errors"] == 0 and row["ok"] == row["sent"] > 5
+    assert 0 < row["ttft_avg_ms"] < row["avg_ms"] and 0 < row["tpot_avg_ms"] < row["avg_ms"]
+    with Client(s2s.grpc) as c:  # the lengths come from the histogram the model names (chat)
+        info = info_from_parameters(c.model_parameters("gpt2_stream"))
+    sampler = LengthSampler(info, None, 3)
+    assert row["tokens"] == sum(sampler.draw()[1] for _ in range(row["sent"]))
+
+
+def test_perf_analyzer_streams_from_a_decoupled_model(s2s, tmp_path):
+    """`lazybatch perf` on a decoupled model runs perf_analyzer --streaming with valid requests; no errors."""
+    out = tmp_path / "perf"
+    before = s2s.stats("gpt2_stream")
+    rc = main(["perf", "gpt2_stream", "--url", s2s.grpc, "--rates", "8", "--measurement-ms", "2000",
+               "--out", str(out), "--stability-percentage", "500", "--seed", "2"])
+    assert rc == 0
+    log = (out / "perf_gpt2_stream.log").read_text()
+    assert "--streaming" in log.splitlines()[0]
+    assert "error" not in log.lower().replace("standard deviation", "")
+    assert json.loads((out / "perf.json").read_text())[0]["throughput"] > 1
+    after = s2s.stats("gpt2_stream")
+    assert after["answered"].get("OK", 0) > before.get("answered", {}).get("OK", 0)
+    assert after["streamed"] > before.get("streamed", 0)  # it really streamed
