@@ -393,14 +393,16 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
                              work: str | Path | None = None, max_batch_size: int | None = None,
                              sla_ms: float | None = None, max_stages: int | None = 20, profile_reps: int = 5,
                              force: bool = False, policies: dict[str, str] | None = None,
-                             reprofile: bool = False, seq2seq_baselines: bool = True, log: Any = print) -> Path:
+                             reprofile: bool = False, seq2seq_baselines: bool = True, decoupled: bool = False,
+                             log: Any = print) -> Path:
     """``kind`` split once, profiled once, and served under every policy of COMPARISON (names ``<kind>_<suffix>``);
     the weights are hard-linked between model directories. ResNet-50 is the onnx package's light model made
     batchable (random weights); the MLPs are cut after every Relu. ``policies`` (suffix -> policy) replaces
     COMPARISON (a suffix of POLICY_PARAMETERS gets its parameters too); ``reprofile`` measures the latency table
     again and rewrites the model directories. ``seq2seq_baselines``: a seq2seq model's triton_<us> suffixes become
     the backend's graph batching (graph_<ms>), as the regimes page measures them; False keeps Triton's own batcher
-    (each group decoded to its end in one execute, batch_per_execute)."""
+    (each group decoded to its end in one execute, batch_per_execute). ``decoupled``: every model streams its tokens
+    (seq2seq and decoder models only, ``add_model(decoupled=True)``)."""
     from lazybatch.staging import split_model
 
     if kind not in MODEL_KINDS:
@@ -446,6 +448,7 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
             log(f"{name}: exists")
             continue
         add_model(onnx_path, repo, name=name, policy=policy, sla_ms=sla, max_batch_size=mbs,
-                  stages=stages, latency_table=table, force=True, parameters=POLICY_PARAMETERS.get(suffix))
+                  stages=stages, latency_table=table, force=True, parameters=POLICY_PARAMETERS.get(suffix),
+                  decoupled=decoupled)
         log(f"{name}: {policy}")
     return repo

@@ -72,6 +72,8 @@ def register(sub: Any) -> None:
     d.add_argument("--max-stages", type=int, default=20)
     d.add_argument("--force", action="store_true", help="rebuild everything (model, stages, latency table)")
     d.add_argument("--no-npu-timing", action="store_true", help="leave out the npu_timing query model")
+    d.add_argument("--decoupled", action="store_true", help="gnmt, lm: every model streams its tokens "
+                   "(model_transaction_policy { decoupled: true }; see `repo add --decoupled`)")
     d.set_defaults(func=run_default)
     n = rsub.add_parser("npu-timing", help="add the npu_timing model: NPU latency queries over gRPC (docs/npu.md)")
     n.add_argument("--repository", "--model-repository", dest="repository", default="model_repository")
@@ -126,7 +128,8 @@ def run_default(args: argparse.Namespace) -> int:
     repo = build_default_repository(args.repository, kind=args.model, max_batch_size=args.max_batch_size,
                                     sla_ms=args.sla_ms,
                                     max_stages=args.max_stages, force=args.force,
-                                    seq2seq_baselines=args.model != "lm")  # lm: Triton's own batcher, not graph:N
+                                    seq2seq_baselines=args.model != "lm",  # lm: Triton's own batcher, not graph:N
+                                    decoupled=args.decoupled)
     if not args.no_npu_timing:
         from lazybatch.npu_repo import add_npu_timing
 

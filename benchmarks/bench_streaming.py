@@ -1,0 +1,139 @@
+"""Token streaming on the decoder LM: time to first token under load against its unloaded value, on a real tritonserver.
+
+    python benchmarks/bench_streaming.py                       # loads 50/90/120%, 2 repetitions of 20 s
+    python benchmarks/bench_streaming.py --loads 0.9 --reps 3 --duration 30
+
+Goal (issue "Decoder models"): time to first token (TTFT) at 90% of the batch-1 rate <= 2x its unloaded value, under
+lazybatch's default policy (eager), with the model decoupled (`repo add --decoupled`: each token is sent as it is
+made). Beside it the same model, also streaming, under Triton's own dynamic batcher at 0/5/20 ms (`triton:<us>`: each
+batch decoded to its end in one execute, so a request that arrives meanwhile waits for the whole batch before its
+first token).
+
+Unloaded: 20 requests of the model's chat-like lengths, one at a time, per policy; the batch-1 rate is 1 / their mean
+end-to-end latency under triton_0us (as benchmarks/bench_decoder.py). Loaded: `lazybatch load`'s open-loop Poisson
+client, which streams a decoupled model and times each request's parts (client/stream.py). TTFT ratio = mean TTFT
+at the load / mean unloaded TTFT of the same policy, per repetition; mean [min-max] over repetitions, a range that
+straddles the goal is a tie. Time per output token (after the first) is reported beside it. The raw cells go to
+OUT/streaming.json; ``--data`` copies them into the docs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from tqdm import tqdm  # noqa: E402
+
+from harness import command_line, fmt, machine_meta, seq2seq_requests, spread, verdict, write_json  # noqa: E402
+from lazybatch.client.load import run_load  # noqa: E402
+from lazybatch.client.stream import StreamClient  # noqa: E402
+from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
+from lazybatch.serving import TritonServer, free_port  # noqa: E402
+
+KIND = "lm"
+POLICIES = {"eager": "eager", "triton_0us": "triton:0", "triton_5000us": "triton:5000",
+            "triton_20000us": "triton:20000"}
+TRITON = [p for p in POLICIES if p.startswith("triton")]
+GOAL = 2.0  # TTFT at 90% load / unloaded TTFT, at most
+GOAL_LOAD = 0.9
+
+
+def unloaded(url: str, model: str, feeds: list[dict]) -> dict:
+    """Mean TTFT, time per output token and end-to-end latency of requests sent one at a time (two warm-ups)."""
+    async def go() -> list:
+        async with StreamClient(url) as c:
+            return [await c.generate(model, f, timeout_s=600) for f in feeds]
+
+    got = asyncio.run(go())[2:]
+    bad = [a.error for a in got if not a.ok]
+    if bad:
+        raise SystemExit(f"{model}: unloaded requests failed: {bad[:3]}")
+    return {"ttft_ms": statistics.fmean(a.ttft_s for a in got) * 1e3,
+            "tpot_ms": statistics.fmean(a.tpot_s for a in got if a.n_tokens > 1) * 1e3,
+            "latency_ms": statistics.fmean(a.latency_s for a in got) * 1e3, "n": len(got)}
+
+
+def run(args: argparse.Namespace, out: Path) -> dict:
+    repo = build_default_repository(out / "repos" / KIND, kind=KIND, work=out / "build" / KIND, policies=POLICIES,
+                                    profile_reps=5, seq2seq_baselines=False, decoupled=True)
+    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                          log_file=out / "tritonserver.log", env={"LAZYBATCH_STATS_DIR": str(out / "stats")})
+    sla_ms = KIND_SLA_MS[KIND]
+    cells, base = [], {}
+    with server:
+        url, http = server.endpoints.grpc, server.endpoints.http
+        feeds = seq2seq_requests(http, f"{KIND}_eager", 22, seed=1)
+        for pol in POLICIES:
+            base[pol] = unloaded(url, f"{KIND}_{pol}", feeds)
+        t1 = base["triton_0us"]["latency_ms"] / 1e3
+        tqdm.write(f"t1 {t1 * 1e3:.1f} ms (batch-1 rate {1 / t1:.2f}/s); unloaded TTFT "
+                   + ", ".join(f"{p} {b['ttft_ms']:.1f} ms" for p, b in base.items()))
+        steps = [(f, k) for f in args.loads for k in range(args.reps)]
+        for f, k in tqdm(steps, desc="streaming", unit="rep"):
+            for pol in (list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))):
+                r = run_load(url, f"{KIND}_{pol}", f / t1, args.duration, sla_ms=sla_ms, seed=100 * k,
+                             timeout_s=600.0)
+                assert r.streaming, "the model is decoupled: the load client must stream"
+                cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
+                              "ttft_avg_ms": r.ttft_avg_ms, "ttft_p50_ms": r.ttft_p50_ms,
+                              "ttft_p99_ms": r.ttft_p99_ms, "tpot_avg_ms": r.tpot_avg_ms, "avg_ms": r.avg_ms,
+                              "p99_ms": r.p99_ms, "throughput": r.throughput, "tokens": r.tokens})
+                time.sleep(0.5)
+    return {"model": KIND, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "unloaded": base, "cells": cells}
+
+
+def report(res: dict) -> list[str]:
+    cells, base = res["cells"], res["unloaded"]
+    lines = [f"{KIND}: t1 {res['t1_ms']:.1f} ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s). Unloaded TTFT / time per "
+             "output token: " + "; ".join(f"{p} {b['ttft_ms']:.1f} / {b['tpot_ms']:.2f} ms" for p, b in base.items()),
+             "", "| load | eager TTFT / unloaded | goal | eager TTFT avg / p99 ms | eager TPOT ms | best Triton "
+             "(by TTFT) | its TTFT avg / p99 ms | its TPOT ms | best Triton TTFT / eager TTFT |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for f in sorted({c["load"] for c in cells}):
+        reps = sorted({c["rep"] for c in cells if c["load"] == f})
+        by = {(c["rep"], c["policy"]): c for c in cells if c["load"] == f}
+        ratio = spread([by[k, "eager"]["ttft_avg_ms"] / base["eager"]["ttft_ms"] for k in reps])
+        best = min(TRITON, key=lambda p: sum(by[k, p]["ttft_avg_ms"] for k in reps))
+        vs = spread([by[k, best]["ttft_avg_ms"] / by[k, "eager"]["ttft_avg_ms"] for k in reps])
+        goal = (f"<= {GOAL:g}: " + ("met" if ratio["max"] <= GOAL else "missed" if ratio["min"] > GOAL else "tie")
+                if abs(f - GOAL_LOAD) < 1e-9 else "-")
+
+        def mean(p: str, key: str) -> float:
+            return statistics.fmean(by[k, p][key] for k in reps)
+
+        lines.append(f"| {f:.0%} | {fmt(ratio)} | {goal} | {mean('eager', 'ttft_avg_ms'):.1f} / "
+                     f"{mean('eager', 'ttft_p99_ms'):.1f} | {mean('eager', 'tpot_avg_ms'):.2f} | "
+                     f"{best.removeprefix('triton_')} | {mean(best, 'ttft_avg_ms'):.1f} / {mean(best, 'ttft_p99_ms'):.1f}"
+                     f" | {mean(best, 'tpot_avg_ms'):.2f} | {fmt(vs)} ({verdict(vs, 1.0)} >= 1) |")
+    lines.append(f"\nErrors: {sum(c['errors'] for c in cells)} of {sum(c['sent'] for c in cells)} requests.")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--loads", default="0.5,0.9,1.2", help="fractions of the batch-1 rate (0.5,0.9,1.2)")
+    ap.add_argument("--reps", type=int, default=2, help="repetitions per cell (2)")
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds of arrivals per cell (20)")
+    ap.add_argument("--out", default="lazybatch-results/streaming", help="results folder")
+    ap.add_argument("--data", default=None, help="also copy the raw results here (e.g. docs/data/streaming.json)")
+    args = ap.parse_args(argv)
+    args.loads = [float(x) for x in args.loads.split(",")]
+    out = Path(args.out)
+    res = {"meta": {**machine_meta(), "command": command_line()}, **run(args, out)}
+    write_json(out / "streaming.json", res)
+    print("\n".join(report(res)))
+    if args.data:
+        write_json(args.data, res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
