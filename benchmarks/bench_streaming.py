@@ -9,10 +9,11 @@ made). Beside it the same model, also streaming, under Triton's own dynamic batc
 batch decoded to its end in one execute, so a request that arrives meanwhile waits for the whole batch before its
 first token).
 
-Unloaded: 20 requests of the model's chat-like lengths, one at a time, per policy; the batch-1 rate is 1 / their mean
-end-to-end latency under triton_0us (as benchmarks/bench_decoder.py). Loaded: `lazybatch load`'s open-loop Poisson
+Unloaded: at the start of every repetition, 20 requests of the model's chat-like lengths, one at a time, the policies
+taking turns request by request (4 warm-ups each); the batch-1 rate is 1 / the first repetition's mean end-to-end
+latency under triton_0us (as benchmarks/bench_decoder.py). Loaded: `lazybatch load`'s open-loop Poisson
 client, which streams a decoupled model and times each request's parts (client/stream.py). TTFT ratio = mean TTFT
-at the load / mean unloaded TTFT of the same policy, per repetition; mean [min-max] over repetitions, a range that
+at the load / mean unloaded TTFT of the same policy in the same repetition; mean [min-max] over repetitions, a range that
 straddles the goal is a tie. Time per output token (after the first) is reported beside it. The raw cells go to
 OUT/streaming.json; ``--data`` copies them into the docs.
 """
@@ -46,19 +47,30 @@ GOAL = 2.0  # TTFT at 90% load / unloaded TTFT, at most
 GOAL_LOAD = 0.9
 
 
-def unloaded(url: str, model: str, feeds: list[dict]) -> dict:
-    """Mean TTFT, time per output token and end-to-end latency of requests sent one at a time (two warm-ups)."""
-    async def go() -> list:
+def unloaded(url: str, feeds: list[dict], warmup: int = 4) -> dict:
+    """Per policy: mean TTFT, time per output token and end-to-end latency of requests sent one at a time, the
+    policies taking turns request by request (so that a drift of the machine falls on all of them alike), after
+    ``warmup`` untimed requests each."""
+    async def go() -> dict:
+        got: dict[str, list] = {p: [] for p in POLICIES}
         async with StreamClient(url) as c:
-            return [await c.generate(model, f, timeout_s=600) for f in feeds]
+            for i, f in enumerate(feeds):
+                order = list(POLICIES) if i % 2 == 0 else list(reversed(POLICIES))
+                for pol in order:
+                    got[pol].append(await c.generate(f"{KIND}_{pol}", f, timeout_s=600))
+        return got
 
-    got = asyncio.run(go())[2:]
-    bad = [a.error for a in got if not a.ok]
-    if bad:
-        raise SystemExit(f"{model}: unloaded requests failed: {bad[:3]}")
-    return {"ttft_ms": statistics.fmean(a.ttft_s for a in got) * 1e3,
-            "tpot_ms": statistics.fmean(a.tpot_s for a in got if a.n_tokens > 1) * 1e3,
-            "latency_ms": statistics.fmean(a.latency_s for a in got) * 1e3, "n": len(got)}
+    out = {}
+    for pol, got in asyncio.run(go()).items():
+        got = got[warmup:]
+        bad = [a.error for a in got if not a.ok]
+        if bad:
+            raise SystemExit(f"{pol}: unloaded requests failed: {bad[:3]}")
+        out[pol] = {"ttft_ms": statistics.fmean(a.ttft_s for a in got) * 1e3,
+                    "ttft_p50_ms": statistics.median(a.ttft_s for a in got) * 1e3,
+                    "tpot_ms": statistics.fmean(a.tpot_s for a in got if a.n_tokens > 1) * 1e3,
+                    "latency_ms": statistics.fmean(a.latency_s for a in got) * 1e3, "n": len(got)}
+    return out
 
 
 def run(args: argparse.Namespace, out: Path) -> dict:
@@ -67,40 +79,48 @@ def run(args: argparse.Namespace, out: Path) -> dict:
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                           log_file=out / "tritonserver.log", env={"LAZYBATCH_STATS_DIR": str(out / "stats")})
     sla_ms = KIND_SLA_MS[KIND]
-    cells, base = [], {}
+    cells, base = [], []
     with server:
         url, http = server.endpoints.grpc, server.endpoints.http
-        feeds = seq2seq_requests(http, f"{KIND}_eager", 22, seed=1)
-        for pol in POLICIES:
-            base[pol] = unloaded(url, f"{KIND}_{pol}", feeds)
-        t1 = base["triton_0us"]["latency_ms"] / 1e3
-        tqdm.write(f"t1 {t1 * 1e3:.1f} ms (batch-1 rate {1 / t1:.2f}/s); unloaded TTFT "
-                   + ", ".join(f"{p} {b['ttft_ms']:.1f} ms" for p, b in base.items()))
-        steps = [(f, k) for f in args.loads for k in range(args.reps)]
-        for f, k in tqdm(steps, desc="streaming", unit="rep"):
-            for pol in (list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))):
-                r = run_load(url, f"{KIND}_{pol}", f / t1, args.duration, sla_ms=sla_ms, seed=100 * k,
-                             timeout_s=600.0)
-                assert r.streaming, "the model is decoupled: the load client must stream"
-                cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
-                              "ttft_avg_ms": r.ttft_avg_ms, "ttft_p50_ms": r.ttft_p50_ms,
-                              "ttft_p99_ms": r.ttft_p99_ms, "tpot_avg_ms": r.tpot_avg_ms, "avg_ms": r.avg_ms,
-                              "p99_ms": r.p99_ms, "throughput": r.throughput, "tokens": r.tokens})
-                time.sleep(0.5)
+        bar = tqdm(total=args.reps * (1 + len(args.loads)), desc="streaming", unit="cell")
+        t1 = None
+        for k in range(args.reps):  # each repetition: the unloaded values, then every load
+            base.append(unloaded(url, seq2seq_requests(http, f"{KIND}_eager", args.unloaded + 4, seed=1 + k)))
+            bar.update()
+            if t1 is None:  # the batch-1 rate: fixed by the first repetition, so every repetition offers the same
+                t1 = base[0]["triton_0us"]["latency_ms"] / 1e3
+            tqdm.write(f"rep {k}: t1 {t1 * 1e3:.1f} ms (batch-1 rate {1 / t1:.2f}/s); unloaded TTFT "
+                       + ", ".join(f"{p} {b['ttft_ms']:.1f} ms" for p, b in base[k].items()))
+            for f in args.loads:
+                for pol in (list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))):
+                    r = run_load(url, f"{KIND}_{pol}", f / t1, args.duration, sla_ms=sla_ms, seed=100 * k,
+                                 timeout_s=600.0)
+                    assert r.streaming, "the model is decoupled: the load client must stream"
+                    cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok,
+                                  "errors": r.errors, "ttft_avg_ms": r.ttft_avg_ms, "ttft_p50_ms": r.ttft_p50_ms,
+                                  "ttft_p99_ms": r.ttft_p99_ms, "tpot_avg_ms": r.tpot_avg_ms, "avg_ms": r.avg_ms,
+                                  "p99_ms": r.p99_ms, "throughput": r.throughput, "tokens": r.tokens})
+                    time.sleep(0.5)
+                bar.update()
+        bar.close()
     return {"model": KIND, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "unloaded": base, "cells": cells}
 
 
 def report(res: dict) -> list[str]:
     cells, base = res["cells"], res["unloaded"]
+
+    def unl(p: str, key: str, digits: int = 1) -> str:
+        return fmt(spread([b[p][key] for b in base]), digits)
+
     lines = [f"{KIND}: t1 {res['t1_ms']:.1f} ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s). Unloaded TTFT / time per "
-             "output token: " + "; ".join(f"{p} {b['ttft_ms']:.1f} / {b['tpot_ms']:.2f} ms" for p, b in base.items()),
+             "output token (ms): " + "; ".join(f"{p} {unl(p, 'ttft_ms')} / {unl(p, 'tpot_ms', 2)}" for p in POLICIES),
              "", "| load | eager TTFT / unloaded | goal | eager TTFT avg / p99 ms | eager TPOT ms | best Triton "
              "(by TTFT) | its TTFT avg / p99 ms | its TPOT ms | best Triton TTFT / eager TTFT |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for f in sorted({c["load"] for c in cells}):
         reps = sorted({c["rep"] for c in cells if c["load"] == f})
         by = {(c["rep"], c["policy"]): c for c in cells if c["load"] == f}
-        ratio = spread([by[k, "eager"]["ttft_avg_ms"] / base["eager"]["ttft_ms"] for k in reps])
+        ratio = spread([by[k, "eager"]["ttft_avg_ms"] / base[k]["eager"]["ttft_ms"] for k in reps])
         best = min(TRITON, key=lambda p: sum(by[k, p]["ttft_avg_ms"] for k in reps))
         vs = spread([by[k, best]["ttft_avg_ms"] / by[k, "eager"]["ttft_avg_ms"] for k in reps])
         goal = (f"<= {GOAL:g}: " + ("met" if ratio["max"] <= GOAL else "missed" if ratio["min"] > GOAL else "tie")
@@ -122,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loads", default="0.5,0.9,1.2", help="fractions of the batch-1 rate (0.5,0.9,1.2)")
     ap.add_argument("--reps", type=int, default=2, help="repetitions per cell (2)")
     ap.add_argument("--duration", type=float, default=20.0, help="seconds of arrivals per cell (20)")
+    ap.add_argument("--unloaded", type=int, default=20, help="requests per policy for the unloaded values (20)")
     ap.add_argument("--out", default="lazybatch-results/streaming", help="results folder")
     ap.add_argument("--data", default=None, help="also copy the raw results here (e.g. docs/data/streaming.json)")
     args = ap.parse_args(argv)
