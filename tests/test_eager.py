@@ -261,3 +261,27 @@ def test_a_saturated_device_never_serves_its_queue_in_smaller_batches():
     assert pol.busy_fraction(t) > 0.95
     assert pol._batch_size(t, 4) == 4
     assert pol.inline_batch(t, 4) == 4
+
+
+def test_a_lost_deadline_in_flight_does_not_hold_newcomers_of_a_decoder_model():
+    """Worked example on a decoder loop (embed, enc, dec, out; 1 time unit a stage, batching free; SLA 10; one
+    decoder step assumed, as the served eager has with no histogram): request 0 decodes 20 steps (t=2..22), so its
+    deadline is lost at t=10 whatever happens. Request 1 arrives at t=12.5 with one step to decode. The paper's rule
+    (lazy) refuses it while 0 runs (Eq. 2: the work in flight already misses 0's deadline): it starts when 0 has
+    ended (t=23) and leaves at 27, 14.5 after it came. Eager admits it at the next boundary (t=13): its embed and
+    enc run (13-15), it merges with 0's decode (15-16), its out runs on top (16-17: a finished sequence does not wait
+    for longer ones) and it leaves at 17, within its SLA; 0 leaves 3 units later (the shared step cost nothing)."""
+    from lazybatch.batcher.policies import LazyBatching
+
+    from .test_scheduler_core import _seq2seq_table
+
+    finish = {}
+    for name, pol in (("lazy", LazyBatching(dec_timesteps=1)), ("eager", EagerBatching(dec_timesteps=1))):
+        reqs = [Request(0, 0.0, sla=10.0, enc_steps=1, dec_steps=20),
+                Request(1, 12.5, sla=10.0, enc_steps=1, dec_steps=1)]
+        sim = Simulation(_seq2seq_table(), pol)
+        sim.run(reqs)
+        assert [r.status for r in reqs] == [Status.OK, Status.OK]
+        finish[name] = (reqs[0].finish, reqs[1].finish)
+    assert finish["lazy"] == (23.0, 27.0)
+    assert finish["eager"] == (26.0, 17.0)
