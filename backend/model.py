@@ -395,14 +395,11 @@ class TritonPythonModel:
     def _respond(self, request: Any, outputs: dict[str, np.ndarray] | None, status: Status,
                  error: str | None, final: bool = True) -> None:
         """Send an answer; ``final`` False is a streamed part of it (decoupled seq2seq models)."""
-        if not final:
-            resp = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, np.ascontiguousarray(v))
-                                                              for k, v in outputs.items()])
-            request.get_response_sender().send(resp)
-            return
         if outputs is not None:
-            resp = pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, np.ascontiguousarray(v))
-                                                              for k, v in outputs.items()])
+            resp = self._response(outputs)
+            if not final:
+                request.get_response_sender().send(resp)
+                return
         else:
             te = pb_utils.TritonError
             code = _error_code(status)

@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tqdm import tqdm  # noqa: E402
 
-from harness import command_line, fmt, machine_meta, seq2seq_requests, spread, verdict, write_json  # noqa: E402
+from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args,  # noqa: E402
+                     seq2seq_requests, spread, verdict, write_json)
 from lazybatch.client.load import run_load  # noqa: E402
 from lazybatch.client.stream import StreamClient  # noqa: E402
 from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
@@ -139,14 +140,10 @@ def report(res: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--loads", default="0.5,0.9,1.2", help="fractions of the batch-1 rate (0.5,0.9,1.2)")
-    ap.add_argument("--reps", type=int, default=2, help="repetitions per cell (2)")
-    ap.add_argument("--duration", type=float, default=20.0, help="seconds of arrivals per cell (20)")
+    add_sweep_args(ap, loads="0.5,0.9,1.2", reps=2, duration=20.0, out="lazybatch-results/streaming",
+                   data="docs/data/streaming.json")
     ap.add_argument("--unloaded", type=int, default=20, help="requests per policy for the unloaded values (20)")
-    ap.add_argument("--out", default="lazybatch-results/streaming", help="results folder")
-    ap.add_argument("--data", default=None, help="also copy the raw results here (e.g. docs/data/streaming.json)")
-    args = ap.parse_args(argv)
-    args.loads = [float(x) for x in args.loads.split(",")]
+    args = parse_sweep_args(ap, argv)
     out = Path(args.out)
     res = {"meta": {**machine_meta(), "command": command_line()}, **run(args, out)}
     write_json(out / "streaming.json", res)

@@ -84,6 +84,22 @@ def write_json(path: str | Path, data: Any) -> Path:
     return p
 
 
+def add_sweep_args(ap: Any, *, loads: str, reps: int, duration: float, out: str, data: str) -> None:
+    """The options every served sweep takes: --loads (fractions of the batch-1 rate), --reps, --duration, --out,
+    --data (a copy of the raw results, e.g. for docs/data/); parse with ``parse_sweep_args``."""
+    ap.add_argument("--loads", default=loads, help=f"fractions of the batch-1 rate ({loads})")
+    ap.add_argument("--reps", type=int, default=reps, help=f"repetitions per cell ({reps})")
+    ap.add_argument("--duration", type=float, default=duration, help=f"seconds of arrivals per cell ({duration:g})")
+    ap.add_argument("--out", default=out, help="results folder")
+    ap.add_argument("--data", default=None, help=f"also copy the raw results here (e.g. {data})")
+
+
+def parse_sweep_args(ap: Any, argv: list[str] | None) -> Any:
+    args = ap.parse_args(argv)
+    args.loads = [float(x) for x in args.loads.split(",")]
+    return args
+
+
 def command_line() -> str:
     return " ".join([Path(sys.executable).name, *sys.argv])
 

@@ -27,9 +27,9 @@ the stock one outward:
 Seq2seq graphs (loops) keep the paper's slack rule, with the work-conserving base and no batch cap, and one change:
 a deadline in flight that is already lost (Eq. 2 says the work in flight misses it with no newcomer at all) no longer
 blocks admission. Under the paper's rule one long sequence past its SLA keeps every newcomer queued until it ends:
-a decoder LM with a long tail of outputs (384 tokens at 20 ms a step outlive a 5 s SLA) then showed a p99 time to
-first token of 1.5-4 s at 90% load against a median of 20-125 ms (bench_streaming.py). Refusing newcomers cannot
-bring a lost deadline back; it only makes them late too. Spans are for static graphs.
+on a decoder LM with a long tail of outputs (384 tokens under load outlive a 5 s SLA) the time to first token at
+90% load then had a p99 of seconds against a median of tens of ms (benchmarks/bench_streaming.py, a run before
+this rule). Refusing newcomers cannot bring a lost deadline back; it only makes them late too. Spans are for static graphs.
 """
 
 from __future__ import annotations

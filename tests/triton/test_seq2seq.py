@@ -323,16 +323,22 @@ def test_batch_per_execute_needs_graph_policy(tmp_path):
         BackendSettings.from_config(cfg, tmp_path / "repo" / "g" / "1")
 
 
+def _perf(s2s: Seq2SeqServed, model: str, rate: int, ms: int, out: Path) -> tuple[str, dict[str, Any]]:
+    """`lazybatch perf` on one model at one rate: its log (checked for errors) and the model's statistics before."""
+    before = s2s.stats(model)
+    rc = main(["perf", model, "--url", s2s.grpc, "--rates", str(rate), "--measurement-ms", str(ms),
+               "--out", str(out), "--stability-percentage", "500", "--seed", "2"])
+    assert rc == 0
+    log = (out / f"perf_{model}.log").read_text()
+    assert "error" not in log.lower().replace("standard deviation", "")
+    return log, before
+
+
 def test_perf_analyzer_against_a_seq2seq_model_reports_no_errors(s2s, tmp_path):
     """`lazybatch perf` gives perf_analyzer a JSON of valid requests (drawn lengths) instead of random data."""
     out = tmp_path / "perf"
-    before = s2s.stats("transformer_lazy")
-    rc = main(["perf", "transformer_lazy", "--url", s2s.grpc, "--rates", "20", "--measurement-ms", "1500",
-               "--out", str(out), "--stability-percentage", "500", "--seed", "2"])
-    assert rc == 0
-    log = (out / "perf_transformer_lazy.log").read_text()
+    log, before = _perf(s2s, "transformer_lazy", 20, 1500, out)
     assert f"--input-data {out / 'input_transformer_lazy.json'}" in log
-    assert "error" not in log.lower().replace("standard deviation", "")
     data = json.loads((out / "input_transformer_lazy.json").read_text())["data"]
     assert len({len(d["src_tokens"]["content"]) for d in data}) > 1
     rows = json.loads((out / "perf.json").read_text())
@@ -489,13 +495,8 @@ def test_load_streams_a_decoupled_model_and_reports_ttft(s2s, tmp_path, capsys):
 def test_perf_analyzer_streams_from_a_decoupled_model(s2s, tmp_path):
     """`lazybatch perf` on a decoupled model runs perf_analyzer --streaming with valid requests; no errors."""
     out = tmp_path / "perf"
-    before = s2s.stats("gpt2_stream")
-    rc = main(["perf", "gpt2_stream", "--url", s2s.grpc, "--rates", "8", "--measurement-ms", "2000",
-               "--out", str(out), "--stability-percentage", "500", "--seed", "2"])
-    assert rc == 0
-    log = (out / "perf_gpt2_stream.log").read_text()
+    log, before = _perf(s2s, "gpt2_stream", 8, 2000, out)
     assert "--streaming" in log.splitlines()[0]
-    assert "error" not in log.lower().replace("standard deviation", "")
     assert json.loads((out / "perf.json").read_text())[0]["throughput"] > 1
     after = s2s.stats("gpt2_stream")
     assert after["answered"].get("OK", 0) > before.get("answered", {}).get("OK", 0)
