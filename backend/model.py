@@ -98,6 +98,18 @@ def load_table(settings: BackendSettings, runner: StageRunner) -> LatencyTable:
     return table
 
 
+def read_log(path: Path) -> list[list[str]]:
+    """The comma-separated fields of every complete line of a stats log (``BatchLog``, ``CancelLog``).
+
+    The backend appends while benchmarks and tests read, so the text after the last newline may be a line still
+    being written: it is left for the next read. A missing file reads as no lines."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return []
+    return [line.split(",") for line in text[:text.rfind("\n") + 1].splitlines() if line]
+
+
 class BatchLog:
     """One CSV line per executed batch (unix time at its end, stage, batch size, onnxruntime seconds), appended to
     ``LAZYBATCH_STATS_DIR/<model>.batches.csv``: what benchmarks plot as batch size over time. Best effort."""
@@ -115,8 +127,8 @@ class BatchLog:
             with self._lock:
                 if self._file is None:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
-                    self._file = self.path.open("a", buffering=1)
-                self._file.write(text + "\n")
+                    self._file = self.path.open("ab", buffering=0)
+                self._file.write((text + "\n").encode())  # one unbuffered append per line: readers see whole lines
         except OSError as e:
             print(f"lazybatch: cannot write {self.path.name}: {e}", file=sys.stderr)
 

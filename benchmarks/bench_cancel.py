@@ -34,6 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import command_line, git_commit, machine_meta, write_json  # noqa: E402
 
+from lazybatch.backend.model import read_log  # noqa: E402
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.repo import add_model  # noqa: E402
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
@@ -58,13 +59,6 @@ def build(out: Path, names: list[str], depth: int, rows: int) -> Path:
                   parameters={"fuse_stages": "false", **VARIANTS[v]}, force=True)
         table = table or repo / f"cancel_{v}" / "1" / "latency.json"
     return repo
-
-
-def read_csv(path: Path) -> list[list[str]]:
-    try:
-        return [line.split(",") for line in path.read_text().splitlines() if line]
-    except FileNotFoundError:
-        return []
 
 
 def trial(client, model: str, stats: Path, tag: str, stage_s: float, n_stages: int, x: np.ndarray) -> dict:
@@ -100,12 +94,12 @@ def trial(client, model: str, stats: Path, tag: str, stage_s: float, n_stages: i
     end = time.monotonic() + 5.0
     answered: dict[str, float] = {}
     while time.monotonic() < end:
-        answered = {rid: float(t) for t, rid in read_csv(stats / f"{model}.cancels.csv") if rid.startswith(tag)}
+        answered = {rid: float(t) for t, rid in read_log(stats / f"{model}.cancels.csv") if rid.startswith(tag)}
         if len(answered) == 2:
             break
         time.sleep(0.02)
     time.sleep(0.05)  # A's last stage line is written as that stage ends, before its answer
-    lines = [(float(r[0]), int(r[1]), float(r[3])) for r in read_csv(stats / f"{model}.batches.csv")
+    lines = [(float(r[0]), int(r[1]), float(r[3])) for r in read_log(stats / f"{model}.batches.csv")
              if float(r[0]) >= sent]
     lines.sort()
     a_lines = []  # serial: A's stages come first, 0, 1, 2, ...; B's, if it ran, start again at 0

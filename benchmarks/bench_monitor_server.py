@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lazybatch.backend.model import read_log
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_schedule, schedule_from_rates
 from lazybatch.repo import add_model, split_into
@@ -118,14 +119,7 @@ def service_time(client: Client, model: str, n: int) -> float:
 
 def read_batch_log(path: Path) -> list[tuple[float, int, int, float]]:
     """(unix time at the batch's end, stage, batch size, onnxruntime seconds) from the backend's batch log."""
-    out = []
-    try:
-        for line in path.read_text().splitlines():
-            t, stage, size, sec = line.split(",")
-            out.append((float(t), int(stage), int(size), float(sec)))
-    except (OSError, ValueError):
-        pass
-    return out
+    return [(float(t), int(stage), int(size), float(sec)) for t, stage, size, sec in read_log(path)]
 
 
 def wait_for_batches(path: Path, t0: float, t1: float, stage0_samples: int, timeout: float = 5.0) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from lazybatch.backend.model import read_log
 from lazybatch.repo import add_model
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_heavy, split_model
@@ -40,10 +41,7 @@ class CancelServed:
         self.onnx_path = onnx_path
 
     def lines(self, name: str) -> list[list[str]]:
-        try:
-            return [ln.split(",") for ln in (self.stats_dir / name).read_text().splitlines() if ln]
-        except FileNotFoundError:
-            return []
+        return read_log(self.stats_dir / name)  # complete lines only: the backend appends while we read
 
     def batches(self, since: float) -> list[tuple[float, int, int]]:
         """(end time, stage, batch size) of every stage run that ended after ``since``."""

@@ -19,6 +19,7 @@ import pytest
 
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.cli import main
+from lazybatch.backend.model import read_log
 from lazybatch.client.api import Client, InferError
 from lazybatch.client.seq2seq import LengthSampler, Seq2SeqInfo, info_from_parameters, make_request
 from lazybatch.client.soak import metric_total, scrape, wait_for
@@ -420,7 +421,7 @@ def test_fault_injection_metrics_and_batch_log_on_a_seq2seq_model(s2s):
     assert f'lazybatch_tokens_total{{model="{kind}_lazy"}}' in text
 
     # the batch log (LAZYBATCH_STATS_DIR/<model>.batches.csv): encoder-step and decoder-step batches
-    rows = [line.split(",") for line in (s2s.stats_dir / f"{model}.batches.csv").read_text().splitlines()]
+    rows = read_log(s2s.stats_dir / f"{model}.batches.csv")
     stages = {int(r[1]) for r in rows}
     assert {0, 1} <= stages and {2, 6} <= stages, stages
     assert sum(int(r[2]) for r in rows if int(r[1]) == 6) >= tokens  # a token per row of each last decoder stage run
