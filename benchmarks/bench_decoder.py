@@ -1,7 +1,7 @@
 """Decoder models: step-level batching against Triton's own dynamic batcher, on a real tritonserver.
 
     python benchmarks/bench_decoder.py                                  # the decoder LM, 70/100/150% load
-    python benchmarks/bench_decoder.py --models lm,gnmt --loads 0.1,0.7,1.5,3 --reps 3 --duration 30
+    python benchmarks/bench_decoder.py --models gnmt,transformer --loads 0.1,0.7,1.5,3 --reps 3 --duration 30
 
 Goal (issue "Decoder models"): on the decoder-only LM with long-tail lengths, at 70-150% of the batch-1 rate, best
 Triton dynamic-batcher config (0/5/20 ms queue delay) average and p99 latency / lazybatch's >= 3, and lazybatch's peak
@@ -15,12 +15,15 @@ are drawn from the model's shipped histogram (the chat-like one for the LM: most
 hundred tokens; `ignore_eos`, so random weights cannot end a request early). The batch-1 rate is 1 / the mean
 latency of 20 such requests sent one at a time to triton_0us. At each load every repetition runs every policy once,
 taking turns (the order reverses every repetition). Ratios are mean [min-max] over repetitions; a range that straddles
-the goal is a tie. The raw cells go to OUT/decoder.json; ``--data`` copies them into the docs.
+the goal is a tie. Beside each served table, the same loads replayed on a virtual clock on the latency table the
+served policies read (Triton's batcher at N ms is graph:N there): the ceiling of the algorithm with no serving cost.
+The raw cells go to OUT/decoder.json; ``--data`` copies them into the docs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -34,14 +37,22 @@ from tqdm import tqdm  # noqa: E402
 
 from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args,  # noqa: E402
                      seq2seq_requests, spread, verdict, write_json)
+from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
+from lazybatch.batcher.lengths import LengthHistogram  # noqa: E402
 from lazybatch.client.api import Client  # noqa: E402
 from lazybatch.client.load import run_load  # noqa: E402
+from lazybatch.client.seq2seq import shipped_histogram  # noqa: E402
 from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
+from lazybatch.simulator.loads_on_table import simulate_loads, single_request_ms  # noqa: E402
 
 POLICIES = {"eager": "eager", "triton_0us": "triton:0", "triton_5000us": "triton:5000",
             "triton_20000us": "triton:20000"}
 TRITON = [p for p in POLICIES if p.startswith("triton")]
+# The same loads on a virtual clock, on the latency table the server's policies read (no serving cost): Triton's
+# batcher at N ms is graph:N there (batcher/policies/graph_batching.py decodes a batch to its longest member's end).
+SIM_POLICIES = {"eager": "eager", "triton_0us": "graph:0", "triton_5000us": "graph:5", "triton_20000us": "graph:20"}
+SIM_SEEDS, SIM_REQUESTS = 3, 400
 GOALS = {"lm": (3.0, 3.0, 2.0)}  # (avg, p99, peak throughput) at 70-150%; seq2seq: (1.5, -, -) there, 1.0 elsewhere
 
 
@@ -73,7 +84,25 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
                               "avg_ms": r.avg_ms, "p99_ms": r.p99_ms, "throughput": r.throughput,
                               "violations": r.sla_violation_rate})
                 time.sleep(0.5)
-    return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "cells": cells}
+    return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "cells": cells,
+            "simulated": simulated(*served_table(repo / f"{kind}_eager" / "1"), args.loads, sla_ms)}
+
+
+def served_table(model_dir: Path) -> tuple[LatencyTable, LengthHistogram]:
+    """The latency table a served model's policy reads, and the shipped length histogram its clients draw from."""
+    manifest = json.loads((model_dir / "stages" / "manifest.json").read_text())
+    hist = LengthHistogram.load(shipped_histogram(manifest["seq2seq"].get("length_histogram")))
+    return LatencyTable.load(model_dir / "latency.json"), hist
+
+
+def simulated(table: LatencyTable, hist: LengthHistogram, loads: list[float], sla_ms: float) -> dict:
+    """The loads replayed on the model's own latency table and length histogram (lazybatch/simulator/
+    loads_on_table.py): what the policies give with no serving cost, so that a gap between the algorithm and the
+    server shows. Loads are fractions of the table's own batch-1 rate; the deadline is the served SLA."""
+    t1 = single_request_ms(table, hist)
+    return simulate_loads(table, loads, max_batch_size=table.max_batch_size, sla_multiples=[sla_ms / t1],
+                          sched_multiple=sla_ms / t1, policies=SIM_POLICIES, seeds=SIM_SEEDS,
+                          requests=SIM_REQUESTS, histogram=hist).as_dict()
 
 
 def report(res: dict) -> list[str]:
@@ -108,12 +137,31 @@ def report(res: dict) -> list[str]:
                   f"({peak['eager'] / best_tri:.2f}x" + (f"; goal >= {goal_peak:g}x" if goal_peak else "") + ")."]
     errors = sum(c["errors"] for c in cells)
     lines.append(f"Errors: {errors} of {sum(c['sent'] for c in cells)} requests.")
+    if "simulated" in res:
+        lines += [""] + simulated_report(res["simulated"])
+    return lines
+
+
+def simulated_report(sim: dict) -> list[str]:
+    """The virtual-clock replay beside the served table: the ceiling the algorithm reaches on this table."""
+    by = {(c["load"], c["policy"]): c for c in sim["cells"]}
+    lines = [f"Simulated on this run's latency table (no serving cost; t1 {sim['t1_ms']:.1f} ms, {sim['seeds']} seeds "
+             f"x {sim['requests']} requests per cell; Triton's batcher at N ms is graph:N):", "",
+             "| load | best Triton (by mean) | best Triton avg / eager avg | best Triton p99 / eager p99 | "
+             "eager avg / p99 ms | best Triton avg / p99 ms | throughput eager / best Triton (/s) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for f in sorted({c["load"] for c in sim["cells"]}):
+        best = min(TRITON, key=lambda p: by[f, p]["avg_ms"])
+        e, b = by[f, "eager"], by[f, best]
+        lines.append(f"| {f:.0%} | {best.removeprefix('triton_')} | {b['avg_ms'] / e['avg_ms']:.2f} | "
+                     f"{b['p99_ms'] / e['p99_ms']:.2f} | {e['avg_ms']:.0f} / {e['p99_ms']:.0f} | "
+                     f"{b['avg_ms']:.0f} / {b['p99_ms']:.0f} | {e['throughput']:.2f} / {b['throughput']:.2f} |")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="lm", help="comma list of lm, gnmt (default lm)")
+    ap.add_argument("--models", default="lm", help="comma list of lm, gnmt, transformer (default lm)")
     add_sweep_args(ap, loads="0.7,1,1.5", reps=2, duration=20.0, out="lazybatch-results/decoder",
                    data="docs/data/decoder.json")
     args = parse_sweep_args(ap, argv)

@@ -346,11 +346,15 @@ ALL_POLICIES.update({k: policy for k, (policy, _) in VARIANT_POLICIES.items()})
 # BERT-base at sequence length 32 (the zoo's encoder, 12 layers, hidden 768); and a tiny 4-layer MLP of width 64
 # (tests: builds and serves in seconds); MobileNet-v1 (the zoo's, depthwise convolutions: a model the default policy
 # was not tuned on); a GPT-2-like decoder-only LM at the served size (lazybatch/onnx_tools/zoo/decoder_lm.py SERVED:
-# 4 layers, d 256, 64 prompt + 512 output tokens), whose requests' lengths follow the shipped chat-like histogram.
-MODEL_KINDS = ("resnet50", "mlp", "bert", "tiny", "gnmt", "mobilenet", "lm")
-KIND_MAX_BATCH = {"resnet50": 8, "mlp": 16, "bert": 8, "tiny": 8, "gnmt": 8, "mobilenet": 8, "lm": 16}
-KIND_SLA_MS = {"resnet50": 100.0, "mlp": 10.0, "bert": 300.0, "tiny": 50.0, "gnmt": 5000.0, "mobilenet": 100.0,
-               "lm": 5000.0}
+# 4 layers, d 256, 64 prompt + 512 output tokens), whose requests' lengths follow the shipped chat-like histogram;
+# and the paper's two seq2seq models, GNMT and the Transformer (base: 6+6 layers, d 512, as the zoo exports them),
+# whose lengths follow the shipped WMT-like histogram.
+MODEL_KINDS = ("resnet50", "mlp", "bert", "tiny", "gnmt", "transformer", "mobilenet", "lm")
+SEQ2SEQ_KINDS = ("gnmt", "transformer", "lm")
+KIND_MAX_BATCH = {"resnet50": 8, "mlp": 16, "bert": 8, "tiny": 8, "gnmt": 8, "transformer": 8, "mobilenet": 8,
+                  "lm": 16}
+KIND_SLA_MS = {"resnet50": 100.0, "mlp": 10.0, "bert": 300.0, "tiny": 50.0, "gnmt": 5000.0, "transformer": 5000.0,
+               "mobilenet": 100.0, "lm": 5000.0}
 BERT_SEQ_LEN = 32
 
 
@@ -363,12 +367,12 @@ def _build_onnx(kind: str, path: Path) -> None:
         make_mlp(path, in_dim=2048, width=2048, depth=8, out_dim=1000, seed=0)
     elif kind == "tiny":
         make_mlp(path, in_dim=64, width=64, depth=4, out_dim=8, seed=0)
-    elif kind in ("gnmt", "mobilenet"):
+    elif kind in ("gnmt", "transformer", "mobilenet"):
         import onnx
 
         from lazybatch.onnx_tools.zoo import build_model
 
-        onnx.save(build_model("gnmt" if kind == "gnmt" else "mobilenet_v1", seed=0), str(path))
+        onnx.save(build_model("mobilenet_v1" if kind == "mobilenet" else kind, seed=0), str(path))
     elif kind == "lm":
         import onnx
 
@@ -427,7 +431,7 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
         else:
             # seq2seq: the splitter's own encoder-step/decoder-step cuts (merging them further broke the step's
             # outputs the decoder loop reads)
-            n = None if kind in ("gnmt", "lm") else max_stages
+            n = None if kind in SEQ2SEQ_KINDS else max_stages
             log(f"splitting into {'the default' if n is None else f'at most {n}'} stages -> {stages}")
             split_into(onnx_path, stages, max_stages=n, name=kind)
     table = work_dir / f"{kind}_latency_b{mbs}.json"

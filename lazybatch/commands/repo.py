@@ -58,21 +58,22 @@ def register(sub: Any) -> None:
     d = rsub.add_parser("default", help="build the shipped comparison repository: a model under lazy, Triton's "
                         "dynamic batcher (0/5000/20000 us) and serial")
     d.add_argument("--repository", "--model-repository", dest="repository", default="model_repository")
-    d.add_argument("--model", default="resnet50", choices=("resnet50", "mlp", "bert", "tiny", "gnmt", "mobilenet", "lm"),
+    d.add_argument("--model", default="resnet50",
+                   choices=("resnet50", "mlp", "bert", "tiny", "gnmt", "transformer", "mobilenet", "lm"),
                    help="resnet50 (batching barely pays on a CPU), mlp (8 x 2048 MatMul layers: batching pays), "
-                   "bert (BERT-base, sequence 32), gnmt (GNMT-like LSTM seq2seq; graph:0/5/20 instead of Triton's "
-                   "batcher), mobilenet (MobileNet-v1), lm (GPT-2-like decoder-only LM, chat-like lengths; under "
+                   "bert (BERT-base, sequence 32), gnmt (GNMT-like LSTM seq2seq), transformer (Transformer base, "
+                   "6+6 layers; both under graph:0/5/20 instead of Triton's batcher), mobilenet (MobileNet-v1), lm (GPT-2-like decoder-only LM, chat-like lengths; under "
                    "Triton's own batcher too, each batch decoded to its end) or tiny (4 x 64 MLP, for tests); model "
                    "names are <model>_<policy>")
     d.add_argument("--max-batch-size", type=int, default=None,
-                   help="default 8 (resnet50, bert, tiny, gnmt, mobilenet), 16 (mlp, lm)")
+                   help="default 8 (resnet50, bert, tiny, gnmt, transformer, mobilenet), 16 (mlp, lm)")
     d.add_argument("--sla-ms", type=float, default=None,
                    help="default SLA: 100 ms (resnet50, mobilenet), 10 ms (mlp), 300 ms (bert), 50 ms (tiny), "
-                   "5000 ms (gnmt, lm)")
+                   "5000 ms (gnmt, transformer, lm)")
     d.add_argument("--max-stages", type=int, default=20)
     d.add_argument("--force", action="store_true", help="rebuild everything (model, stages, latency table)")
     d.add_argument("--no-npu-timing", action="store_true", help="leave out the npu_timing query model")
-    d.add_argument("--decoupled", action="store_true", help="gnmt, lm: every model streams its tokens "
+    d.add_argument("--decoupled", action="store_true", help="gnmt, transformer, lm: every model streams its tokens "
                    "(model_transaction_policy { decoupled: true }; see `repo add --decoupled`)")
     d.set_defaults(func=run_default)
     n = rsub.add_parser("npu-timing", help="add the npu_timing model: NPU latency queries over gRPC (docs/npu.md)")

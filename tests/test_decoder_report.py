@@ -1,0 +1,71 @@
+"""What benchmarks/bench_decoder.py prints, on synthetic cells (no server), and its simulated replay on a shipped table.
+
+The served table's verdicts are computed from the cells; these check that a verdict can come out either way, that the
+goal changes with the load band and the model, and that the replay runs the served policies' counterparts.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lazybatch.batcher.lengths import LengthHistogram
+from lazybatch.client.seq2seq import shipped_histogram
+from lazybatch.simulator import paper_tables
+from tests.benchhelpers import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_benchmark("bench_decoder")
+
+
+def _cells(load: float, eager: float, triton: dict[str, float], reps: int = 2) -> list[dict]:
+    """Cells of one load; a Triton value per policy, the same in every repetition; p99 = 2 x avg."""
+    out = []
+    for k in range(reps):
+        for pol, avg in {"eager": eager, **triton}.items():
+            out.append({"load": load, "rep": k, "policy": pol, "sent": 10, "ok": 10, "errors": 0, "avg_ms": avg,
+                        "p99_ms": 2 * avg, "throughput": 10.0 if pol == "eager" else 4.0, "violations": {}})
+    return out
+
+
+def _row(lines: list[str], load: str) -> str:
+    return next(ln for ln in lines if ln.startswith(f"| {load} |"))
+
+
+def test_the_goal_depends_on_the_load_band_and_the_model(bench):
+    tri = {"triton_0us": 130.0, "triton_5000us": 120.0, "triton_20000us": 500.0}
+    cells = _cells(0.1, 100.0, tri) + _cells(1.0, 100.0, tri)
+    lines = bench.report({"model": "transformer", "t1_ms": 100.0, "cells": cells})
+    row_10, row_100 = _row(lines, "10%"), _row(lines, "100%")
+    assert "| 5000us | 1.20 [1.20-1.20] | >= 1: met |" in row_10  # outside 70-150%: never worse
+    assert "| 5000us | 1.20 [1.20-1.20] | >= 1.5: missed |" in row_100  # in the band: 1.5x on seq2seq models
+    lm = bench.report({"model": "lm", "t1_ms": 100.0, "cells": _cells(1.0, 100.0, tri)})
+    assert ">= 3: missed" in _row(lm, "100%")  # the LM's goal is 3x, on p99 as well
+    lm = bench.report({"model": "lm", "t1_ms": 100.0,
+                       "cells": _cells(1.0, 100.0, {"triton_0us": 350.0, "triton_5000us": 310.0,
+                                                    "triton_20000us": 500.0})})
+    assert "| 5000us | 3.10 [3.10-3.10] | >= 3: met | 3.10 [3.10-3.10] | met |" in _row(lm, "100%")
+    assert "(2.50x; goal >= 2x)" in "\n".join(lm)  # peak throughput 10/s against 4/s
+
+
+def test_a_spread_that_straddles_the_goal_is_a_tie(bench):
+    cells = _cells(1.0, 100.0, {"triton_0us": 140.0, "triton_5000us": 900.0, "triton_20000us": 900.0}, reps=1)
+    cells += [{**c, "rep": 1, "avg_ms": c["avg_ms"] * (1.2 if c["policy"] == "triton_0us" else 1.0)}
+              for c in cells]
+    row = _row(bench.report({"model": "gnmt", "t1_ms": 100.0, "cells": cells}), "100%")
+    assert "| 0us | 1.54 [1.40-1.68] | >= 1.5: tie (the spread straddles the goal) |" in row
+
+
+def test_simulated_replay_runs_the_served_policies_counterparts(bench):
+    table = paper_tables.shipped_table("transformer")
+    hist = LengthHistogram.load(shipped_histogram("wmt"))
+    sim = bench.simulated(table, hist, [0.7, 1.5], sla_ms=5000.0)
+    assert {c["policy"] for c in sim["cells"]} == set(bench.SIM_POLICIES)
+    assert sim["seeds"] == bench.SIM_SEEDS and sim["requests"] == bench.SIM_REQUESTS
+    by = {(c["load"], c["policy"]): c for c in sim["cells"]}
+    # Past the batch-1 rate a batcher that holds each batch to its longest member falls behind step-level batching
+    assert by[1.5, "eager"]["avg_ms"] < min(by[1.5, p]["avg_ms"] for p in bench.TRITON)
+    lines = bench.simulated_report(sim)
+    assert lines[0].startswith(f"Simulated on this run's latency table (no serving cost; t1 {sim['t1_ms']:.1f} ms")
+    assert _row(lines, "70%") and _row(lines, "150%")
