@@ -285,6 +285,12 @@ def seq2seq_config(name: str, s2s: Seq2SeqSpec, table: LatencyTable, *, max_batc
                        parameters=params, dynamic_batching_us=dynamic_batching_us, decoupled=decoupled)
     for entry, (_, optional) in zip(cfg.input, served):
         entry.optional = optional
+        # Triton's dynamic batcher groups only requests whose inputs have the same shape, unless the input allows
+        # ragged batches: without it, sources of different lengths (most of them) never share a batch under
+        # triton:<us>. The Python backend reads each request's tensors by itself, so a ragged group needs nothing
+        # more; under lazybatch's policies it only lets Triton hand over a mixed group in one execute call.
+        if any(d < 0 for d in entry.dims):
+            entry.allow_ragged_batch = True
     return cfg
 
 

@@ -310,6 +310,35 @@ def test_repo_add_serves_seq2seq_under_tritons_batcher_a_batch_per_execute(tmp_p
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 5000
     params = {k: v.string_value for k, v in cfg.parameters.items()}
     assert params["batch_per_execute"] == "true" and params["policy"] == "graph:0"
+    ragged = {i.name: i.allow_ragged_batch for i in cfg.input}
+    assert ragged == {"src_tokens": True, "src_len": False, "max_output_len": False, "ignore_eos": False}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tritons_batcher_groups_sources_of_different_lengths(s2s, kind):
+    """Triton's dynamic batcher groups only requests of one shape unless the input allows ragged batches; without
+    it (before this test) sources of different lengths never shared a batch under triton:<us>, and Triton's batcher
+    lost to lazybatch by a margin that was the config's, not the batcher's. One long request runs; requests of six
+    different source lengths queue meanwhile and are decoded in one batch, each to its own reference tokens."""
+    model = f"{kind}_triton"
+    info = s2s.info[kind]
+    rng = np.random.default_rng(7)
+    before = s2s.stats(model)
+    long = make_request(rng, info, 2, info.max_output_length)
+    queued = [make_request(rng, info, 1 + i % info.max_source_length, 2) for i in range(6)]
+    got: dict[int, Any] = {}
+    with Client(s2s.grpc) as c, ThreadPoolExecutor(7) as pool:
+        first = pool.submit(c.infer, model, long)
+        time.sleep(0.05)  # the long request is decoding
+        futs = {i: pool.submit(c.infer, model, f) for i, f in enumerate(queued)}
+        got = {i: f.result(timeout=120) for i, f in futs.items()}
+        _check(s2s, kind, long, first.result(timeout=120))
+    for i, feeds in enumerate(queued):
+        _check(s2s, kind, feeds, got[i])
+    assert len({f["src_tokens"].shape[1] for f in queued}) == 6
+    after = s2s.stats(model)
+    grown = {int(b) for b, n in after["batch_hist"].items() if n > before.get("batch_hist", {}).get(b, 0)}
+    assert max(grown) >= 3, (before.get("batch_hist"), after["batch_hist"])
 
 
 def test_batch_per_execute_needs_graph_policy(tmp_path):
