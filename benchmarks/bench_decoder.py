@@ -102,7 +102,7 @@ def simulated(table: LatencyTable, hist: LengthHistogram, loads: list[float], sl
     t1 = single_request_ms(table, hist)
     return simulate_loads(table, loads, max_batch_size=table.max_batch_size, sla_multiples=[sla_ms / t1],
                           sched_multiple=sla_ms / t1, policies=SIM_POLICIES, seeds=SIM_SEEDS,
-                          requests=SIM_REQUESTS, histogram=hist).as_dict()
+                          requests=SIM_REQUESTS, histogram=hist, t1_ms=t1).as_dict()
 
 
 def report(res: dict) -> list[str]:

@@ -62,8 +62,9 @@ def register(sub: Any) -> None:
                    choices=("resnet50", "mlp", "bert", "tiny", "gnmt", "transformer", "mobilenet", "lm"),
                    help="resnet50 (batching barely pays on a CPU), mlp (8 x 2048 MatMul layers: batching pays), "
                    "bert (BERT-base, sequence 32), gnmt (GNMT-like LSTM seq2seq), transformer (Transformer base, "
-                   "6+6 layers; both under graph:0/5/20 instead of Triton's batcher), mobilenet (MobileNet-v1), lm (GPT-2-like decoder-only LM, chat-like lengths; under "
-                   "Triton's own batcher too, each batch decoded to its end) or tiny (4 x 64 MLP, for tests); model "
+                   "6+6 layers; both under graph:0/5/20 instead of Triton's batcher), mobilenet (MobileNet-v1), lm "
+                   "(GPT-2-like decoder-only LM, chat-like lengths; under Triton's own batcher too, each batch decoded "
+                   "to its end) or tiny (4 x 64 MLP, for tests); model "
                    "names are <model>_<policy>")
     d.add_argument("--max-batch-size", type=int, default=None,
                    help="default 8 (resnet50, bert, tiny, gnmt, transformer, mobilenet), 16 (mlp, lm)")

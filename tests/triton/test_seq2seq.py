@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lazybatch.backend.model import read_log
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.cli import main
-from lazybatch.backend.model import read_log
 from lazybatch.client.api import Client, InferError
 from lazybatch.client.seq2seq import LengthSampler, Seq2SeqInfo, info_from_parameters, make_request
 from lazybatch.client.soak import metric_total, scrape, wait_for
@@ -326,7 +326,6 @@ def test_tritons_batcher_groups_sources_of_different_lengths(s2s, kind):
     before = s2s.stats(model)
     long = make_request(rng, info, 2, info.max_output_length)
     queued = [make_request(rng, info, 1 + i % info.max_source_length, 2) for i in range(6)]
-    got: dict[int, Any] = {}
     with Client(s2s.grpc) as c, ThreadPoolExecutor(7) as pool:
         first = pool.submit(c.infer, model, long)
         time.sleep(0.05)  # the long request is decoding
