@@ -360,7 +360,7 @@ class TritonPythonModel:
                 good[i][0].get_response_sender().send(self._response(out),
                                                       flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
-            outputs = self.runtime.run_inline([(g[1], g[2]) for g in good], early)
+            outputs = self.runtime.run_inline([(g[1], g[2]) for g in good], early, [g[3] for g in good])
         if outputs is not None:  # the rest answered with the end of execute, one message (as Triton's backends)
             answers = {id(g[0]): self._response(out) for g, out in zip(good, outputs) if out is not None}
             return [answers.get(id(r)) for r in requests]

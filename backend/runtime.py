@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+import math
 import queue
 import threading
 import time
@@ -84,6 +85,20 @@ IDLE_HOOK_INTERVAL_S = 0.1
 # Arena and heap memory is given back (backend/memory.py) at an idle moment at most this often (config
 # memory_release_ms; 0: never): a burst's largest batches then hold their memory a few seconds, not for good.
 MEMORY_RELEASE_INTERVAL_S = 5.0
+
+
+def _classes(requests: "Sequence[tuple[dict[str, np.ndarray], int]]",
+             options: "Sequence[RequestOptions]") -> list[tuple[float, int]]:
+    """(SLA in seconds, inf for none; priority level) per sample, for ``Policy.inline_batch``."""
+    now = time.time()
+    out: list[tuple[float, int]] = []
+    for (_, batch), opts in zip(requests, options):
+        if opts.deadline_unix_s is not None:
+            sla = opts.deadline_unix_s - now
+        else:
+            sla = opts.sla_s if opts.sla_s is not None else math.inf
+        out += [(sla, opts.priority)] * batch
+    return out
 
 
 def join_rows(parts: list[Row]) -> np.ndarray:
@@ -325,7 +340,8 @@ class BackendRuntime:
         return errors
 
     def run_inline(self, requests: list[tuple[dict[str, np.ndarray], int]],
-                   early: "Callable[[int, dict[str, np.ndarray] | str], None] | None" = None
+                   early: "Callable[[int, dict[str, np.ndarray] | str], None] | None" = None,
+                   options: "Sequence[RequestOptions] | None" = None
                    ) -> "list[dict[str, np.ndarray] | str | None] | None":
         """Run these validated requests now, on the caller's thread (Triton's ``execute``), as whole-graph passes,
         and return each one's outputs, or the error it failed with (a batch that fails is rerun request by
@@ -339,7 +355,9 @@ class BackendRuntime:
         served gap to Triton's batcher was that cost, not the decisions). Passes run inline only where they are
         the ones the scheduler would run: nothing held, and the policy would start these requests so, with no
         decision point in their passes (``Policy.inline_batch``). Triton's dynamic batcher queues what arrives
-        meanwhile and hands it to the next ``execute`` as one group: its own behaviour with no queue delay."""
+        meanwhile and hands it to the next ``execute`` as one group: its own behaviour with no queue delay.
+        ``options``: each request's scheduling options (SLA, priority level), which tell the policy the classes of
+        the traffic (an urgent member may need the scheduler, and boundaries kept for the next one)."""
         whole = self.whole_runner
         if whole is None or not self._inline:
             return None
@@ -352,7 +370,7 @@ class BackendRuntime:
                 return self._refuse("scheduler busy")
             n = sum(b for _, b in requests)
             start = time.monotonic()
-            k = self.policy.inline_batch(start, n)
+            k = self.policy.inline_batch(start, n, _classes(requests, options) if options is not None else None)
             if k <= 0 or (k < n and early is None):
                 return self._refuse("a boundary may pay")
             self.stats.inline_groups += 1

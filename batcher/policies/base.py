@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..decisions import REJECT, DecisionLog
 from ..errors import ConfigError
@@ -86,14 +86,15 @@ class Policy(ABC):
         return f"{self.name}(max_batch_size={self.max_batch_size})"
 
     # ------------------------------------------------------------------ inline passes (backend/runtime.py)
-    def inline_batch(self, now: float, n: int) -> int:
+    def inline_batch(self, now: float, n: int, classes: "Sequence[tuple[float, int]] | None" = None) -> int:
         """May ``n`` samples that find the device idle run as whole-graph passes outside the scheduler? The batch
         size of those passes (``n``: one pass; less: the group served in passes of that size, one after the
         other), or 0: no, the scheduler must see them.
 
         The backend's inline path (``BackendRuntime.run_inline``) runs such passes in Triton's ``execute`` call,
         as Triton's own batcher does, with none of the scheduler's hand-offs. Only right where this policy would
-        itself start them so and place no decision point in their passes. 0 by default: the policy sees every
+        itself start them so and place no decision point in their passes. ``classes``: one (SLA in seconds, inf
+        for none; priority level) per sample, where the caller knows them. 0 by default: the policy sees every
         request."""
         return 0
 

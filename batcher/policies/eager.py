@@ -24,27 +24,40 @@ the stock one outward:
    below that cost (``StageJob.stop``): at low load a request runs the whole graph in one call, at higher load the
    early boundaries, where preemption pays most, come back.
 
+5. **Urgency preempts.** Requests of one model may belong to several classes (``Request.priority``, then the SLA:
+   ``class_key``). A queued request whose class outranks everything on the BatchTable, and which would miss its
+   deadline waiting for the running sub-batch but meets it by going now, preempts at the next boundary whatever
+   the mean-latency rule says; it merges with the sub-batch it set aside only where the merged batch still meets
+   its deadline (else it runs ahead alone, and the bulk resumes where it stopped), and a queue that starts on an
+   idle device lets such requests run ahead of the rest. Within one class nothing changes: Triton's order. While
+   outranking traffic arrives, no job runs longer than its tightest SLA leaves room for (``_urgent_cut``), so that
+   a boundary is there when it is needed. Triton's batcher can only order its queue by priority: a request that
+   arrives while a batch runs waits for the whole graph.
+
 Seq2seq graphs (loops) keep the paper's slack rule, with the work-conserving base and no batch cap, and one change:
 a deadline in flight that is already lost (Eq. 2 says the work in flight misses it with no newcomer at all) no longer
 blocks admission. Under the paper's rule one long sequence past its SLA keeps every newcomer queued until it ends:
 on a decoder LM with a long tail of outputs (384 tokens under load outlive a 5 s SLA) the time to first token at
 90% load then had a p99 of seconds against a median of tens of ms (benchmarks/bench_streaming.py, a run before
-this rule). Refusing newcomers cannot bring a lost deadline back; it only makes them late too. Spans are for static graphs.
+this rule). Refusing newcomers cannot bring a lost deadline back; it only makes them late too. A queued request
+that outranks everything in flight is admitted where Eq. 2 would hold it: it joins the running decode at the next
+step. Spans are for static graphs.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Sequence
 
-from ..decisions import DISPATCH
+from ..decisions import DISPATCH, MERGE, PREEMPT
 from ..errors import ConfigError
 from ..interfaces import StageJob
 from ..lengths import LengthHistogram
 from ..request import Request
 from ..slack import DEFAULT_COVERAGE
 from .base import DEFAULT_MAX_BATCH_SIZE
-from .lazy import LazyBatching
+from .lazy import LazyBatching, _Entry
 
 # The arrival rate is the count of arrivals in the last RATE_WINDOW_PASSES batch-1 passes of the whole graph (at
 # least RATE_WINDOW_MIN_S): long enough to hold a few arrivals at 10% load, short enough to follow a load change
@@ -66,6 +79,17 @@ DEFAULT_MIN_GAIN = 0.02
 # previous pass ended queued while it ran (Triton calls execute again at once when requests wait). Short, so that
 # an idle-time arrival is rarely taken for a busy-time one: an underestimate only keeps passes whole, as Triton's.
 BACK_TO_BACK_S = 0.0005
+# While outranking traffic arrives, a job runs at most (tightest SLA - URGENT_ALONE x the batch-1 pass): an urgent
+# request that arrives as a job starts must still have room for that job and for its own pass, with a margin for
+# the table's error and the boundary's hand-off.
+URGENT_ALONE = 1.25
+
+
+def class_key(r: Request) -> tuple[int, float]:
+    """A request's urgency class: its priority level (Triton's: smaller is more urgent), then its SLA (rounded to
+    0.1 ms, so that deadlines sent as wall-clock times do not make a class of every request). A smaller key
+    outranks a larger one; requests with equal keys are one class, served in Triton's order."""
+    return r.priority, round(r.sla, 4)
 
 
 class EagerBatching(LazyBatching):
@@ -75,7 +99,8 @@ class EagerBatching(LazyBatching):
 
     def __init__(self, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, *, dec_timesteps: int | None = None,
                  dec_timesteps_coverage: float = DEFAULT_COVERAGE, length_histogram: LengthHistogram | None = None,
-                 min_gain: float = DEFAULT_MIN_GAIN, boundary_cost_us: float = 0.0, spans: bool = True) -> None:
+                 min_gain: float = DEFAULT_MIN_GAIN, boundary_cost_us: float = 0.0, spans: bool = True,
+                 urgency: bool = True) -> None:
         super().__init__(max_batch_size, dec_timesteps=dec_timesteps, dec_timesteps_coverage=dec_timesteps_coverage,
                          length_histogram=length_histogram, min_batch_gain=0.0)
         if not 0.0 <= min_gain < 1.0:
@@ -86,6 +111,9 @@ class EagerBatching(LazyBatching):
         # seconds one stage boundary costs the device (serving cost; the backend keeps it measured)
         self.boundary_cost = boundary_cost_us * 1e-6
         self.spans = spans
+        self.urgency = urgency
+        self._classes: deque[tuple[float, tuple[int, float]]] = deque()  # (arrival, class_key) in the rate window
+        self._class_count: dict[tuple[int, float], int] = {}
         # a whole-graph pass / the table's stage times summed, at the same batch size (the backend measures it:
         # one onnxruntime call with cross-layer fusions, against a call per stage). Cutting a job that could run
         # as the whole graph loses (1 - fused_ratio) of its pass on top of the boundary's own cost. 1 in the
@@ -118,11 +146,13 @@ class EagerBatching(LazyBatching):
     def describe(self) -> str:
         dec = f", dec_timesteps={self.dec_timesteps}" if self.graph.is_seq2seq else ""
         cost = f", boundary_cost={self.boundary_cost * 1e6:.0f}us" if self.boundary_cost else ""
-        return f"{self.name}(max_batch_size={self.max_batch_size}{dec}{cost})"
+        urgency = "" if self.urgency else ", urgency=false"
+        return f"{self.name}(max_batch_size={self.max_batch_size}{dec}{cost}{urgency})"
 
     # ------------------------------------------------------------------ policy interface
     def enqueue(self, request: Request, now: float) -> None:
         super().enqueue(request, now)
+        self._observe(now, class_key(request))
         self._arrivals.append(now)
         if self._first is None:
             self._first = now
@@ -135,7 +165,7 @@ class EagerBatching(LazyBatching):
         self._last_end = now
         super().job_done(job, result, now)
 
-    def inline_batch(self, now: float, n: int) -> int:
+    def inline_batch(self, now: float, n: int, classes: Sequence[tuple[float, int]] | None = None) -> int:
         """The whole group as one pass (Triton's choice), where ``_stop`` would run it through every boundary: the
         pass is then the one this policy would run, minus the scheduler's serving cost. Never in smaller passes:
         a group handed to execute is all that queued while the last pass ran, and whether the device keeps up
@@ -143,8 +173,19 @@ class EagerBatching(LazyBatching):
         idle time): split groups cost MobileNet a fifth of its throughput at 200% load (174 groups in 203
         passes, docs/data/probe_routes_mobilenet.txt). The device-idle rule of the scheduler (``_batch_size``)
         still serves its own queue in smaller batches where that pays and the load allows."""
+        if classes:
+            for sla, level in classes:
+                self._observe(now, (level, round(sla, 4)))
         if self.graph.is_seq2seq or not self.spans or self.stack or self.infq or not 1 <= n <= self.max_batch_size:
             return 0
+        if classes and self.urgency and len(set(classes)) > 1:
+            # a group of several classes: where the whole group's pass would cost an outranking member the deadline
+            # that a pass of its own keeps, the scheduler serves it first (_split_urgent)
+            loosest = max((level, round(sla, 4)) for sla, level in classes)
+            tight = [sla for sla, level in classes if (level, round(sla, 4)) < loosest]
+            scale = self.time_scale
+            if tight and self._whole[n] * scale > min(tight) >= self._whole[len(tight)] * scale:
+                return 0
         return n if self._stop(now, 0, n) >= self.graph.n else 0
 
     def inline_done(self, start: float, end: float, n: int) -> None:
@@ -230,6 +271,22 @@ class EagerBatching(LazyBatching):
         return len(a) / span
 
     def _admissible(self, now: float) -> tuple[int, float]:
+        """Eq. 2 over the deadlines that can still be met (``_admissible_eq2``); where it admits nothing, the queued
+        requests that outrank everything in flight are admitted anyway (moved to the head of InfQ): they join the
+        running decode at the next step instead of waiting for the longest sequence in flight to end."""
+        k, slack = self._admissible_eq2(now)
+        if k or not self.urgency or not self.stack:
+            return k, slack
+        outranked = min(class_key(r) for e in self.stack for r in e.reqs)
+        room = self.batch_cap - len(self.stack[-1].reqs)
+        urgent = [r for r in self.infq if class_key(r) < outranked and not r.cancelled][:max(room, 0)]
+        if not urgent:
+            return k, slack
+        taken = set(map(id, urgent))
+        self.infq = deque(urgent + [r for r in self.infq if id(r) not in taken])
+        return len(urgent), slack
+
+    def _admissible_eq2(self, now: float) -> tuple[int, float]:
         """The paper's Eq. 2 (LazyBatching._admissible) over the deadlines in flight that can still be met: where
         the work in flight misses its earliest deadline with no newcomer, the newcomers are held only to their own
         deadlines (see the module docstring)."""
@@ -264,7 +321,9 @@ class EagerBatching(LazyBatching):
                     stack.append(e)
                     self.log.add(now, DISPATCH, 0, len(e.reqs), "device idle: every queued request starts"
                                  if not self.infq else "device idle: the batch size of least mean latency starts")
-            else:
+                    if self.urgency:
+                        self._split_urgent(now)
+            elif not (self.urgency and self._urgent_preemption(now)):
                 k, gain = self._best_preemption(now)
                 if k:
                     self._preempt(now, k, "the table predicts a lower mean latency if the queue goes first", gain)
@@ -368,6 +427,12 @@ class EagerBatching(LazyBatching):
         return k, saving
 
     def _stop(self, now: float, s: int, m: int, queued: int | None = None) -> int:
+        """Where a job of ``m`` from stage ``s`` ends: the first boundary that may pay (``_stop_benefit``), or
+        sooner where outranking traffic needs boundaries (``_urgent_cut``)."""
+        stop = self._stop_benefit(now, s, m, queued)
+        return min(stop, self._urgent_cut(now, s, m)) if self.urgency else stop
+
+    def _stop_benefit(self, now: float, s: int, m: int, queued: int | None = None) -> int:
         """The first boundary after stage ``s`` at which a preemption could pay more than the boundary costs, or
         the end of the graph: the job runs up to it with no decision point between. ``queued``: the queue length
         to assume (an inline pass: nothing queued beside it) instead of the policy's own."""
@@ -407,3 +472,167 @@ class EagerBatching(LazyBatching):
             if worth > cost * (m + p + expected):
                 return b
         return n
+
+    # ------------------------------------------------------------------ urgency (mixed classes on one model)
+    def _observe(self, now: float, key: tuple[int, float]) -> None:
+        """Count an arrival's class in the rate window (the classes seen lately decide where boundaries stay)."""
+        self._classes.append((now, key))
+        self._class_count[key] = self._class_count.get(key, 0) + 1
+        edge = now - self._window
+        classes, count = self._classes, self._class_count
+        while classes and classes[0][0] < edge:
+            _, old = classes.popleft()
+            left = count[old] - 1
+            if left:
+                count[old] = left
+            else:
+                del count[old]
+
+    def _urgent_budget(self) -> float | None:
+        """The tightest SLA (s) among the recent arrivals that outrank the loosest recent class; None with one class
+        (or none with an SLA)."""
+        keys = self._class_count
+        if len(keys) < 2:
+            return None
+        loosest = max(keys)
+        tight = min(k[1] for k in keys if k < loosest)
+        return tight if math.isfinite(tight) else None
+
+    def _urgent_cut(self, now: float, s: int, m: int) -> int:
+        """The last boundary a job of ``m`` from stage ``s`` may run to while outranking requests arrive: an urgent
+        request that turns up as the job starts waits for all of it, and then needs its own pass within its SLA.
+        The end of the graph where no outranking class was seen lately, or where its SLA is too tight for even
+        that (a boundary cannot save it)."""
+        n = self.graph.n
+        budget = self._urgent_budget()
+        if budget is None or s + 1 >= n:
+            return n
+        scale = self.time_scale
+        room = budget - URGENT_ALONE * self._whole[1] * scale
+        if room <= 0.0:
+            return n
+        pre = self._prefix[m]
+        for b in range(s + 1, n):
+            if (pre[b + 1] - pre[s]) * scale > room:
+                return b
+        return n
+
+    def _finish_times(self, now: float, s: int, m: int, k: int) -> tuple[float, float, bool]:
+        """``k`` urgent requests that preempt a sub-batch of ``m`` at stage ``s``: when they finish (running ahead
+        alone, or merging at ``s`` where that is sooner), when the sub-batch then finishes, and whether they
+        merge."""
+        pre = self._prefix
+        scale = self.time_scale
+        n = self.graph.n
+        alone = now + self._whole[k] * scale
+        rest = (pre[m][n] - pre[m][s]) * scale
+        mk = m + k
+        if mk <= self.max_batch_size:
+            merged = now + (pre[k][s] + pre[mk][n] - pre[mk][s]) * scale
+            if merged <= alone:
+                return merged, merged, True
+        return alone, alone + rest, False
+
+    def _urgent_preemption(self, now: float) -> bool:
+        """Preempt for queued requests that outrank everything on the BatchTable and would miss their deadline
+        behind the running sub-batch, where going now meets it; True if it did.
+
+        Without: they start when the top sub-batch ends, as one batch (Triton's order). With: they run stages
+        0..s-1 and merge at s, or run ahead alone (``_finish_times``). The running sub-batch keeps every deadline
+        that holds without the preemption, unless the newcomers are of a more urgent priority level than all of
+        it (a priority level outranks a deadline, as in Triton's queue)."""
+        stack = self.stack
+        top = stack[-1]
+        outranked = min(class_key(r) for e in stack for r in e.reqs)
+        cands = [r for r in self.infq if class_key(r) < outranked and not r.cancelled]
+        if not cands:
+            return False
+        s, m = top.node, len(top.reqs)
+        scale = self.time_scale
+        rest = (self._prefix[m][self.graph.n] - self._prefix[m][s]) * scale
+        waiting = [r for r in cands if r.deadline < now + rest + self._whole[min(len(cands),
+                                                                                   self.max_batch_size)] * scale]
+        if not waiting:
+            return False  # they meet their deadlines after the running sub-batch: no reason to set it aside
+        group: list[Request] = []
+        for r in sorted(waiting, key=lambda r: r.deadline):
+            if len(group) >= self.max_batch_size:
+                break
+            done, _, _ = self._finish_times(now, s, m, len(group) + 1)
+            if done <= (group[0].deadline if group else r.deadline):
+                group.append(r)
+        if not group:
+            return False  # lost even if they went now: a preemption would only delay the others
+        _, top_done, merges = self._finish_times(now, s, m, len(group))
+        level = min(r.priority for r in group)
+        if any(q.priority <= level and now + rest <= q.deadline < top_done for q in top.reqs):
+            return False
+        taken = set(map(id, group))
+        self.infq = deque(r for r in self.infq if id(r) not in taken)
+        for r in group:
+            r.start = now
+        e = _Entry(0, group, sum(r.est for r in group), min(r.deadline for r in group))
+        e.urgent = True
+        self.log.add(now, PREEMPT, s, m, f"{len(group)} outranking request(s) would miss their deadline behind the "
+                     f"running batch" + ("; they merge at this stage" if merges else "; they run ahead alone"))
+        stack.append(e)
+        self.log.add(now, DISPATCH, 0, len(group), "urgent")
+        self._merge_top(now)
+        return True
+
+    def _split_urgent(self, now: float) -> None:
+        """The batch just started on an idle device (the top entry, at stage 0): its members that outrank the
+        loosest class in it and would miss their deadline in the whole batch's pass, but meet it in a pass of
+        their own, run ahead of the rest (pushed above it, unmerged). The rest keeps every deadline that holds in
+        the whole pass, unless they are of a more urgent priority level than all of it."""
+        e = self.stack[-1]
+        reqs = e.reqs
+        if len(reqs) < 2:
+            return
+        loosest = max(class_key(r) for r in reqs)
+        urgent = [r for r in reqs if class_key(r) < loosest]
+        if not urgent:
+            return
+        scale = self.time_scale
+        whole = self._whole
+        k, n_all = len(urgent), len(reqs)
+        together = now + whole[n_all] * scale
+        ahead = now + whole[k] * scale
+        dmin = min(r.deadline for r in urgent)
+        if not ahead <= dmin < together:
+            return
+        rest = [r for r in reqs if class_key(r) >= loosest]
+        level = min(r.priority for r in urgent)
+        after = ahead + whole[len(rest)] * scale
+        if any(q.priority <= level and together <= q.deadline < after for q in rest):
+            return
+        e.reqs = rest
+        e.rem = sum(r.est for r in rest)
+        e.dmin = min(r.deadline for r in rest)
+        u = _Entry(0, urgent, sum(r.est for r in urgent), dmin)
+        u.urgent = True
+        self.stack.append(u)
+        self.log.add(now, PREEMPT, 0, len(rest), f"{k} outranking request(s) run ahead of the batch for their "
+                                                 "deadline")
+
+    def _merge_top(self, now: float) -> None:
+        """LazyBatching's merge, except that an urgent sub-batch does not merge where the merged batch would miss a
+        deadline of its own that running ahead alone keeps (static graphs; a decoder step batch merges always)."""
+        stack = self.stack
+        while len(stack) >= 2 and stack[-1].node == stack[-2].node:
+            a, b = stack[-1], stack[-2]
+            size = len(a.reqs) + len(b.reqs)
+            if size > self.batch_cap:
+                return
+            if a.urgent and self._prefix and not self.graph.is_seq2seq:
+                pre, s, n, scale = self._prefix, a.node, self.graph.n, self.time_scale
+                merged = now + (pre[size][n] - pre[size][s]) * scale
+                alone = now + (pre[len(a.reqs)][n] - pre[len(a.reqs)][s]) * scale
+                if merged > a.dmin >= alone:
+                    return
+            stack.pop()
+            b.reqs = b.reqs + a.reqs
+            b.rem += a.rem
+            b.dmin = min(a.dmin, b.dmin)
+            b.urgent = b.urgent or a.urgent
+            self.log.add(now, MERGE, b.node, size, "two topmost sub-batches reached the same stage")

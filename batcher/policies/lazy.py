@@ -59,13 +59,14 @@ from .base import DEFAULT_MAX_BATCH_SIZE, Policy, enqueue_by_priority
 class _Entry:
     """One BatchTable entry: a sub-batch and the stage it runs next."""
 
-    __slots__ = ("node", "reqs", "rem", "dmin")
+    __slots__ = ("node", "reqs", "rem", "dmin", "urgent")
 
     def __init__(self, node: int, reqs: list[Request], rem: float, dmin: float) -> None:
         self.node = node
         self.reqs = reqs
         self.rem = rem  # sum of the requests' remaining single-input times (slack predictor)
         self.dmin = dmin  # earliest deadline in the entry
+        self.urgent = False  # set aside others for its deadline (eager's urgency rule): merges only where it keeps it
 
     def __repr__(self) -> str:
         return f"Entry(node={self.node}, ids={[r.id for r in self.reqs]})"

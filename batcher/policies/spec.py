@@ -40,7 +40,8 @@ _KEYS = {
     "graph": {"max_batch_size", "max_queue_delay_microseconds", "max_queue_delay_ms", "preferred_batch_size"},
     "lazy": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_batch_gain", "preempt"},
     "oracle": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_batch_gain", "preempt"},
-    "eager": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_gain", "boundary_cost_us", "spans"},
+    "eager": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_gain", "boundary_cost_us", "spans",
+              "urgency"},
 }
 
 
@@ -108,7 +109,8 @@ class PolicySpec:
             return EagerBatching(dec_timesteps=p.get("dec_timesteps"),
                                  dec_timesteps_coverage=p.get("dec_timesteps_coverage", dec_timesteps_coverage),
                                  length_histogram=length_histogram,
-                                 **{k: p[k] for k in ("min_gain", "boundary_cost_us", "spans") if k in p}, **kw)
+                                 **{k: p[k] for k in ("min_gain", "boundary_cost_us", "spans", "urgency")
+                                    if k in p}, **kw)
         cls = LazyBatching if self.kind == "lazy" else OracleLazyBatching
         return cls(dec_timesteps=p.get("dec_timesteps"),
                    dec_timesteps_coverage=p.get("dec_timesteps_coverage", dec_timesteps_coverage),
@@ -120,12 +122,12 @@ class PolicySpec:
 def _num(kind: str, key: str, value: str) -> Any:
     if key == "preempt":  # a word, checked by the policy (batcher/policies/lazy.py PREEMPT_RULES)
         return value.lower()
-    if key == "spans":
+    if key in ("spans", "urgency"):
         if value.lower() in ("true", "1", "yes", "on"):
             return True
         if value.lower() in ("false", "0", "no", "off"):
             return False
-        raise ConfigError(f"policy {kind!r}: spans={value!r} must be true or false", field=key)
+        raise ConfigError(f"policy {kind!r}: {key}={value!r} must be true or false", field=key)
     try:
         if key == "preferred_batch_size":
             return tuple(int(v) for v in value.replace("/", " ").split())

@@ -694,7 +694,7 @@ def test_inline_group_served_in_smaller_passes_answers_early_ones_at_once(mlp):
     rt, c = _inline_runtime(mlp)
     sess = ort.InferenceSession(str(model))
     try:
-        rt.policy.inline_batch = lambda now, n: 2  # the device-idle rule's choice, fixed for the test
+        rt.policy.inline_batch = lambda now, n, classes=None: 2  # the device-idle rule's choice, fixed for the test
         xs = [np.random.default_rng(k).standard_normal((1, 16)).astype(np.float32) for k in range(5)]
         early: list[int] = []
         got: dict[int, dict] = {}
