@@ -99,17 +99,18 @@ def test_an_urgent_request_merges_where_the_merged_batch_keeps_its_deadline():
 
 def test_an_idle_device_runs_outranking_requests_ahead_of_the_batch():
     """Three bulk requests and one urgent (SLA 12 ms) queue while request 0 runs; the device frees at 8 ms. As one
-    batch of four all would leave at 22 ms, past the urgent deadline (19.9 ms). The urgent one runs ahead alone
-    (8-16 ms), the bulk batch after it."""
+    batch of four all would leave at 22 ms, past the urgent deadline (19.9 ms). The urgent one runs ahead with as
+    many bulk requests as its deadline allows (one: a batch of two takes 10 ms, of three 12 ms), the other two
+    bulk requests after it."""
     def workload():
         return [urgent(0, 0.0)] + [bulk(i, 7.9) for i in (1, 2, 3)] + [urgent(4, 7.9, sla_ms=12.0)]
 
     reqs = workload()
     sim, jobs = simulate(table(0.25), reqs)
-    assert reqs[4].finish == pytest.approx(16 * MS) and reqs[4].latency <= reqs[4].sla
+    assert reqs[4].finish == pytest.approx(18 * MS) and reqs[4].latency <= reqs[4].sla
     started = [ids for _, s, _, ids in jobs if s == 0]
-    assert started == [[0], [4], [1, 2, 3]]
-    assert all(r.finish == pytest.approx(reqs[1].finish) for r in reqs[1:4]) and reqs[1].finish > 16 * MS
+    assert started == [[0], [1, 4], [2, 3]]
+    assert reqs[2].finish == pytest.approx(reqs[3].finish) and reqs[2].finish > 18 * MS
     reqs = workload()
     simulate(table(0.25), reqs, "eager:urgency=false")
     assert reqs[4].finish == pytest.approx(reqs[1].finish) and reqs[4].latency > reqs[4].sla
@@ -133,18 +134,18 @@ def test_one_class_is_served_as_without_the_rule():
         assert runs[0] == runs[1]
 
 
-def test_the_running_batch_keeps_its_deadline_against_a_tighter_sla_of_its_own_level():
-    """Same priority level, tighter SLA: the newcomer outranks the running request but may not cost it a deadline
-    that holds without the preemption. Request 0 (SLA 9 ms) starts its 8 ms pass at 20 ms; request 1 (SLA 8.6 ms)
+def test_the_running_batch_keeps_every_deadline_it_would_meet():
+    """A preemption spends slack only. Request 0 (SLA 9 ms) starts its 8 ms pass at 20 ms; request 1 (SLA 8.6 ms)
     arrives at 21.5 ms. At the boundary at 22 ms, 1 would meet its deadline (30.1 ms) only by going now, and 0
-    would then leave at 36 ms instead of 28 ms, past its 29 ms: 1 waits. At a more urgent priority level 1
-    preempts (a level outranks a deadline, as in Triton's queue) and 0 is late instead."""
-    for level, preempts in ((0, False), (-1, True)):
-        reqs = [Request(0, 20.0 * MS, sla=9 * MS), Request(1, 21.5 * MS, sla=8.6 * MS, priority=level)]
-        sim, _ = simulate(table(1.0), reqs, "eager:spans=false")
-        assert (sim.scheduler.log.counts.get(PREEMPT, 0) > 0) is preempts, level
-        assert (reqs[0].finish <= reqs[0].deadline) is not preempts
-        assert (reqs[1].finish <= reqs[1].deadline) is preempts
+    would then leave at 36 ms instead of 28 ms, past its 29 ms: 1 waits, at its own level (a tighter SLA) as at a
+    more urgent one. With 20 ms of SLA, 0 has the slack: 1 preempts and both meet their deadlines."""
+    for level in (0, -1):
+        for sla0, preempts in ((9.0, False), (20.0, True)):
+            reqs = [Request(0, 20.0 * MS, sla=sla0 * MS), Request(1, 21.5 * MS, sla=8.6 * MS, priority=level)]
+            sim, _ = simulate(table(1.0), reqs, "eager:spans=false")
+            assert (sim.scheduler.log.counts.get(PREEMPT, 0) > 0) is preempts, (level, sla0)
+            assert reqs[0].finish <= reqs[0].deadline
+            assert (reqs[1].finish <= reqs[1].deadline) is preempts
 
 
 def test_a_lost_deadline_is_not_chased():

@@ -25,9 +25,10 @@ the stock one outward:
    early boundaries, where preemption pays most, come back.
 
 5. **Urgency preempts.** Requests of one model may belong to several classes (``Request.priority``, then the SLA:
-   ``class_key``). A queued request whose class outranks everything on the BatchTable, and which would miss its
+   ``class_key``). A queued request whose class outranks members of the running sub-batch, and which would miss its
    deadline waiting for the running sub-batch but meets it by going now, preempts at the next boundary whatever
-   the mean-latency rule says; it merges with the sub-batch it set aside only where the merged batch still meets
+   the mean-latency rule says, where no request of the running sub-batch then misses a deadline it would have met
+   (a preemption spends slack only); it merges with the sub-batch it set aside only where the merged batch still meets
    its deadline (else it runs ahead alone, and the bulk resumes where it stopped), and a queue that starts on an
    idle device lets such requests run ahead of the rest. Within one class nothing changes: Triton's order. While
    outranking traffic arrives, no job runs longer than its tightest SLA leaves room for (``_urgent_cut``), so that
@@ -40,7 +41,7 @@ blocks admission. Under the paper's rule one long sequence past its SLA keeps ev
 on a decoder LM with a long tail of outputs (384 tokens under load outlive a 5 s SLA) the time to first token at
 90% load then had a p99 of seconds against a median of tens of ms (benchmarks/bench_streaming.py, a run before
 this rule). Refusing newcomers cannot bring a lost deadline back; it only makes them late too. A queued request
-that outranks everything in flight is admitted where Eq. 2 would hold it: it joins the running decode at the next
+that outranks the running sub-batch's loosest class is admitted where Eq. 2 would hold it: it joins the running decode at the next
 step. Spans are for static graphs.
 """
 
@@ -273,11 +274,12 @@ class EagerBatching(LazyBatching):
     def _admissible(self, now: float) -> tuple[int, float]:
         """Eq. 2 over the deadlines that can still be met (``_admissible_eq2``); where it admits nothing, the queued
         requests that outrank everything in flight are admitted anyway (moved to the head of InfQ): they join the
-        running decode at the next step instead of waiting for the longest sequence in flight to end."""
+        running decode at the next step instead of waiting for the longest sequence in flight to end. (Outranking
+        the running sub-batch's loosest class is enough, as for static graphs.)"""
         k, slack = self._admissible_eq2(now)
         if k or not self.urgency or not self.stack:
             return k, slack
-        outranked = min(class_key(r) for e in self.stack for r in e.reqs)
+        outranked = max(class_key(r) for r in self.stack[-1].reqs)
         room = self.batch_cap - len(self.stack[-1].reqs)
         urgent = [r for r in self.infq if class_key(r) < outranked and not r.cancelled][:max(room, 0)]
         if not urgent:
@@ -534,16 +536,20 @@ class EagerBatching(LazyBatching):
         return alone, alone + rest, False
 
     def _urgent_preemption(self, now: float) -> bool:
-        """Preempt for queued requests that outrank everything on the BatchTable and would miss their deadline
+        """Preempt for queued requests that outrank members of the running sub-batch and would miss their deadline
         behind the running sub-batch, where going now meets it; True if it did.
 
         Without: they start when the top sub-batch ends, as one batch (Triton's order). With: they run stages
         0..s-1 and merge at s, or run ahead alone (``_finish_times``). The running sub-batch keeps every deadline
-        that holds without the preemption, unless the newcomers are of a more urgent priority level than all of
-        it (a priority level outranks a deadline, as in Triton's queue)."""
+        that holds without the preemption, whatever its priority level: a preemption spends slack only, the
+        slack predictor's principle. (Simulated on ResNet-50's table at 100% load with 20% interactive requests,
+        letting a more urgent level break bulk deadlines cut interactive misses from 19% to 11% but raised bulk
+        misses from 15% to 19%, against 13% under Triton's batcher: the bulk was paying for it.)"""
         stack = self.stack
         top = stack[-1]
-        outranked = min(class_key(r) for e in stack for r in e.reqs)
+        # outranking some of the running sub-batch is enough: those of its members of the newcomers' level or a
+        # more urgent one keep their deadlines (below), and a member whose deadline is lost protects nothing
+        outranked = max(class_key(r) for r in top.reqs)
         cands = [r for r in self.infq if class_key(r) < outranked and not r.cancelled]
         if not cands:
             return False
@@ -563,9 +569,20 @@ class EagerBatching(LazyBatching):
                 group.append(r)
         if not group:
             return False  # lost even if they went now: a preemption would only delay the others
+        # as many queued requests as the group's deadline allows go with it (a pass of one wastes what a batch
+        # would share; near saturation that is the bulk's throughput)
+        dmin = min(r.deadline for r in group)
+        chosen = set(map(id, group))
+        for r in self.infq:
+            if len(group) >= self.max_batch_size:
+                break
+            if id(r) in chosen or r.cancelled:
+                continue
+            if self._finish_times(now, s, m, len(group) + 1)[0] > min(dmin, r.deadline):
+                break
+            group.append(r)
         _, top_done, merges = self._finish_times(now, s, m, len(group))
-        level = min(r.priority for r in group)
-        if any(q.priority <= level and now + rest <= q.deadline < top_done for q in top.reqs):
+        if any(now + rest <= q.deadline < top_done for q in top.reqs):
             return False
         taken = set(map(id, group))
         self.infq = deque(r for r in self.infq if id(r) not in taken)
@@ -583,8 +600,8 @@ class EagerBatching(LazyBatching):
     def _split_urgent(self, now: float) -> None:
         """The batch just started on an idle device (the top entry, at stage 0): its members that outrank the
         loosest class in it and would miss their deadline in the whole batch's pass, but meet it in a pass of
-        their own, run ahead of the rest (pushed above it, unmerged). The rest keeps every deadline that holds in
-        the whole pass, unless they are of a more urgent priority level than all of it."""
+        their own, run ahead of the rest (pushed above it, unmerged), with as many of the rest as their deadline
+        allows. The rest keeps every deadline that holds in the whole pass."""
         e = self.stack[-1]
         reqs = e.reqs
         if len(reqs) < 2:
@@ -595,16 +612,25 @@ class EagerBatching(LazyBatching):
             return
         scale = self.time_scale
         whole = self._whole
-        k, n_all = len(urgent), len(reqs)
-        together = now + whole[n_all] * scale
-        ahead = now + whole[k] * scale
-        dmin = min(r.deadline for r in urgent)
-        if not ahead <= dmin < together:
+        together = now + whole[len(reqs)] * scale
+        # those the whole batch would make late and a pass of their own would not
+        urgent = [r for r in urgent if r.deadline < together]
+        urgent = [r for r in urgent if r.deadline >= now + whole[len(urgent)] * scale]
+        if not urgent:
             return
-        rest = [r for r in reqs if class_key(r) >= loosest]
-        level = min(r.priority for r in urgent)
-        after = ahead + whole[len(rest)] * scale
-        if any(q.priority <= level and together <= q.deadline < after for q in rest):
+        dmin = min(r.deadline for r in urgent)
+        if dmin < now + whole[len(urgent)] * scale:
+            return
+        taken = set(map(id, urgent))
+        rest = [r for r in reqs if id(r) not in taken]
+        while rest and now + whole[len(urgent) + 1] * scale <= min(dmin, rest[0].deadline):
+            dmin = min(dmin, rest[0].deadline)
+            urgent.append(rest.pop(0))  # as many as their deadline allows go ahead with them
+        if not rest:
+            return
+        k = len(urgent)
+        after = now + (whole[k] + whole[len(rest)]) * scale
+        if any(together <= q.deadline < after for q in rest):
             return
         e.reqs = rest
         e.rem = sum(r.est for r in rest)
