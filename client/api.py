@@ -162,6 +162,8 @@ class Client:
         req_out = [mod.InferRequestedOutput(o) for o in outputs] if outputs else None
         params = request_parameters(sla_ms, deadline_unix_ms, priority)
         kw: dict[str, Any] = {"parameters": params} if params else {}
+        if priority:  # Triton's own request priority too: its dynamic batcher orders its queue by it
+            kw["priority"] = int(priority)
         if self.timeout_s is not None and self.protocol == "grpc":
             kw["client_timeout"] = self.timeout_s
         try:

@@ -18,6 +18,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from lazybatch.traffic import assign
+
 from .api import make_inputs, request_parameters
 
 
@@ -54,12 +56,16 @@ class LoadResult:
     ttft_p99_ms: float = math.nan
     tpot_avg_ms: float = math.nan
     tpot_p99_ms: float = math.nan
+    # traffic classes (lazybatch/traffic.py): name -> the class's own figures (class_summary); sla_violation_rate
+    # above then counts each request against its own class's SLA
+    classes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("latencies_ms")
         d.pop("records")
         d["error_kinds"] = json.dumps(self.error_kinds)
+        d["classes"] = json.dumps(self.classes)
         return d
 
 
@@ -99,6 +105,28 @@ def summarize(res: LoadResult, latencies_s: list[float], ok_flags: list[bool], e
     return res
 
 
+def class_summary(latencies_s: Sequence[float], ok_flags: Sequence[bool], which: Sequence[int],
+                  classes: Sequence[Any], span_s: float) -> tuple[dict[str, dict[str, Any]], float]:
+    """Per traffic class: requests sent, answered, average/p50/p99 latency (ms, answered ones), SLA violation rate
+    ((late + failed) / sent, against the class's SLA) and throughput (answered per second over ``span_s``). Also
+    the violation rate over all requests, each against its own class's SLA."""
+    out: dict[str, dict[str, Any]] = {}
+    late_all = 0
+    for k, c in enumerate(classes):
+        idx = [i for i, w in enumerate(which) if w == k]
+        lat = np.array([latencies_s[i] for i in idx if ok_flags[i]]) * 1e3
+        late = int((lat > c.sla_ms).sum()) if c.sla_ms is not None else 0
+        failed = len(idx) - int(lat.size)
+        late_all += late + failed
+        out[c.name] = {"sla_ms": c.sla_ms, "priority": c.priority, "sent": len(idx), "ok": int(lat.size),
+                       "avg_ms": float(lat.mean()) if lat.size else math.nan,
+                       "p50_ms": float(np.percentile(lat, 50)) if lat.size else math.nan,
+                       "p99_ms": float(np.percentile(lat, 99)) if lat.size else math.nan,
+                       "sla_violation_rate": (late + failed) / len(idx) if idx else math.nan,
+                       "throughput": lat.size / span_s if span_s > 0 else math.nan}
+    return out, (late_all / len(which) if len(which) else math.nan)
+
+
 def schedule_from_rates(trace: Sequence[tuple[float, float]], duration_s: float, seed: int = 0) -> list[float]:
     """Send offsets (s) of a Poisson process whose rate follows a piecewise-constant ``(start_s, rate)`` trace (e.g.
     ``lazybatch.simulator.workload.rate_trace``), over ``duration_s``: the time-varying open loop."""
@@ -119,7 +147,8 @@ def schedule_from_rates(trace: Sequence[tuple[float, float]], duration_s: float,
 async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *, sla_ms: float | None,
                         batch: int, seed: int, max_requests: int, timeout_s: float,
                         send_sla: bool, length_histogram: str | None = None, ignore_eos: bool = True,
-                        offsets: Sequence[float] | None = None, streaming: bool = False) -> LoadResult:
+                        offsets: Sequence[float] | None = None, streaming: bool = False,
+                        classes: Sequence[Any] | None = None) -> LoadResult:
     import tritonclient.grpc as grpcmod
     import tritonclient.grpc.aio as aio
 
@@ -150,6 +179,11 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
         else:
             offsets = sorted(offsets)[:max_requests]
         per_request: list[Any] = []
+        # traffic classes: each request's class drawn with the shares (seeded); its SLA and priority travel as
+        # lazybatch's request parameters and as Triton's own request priority (for Triton's dynamic batcher)
+        which = assign(classes, len(offsets), seed) if classes else []
+        class_params = [request_parameters(c.sla_ms if send_sla else None, priority=c.priority or None)
+                        for c in classes or ()]
         if s2s is not None:  # seq2seq: source and output lengths drawn from the histogram, one pair per request
             from .seq2seq import LengthSampler, make_request
 
@@ -176,16 +210,22 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
         async def one(i: int) -> None:
             t0 = time.perf_counter()
             inputs = per_request[i] if per_request else feeds
+            mine = classes[which[i]] if classes else None
             if streamer is not None:
-                s = streamed[i] = await streamer.generate(model, inputs, sla_ms=sla_ms if send_sla else None,
-                                                          timeout_s=timeout_s)
+                s = streamed[i] = await streamer.generate(
+                    model, inputs, sla_ms=(mine.sla_ms if mine is not None else sla_ms) if send_sla else None,
+                    timeout_s=timeout_s)
                 ok_flags[i] = s.ok
                 if s.error is not None:
                     errors.append(s.error)
             else:
                 try:
-                    await client.infer(model, make_inputs(grpcmod, inputs), parameters=params or None,
-                                       client_timeout=timeout_s)
+                    if mine is not None:
+                        await client.infer(model, make_inputs(grpcmod, inputs), priority=mine.priority,
+                                           parameters=class_params[which[i]] or None, client_timeout=timeout_s)
+                    else:
+                        await client.infer(model, make_inputs(grpcmod, inputs), parameters=params or None,
+                                           client_timeout=timeout_s)
                     ok_flags[i] = True
                 except Exception as e:  # counted, reported by kind
                     m = getattr(e, "message", None)
@@ -214,7 +254,11 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
         res.records = [(float(o), float(l) * 1e3, ok) for o, l, ok in zip(offsets, latencies, ok_flags)]
         if streamer is not None:
             summarize_stream(res, [s for s in streamed if s is not None and s.ok])
-        return summarize(res, latencies, ok_flags, errors, start, last)
+        summarize(res, latencies, ok_flags, errors, start, last)
+        if classes:
+            span = max(last - start, res.duration_s, 1e-9)
+            res.classes, res.sla_violation_rate = class_summary(latencies, ok_flags, which, classes, span)
+        return res
     finally:
         await client.close()
         if streamer is not None:
@@ -238,17 +282,19 @@ def summarize_stream(res: LoadResult, answers: Sequence[Any]) -> LoadResult:
 def run_load(url: str, model: str, rate: float, duration_s: float = 10.0, *, sla_ms: float | None = 100.0,
              batch: int = 1, seed: int = 0, max_requests: int = 100_000, timeout_s: float = 30.0,
              send_sla: bool = True, length_histogram: str | None = None, ignore_eos: bool = True,
-             streaming: bool = False) -> LoadResult:
+             streaming: bool = False, classes: Sequence[Any] | None = None) -> LoadResult:
     """Poisson load at ``rate`` requests/s for ``duration_s`` seconds against one model.
 
     Seq2seq models (client/seq2seq.py) get per-request source and output lengths drawn from ``length_histogram``
     (default: the shipped WMT-like one) with ``seed``; ``ignore_eos`` makes each request decode exactly its drawn
     output length. ``streaming``: the model is decoupled; each request is a gRPC stream of its own, and the result
-    adds time to first token and time per output token (client/stream.py)."""
+    adds time to first token and time per output token (client/stream.py). ``classes``: traffic classes
+    (lazybatch.traffic.TrafficClass); each request is drawn into one, carries its SLA and priority, and the result
+    has each class's own figures (``LoadResult.classes``)."""
     return asyncio.run(_run_one_rate(url, model, rate, duration_s, sla_ms=sla_ms, batch=batch, seed=seed,
                                      max_requests=max_requests, timeout_s=timeout_s, send_sla=send_sla,
                                      length_histogram=length_histogram, ignore_eos=ignore_eos,
-                                     streaming=streaming))
+                                     streaming=streaming, classes=classes))
 
 
 def run_schedule(url: str, model: str, offsets: Sequence[float], *, sla_ms: float | None = 100.0, batch: int = 1,
@@ -266,13 +312,14 @@ def run_schedule(url: str, model: str, offsets: Sequence[float], *, sla_ms: floa
 def sweep(url: str, models: Sequence[str], rates: Sequence[float], duration_s: float = 10.0, *,
           sla_ms: float | None = 100.0, batch: int = 1, seed: int = 0, timeout_s: float = 30.0,
           pause_s: float = 0.5, progress: Any = None, length_histogram: str | None = None,
-          ignore_eos: bool = True, streaming: bool = False) -> list[LoadResult]:
+          ignore_eos: bool = True, streaming: bool = False, classes: Sequence[Any] | None = None) -> list[LoadResult]:
     """Every model at every rate, one after the other (models never share the CPU during a measurement)."""
     out = []
     for rate in rates:
         for model in models:
             r = run_load(url, model, rate, duration_s, sla_ms=sla_ms, batch=batch, seed=seed, timeout_s=timeout_s,
-                         length_histogram=length_histogram, ignore_eos=ignore_eos, streaming=streaming)
+                         length_histogram=length_histogram, ignore_eos=ignore_eos, streaming=streaming,
+                         classes=classes)
             out.append(r)
             if progress is not None:
                 progress(r)
@@ -292,6 +339,17 @@ def format_table(results: Sequence[LoadResult]) -> str:
         lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {r.send_rate:>7.1f} {r.sent:>6d} {r.ok:>6d} "
                      f"{r.errors:>5d} {r.throughput:>7.1f} {r.avg_ms:>8.1f} {r.p50_ms:>8.1f} {r.p90_ms:>8.1f} "
                      f"{r.p99_ms:>8.1f} {r.sla_violation_rate * 100 if r.sent else math.nan:>7.1f}%")
+    mixed = [r for r in results if r.classes]
+    if mixed:  # traffic classes: each class's own figures, against its own SLA
+        head = (f"{'model':<22} {'rate/s':>7} {'class':<12} {'SLA ms':>7} {'sent':>6} {'ok':>6} {'thr/s':>7} "
+                f"{'avg ms':>8} {'p99':>8} {'SLA viol':>8}")
+        lines += ["", head, "-" * len(head)]
+        for r in mixed:
+            for name, c in r.classes.items():
+                sla = "-" if c["sla_ms"] is None else f"{c['sla_ms']:g}"
+                lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {name:<12} {sla:>7} {c['sent']:>6d} {c['ok']:>6d} "
+                             f"{c['throughput']:>7.1f} {c['avg_ms']:>8.1f} {c['p99_ms']:>8.1f} "
+                             f"{c['sla_violation_rate'] * 100 if c['sent'] else math.nan:>7.1f}%")
     streamed = [r for r in results if r.streaming]
     if streamed:  # time to first token, time per output token after it
         head = (f"{'streamed':<22} {'rate/s':>7} {'tokens':>7} {'TTFT avg':>9} {'p50':>8} {'p99':>8} "
@@ -317,7 +375,8 @@ def write_reports(results: Sequence[LoadResult], out_dir: str | Path, *, stem: s
         w.writerows(rows)
     paths.append(p)
     p = d / f"{stem}.json"
-    p.write_text(json.dumps([r.row() | {"error_kinds": r.error_kinds} for r in results], indent=1))
+    p.write_text(json.dumps([r.row() | {"error_kinds": r.error_kinds, "classes": r.classes} for r in results],
+                            indent=1))
     paths.append(p)
     if plot and results:
         try:
@@ -346,4 +405,31 @@ def write_reports(results: Sequence[LoadResult], out_dir: str | Path, *, stem: s
         fig.savefig(p, dpi=110)
         plt.close(fig)
         paths.append(p)
+        if any(r.classes for r in results):
+            paths.append(plot_classes(results, d / f"{stem}_classes.png"))
     return paths
+
+
+def plot_classes(results: Sequence[LoadResult], path: Path) -> Path:
+    """Per traffic class: p99 latency and SLA violations against offered load, a line per model and class."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for model in dict.fromkeys(r.model for r in results if r.classes):
+        rs = sorted((r for r in results if r.model == model and r.classes), key=lambda r: r.offered_rate)
+        for name in dict.fromkeys(n for r in rs for n in r.classes):
+            x = [r.offered_rate for r in rs if name in r.classes]
+            cs = [r.classes[name] for r in rs if name in r.classes]
+            axes[0].plot(x, [c["p99_ms"] for c in cs], marker="o", label=f"{model} {name}")
+            axes[1].plot(x, [c["sla_violation_rate"] * 100 for c in cs], marker="o", label=f"{model} {name}")
+    axes[0].set_xlabel("offered load (requests/s)")
+    axes[0].set_ylabel("p99 latency (ms)")
+    axes[0].set_yscale("log")
+    axes[1].set_xlabel("offered load (requests/s)")
+    axes[1].set_ylabel("SLA violations of the class (%)")
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

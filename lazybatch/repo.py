@@ -84,7 +84,12 @@ def _link_file(src: Path, dest: Path) -> None:
 
 def build_config(name: str, manifest_inputs: list, manifest_outputs: list, *, max_batch_size: int,
                  parameters: dict[str, str], dynamic_batching_us: int | None = None,
-                 instance_count: int = 1, decoupled: bool = False) -> Any:
+                 instance_count: int = 1, decoupled: bool = False, priority_levels: int = 0,
+                 default_priority_level: int = 0, priority_timeouts_us: Mapping[int, int] | None = None) -> Any:
+    """A model's config.pbtxt as the protobuf class tritonclient ships. ``priority_levels`` and
+    ``default_priority_level`` go to Triton's dynamic batcher (where there is one) and, as parameters, to the
+    backend's scheduler; ``priority_timeouts_us`` (level -> microseconds) gives Triton's queue a policy per level
+    that rejects a request still queued after that long (``priority_queue_policy``, ``timeout_action: REJECT``)."""
     pb = model_config_pb2()
     cfg = pb.ModelConfig(name=name, backend="python", max_batch_size=max_batch_size)
     for t in manifest_inputs:
@@ -96,9 +101,39 @@ def build_config(name: str, manifest_inputs: list, manifest_outputs: list, *, ma
         cfg.parameters[k].string_value = str(v)
     if dynamic_batching_us is not None:
         cfg.dynamic_batching.max_queue_delay_microseconds = dynamic_batching_us
+    if priority_levels:
+        check_priority_levels(priority_levels, default_priority_level, priority_timeouts_us)
+        cfg.parameters["priority_levels"].string_value = str(priority_levels)
+        cfg.parameters["default_priority_level"].string_value = str(default_priority_level)
+        if dynamic_batching_us is not None:
+            db = cfg.dynamic_batching
+            db.priority_levels = priority_levels
+            db.default_priority_level = default_priority_level
+            for level, us in sorted((priority_timeouts_us or {}).items()):
+                qp = db.priority_queue_policy[level]
+                qp.timeout_action = pb.ModelQueuePolicy.REJECT
+                qp.default_timeout_microseconds = int(us)
+    elif priority_timeouts_us:
+        raise ConfigError("priority queue timeouts need priority_levels", field="--priority-queue-timeout-us")
     if decoupled:
         cfg.model_transaction_policy.decoupled = True
     return cfg
+
+
+def check_priority_levels(levels: int, default: int, timeouts_us: Mapping[int, int] | None) -> None:
+    """Triton's rules for priority levels, checked before a config is written (Triton would refuse to load it)."""
+    if not isinstance(levels, int) or levels < 1:
+        raise ConfigError(f"priority_levels must be a positive integer, got {levels!r}", field="--priority-levels")
+    if not 1 <= default <= levels:
+        raise ConfigError(f"default_priority_level must be in 1..priority_levels ({levels}), got {default}: the level "
+                          "of a request that sends no priority", field="--default-priority-level")
+    for level, us in (timeouts_us or {}).items():
+        if not 1 <= level <= levels:
+            raise ConfigError(f"a queue timeout for priority level {level}: levels are 1..{levels}",
+                              field="--priority-queue-timeout-us")
+        if not us > 0:
+            raise ConfigError(f"the queue timeout of priority level {level} must be a positive number of "
+                              f"microseconds, got {us}", field="--priority-queue-timeout-us")
 
 
 def fresh_model_dir(repository: str | Path, name: str, force: bool) -> tuple[Path, Path]:
@@ -121,8 +156,13 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
               scheduler_max_batch_size: int | None = None, force: bool = False, max_queue_size: int = 0,
               timeout_action: str | None = None, parameters: dict[str, str] | None = None,
               input_shapes: Mapping[str, Sequence[int]] | None = None, decoupled: bool = False,
-              stream_interval_tokens: int | None = None) -> Path:
+              stream_interval_tokens: int | None = None, priority_levels: int = 0,
+              default_priority_level: int = 0, priority_timeouts_us: Mapping[int, int] | None = None) -> Path:
     """Make ``repository/name`` (see the module docstring); returns the model directory.
+
+    ``priority_levels``/``default_priority_level``: request priority levels (Triton's: 1 the most urgent), for
+    Triton's dynamic batcher and for the backend's scheduler; ``priority_timeouts_us``: Triton's queue rejects a
+    request of that level still queued after so long (triton:<us> models; see ``build_config``).
 
     ``decoupled`` (seq2seq models): the model streams its tokens (``model_transaction_policy { decoupled: true }``),
     a response every ``stream_interval_tokens`` tokens (default 1); clients use gRPC streaming.
@@ -160,13 +200,21 @@ def add_model(model: str | Path | None, repository: str | Path, *, name: str, po
         if stream_interval_tokens < 1:
             raise ConfigError("--stream-interval-tokens must be at least 1", field="--stream-interval-tokens")
         extra["stream_interval_tokens"] = str(stream_interval_tokens)
+    if priority_levels or priority_timeouts_us:
+        check_priority_levels(priority_levels, default_priority_level, priority_timeouts_us)
+        if priority_timeouts_us and not isinstance(pol, TritonPolicy):
+            raise ConfigError("--priority-queue-timeout-us configures Triton's queue (policy triton:<us>); "
+                              "lazybatch policies answer late requests by their own deadlines (sla_ms)",
+                              field="--priority-queue-timeout-us")
+    prio = {"priority_levels": priority_levels, "default_priority_level": default_priority_level,
+            "priority_timeouts_us": priority_timeouts_us}
     mdir, vdir = fresh_model_dir(repository, name, force)
     try:
         return _fill(mdir, vdir, model, pol, name=name, policy=policy, sla_ms=sla_ms, max_batch_size=max_batch_size,
                      stages=stages, max_stages=max_stages, latency_table=latency_table, profile_reps=profile_reps,
                      execution_provider=execution_provider, intra_op_threads=intra_op_threads, allow_nan=allow_nan,
                      scheduler_max_batch_size=scheduler_max_batch_size, extra=extra, input_shapes=input_shapes,
-                     decoupled=decoupled)
+                     decoupled=decoupled, priority=prio)
     except BaseException:
         shutil.rmtree(mdir, ignore_errors=True)
         raise
@@ -176,7 +224,9 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
           sla_ms: float | None, max_batch_size: int, stages: str | Path | None, max_stages: int | None,
           latency_table: str | Path | None, profile_reps: int, execution_provider: str, intra_op_threads: int,
           allow_nan: bool, scheduler_max_batch_size: int | None, extra: dict[str, str] | None = None,
-          input_shapes: Mapping[str, Sequence[int]] | None = None, decoupled: bool = False) -> Path:
+          input_shapes: Mapping[str, Sequence[int]] | None = None, decoupled: bool = False,
+          priority: dict[str, Any] | None = None) -> Path:
+    prio = priority or {}
     params: dict[str, str] = {"execution_provider": execution_provider, **(extra or {})}
     if scheduler_max_batch_size is not None:
         if not 1 <= scheduler_max_batch_size <= max_batch_size:
@@ -225,7 +275,7 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
         if not (vdir / "model.onnx").exists():
             raise ConfigError("policy triton:<us> serves the whole graph: give MODEL.onnx", field="model")
         cfg = build_config(name, man.inputs, man.outputs, max_batch_size=max_batch_size, parameters=params,
-                           dynamic_batching_us=pol.delay_us)
+                           dynamic_batching_us=pol.delay_us, **prio)
     else:
         params["policy"] = pol.text or policy
         if sla_ms is not None:
@@ -247,13 +297,13 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
             table.save(table_path)
         if s2s is not None:
             cfg = seq2seq_config(name, s2s, table, max_batch_size=max_batch_size, parameters=params,
-                                 dynamic_batching_us=loop_batcher_us, decoupled=decoupled)
+                                 dynamic_batching_us=loop_batcher_us, decoupled=decoupled, **prio)
         else:
             # eager runs a pass the scheduler would run whole in Triton's execute call (backend/runtime.py
             # run_inline), on the group Triton's batcher queued meanwhile: that needs dynamic_batching, no delay
             inline = getattr(pol, "kind", "") == "eager"
             cfg = build_config(name, man.inputs, man.outputs, max_batch_size=max_batch_size, parameters=params,
-                               dynamic_batching_us=0 if inline else None)
+                               dynamic_batching_us=0 if inline else None, **prio)
     (mdir / "config.pbtxt").write_text(config_to_text(cfg))
     (vdir / "model.py").write_text(MODEL_PY)
     return mdir
@@ -274,7 +324,7 @@ def profile_seq2seq(stage_dir: Path, max_batch_size: int, *, reps: int, executio
 
 def seq2seq_config(name: str, s2s: Seq2SeqSpec, table: LatencyTable, *, max_batch_size: int,
                    parameters: dict[str, str], dynamic_batching_us: int | None = None,
-                   decoupled: bool = False) -> Any:
+                   decoupled: bool = False, **priority: Any) -> Any:
     """The served interface of a seq2seq model (backend/seq2seq.py): source tokens in, generated tokens out."""
     params = {**parameters, **s2s.info_parameters()}
     dec = table.meta.get("dec_timesteps_90")
@@ -282,7 +332,7 @@ def seq2seq_config(name: str, s2s: Seq2SeqSpec, table: LatencyTable, *, max_batc
         params["dec_timesteps"] = str(min(int(dec), s2s.max_length))
     served = s2s.served_inputs()
     cfg = build_config(name, [t for t, _ in served], s2s.served_outputs(), max_batch_size=max_batch_size,
-                       parameters=params, dynamic_batching_us=dynamic_batching_us, decoupled=decoupled)
+                       parameters=params, dynamic_batching_us=dynamic_batching_us, decoupled=decoupled, **priority)
     for entry, (_, optional) in zip(cfg.input, served):
         entry.optional = optional
         # Triton's dynamic batcher groups only requests whose inputs have the same shape, unless the input allows
@@ -404,7 +454,8 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
                              sla_ms: float | None = None, max_stages: int | None = 20, profile_reps: int = 5,
                              force: bool = False, policies: dict[str, str] | None = None,
                              reprofile: bool = False, seq2seq_baselines: bool = True, decoupled: bool = False,
-                             log: Any = print) -> Path:
+                             priority_levels: int = 0, default_priority_level: int = 0,
+                             priority_timeouts_us: Mapping[int, int] | None = None, log: Any = print) -> Path:
     """``kind`` split once, profiled once, and served under every policy of COMPARISON (names ``<kind>_<suffix>``);
     the weights are hard-linked between model directories. ResNet-50 is the onnx package's light model made
     batchable (random weights); the MLPs are cut after every Relu. ``policies`` (suffix -> policy) replaces
@@ -412,7 +463,8 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
     again and rewrites the model directories. ``seq2seq_baselines``: a seq2seq model's triton_<us> suffixes become
     the backend's graph batching (graph_<ms>), as the regimes page measures them; False keeps Triton's own batcher
     (each group decoded to its end in one execute, batch_per_execute). ``decoupled``: every model streams its tokens
-    (seq2seq and decoder models only, ``add_model(decoupled=True)``)."""
+    (seq2seq and decoder models only, ``add_model(decoupled=True)``). ``priority_levels``, ``default_priority_level``:
+    every model gets them; ``priority_timeouts_us`` the models under Triton's own batcher (``add_model``)."""
     from lazybatch.staging import split_model
 
     if kind not in MODEL_KINDS:
@@ -457,8 +509,10 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
         if (repo / name / "config.pbtxt").exists() and not (force or reprofile):
             log(f"{name}: exists")
             continue
+        timeouts = priority_timeouts_us if isinstance(parse_repo_policy(policy), TritonPolicy) else None
         add_model(onnx_path, repo, name=name, policy=policy, sla_ms=sla, max_batch_size=mbs,
                   stages=stages, latency_table=table, force=True, parameters=POLICY_PARAMETERS.get(suffix),
-                  decoupled=decoupled)
+                  decoupled=decoupled, priority_levels=priority_levels, default_priority_level=default_priority_level,
+                  priority_timeouts_us=timeouts)
         log(f"{name}: {policy}")
     return repo

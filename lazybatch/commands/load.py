@@ -39,6 +39,11 @@ def register(sub: Any) -> None:
     p.add_argument("--streaming", action="store_true", help="send each request on a gRPC stream and time its parts "
                    "(time to first token, time per output token), as perf_analyzer --streaming; on by itself for a "
                    "decoupled model, which answers only on a stream")
+    p.add_argument("--class", dest="classes", action="append", default=None, metavar="NAME:SHARE:SLA_MS[:PRIORITY]",
+                   help="a traffic class, repeated per class: SHARE of the requests (the shares add up to 1), each "
+                   "with the class's SLA target (replaces --sla-ms; 'none' for no deadline) and request priority "
+                   "(1 the most urgent level, 0 the model's default); the tables and files add each class's own "
+                   "figures, e.g. --class interactive:0.2:20:1 --class bulk:0.8:200:2")
     p.add_argument("--out", default=None, help="write load.csv, load.json and load.png here, and report.md/.csv "
                    "with the rows of `lazybatch perf --out` the same folder")
     p.set_defaults(func=run)
@@ -48,6 +53,11 @@ def run(args: argparse.Namespace) -> int:
     from lazybatch.batcher.errors import ConfigError
     from lazybatch.client.load import format_table, sweep, write_reports
 
+    classes = None
+    if args.classes:
+        from lazybatch.traffic import parse_classes
+
+        classes = parse_classes(args.classes)
     rates = [args.rate] if args.rate is not None else _rates(args.rates)
     if args.rate is not None and args.rate <= 0:
         raise ConfigError("--rate must be positive")
@@ -61,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     results = sweep(args.url, args.models, rates, args.duration, sla_ms=args.sla_ms, batch=args.batch,
                     seed=args.seed, timeout_s=args.timeout, progress=progress,
                     length_histogram=args.length_histogram, ignore_eos=not args.stop_at_eos,
-                    streaming=args.streaming)
+                    streaming=args.streaming, classes=classes)
     print(format_table(results))
     if args.out:
         from lazybatch.client.report import write_combined

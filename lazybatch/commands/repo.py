@@ -47,6 +47,14 @@ def register(sub: Any) -> None:
                    "`lazybatch load --streaming`, perf_analyzer --streaming)")
     a.add_argument("--stream-interval-tokens", type=int, default=None, help="with --decoupled: a response every N "
                    "new tokens of a row (default 1)")
+    a.add_argument("--priority-levels", type=int, default=0, help="request priority levels (Triton's "
+                   "dynamic_batching.priority_levels; 1 is the most urgent): Triton's queue and the scheduler order "
+                   "by them, and eager lets a more urgent class preempt at stage boundaries (default 0: one level)")
+    a.add_argument("--default-priority-level", type=int, default=None, help="the level of a request that sends no "
+                   "priority (default: the least urgent)")
+    a.add_argument("--priority-queue-timeout-us", action="append", default=None, metavar="LEVEL=US",
+                   help="triton:<us> models: Triton's queue rejects a request of LEVEL still queued after US "
+                   "microseconds (priority_queue_policy, timeout_action REJECT); repeat per level")
     a.add_argument("--force", action="store_true", help="replace an existing model directory")
     a.add_argument("--executor", default="onnxruntime", choices=("onnxruntime", "npu"), help="npu: outputs from "
                    "onnxruntime, each stage released at its modelled NPU time; the latency table is the NPU "
@@ -86,6 +94,28 @@ def register(sub: Any) -> None:
     n.set_defaults(func=run_npu_timing)
 
 
+def _priority_args(args: argparse.Namespace) -> dict[str, Any]:
+    """--priority-levels, --default-priority-level and --priority-queue-timeout-us as add_model's arguments."""
+    from lazybatch.batcher.errors import ConfigError
+
+    levels = args.priority_levels
+    if not levels:
+        if args.default_priority_level is not None or args.priority_queue_timeout_us:
+            raise ConfigError("--default-priority-level and --priority-queue-timeout-us need --priority-levels")
+        return {}
+    timeouts: dict[int, int] = {}
+    for item in args.priority_queue_timeout_us or ():
+        level, sep, us = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            timeouts[int(level)] = int(float(us))
+        except ValueError:
+            raise ConfigError(f"--priority-queue-timeout-us expects LEVEL=US, e.g. 1=40000, got {item!r}") from None
+    default = args.default_priority_level if args.default_priority_level is not None else levels
+    return {"priority_levels": levels, "default_priority_level": default, "priority_timeouts_us": timeouts or None}
+
+
 def run_add(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -109,7 +139,8 @@ def run_add(args: argparse.Namespace) -> int:
     else:
         from lazybatch.onnx_tools.probe import parse_input_shapes
 
-        extra = {"latency_table": args.latency_table, "input_shapes": parse_input_shapes(args.input_shape)}
+        extra = {"latency_table": args.latency_table, "input_shapes": parse_input_shapes(args.input_shape),
+                 **_priority_args(args)}
     mdir = add(args.model, args.repository, name=name, policy=args.policy, sla_ms=args.sla_ms,
                max_batch_size=args.max_batch_size, stages=args.stages, max_stages=args.max_stages,
                **extra, profile_reps=args.profile_reps,
