@@ -26,7 +26,7 @@ When it asks (issue 19: "cancellation of queued and running requests answered wi
 
 What keeps the load on the Triton process bounded, whatever the rule: at most ``SWEEP_BUDGET`` requests asked per
 sweep (running ones first: theirs is the compute being spent), sweeps at least ``MIN_INTERVAL_S`` apart, and at most
-``MAX_ASK_RATE`` asks a second on average (a token bucket of ``SWEEP_BUDGET``: a sweep that overdraws it puts the
+``MAX_ASK_RATE`` asks a second on average, fewer where asks take long (``MAX_ASK_SHARE`` of the clock) (a token bucket of ``SWEEP_BUDGET``: a sweep that overdraws it puts the
 next one as much later as the debt takes to repay). An ask cost ~20 us of CPU in the stub and ~10 us in
 tritonserver here (a probe of 5000 asks, docs/operations.md): 1000 a second is ~3% of one core, a twentieth of the
 rate of the overload run below. Asks are synchronous, one at a time, so they never queue up in the server; the
@@ -53,6 +53,11 @@ MAX_AUTO_INTERVAL_S = 0.05  # auto never asks less often than the fixed default 
 # 16 per poll, never did.
 SWEEP_BUDGET = 16
 MAX_ASK_RATE = 1000.0  # is_cancelled() calls a second, on average over sweeps
+# ... and at most this share of the wall clock spent asking (the rate falls as an ask's measured round trip grows):
+# past capacity on a busy 2-core machine an ask took ~0.25 ms, not the 30 us of a quiet probe, and 1000 a second
+# then held a quarter of a core that onnxruntime needed (ResNet-50 at 120% load with mixed traffic: 8144 asks,
+# 2.1 s of 8, and 31/s served against 45/s without them)
+MAX_ASK_SHARE = 0.03
 # The sweep before a boundary starts this share of the job's predicted time before its predicted end (plus the
 # round trips it will make): room for a prediction that is a little off and for the thread to wake. A cancel that
 # comes in this last part of a stage is seen at the next boundary instead.
@@ -114,6 +119,11 @@ class CancelWatcher:
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"{name}-cancel-watch", daemon=True)
         self._thread.start()
+
+    @property
+    def ask_rate(self) -> float:
+        """Asks a second allowed now: MAX_ASK_RATE, or fewer where asks take long (MAX_ASK_SHARE of the clock)."""
+        return min(MAX_ASK_RATE, MAX_ASK_SHARE / max(self._rtt, 1e-7))
 
     # ------------------------------------------------------------------ scheduler thread (cheap: no round trip)
     def job_started(self, requests: Sequence[Any], expected_s: float) -> None:
@@ -278,6 +288,7 @@ class CancelWatcher:
         if asked:
             self.check_s += spent
             self._rtt += 0.2 * (spent / asked - self._rtt)
-        self._tokens = min(float(SWEEP_BUDGET), self._tokens + (now - self._refilled) * MAX_ASK_RATE) - asked
+        rate = self.ask_rate
+        self._tokens = min(float(SWEEP_BUDGET), self._tokens + (now - self._refilled) * rate) - asked
         self._refilled = now
-        self._next_allowed = now + max(MIN_INTERVAL_S, -self._tokens / MAX_ASK_RATE)
+        self._next_allowed = now + max(MIN_INTERVAL_S, -self._tokens / rate)

@@ -136,6 +136,26 @@ def check_priority_levels(levels: int, default: int, timeouts_us: Mapping[int, i
                               f"microseconds, got {us}", field="--priority-queue-timeout-us")
 
 
+def set_priority_timeouts(model_dir: str | Path, timeouts_us: Mapping[int, int]) -> None:
+    """Rewrite ``model_dir``'s Triton queue timeouts per priority level (a model under Triton's batcher with
+    priority_levels), e.g. once the served batch-1 time is measured; a reload (explicit model control) applies them."""
+    from lazybatch.backend.config import load_config
+
+    path = Path(model_dir) / "config.pbtxt"
+    cfg = load_config(path)
+    db = cfg.dynamic_batching
+    if not cfg.HasField("dynamic_batching") or not db.priority_levels:
+        raise ConfigError(f"{path}: queue timeouts per level need Triton's dynamic batcher with priority_levels",
+                          field="--priority-queue-timeout-us")
+    check_priority_levels(db.priority_levels, db.default_priority_level, timeouts_us)
+    pb = model_config_pb2()
+    for level, us in timeouts_us.items():
+        qp = db.priority_queue_policy[level]
+        qp.timeout_action = pb.ModelQueuePolicy.REJECT
+        qp.default_timeout_microseconds = int(us)
+    path.write_text(config_to_text(cfg))
+
+
 def fresh_model_dir(repository: str | Path, name: str, force: bool) -> tuple[Path, Path]:
     """``repository/name`` and its version folder ``1/``, created empty; an existing one is replaced only with
     ``force``."""

@@ -1,0 +1,230 @@
+"""Mixed traffic on one model: interactive requests beside bulk ones, the default policy against Triton's own dynamic
+batcher with priority levels and queue timeouts, on a real tritonserver.
+
+    python benchmarks/bench_mixed.py                                   # MLP and ResNet-50, 70/100/120% load
+    python benchmarks/bench_mixed.py --models resnet50 --loads 0.7,1.2 --reps 3 --duration 10
+
+Goal (issue "Mixed traffic on one model"): 20% interactive requests (SLA 2 x t1, priority level 1) and 80% bulk
+(SLA 20 x t1, level 2) at 70-120% of the batch-1 rate: the interactive class misses its SLA at least 5x less often
+than under the best Triton configuration, while the bulk class keeps >= 0.9x of its throughput and misses no more
+than 1.1x as often.
+
+Per model, one tritonserver serves it under lazybatch's default policy (eager: an interactive request that would miss
+its deadline behind the running batch preempts it at the next stage boundary) and under Triton's dynamic batcher at
+0, 5 and 20 ms queue delay, each with two priority levels (interactive first in its queue) and a queue timeout per
+level equal to that class's SLA (a request still queued past it is rejected: Triton's "at its best" for deadlines;
+written once t1 is measured, and the models reloaded).
+Both get the same classes from `lazybatch load --class` (client/load.py): each request is drawn into a class
+(seeded), carries its SLA and priority. t1 is the median latency of sequential batch-1 requests to triton_0us. At
+each load every repetition
+runs every policy once, taking turns (the order reverses every repetition). "Best Triton" at a load is the
+configuration with the fewest interactive misses (mean over repetitions); its bulk figures are the ones compared.
+Ratios are mean [min-max] over repetitions (repetition k of eager against repetition k of that configuration); a
+range that straddles the goal is a tie. Beside each served table, the same mix replayed on a virtual clock on the
+table the served policy reads (lazybatch/simulator/mixed.py; Triton's batcher is graph:N with its queue ordered by
+level, no timeouts). Raw cells go to OUT/mixed.json; ``--data`` copies them into the docs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from tqdm import tqdm  # noqa: E402
+
+from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args, spread,  # noqa: E402
+                     write_json)
+from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
+from lazybatch.client.api import Client  # noqa: E402
+from lazybatch.client.load import run_load  # noqa: E402
+from lazybatch.repo import KIND_MAX_BATCH, build_default_repository, set_priority_timeouts  # noqa: E402
+from lazybatch.serving import TritonServer, free_port  # noqa: E402
+from lazybatch.simulator.loads_on_table import single_request_ms  # noqa: E402
+from lazybatch.simulator.mixed import simulate_mixed  # noqa: E402
+from lazybatch.traffic import TrafficClass  # noqa: E402
+
+POLICIES = {"eager": "eager", "triton_0us": "triton:0", "triton_5000us": "triton:5000",
+            "triton_20000us": "triton:20000"}
+TRITON = [p for p in POLICIES if p.startswith("triton")]
+SIM_POLICIES = {"eager": "eager", "triton_0us": "graph:0", "triton_5000us": "graph:5", "triton_20000us": "graph:20"}
+# (name, share, SLA in multiples of t1, priority level): the issue's mix
+MIX = [("interactive", 0.2, 2.0, 1), ("bulk", 0.8, 20.0, 2)]
+GOALS = {"interactive_misses": 5.0, "bulk_throughput": 0.9, "bulk_misses": 1.1}
+
+
+def classes_for(t1_ms: float) -> list[TrafficClass]:
+    return [TrafficClass(name, share, mult * t1_ms, level) for name, share, mult, level in MIX]
+
+
+def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
+    work = out / "build" / kind
+    repo = out / "repos" / kind
+    build_default_repository(repo, kind=kind, work=work, profile_reps=5, seq2seq_baselines=False, policies=POLICIES,
+                             priority_levels=2, default_priority_level=2)
+    table = LatencyTable.load(work / f"{kind}_latency_b{KIND_MAX_BATCH[kind]}.json")
+    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                          log_file=out / f"tritonserver_{kind}.log",
+                          extra_args=["--model-control-mode=explicit", "--load-model=*"])
+    cells = []
+    with server:
+        url = server.endpoints.grpc
+        with Client(url) as c:
+            t1 = c.median_latency(f"{kind}_triton_0us", c.random_inputs(f"{kind}_triton_0us", 1, seed=0),
+                                  200 if kind == "mlp" else 30, sla_ms=60_000)
+        # Triton's queue timeouts per level: the classes' SLAs, from the t1 just measured (a reload applies them)
+        timeouts = {level: int(mult * t1 * 1e6) for _, _, mult, level in MIX}
+        import tritonclient.grpc as grpcclient
+
+        admin = grpcclient.InferenceServerClient(url)
+        for pol in TRITON:
+            set_priority_timeouts(repo / f"{kind}_{pol}", timeouts)
+            admin.load_model(f"{kind}_{pol}")
+        admin.close()
+        classes = classes_for(t1 * 1e3)
+        tqdm.write(f"[{kind}] t1 {t1 * 1e3:.2f} ms; classes "
+                   + ", ".join(f"{c.name} {c.share:g} SLA {c.sla_ms:.1f} ms level {c.priority}" for c in classes))
+        steps = [(f, k) for f in args.loads for k in range(args.reps)]
+        for f, k in tqdm(steps, desc=kind, unit="rep"):
+            for pol in (list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))):
+                r = run_load(url, f"{kind}_{pol}", f / t1, args.duration, classes=classes, seed=100 * k,
+                             timeout_s=120.0)
+                cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
+                              "error_kinds": r.error_kinds, "classes": r.classes})
+                time.sleep(0.3)
+    sim_t1 = single_request_ms(table)
+    sim = simulate_mixed(table, args.loads, classes_for(sim_t1), max_batch_size=KIND_MAX_BATCH[kind],
+                         policies=SIM_POLICIES, seeds=3, requests=1500, t1_ms=sim_t1)
+    return {"model": kind, "t1_ms": t1 * 1e3, "t1_table_ms": sim_t1, "timeouts_us": timeouts,
+            "classes": [c.as_dict() for c in classes], "cells": cells, "simulated": sim}
+
+
+def _mean(cells: list[dict], pol: str, load: float, cls: str, key: str) -> float:
+    v = [c["classes"][cls][key] for c in cells if c["policy"] == pol and c["load"] == load]
+    return statistics.fmean(v) if v else math.nan
+
+
+def _ratio(a: float, b: float) -> float:
+    """a / b, with 0 / 0 a tie (1) and x / 0 infinite."""
+    if b == 0:
+        return 1.0 if a == 0 else math.inf
+    return a / b
+
+
+def ratios(m: dict, load: float) -> dict:
+    """Best Triton config at ``load`` (fewest interactive misses) and the goal ratios per repetition."""
+    cells = m["cells"]
+    best = min(TRITON, key=lambda p: _mean(cells, p, load, "interactive", "sla_violation_rate"))
+    per_rep = {"interactive_misses": [], "bulk_throughput": [], "bulk_misses": []}
+    reps = sorted({c["rep"] for c in cells if c["load"] == load})
+    for k in reps:
+        e = next(c for c in cells if c["policy"] == "eager" and c["load"] == load and c["rep"] == k)["classes"]
+        t = next(c for c in cells if c["policy"] == best and c["load"] == load and c["rep"] == k)["classes"]
+        per_rep["interactive_misses"].append(_ratio(t["interactive"]["sla_violation_rate"],
+                                                    e["interactive"]["sla_violation_rate"]))
+        per_rep["bulk_throughput"].append(_ratio(e["bulk"]["throughput"], t["bulk"]["throughput"]))
+        per_rep["bulk_misses"].append(_ratio(e["bulk"]["sla_violation_rate"], t["bulk"]["sla_violation_rate"]))
+    return {"best": best, **{k: spread(v) for k, v in per_rep.items()}}
+
+
+def _verdict(s: dict, goal: float, at_most: bool = False) -> str:
+    lo, hi = (s["min"], s["max"]) if not at_most else (-s["max"], -s["min"])
+    g = goal if not at_most else -goal
+    return "met" if lo >= g else "tie" if hi >= g else "missed"
+
+
+def _fmt(s: dict) -> str:
+    if math.isinf(s["mean"]):
+        return "inf (no eager miss)" if math.isinf(s["min"]) else f"inf [{s['min']:.2f}-inf]"
+    return fmt(s)
+
+
+def report(m: dict) -> list[str]:
+    lines = [f"### {m['model']}: t1 {m['t1_ms']:.2f} ms; interactive SLA {m['classes'][0]['sla_ms']:.1f} ms, "
+             f"bulk SLA {m['classes'][1]['sla_ms']:.1f} ms", "",
+             "| load | policy | interactive misses | interactive avg / p99 ms | bulk misses | bulk avg ms | "
+             "bulk throughput /s | errors |", "|---|---|---|---|---|---|---|---|"]
+    cells = m["cells"]
+    loads = sorted({c["load"] for c in cells})
+    for f in loads:
+        for pol in POLICIES:
+            mine = [c for c in cells if c["policy"] == pol and c["load"] == f]
+            lines.append(
+                f"| {f:.0%} | {pol} | {_mean(cells, pol, f, 'interactive', 'sla_violation_rate'):.1%} | "
+                f"{_mean(cells, pol, f, 'interactive', 'avg_ms'):.1f} / "
+                f"{_mean(cells, pol, f, 'interactive', 'p99_ms'):.1f} | "
+                f"{_mean(cells, pol, f, 'bulk', 'sla_violation_rate'):.1%} | "
+                f"{_mean(cells, pol, f, 'bulk', 'avg_ms'):.1f} | {_mean(cells, pol, f, 'bulk', 'throughput'):.1f} | "
+                f"{sum(c['errors'] for c in mine)} |")
+    lines += ["", "| load | best Triton | interactive misses, Triton / eager (goal >= 5) | bulk throughput, eager / "
+              "Triton (>= 0.9) | bulk misses, eager / Triton (<= 1.1) | simulated: interactive / bulk misses |",
+              "|---|---|---|---|---|---|"]
+    sim = m["simulated"]
+    for f in loads:
+        r = ratios(m, f)
+        scell = {c["policy"]: c["classes"] for c in sim["cells"] if c["load"] == f}
+        sbest = min((p for p in scell if p != "eager"), key=lambda p: scell[p]["interactive"]["violations"])
+        si = _ratio(scell[sbest]["interactive"]["violations"], scell["eager"]["interactive"]["violations"])
+        sb = _ratio(scell["eager"]["bulk"]["violations"], scell[sbest]["bulk"]["violations"])
+        lines.append(f"| {f:.0%} | {r['best']} | {_fmt(r['interactive_misses'])}: "
+                     f"{_verdict(r['interactive_misses'], GOALS['interactive_misses'])} | "
+                     f"{_fmt(r['bulk_throughput'])}: {_verdict(r['bulk_throughput'], GOALS['bulk_throughput'])} | "
+                     f"{_fmt(r['bulk_misses'])}: {_verdict(r['bulk_misses'], GOALS['bulk_misses'], at_most=True)} | "
+                     f"{si:.1f}x / {sb:.2f}x ({scell['eager']['interactive']['violations']:.1%} against "
+                     f"{scell[sbest]['interactive']['violations']:.1%}) |")
+    return lines
+
+
+def plot(models: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.6 * len(models)), squeeze=False)
+    for row, m in zip(axes, models):
+        loads = sorted({c["load"] for c in m["cells"]})
+        for pol in POLICIES:
+            style = dict(marker="o", linewidth=2.2) if pol == "eager" else dict(marker="x", linestyle="--")
+            for ax, cls in zip(row, ("interactive", "bulk")):
+                ax.plot([100 * f for f in loads], [100 * _mean(m["cells"], pol, f, cls, "sla_violation_rate")
+                                                   for f in loads], label=pol, **style)
+        for ax, cls in zip(row, ("interactive", "bulk")):
+            ax.set_title(f"{m['model']}: {cls} class")
+            ax.set_xlabel("load (% of the batch-1 rate)")
+            ax.set_ylabel("SLA misses (%)")
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="mlp,resnet50", help="comma list of model kinds (default mlp,resnet50)")
+    add_sweep_args(ap, loads="0.7,1,1.2", reps=3, duration=10.0, out="lazybatch-results/mixed",
+                   data="docs/data/mixed.json")
+    args = parse_sweep_args(ap, argv)
+    out = Path(args.out)
+    res = {"meta": {**machine_meta(), "command": command_line()}, "models": []}
+    for kind in args.models.split(","):
+        res["models"].append(bench_model(kind, args, out))
+        write_json(out / "mixed.json", res)
+    for m in res["models"]:
+        print("\n".join(report(m)) + "\n")
+    plot(res["models"], out / "mixed.png")
+    print(f"wrote {out / 'mixed.json'} and {out / 'mixed.png'}")
+    if args.data:
+        write_json(args.data, res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
