@@ -58,7 +58,7 @@ def test_mixed_replay_reports_each_class_and_urgency_saves_the_interactive_class
     makes interactive requests wait for the running batch; eager lets them in at the next boundary."""
     t1 = 8.0
     classes = [TrafficClass("interactive", 0.2, 2 * t1, 1), TrafficClass("bulk", 0.8, 20 * t1, 2)]
-    res = simulate_mixed(table(0.5), [0.9], classes, max_batch_size=8, policies={"eager": "eager", "graph_0ms":
+    res = simulate_mixed(table(0.5), [0.9], classes, max_batch_size=8, policies={"eager": "eager:urgency=true", "graph_0ms":
                          "graph:0"}, seeds=2, requests=600, t1_ms=t1)
     cells = {c["policy"]: c["classes"] for c in res["cells"]}
     assert set(cells["eager"]) == {"interactive", "bulk"}

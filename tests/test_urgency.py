@@ -35,7 +35,7 @@ def urgent(i: int, at_ms: float, sla_ms: float = 16.0) -> Request:
     return Request(i, at_ms * MS, sla=sla_ms * MS, priority=URGENT)
 
 
-def simulate(tab: LatencyTable, reqs: list[Request], policy: str = "eager"):
+def simulate(tab: LatencyTable, reqs: list[Request], policy: str = "eager:urgency=true"):
     jobs: list[tuple[float, int, int, list[int]]] = []
     pol = parse_policy(policy).build(max_batch_size=8)
     sim = Simulation(tab, pol, on_job=lambda t, job: jobs.append((round(t / MS, 6), job.stage, job.stop,
@@ -70,7 +70,7 @@ def test_a_late_urgent_request_overtakes_a_running_bulk_batch_at_a_boundary():
     assert [(t, s) for t, s, _, ids in jobs if ids == [5]][0] == (13.25, 0)
 
     reqs = late_urgent_workload()
-    simulate(table(0.25), reqs, "eager:urgency=false")
+    simulate(table(0.25), reqs, "eager")
     assert reqs[5].finish == pytest.approx(30 * MS) and reqs[5].latency > reqs[5].sla
     assert all(r.finish == pytest.approx(22 * MS) for r in reqs[1:5])
 
@@ -91,7 +91,7 @@ def test_an_urgent_request_merges_where_the_merged_batch_keeps_its_deadline():
     at 9.2 ms, runs stages 0-1 alone from the boundary at 10 ms and joins the bulk batch at stage 2, which is
     delayed by two stages only (18 ms instead of 16)."""
     reqs = [urgent(0, 0.0), bulk(1, 7.9), bulk(2, 7.9), bulk(3, 7.9), bulk(4, 7.9), urgent(5, 9.2, sla_ms=12.0)]
-    sim, jobs = simulate(table(0.0), reqs, "eager:spans=false")
+    sim, jobs = simulate(table(0.0), reqs, "eager:spans=false,urgency=true")
     assert sim.scheduler.log.counts.get(MERGE, 0) == 1
     assert reqs[5].finish == pytest.approx(reqs[1].finish) and reqs[5].latency <= reqs[5].sla
     assert reqs[1].finish == pytest.approx((8 + 10) * MS)
@@ -112,13 +112,13 @@ def test_an_idle_device_runs_outranking_requests_ahead_of_the_batch():
     assert started == [[0], [1, 4], [2, 3]]
     assert reqs[2].finish == pytest.approx(reqs[3].finish) and reqs[2].finish > 18 * MS
     reqs = workload()
-    simulate(table(0.25), reqs, "eager:urgency=false")
+    simulate(table(0.25), reqs, "eager")
     assert reqs[4].finish == pytest.approx(reqs[1].finish) and reqs[4].latency > reqs[4].sla
 
 
 def test_one_class_is_served_as_without_the_rule():
     """Requests of one class (the same priority and SLA) never preempt by urgency: on a random open-loop
-    workload the schedule is exactly the one of urgency=false."""
+    workload the schedule is exactly the one without the rule (the default, urgency off)."""
     rng = random.Random(7)
     t = 0.0
     arrivals = []
@@ -127,7 +127,7 @@ def test_one_class_is_served_as_without_the_rule():
         arrivals.append(t)
     for per_sample in (0.0, 0.5, 1.0):
         runs = []
-        for policy in ("eager", "eager:urgency=false"):
+        for policy in ("eager:urgency=true", "eager"):
             reqs = [Request(i, a * MS, sla=40 * MS) for i, a in enumerate(arrivals)]
             _, jobs = simulate(table(per_sample), reqs, policy)
             runs.append(([r.finish for r in reqs], jobs))
@@ -142,7 +142,7 @@ def test_the_running_batch_keeps_every_deadline_it_would_meet():
     for level in (0, -1):
         for sla0, preempts in ((9.0, False), (20.0, True)):
             reqs = [Request(0, 20.0 * MS, sla=sla0 * MS), Request(1, 21.5 * MS, sla=8.6 * MS, priority=level)]
-            sim, _ = simulate(table(1.0), reqs, "eager:spans=false")
+            sim, _ = simulate(table(1.0), reqs, "eager:spans=false,urgency=true")
             assert (sim.scheduler.log.counts.get(PREEMPT, 0) > 0) is preempts, (level, sla0)
             assert reqs[0].finish <= reqs[0].deadline
             assert (reqs[1].finish <= reqs[1].deadline) is preempts
@@ -152,7 +152,7 @@ def test_a_lost_deadline_is_not_chased():
     """An urgent request whose SLA is shorter than its own pass cannot be saved by a preemption: it waits, and
     the bulk batch is not set aside for nothing."""
     reqs = [urgent(0, 0.0, sla_ms=6.0), bulk(1, 8.5), bulk(2, 8.5), urgent(3, 10.0, sla_ms=6.0)]
-    sim, _ = simulate(table(1.0), reqs, "eager:spans=false")
+    sim, _ = simulate(table(1.0), reqs, "eager:spans=false,urgency=true")
     assert sim.scheduler.log.counts.get(PREEMPT, 0) == 0
 
 
@@ -160,12 +160,12 @@ def test_inline_passes_refuse_a_group_whose_urgent_member_would_miss_in_it():
     """A batch costs a run per sample: four bulk and one urgent request (SLA 20 ms) as one pass would take 40 ms;
     the group goes to the scheduler, which runs the urgent one ahead. Batching free, the same group's pass takes
     8 ms, within the urgent SLA and within the room it leaves a job (20 - 1.25 x 8 = 10 ms): it runs inline."""
-    pol = EagerBatching(max_batch_size=8)
+    pol = EagerBatching(max_batch_size=8, urgency=True)
     Simulation(table(1.0), pol)  # attaches the table
     t = 1.0
     assert pol.inline_batch(t, 4, [(1.0, BULK)] * 4) == 4
     assert pol.inline_batch(t, 5, [(1.0, BULK)] * 4 + [(0.020, URGENT)]) == 0
-    pol = EagerBatching(max_batch_size=8)
+    pol = EagerBatching(max_batch_size=8, urgency=True)
     Simulation(table(0.0), pol)
     assert pol.inline_batch(t, 5, [(1.0, BULK)] * 4 + [(0.020, URGENT)]) == 5
 
@@ -185,7 +185,7 @@ def test_an_urgent_request_joins_a_running_decode_at_the_next_step():
     from .test_scheduler_core import _seq2seq_table
 
     finish = {}
-    for policy in ("eager:urgency=false", "eager"):
+    for policy in ("eager", "eager:urgency=true"):
         pol = parse_policy(policy).build(max_batch_size=8)
         pol.dec_timesteps = 30
         reqs = [Request(0, 0.0, sla=100.0, enc_steps=1, dec_steps=20, priority=BULK),
@@ -193,5 +193,5 @@ def test_an_urgent_request_joins_a_running_decode_at_the_next_step():
         Simulation(_seq2seq_table(), pol).run(reqs)
         assert [r.status for r in reqs] == [Status.OK, Status.OK]
         finish[policy] = (reqs[0].finish, reqs[1].finish)
-    assert finish["eager:urgency=false"] == (23.0, 27.0)
-    assert finish["eager"] == (26.0, 10.0)
+    assert finish["eager"] == (23.0, 27.0)
+    assert finish["eager:urgency=true"] == (26.0, 10.0)

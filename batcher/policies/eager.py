@@ -33,7 +33,11 @@ the stock one outward:
    idle device lets such requests run ahead of the rest. Within one class nothing changes: Triton's order. While
    outranking traffic arrives, no job runs longer than its tightest SLA leaves room for (``_urgent_cut``), so that
    a boundary is there when it is needed. Triton's batcher can only order its queue by priority: a request that
-   arrives while a batch runs waits for the whole graph.
+   arrives while a batch runs waits for the whole graph. Off by default (``eager:urgency=true`` turns it on): on
+   a virtual clock it cuts interactive misses 2.7-8.7x against Triton's batcher, but served on this 2-core CPU it
+   did not (docs/results/mixed.md): the boundaries it keeps cost ResNet-50 40% of its throughput at 120% load
+   (stage-by-stage runs instead of the whole-graph session, every request through the scheduler thread), and a
+   default must never be worse than Triton's batcher.
 
 Seq2seq graphs (loops) keep the paper's slack rule, with the work-conserving base and no batch cap, and one change:
 a deadline in flight that is already lost (Eq. 2 says the work in flight misses it with no newcomer at all) no longer
@@ -101,7 +105,7 @@ class EagerBatching(LazyBatching):
     def __init__(self, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, *, dec_timesteps: int | None = None,
                  dec_timesteps_coverage: float = DEFAULT_COVERAGE, length_histogram: LengthHistogram | None = None,
                  min_gain: float = DEFAULT_MIN_GAIN, boundary_cost_us: float = 0.0, spans: bool = True,
-                 urgency: bool = True) -> None:
+                 urgency: bool = False) -> None:
         super().__init__(max_batch_size, dec_timesteps=dec_timesteps, dec_timesteps_coverage=dec_timesteps_coverage,
                          length_histogram=length_histogram, min_batch_gain=0.0)
         if not 0.0 <= min_gain < 1.0:
@@ -147,7 +151,7 @@ class EagerBatching(LazyBatching):
     def describe(self) -> str:
         dec = f", dec_timesteps={self.dec_timesteps}" if self.graph.is_seq2seq else ""
         cost = f", boundary_cost={self.boundary_cost * 1e6:.0f}us" if self.boundary_cost else ""
-        urgency = "" if self.urgency else ", urgency=false"
+        urgency = ", urgency=true" if self.urgency else ""
         return f"{self.name}(max_batch_size={self.max_batch_size}{dec}{cost}{urgency})"
 
     # ------------------------------------------------------------------ policy interface

@@ -26,7 +26,7 @@ from . import workload
 from .engine import Simulation
 from .loads_on_table import _histogram, single_request_ms
 
-POLICIES = {"eager": "eager", "graph_0ms": "graph:0", "graph_5ms": "graph:5", "graph_20ms": "graph:20"}
+POLICIES = {"eager": "eager:urgency=true", "graph_0ms": "graph:0", "graph_5ms": "graph:5", "graph_20ms": "graph:20"}
 
 
 def class_results(reqs: Sequence[Request], names: Sequence[str], span_s: float) -> dict[str, dict[str, float]]:
