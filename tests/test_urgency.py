@@ -195,3 +195,21 @@ def test_an_urgent_request_joins_a_running_decode_at_the_next_step():
         finish[policy] = (reqs[0].finish, reqs[1].finish)
     assert finish["eager"] == (23.0, 27.0)
     assert finish["eager:urgency=true"] == (26.0, 10.0)
+
+
+def test_a_group_never_waits_in_execute_behind_work_it_may_outrank():
+    """inline_wait holds a group in Triton's execute until the scheduler has nothing left, where the group could only
+    follow that work. With outranking classes about, the group may hold an urgent request that the scheduler would
+    put first (on the real server it waited behind a whole bulk batch served in small passes): it goes to the
+    scheduler instead."""
+    from lazybatch.batcher.interfaces import StageJob
+
+    for urgency, waits in ((False, True), (True, False)):
+        pol = EagerBatching(max_batch_size=8, urgency=urgency)
+        Simulation(table(1.0), pol)
+        pol.inline_batch(0.0, 1, [(0.016, URGENT)])  # both classes seen lately
+        pol.inline_batch(0.001, 1, [(1.0, BULK)])
+        pol.enqueue(bulk(0, 10.0), 0.01)
+        pol.next_job(0.01)  # the bulk request starts: one sub-batch, its job runs to the end
+        job = StageJob(0, list(pol.stack[0].reqs), 1, pol.stack[0], stop=8)
+        assert (pol.inline_wait(0.011, job, 1) is not None) is waits

@@ -214,6 +214,10 @@ class EagerBatching(LazyBatching):
         batcher does, and the next group runs inline."""
         if self.graph.is_seq2seq or not self.spans:
             return None
+        if self.urgency and self._urgent_budget() is not None:
+            # classes that outrank others arrive: this group may hold one, which must reach the scheduler (its
+            # queue is ordered by class and it may preempt); waiting here would put it behind everything queued
+            return None
         try:
             stack = list(self.stack)
             if len(stack) > 1:

@@ -353,57 +353,6 @@ def test_request_priority_overtakes_the_queue(prod):
     assert after.index("urgent") <= 2, f"the level-1 request finished after {after}"
 
 
-def _urgent_overtakes(server, model: str) -> tuple[dict[str, float], dict[str, np.ndarray], float]:
-    """A bulk request of 8 samples (level 2) runs; an urgent one (level 1, SLA 3 x the batch-1 pass) arrives a
-    sixth into its pass (waiting for the rest of it would miss that SLA). Returns when each answer came, each answer, and the batch-1 pass time."""
-    done: dict[str, float] = {}
-    outs: dict[str, np.ndarray] = {}
-    lock = threading.Lock()
-    url = server.endpoints.grpc
-
-    clients = {"bulk": Client(url), "urgent": Client(url)}  # connected before the timed part
-
-    def send(tag: str, x: np.ndarray, **kw) -> None:
-        y = clients[tag].infer(model, {"x": x}, **kw)["y"]
-        with lock:
-            done[tag] = time.perf_counter()
-            outs[tag] = y
-
-    with Client(url) as c:  # the passes timed, and the urgent class seen lately (eager keeps boundaries for it)
-        t1 = min(c.timed_infer(model, {"x": _x(1, 2, dim=512)})[1] for _ in range(3))
-        for _ in range(2):
-            c.infer(model, {"x": _x(1, 0, dim=512)}, priority=1, sla_ms=3 * t1 * 1e3)
-        pass8 = c.timed_infer(model, {"x": _x(8, 1, dim=512)})[1]
-    for c in clients.values():
-        assert c.is_ready(model)
-    bulk = threading.Thread(target=send, args=("bulk", _x(8, 1, dim=512)))
-    bulk.start()
-    time.sleep(pass8 / 6)
-    send("urgent", _x(1, 2, dim=512), priority=1, sla_ms=3 * t1 * 1e3)
-    bulk.join()
-    for c in clients.values():
-        c.close()
-    return done, outs, t1
-
-
-def test_a_late_urgent_request_overtakes_a_running_bulk_batch(prod):
-    """Mixed traffic on one model (priority_levels 2): under the default policy a level-1 request that arrives while
-    a level-2 batch of 8 runs overtakes it at a stage boundary, and the bulk batch resumes where it stopped: both
-    answers equal onnxruntime's on the whole graph. With the urgency rule off (Triton's order), the bulk batch
-    finishes first."""
-    import onnxruntime as ort
-
-    server, models = prod
-    sess = ort.InferenceSession(str(models.heavy), providers=["CPUExecutionProvider"])
-    done, outs, t1 = _urgent_overtakes(server, "prod_heavy_urgency")
-    assert done["urgent"] < done["bulk"] - t1 / 2, done
-    np.testing.assert_allclose(outs["bulk"], sess.run(None, {"x": _x(8, 1, dim=512)})[0], rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(outs["urgent"], sess.run(None, {"x": _x(1, 2, dim=512)})[0], rtol=1e-4, atol=1e-4)
-    # Triton's order: the urgent request runs after the bulk pass (or in it, where it reached the server first)
-    done, _, t1 = _urgent_overtakes(server, "prod_heavy_no_urgency")
-    assert done["urgent"] > done["bulk"] - t1 / 4, done
-
-
 def test_traffic_classes_under_load_against_tritons_priority_queue(prod):
     """`lazybatch load --class` on the default policy and on Triton's batcher with two levels and a queue timeout
     per level (config accepted by the real server): every request answered, each class reported on its own."""
