@@ -53,7 +53,8 @@ MAX_AUTO_INTERVAL_S = 0.05  # auto never asks less often than the fixed default 
 # 16 per poll, never did.
 SWEEP_BUDGET = 16
 MAX_ASK_RATE = 1000.0  # is_cancelled() calls a second, on average over sweeps
-# ... and at most this share of the wall clock spent asking (the rate falls as an ask's measured round trip grows):
+# ... and, past capacity (more requests held than a sweep asks), at most this share of the wall clock spent asking
+# (the rate falls as an ask's measured round trip grows):
 # past capacity on a busy 2-core machine an ask took ~0.25 ms, not the 30 us of a quiet probe, and 1000 a second
 # then held a quarter of a core that onnxruntime needed (ResNet-50 at 120% load with mixed traffic: 8144 asks,
 # 2.1 s of 8, and 31/s served against 45/s without them)
@@ -288,7 +289,10 @@ class CancelWatcher:
         if asked:
             self.check_s += spent
             self._rtt += 0.2 * (spent / asked - self._rtt)
-        rate = self.ask_rate
+        # the share cap binds past capacity only (more held than one sweep asks): a few held requests are asked
+        # at the full rate, so that their cancels are seen within a stage even while round trips are slow (the
+        # first runs after a load)
+        rate = self.ask_rate if len(held) > SWEEP_BUDGET else MAX_ASK_RATE
         self._tokens = min(float(SWEEP_BUDGET), self._tokens + (now - self._refilled) * rate) - asked
         self._refilled = now
         self._next_allowed = now + max(MIN_INTERVAL_S, -self._tokens / rate)
