@@ -370,7 +370,8 @@ class BackendRuntime:
                 return self._refuse("scheduler busy")
             n = sum(b for _, b in requests)
             start = time.monotonic()
-            k = self.policy.inline_batch(start, n, _classes(requests, options) if options is not None else None)
+            classes = _classes(requests, options) if options is not None and self.policy.needs_classes else None
+            k = self.policy.inline_batch(start, n, classes)
             if k <= 0 or (k < n and early is None):
                 return self._refuse("a boundary may pay")
             self.stats.inline_groups += 1

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from tqdm import tqdm  # noqa: E402
 
 from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args,  # noqa: E402
-                     seq2seq_requests, spread, verdict, write_json)
+                     seq2seq_requests, spread, turns, verdict, write_json)
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.batcher.lengths import LengthHistogram  # noqa: E402
 from lazybatch.client.api import Client  # noqa: E402
@@ -75,15 +75,12 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         url, http = server.endpoints.grpc, server.endpoints.http
         t1 = t1_of(url, http, f"{kind}_triton_0us", 20)
         tqdm.write(f"[{kind}] t1 {t1 * 1e3:.1f} ms (batch-1 rate {1 / t1:.2f}/s), SLA {sla_ms:g} ms")
-        steps = [(f, k) for f in args.loads for k in range(args.reps)]
-        for f, k in tqdm(steps, desc=kind, unit="rep"):
-            for pol in (list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))):
-                r = run_load(url, f"{kind}_{pol}", f / t1, args.duration, sla_ms=sla_ms, seed=100 * k,
-                             timeout_s=600.0)
-                cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
-                              "avg_ms": r.avg_ms, "p99_ms": r.p99_ms, "throughput": r.throughput,
-                              "violations": r.sla_violation_rate})
-                time.sleep(0.5)
+        for f, k, pol in turns(args.loads, args.reps, POLICIES, kind):
+            r = run_load(url, f"{kind}_{pol}", f / t1, args.duration, sla_ms=sla_ms, seed=100 * k, timeout_s=600.0)
+            cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
+                          "avg_ms": r.avg_ms, "p99_ms": r.p99_ms, "throughput": r.throughput,
+                          "violations": r.sla_violation_rate})
+            time.sleep(0.5)
     return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "cells": cells,
             "simulated": simulated(*served_table(repo / f"{kind}_eager" / "1"), args.loads, sla_ms)}
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from tqdm import tqdm  # noqa: E402
 
 from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args, spread,  # noqa: E402
-                     write_json)
+                     turns, write_json)
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.client.api import Client  # noqa: E402
 from lazybatch.client.load import run_load  # noqa: E402
@@ -92,14 +92,11 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         classes = classes_for(t1 * 1e3)
         tqdm.write(f"[{kind}] t1 {t1 * 1e3:.2f} ms; classes "
                    + ", ".join(f"{c.name} {c.share:g} SLA {c.sla_ms:.1f} ms level {c.priority}" for c in classes))
-        steps = [(f, k) for f in args.loads for k in range(args.reps)]
-        for f, k in tqdm(steps, desc=kind, unit="rep"):
-            for pol in (list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))):
-                r = run_load(url, f"{kind}_{pol}", f / t1, args.duration, classes=classes, seed=100 * k,
-                             timeout_s=120.0)
-                cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
-                              "error_kinds": r.error_kinds, "classes": r.classes})
-                time.sleep(0.3)
+        for f, k, pol in turns(args.loads, args.reps, POLICIES, kind):
+            r = run_load(url, f"{kind}_{pol}", f / t1, args.duration, classes=classes, seed=100 * k, timeout_s=120.0)
+            cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
+                          "error_kinds": r.error_kinds, "classes": r.classes})
+            time.sleep(0.3)
     sim_t1 = single_request_ms(table)
     sim = simulate_mixed(table, args.loads, classes_for(sim_t1), max_batch_size=KIND_MAX_BATCH[kind],
                          policies=SIM_POLICIES, seeds=3, requests=1500, t1_ms=sim_t1)

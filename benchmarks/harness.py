@@ -11,7 +11,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,6 +98,17 @@ def parse_sweep_args(ap: Any, argv: list[str] | None) -> Any:
     args = ap.parse_args(argv)
     args.loads = [float(x) for x in args.loads.split(",")]
     return args
+
+
+def turns(loads: Sequence[float], reps: int, policies: Sequence[str], desc: str) -> Iterator[tuple[float, int, str]]:
+    """(load, repetition, policy) in the order the served sweeps measure them, with a progress bar: at each load every
+    repetition runs every policy once, taking turns, the order reversed every other repetition (no policy always
+    runs first after a load change)."""
+    from tqdm import tqdm
+
+    for f, k in tqdm([(f, k) for f in loads for k in range(reps)], desc=desc, unit="rep"):
+        for pol in (list(policies) if k % 2 == 0 else list(reversed(policies))):
+            yield f, k, pol
 
 
 def command_line() -> str:

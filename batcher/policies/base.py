@@ -85,6 +85,11 @@ class Policy(ABC):
     def describe(self) -> str:
         return f"{self.name}(max_batch_size={self.max_batch_size})"
 
+    @property
+    def needs_classes(self) -> bool:
+        """Whether ``inline_batch`` reads its ``classes`` (the caller need not compute them otherwise)."""
+        return False
+
     # ------------------------------------------------------------------ inline passes (backend/runtime.py)
     def inline_batch(self, now: float, n: int, classes: "Sequence[tuple[float, int]] | None" = None) -> int:
         """May ``n`` samples that find the device idle run as whole-graph passes outside the scheduler? The batch

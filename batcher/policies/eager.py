@@ -133,6 +133,10 @@ class EagerBatching(LazyBatching):
         self._whole: list[float] = []  # [batch]: the whole graph's table time
         self._last_end: float | None = None  # when the device last fell idle (inline passes, BACK_TO_BACK_S)
 
+    @property
+    def needs_classes(self) -> bool:
+        return self.urgency
+
     def table_changed(self) -> None:
         """Recompute what is derived from the table (after online recalibration changed it)."""
         super().table_changed()
@@ -157,7 +161,8 @@ class EagerBatching(LazyBatching):
     # ------------------------------------------------------------------ policy interface
     def enqueue(self, request: Request, now: float) -> None:
         super().enqueue(request, now)
-        self._observe(now, class_key(request))
+        if self.urgency:
+            self._observe(now, class_key(request))
         self._arrivals.append(now)
         if self._first is None:
             self._first = now
@@ -178,7 +183,7 @@ class EagerBatching(LazyBatching):
         idle time): split groups cost MobileNet a fifth of its throughput at 200% load (174 groups in 203
         passes, docs/data/probe_routes_mobilenet.txt). The device-idle rule of the scheduler (``_batch_size``)
         still serves its own queue in smaller batches where that pays and the load allows."""
-        if classes:
+        if classes and self.urgency:
             for sla, level in classes:
                 self._observe(now, (level, round(sla, 4)))
         if self.graph.is_seq2seq or not self.spans or self.stack or self.infq or not 1 <= n <= self.max_batch_size:
@@ -555,8 +560,8 @@ class EagerBatching(LazyBatching):
         misses from 15% to 19%, against 13% under Triton's batcher: the bulk was paying for it.)"""
         stack = self.stack
         top = stack[-1]
-        # outranking some of the running sub-batch is enough: those of its members of the newcomers' level or a
-        # more urgent one keep their deadlines (below), and a member whose deadline is lost protects nothing
+        # outranking some of the running sub-batch is enough: its members keep every deadline they would meet
+        # (below), and a member whose deadline is lost protects nothing
         outranked = max(class_key(r) for r in top.reqs)
         cands = [r for r in self.infq if class_key(r) < outranked and not r.cancelled]
         if not cands:
