@@ -54,6 +54,10 @@ PARAMETERS = {
                    "call; lazy and oracle run each request through the whole graph "
                    "where their batch cap is 1 (batching buys nothing, so no boundary is ever used) | true: "
                    "every scheduler policy runs whole passes | false: always stage by stage (backend/fusion.py)",
+    "fuse_segments": "0 (default): the scheduler sees every stage of the split | <N>: the stages are merged at load "
+                     "into N segments of about equal batch-1 time, each one onnxruntime session, and the scheduler "
+                     "preempts and merges only at their N-1 boundaries (fewer session calls; cross-layer fusions "
+                     "kept); static graphs (backend/fusion.py segment)",
     "response_thread": "true (default): responses are built and sent on a thread of their own, so the scheduler "
                        "runs the next stage while pb_utils' send waits for the Triton process | false: sent inline "
                        "by the scheduler thread (backend/responder.py)",
@@ -189,6 +193,7 @@ class BackendSettings:
     use_per_session_threads: bool = False
     inplace_residuals: bool = True
     fuse_stages: str = "auto"
+    fuse_segments: int = 0
     response_thread: bool = True
     batch_per_execute: bool = False
     decoupled: bool = False  # model_transaction_policy { decoupled: true }: seq2seq models stream their tokens
@@ -268,6 +273,7 @@ class BackendSettings:
             use_per_session_threads=_bool(_param(cfg, "use_per_session_threads"), "use_per_session_threads"),
             inplace_residuals=_bool(_param(cfg, "inplace_residuals", "true"), "inplace_residuals"),
             fuse_stages=_fuse_mode(_param(cfg, "fuse_stages", "auto")),
+            fuse_segments=_fuse_segments(_param(cfg, "fuse_segments")),
             response_thread=_bool(_param(cfg, "response_thread", "true"), "response_thread"),
             batch_per_execute=per_execute,
             decoupled=decoupled,
@@ -288,6 +294,14 @@ def _fuse_mode(text: str | None) -> str:
     if mode not in ("auto", "true", "false"):
         raise ConfigError(f"fuse_stages must be auto, true or false, got {text!r}", field="parameters.fuse_stages")
     return mode
+
+
+def _fuse_segments(text: str | None) -> int:
+    n = int(_number(text, "fuse_segments", int) or 0)
+    if n < 0:
+        raise ConfigError(f"fuse_segments must be 0 (off) or a number of segments >= 1, got {text!r}",
+                          field="parameters.fuse_segments")
+    return n
 
 
 def _production_settings(cfg: Any) -> dict[str, Any]:

@@ -125,3 +125,94 @@ def measure_fused_ratio(runner: StageRunner, whole: StageRunner, reps: int = 5) 
         staged.append(t1 - t0)
         fused.append(t2 - t1)
     return min(1.0, statistics.median(fused) / max(statistics.median(staged), 1e-9))
+
+
+def segment_manifest(manifest: Manifest, ranges: list[tuple[int, int]], last_use: dict[str, int],
+                     files: list[str]) -> Manifest:
+    """The manifest of a model served as ``ranges`` of its stages, segment ``j`` in ``files[j]``: a segment reads
+    what its stages read from the model or from earlier segments, and yields what later segments or the model's
+    outputs read."""
+    seg_of = {s: j for j, (a, b) in enumerate(ranges) for s in range(a, b)}
+    specs = []
+    for j, (a, b) in enumerate(ranges):
+        ins: dict[str, StageInput] = {}
+        for st in manifest.stages[a:b]:
+            for i in st.inputs:
+                if i.source is None or i.source < a:
+                    ins.setdefault(i.name, StageInput(i.name, None if i.source is None else seg_of[i.source]))
+        outs = [o for st in manifest.stages[a:b] for o in st.outputs if last_use.get(o, -1) >= b]
+        specs.append(StageSpec(j, f"segment_{a:02d}_{b - 1:02d}", files[j], StageType.STATIC, list(ins.values()),
+                               outs))
+    raw = {k: v for k, v in manifest.raw.items() if k not in ("inplace", "stages")}
+    raw["segments"] = [[a, b] for a, b in ranges]
+    return Manifest(manifest.model, manifest.inputs, manifest.outputs, specs, manifest.source, raw)
+
+
+def segment_table(table: LatencyTable, ranges: list[tuple[int, int]]) -> LatencyTable:
+    """Each segment's time: its stages' summed, per batch size (an upper bound of the merged pass, which fuses
+    across the old boundaries; the backend's recalibration brings it to what the segment takes)."""
+    names = [f"segment_{a:02d}_{b - 1:02d}" for a, b in ranges]
+    graph = ModelGraph(table.graph.name, [Stage(j, names[j], StageType.STATIC) for j in range(len(ranges))])
+    rows = [[sum(table.dense[s][b] for s in range(lo, hi)) for b in table.batch_sizes] for lo, hi in ranges]
+    return LatencyTable(graph, table.batch_sizes, rows, provenance=f"{table.provenance}; stages summed per segment",
+                        meta=dict(table.meta, segments=[[a, b] for a, b in ranges]))
+
+
+def segment(runner: StageRunner, table: LatencyTable, k: int, out_dir: Path, *, execution_provider: str,
+            intra_op_threads: int, name: str, rtol: float = 1e-3,
+            atol: float = 1e-4) -> tuple[StageRunner, LatencyTable] | None:
+    """The model's stages merged into ``k`` segments of about equal batch-1 time (config ``fuse_segments``), each
+    one onnxruntime session: the runner and its table, or None (with a log line) where they cannot stand in for
+    the stages (a merge refused, or a different result on a sample batch); the model is then served stage by stage.
+    The merged files go to ``out_dir``."""
+    import onnx
+
+    from lazybatch.onnx_tools.segments import balanced_cuts, merge_stages, segment_ranges
+
+    if table.graph.is_seq2seq:
+        print(f"lazybatch: {name}: fuse_segments is for static graphs; the decoder loop keeps its stages",
+              file=sys.stderr)
+        return None
+    n = runner.n_stages
+    ranges = segment_ranges(n, balanced_cuts([table.dense[s][1] for s in range(n)], k))
+    if len(ranges) >= n:
+        return None  # as many segments as stages: nothing to merge
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        files = []
+        for j, (a, b) in enumerate(ranges):
+            keep = [o for st in runner.manifest.stages[a:b] for o in st.outputs if runner.last_use.get(o, -1) >= b]
+            entries = [{"file": st.file} for st in runner.manifest.stages[a:b]]
+            model = merge_stages(runner.dir, entries, keep=keep, name=f"{name}_segment_{j}")
+            files.append(f"segment_{j:02d}.onnx")
+            big = sum(len(t.raw_data) for t in model.graph.initializer) > 1_500_000_000
+            onnx.save_model(model, str(out_dir / files[-1]), save_as_external_data=big,
+                            all_tensors_to_one_file=True, location=f"segment_{j:02d}.data")
+        seg = StageRunner(out_dir, manifest=segment_manifest(runner.manifest, ranges, runner.last_use, files),
+                          execution_provider=execution_provider, intra_op_threads=intra_op_threads,
+                          inplace_residuals=False)
+        checks = []
+        for batch in (2, 1):  # a batch where the stages take one (a graph with a fixed batch of 1 does not)
+            sample = runner.sample_inputs(batch, seed=11)
+            try:
+                want = runner.run_all(sample)
+            except Exception:
+                continue
+            checks.append((want, seg.run_all(sample)))
+    except Exception as e:  # SegmentError, OSError, onnxruntime's own types
+        print(f"lazybatch: {name}: cannot serve the stages as {len(ranges)} segments ({e}); serving stage by stage",
+              file=sys.stderr)
+        return None
+    for want, got in checks:
+        for o in runner.output_names:
+            a, b = np.asarray(want[o]), np.asarray(got[o])
+            if not (a.shape == b.shape and (np.array_equal(a, b) if a.dtype.kind not in "fc" else
+                                            np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))):
+                print(f"lazybatch: {name}: the segments do not give the stages' result for output {o!r} on a sample "
+                      "batch; serving stage by stage", file=sys.stderr)
+                return None
+    if not checks:
+        print(f"lazybatch: {name}: the stages run on no sample batch, so the segments cannot be checked; serving "
+              "stage by stage", file=sys.stderr)
+        return None
+    return seg, segment_table(table, ranges)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -181,6 +183,7 @@ class TritonPythonModel:
         self._responder: ResponseThread | None = None  # sends the answers (response_thread, backend/responder.py)
         self._latches: dict[int, _Latch] = {}  # batch_per_execute: request -> its execute call's latch
         self.fused: str | None = None
+        self._segment_dir: Path | None = None  # fuse_segments: the merged segment files
         whole: Any = None  # the whole graph for jobs that span every stage (eager's spans, backend/fusion.py)  # why the stages run as one whole-graph pass (fuse_stages), if they do
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
         self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
@@ -229,6 +232,7 @@ class TritonPythonModel:
             check_against_manifest(s, runner.manifest.inputs, runner.manifest.outputs)
             table = load_table(s, runner)
             policy = spec.build(max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size)
+            runner, table = self._maybe_segment(cfg, runner, table)
             whole = self._whole_graph_for_spans(cfg, policy, runner, table)
             if whole is None:
                 runner, table = self._maybe_fuse(cfg, policy, runner, table)
@@ -252,6 +256,25 @@ class TritonPythonModel:
             # started above, so that a model that did not load leaves nothing running in the stub.
             self.finalize()
             raise
+
+    def _maybe_segment(self, cfg: Any, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any]:
+        """The stages merged into ``fuse_segments`` segments (backend/fusion.py ``segment``), or as they are. The
+        merged files live in a temporary folder of this model instance (the repository may be read-only), removed
+        at finalize."""
+        s = self.settings
+        executor = cfg.parameters["executor"].string_value.lower() if "executor" in cfg.parameters else ""
+        if s.fuse_segments < 1 or s.fuse_stages == "false" or executor == "npu":
+            return runner, table
+        from .fusion import segment
+
+        self._segment_dir = Path(tempfile.mkdtemp(prefix=f"lazybatch-{s.name}-segments-"))
+        done = segment(runner, table, s.fuse_segments, self._segment_dir, execution_provider=s.execution_provider,
+                       intra_op_threads=s.intra_op_threads, name=s.name)
+        if done is None:
+            return runner, table
+        print(f"lazybatch: {s.name}: {runner.n_stages} stages served as {done[0].n_stages} segments "
+              f"({', '.join(st.name for st in done[0].manifest.stages)})", file=sys.stderr)
+        return done
 
     def _whole_graph_for_spans(self, cfg: Any, policy: Any, runner: StageRunner, table: LatencyTable) -> Any:
         """The verified whole-graph runner for a policy that runs spans of stages (backend/fusion.py
@@ -394,6 +417,8 @@ class TritonPythonModel:
             self._batch_log.close()
         if self._cancel_log is not None:
             self._cancel_log.close()
+        if self._segment_dir is not None:
+            shutil.rmtree(self._segment_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
