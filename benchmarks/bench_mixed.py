@@ -43,17 +43,23 @@ from tqdm import tqdm  # noqa: E402
 
 from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args, spread,  # noqa: E402
                      turns, write_json)
+from lazybatch.backend.fusion import segment_table  # noqa: E402
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.client.api import Client  # noqa: E402
 from lazybatch.client.load import run_load  # noqa: E402
+from lazybatch.onnx_tools.segments import balanced_cuts, segment_ranges  # noqa: E402
 from lazybatch.repo import KIND_MAX_BATCH, build_default_repository, set_priority_timeouts  # noqa: E402
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
 from lazybatch.simulator.loads_on_table import single_request_ms  # noqa: E402
 from lazybatch.simulator.mixed import simulate_mixed  # noqa: E402
 from lazybatch.traffic import TrafficClass  # noqa: E402
 
-POLICIES = {"eager": "eager:urgency=true", "triton_0us": "triton:0", "triton_5000us": "triton:5000",
-            "triton_20000us": "triton:20000"}
+# eager_seg4: the same rule on the model's stages merged into 4 segments (config fuse_segments: 4,
+# lazybatch/repo.py VARIANT_POLICIES): boundaries only every quarter of a pass, each segment one onnxruntime call
+POLICIES = {"eager": "eager:urgency=true", "eager_seg4": "eager:urgency=true", "triton_0us": "triton:0",
+            "triton_5000us": "triton:5000", "triton_20000us": "triton:20000"}
+OURS = ["eager", "eager_seg4"]
+SEGMENTS = {"eager_seg4": 4}
 TRITON = [p for p in POLICIES if p.startswith("triton")]
 SIM_POLICIES = {"eager": "eager:urgency=true", "triton_0us": "graph:0", "triton_5000us": "graph:5", "triton_20000us": "graph:20"}
 # (name, share, SLA in multiples of t1, priority level): the issue's mix
@@ -100,6 +106,11 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     sim_t1 = single_request_ms(table)
     sim = simulate_mixed(table, args.loads, classes_for(sim_t1), max_batch_size=KIND_MAX_BATCH[kind],
                          policies=SIM_POLICIES, seeds=3, requests=1500, t1_ms=sim_t1)
+    for pol, k in SEGMENTS.items():  # the same rule on the table of the segments it serves (stages summed)
+        n = table.graph.n
+        seg_table = segment_table(table, segment_ranges(n, balanced_cuts([table.dense[s][1] for s in range(n)], k)))
+        sim["cells"] += simulate_mixed(seg_table, args.loads, classes_for(sim_t1), max_batch_size=KIND_MAX_BATCH[kind],
+                                       policies={pol: POLICIES[pol]}, seeds=3, requests=1500, t1_ms=sim_t1)["cells"]
     return {"model": kind, "t1_ms": t1 * 1e3, "t1_table_ms": sim_t1, "timeouts_us": timeouts,
             "classes": [c.as_dict() for c in classes], "cells": cells, "simulated": sim}
 
@@ -116,14 +127,14 @@ def _ratio(a: float, b: float) -> float:
     return a / b
 
 
-def ratios(m: dict, load: float) -> dict:
-    """Best Triton config at ``load`` (fewest interactive misses) and the goal ratios per repetition."""
+def ratios(m: dict, load: float, ours: str = "eager") -> dict:
+    """Best Triton config at ``load`` (fewest interactive misses) and the goal ratios of ``ours`` per repetition."""
     cells = m["cells"]
     best = min(TRITON, key=lambda p: _mean(cells, p, load, "interactive", "sla_violation_rate"))
     per_rep = {"interactive_misses": [], "bulk_throughput": [], "bulk_misses": []}
     reps = sorted({c["rep"] for c in cells if c["load"] == load})
     for k in reps:
-        e = next(c for c in cells if c["policy"] == "eager" and c["load"] == load and c["rep"] == k)["classes"]
+        e = next(c for c in cells if c["policy"] == ours and c["load"] == load and c["rep"] == k)["classes"]
         t = next(c for c in cells if c["policy"] == best and c["load"] == load and c["rep"] == k)["classes"]
         per_rep["interactive_misses"].append(_ratio(t["interactive"]["sla_violation_rate"],
                                                     e["interactive"]["sla_violation_rate"]))
@@ -153,8 +164,9 @@ def report(m: dict) -> list[str]:
              "bulk throughput /s | errors |", "|---|---|---|---|---|---|---|---|"]
     cells = m["cells"]
     loads = sorted({c["load"] for c in cells})
+    present = [p for p in POLICIES if any(c["policy"] == p for c in cells)]  # an older run may lack a variant
     for f in loads:
-        for pol in POLICIES:
+        for pol in present:
             mine = [c for c in cells if c["policy"] == pol and c["load"] == f]
             lines.append(
                 f"| {f:.0%} | {pol} | {_mean(cells, pol, f, 'interactive', 'sla_violation_rate'):.1%} | "
@@ -163,21 +175,21 @@ def report(m: dict) -> list[str]:
                 f"{_mean(cells, pol, f, 'bulk', 'sla_violation_rate'):.1%} | "
                 f"{_mean(cells, pol, f, 'bulk', 'avg_ms'):.1f} | {_mean(cells, pol, f, 'bulk', 'throughput'):.1f} | "
                 f"{sum(c['errors'] for c in mine)} |")
-    lines += ["", "| load | best Triton | interactive misses, Triton / eager (goal >= 5) | bulk throughput, eager / "
-              "Triton (>= 0.9) | bulk misses, eager / Triton (<= 1.1) | simulated: interactive / bulk misses |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "| load | ours | best Triton | interactive misses, Triton / ours (goal >= 5) | bulk throughput, "
+              "ours / Triton (>= 0.9) | bulk misses, ours / Triton (<= 1.1) | simulated: interactive / bulk misses |",
+              "|---|---|---|---|---|---|---|"]
     sim = m["simulated"]
-    for f in loads:
-        r = ratios(m, f)
+    for f, ours in ((f, o) for f in loads for o in OURS if o in present):
+        r = ratios(m, f, ours)
         scell = {c["policy"]: c["classes"] for c in sim["cells"] if c["load"] == f}
-        sbest = min((p for p in scell if p != "eager"), key=lambda p: scell[p]["interactive"]["violations"])
-        si = _ratio(scell[sbest]["interactive"]["violations"], scell["eager"]["interactive"]["violations"])
-        sb = _ratio(scell["eager"]["bulk"]["violations"], scell[sbest]["bulk"]["violations"])
-        lines.append(f"| {f:.0%} | {r['best']} | {_fmt(r['interactive_misses'], 'eager')}: "
+        sbest = min((p for p in scell if p not in OURS), key=lambda p: scell[p]["interactive"]["violations"])
+        si = _ratio(scell[sbest]["interactive"]["violations"], scell[ours]["interactive"]["violations"])
+        sb = _ratio(scell[ours]["bulk"]["violations"], scell[sbest]["bulk"]["violations"])
+        lines.append(f"| {f:.0%} | {ours} | {r['best']} | {_fmt(r['interactive_misses'], ours)}: "
                      f"{_verdict(r['interactive_misses'], GOALS['interactive_misses'])} | "
                      f"{_fmt(r['bulk_throughput'])}: {_verdict(r['bulk_throughput'], GOALS['bulk_throughput'])} | "
                      f"{_fmt(r['bulk_misses'], 'Triton')}: {_verdict(r['bulk_misses'], GOALS['bulk_misses'], at_most=True)} | "
-                     f"{si:.1f}x / {sb:.2f}x ({scell['eager']['interactive']['violations']:.1%} against "
+                     f"{si:.1f}x / {sb:.2f}x ({scell[ours]['interactive']['violations']:.1%} against "
                      f"{scell[sbest]['interactive']['violations']:.1%}) |")
     return lines
 
@@ -191,8 +203,8 @@ def plot(models: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.6 * len(models)), squeeze=False)
     for row, m in zip(axes, models):
         loads = sorted({c["load"] for c in m["cells"]})
-        for pol in POLICIES:
-            style = dict(marker="o", linewidth=2.2) if pol == "eager" else dict(marker="x", linestyle="--")
+        for pol in (p for p in POLICIES if any(c["policy"] == p for c in m["cells"])):
+            style = dict(marker="o", linewidth=2.2) if pol in OURS else dict(marker="x", linestyle="--")
             for ax, cls in zip(row, ("interactive", "bulk")):
                 ax.plot([100 * f for f in loads], [100 * _mean(m["cells"], pol, f, cls, "sla_violation_rate")
                                                    for f in loads], label=pol, **style)

@@ -413,6 +413,8 @@ VARIANT_POLICIES: dict[str, tuple[str, dict[str, str]]] = {
     "lazy_fused": ("lazy", {"fuse_stages": "true"}),
     "lazy_inline": ("lazy", {"response_thread": "false"}),
     "lazy_benefit": ("lazy:preempt=benefit", {}),
+    # eager's urgency rule on 4 merged segments (fuse_segments: 4), benchmarks/bench_mixed.py
+    "eager_seg4": ("eager:urgency=true", {"fuse_segments": "4"}),
 }
 POLICY_PARAMETERS: dict[str, dict[str, str]] = {k: params for k, (_, params) in VARIANT_POLICIES.items()}
 ALL_POLICIES.update({k: policy for k, (policy, _) in VARIANT_POLICIES.items()})
