@@ -11,7 +11,7 @@ than 1.1x as often.
 
 Per model, one tritonserver serves it under eager with its urgency rule (`eager:urgency=true`; an interactive request
 that would miss its deadline behind the running batch preempts it at the next stage boundary; the rule was eager's
-default at 47592d7, where docs/data/mixed.json was measured, and is opt-in since) and under Triton's dynamic batcher at
+default at 47592d7, where docs/data/mixed_47592d7.json was measured, and is opt-in since; eager_seg4 runs it on the stages merged into 4 segments) and under Triton's dynamic batcher at
 0, 5 and 20 ms queue delay, each with two priority levels (interactive first in its queue) and a queue timeout per
 level equal to that class's SLA (a request still queued past it is rejected: Triton's "at its best" for deadlines;
 written once t1 is measured, and the models reloaded).
