@@ -213,3 +213,48 @@ def test_a_group_never_waits_in_execute_behind_work_it_may_outrank():
         pol.next_job(0.01)  # the bulk request starts: one sub-batch, its job runs to the end
         job = StageJob(0, list(pol.stack[0].reqs), 1, pol.stack[0], stop=8)
         assert (pol.inline_wait(0.011, job, 1) is not None) is waits
+
+
+def test_bulk_batches_stay_small_enough_for_a_boundary_to_come_in_time():
+    """A sample added to a batch costs half a run (a stage at batch b: 1 + 0.5 (b - 1) ms) and the urgent SLA is
+    12 ms = 1.5 x the 8 ms pass: an urgent request may wait at most 12 - 1.25 x 8 = 2 ms for a boundary, so while
+    urgent traffic arrives no sub-batch grows past 3 (a stage at batch 3 takes 2 ms), however short the jobs are
+    cut. The eight bulk requests queued behind urgent request 0 start in batches of at most 3; urgent request 9,
+    0.2 ms after them, finds a boundary at 10 ms and leaves at 18 ms, within its SLA. Without the rule the bulk
+    starts as one batch, whose stages take 3 ms each, and request 9 waits for the whole pass."""
+    def workload() -> list[Request]:
+        return [urgent(0, 0.0, 12.0)] + [bulk(i, 7.9) for i in range(1, 9)] + [urgent(9, 8.1, 12.0)]
+
+    reqs = workload()
+    sim, jobs = simulate(table(0.5), reqs)
+    assert max(len(ids) for _, _, _, ids in jobs) <= 3
+    assert reqs[-1].finish == pytest.approx(18 * MS) and all(r.latency <= r.sla for r in reqs)
+
+    reqs = workload()
+    sim, jobs = simulate(table(0.5), reqs, "eager")
+    assert max(len(ids) for _, _, _, ids in jobs) >= 5
+    assert reqs[-1].latency > reqs[-1].sla
+
+
+def test_the_urgent_batch_cap_gives_way_to_the_arrival_rate_only_where_batching_gains():
+    """Where a sample costs half a run more per added sample, batches of 3 would lose throughput that arrivals at
+    2 per ms need: the cap gives way (``MAX_UTILISATION``). Where batching gains nothing (a batch of b costs b
+    runs), past capacity the queue grows whatever the batch, and the cap stays. With one class: the maximum."""
+    def cap_after(per_sample: float, rate_per_ms: float) -> list[int]:
+        pol = parse_policy("eager:urgency=true").build(max_batch_size=8)
+        Simulation(table(per_sample), pol)  # attaches the policy to the table
+        caps = [pol._urgent_batch(0.0)]  # no class seen
+        pol.enqueue(urgent(0, 0.0, 12.0), 0.0)
+        pol.enqueue(bulk(1, 0.0), 0.0)
+        caps.append(pol._urgent_batch(0.0))
+        t = 0.0
+        for i in range(2, 20):  # within the rate window (0.51 s): the urgent class is still seen
+            t += MS / rate_per_ms
+            pol.enqueue(bulk(i, t / MS), t)
+        caps.append(pol._urgent_batch(t))
+        return caps
+
+    caps = cap_after(0.5, 2.0)  # 7: a sample costs 4.57 ms there, within min_gain of batch 8's 4.5 ms
+    assert caps[:2] == [8, 3] and caps[2] >= 7
+    assert cap_after(0.5, 0.05) == [8, 3, 3]
+    assert cap_after(1.0, 2.0) == [8, 2, 2]

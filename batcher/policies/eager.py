@@ -132,6 +132,7 @@ class EagerBatching(LazyBatching):
         self._window = RATE_WINDOW_MIN_S
         self._whole: list[float] = []  # [batch]: the whole graph's table time
         self._last_end: float | None = None  # when the device last fell idle (inline passes, BACK_TO_BACK_S)
+        self._cap = max_batch_size  # the sub-batch cap of this decision (``_urgent_batch`` while urgency applies)
 
     @property
     def needs_classes(self) -> bool:
@@ -328,9 +329,10 @@ class EagerBatching(LazyBatching):
         if self.graph.is_seq2seq:
             return super().next_job(now)  # the paper's slack rule, uncapped
         stack = self.stack
+        self._cap = self._urgent_batch(now) if self.urgency else self.max_batch_size
         if self.infq:
             if not stack:
-                k = self._batch_size(now)
+                k = min(self._batch_size(now), self._cap)
                 e = self._take(now, k)
                 if e is not None:
                     stack.append(e)
@@ -415,7 +417,7 @@ class EagerBatching(LazyBatching):
         stack = self.stack
         top = stack[-1]
         m = len(top.reqs)
-        room = self.max_batch_size - m  # what can still merge with the preempted sub-batch
+        room = self._cap - m  # what can still merge with the preempted sub-batch
         k = min(len(self.infq), room)
         if k <= 0:
             return 0, 0.0
@@ -512,6 +514,36 @@ class EagerBatching(LazyBatching):
         loosest = max(keys)
         tight = min(k[1] for k in keys if k < loosest)
         return tight if math.isfinite(tight) else None
+
+    def _urgent_batch(self, now: float) -> int:
+        """While outranking traffic arrives, the largest sub-batch whose every stage fits the room its tightest SLA
+        leaves (``_urgent_cut``'s room): an urgent request that arrives as a stage of that batch starts waits for
+        that stage at least, however short the jobs are cut. On a model whose batches cost about a run per sample
+        (ResNet-50 on a CPU), a batch of 8 makes one stage, or one merged segment (``fuse_segments``), longer than
+        an interactive SLA of 2 x t1. Never below the batch the arrival rate needs (``MAX_UTILISATION``, as
+        ``_batch_size``), unless a sample costs no more in the smaller batch than in the largest (within
+        ``min_gain``): then no batch size keeps up better. ``max_batch_size`` with one class, or where even batch 1
+        does not fit."""
+        cap = self.max_batch_size
+        budget = self._urgent_budget()
+        if budget is None:
+            return cap
+        scale = self.time_scale
+        room = budget - URGENT_ALONE * self._whole[1] * scale
+        dense = self.table.dense
+        b = 0
+        while b < cap and max(row[b + 1] for row in dense) * scale <= room:
+            b += 1
+        if b == 0:
+            return cap
+        # past capacity the queue grows whatever the batch; a smaller batch then costs only where a sample costs
+        # more in it than in the largest batch (the model's batching gain): allowed within min_gain of it
+        whole = self._whole
+        lam = self.rate(now) * scale
+        floor = whole[cap] / cap * (1.0 + self.min_gain)
+        while b < cap and lam * whole[b] > MAX_UTILISATION * b and whole[b] / b > floor:
+            b += 1
+        return b
 
     def _urgent_cut(self, now: float, s: int, m: int) -> int:
         """The last boundary a job of ``m`` from stage ``s`` may run to while outranking requests arrive: an urgent
@@ -661,7 +693,7 @@ class EagerBatching(LazyBatching):
         while len(stack) >= 2 and stack[-1].node == stack[-2].node:
             a, b = stack[-1], stack[-2]
             size = len(a.reqs) + len(b.reqs)
-            if size > self.batch_cap:
+            if size > self.batch_cap or (size > self._cap and not self.graph.is_seq2seq):
                 return
             if a.urgent and self._prefix and not self.graph.is_seq2seq:
                 pre, s, n, scale = self._prefix, a.node, self.graph.n, self.time_scale
