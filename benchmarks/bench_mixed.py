@@ -77,6 +77,8 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     build_default_repository(repo, kind=kind, work=work, profile_reps=5, seq2seq_baselines=False, policies=POLICIES,
                              priority_levels=2, default_priority_level=2)
     table = LatencyTable.load(work / f"{kind}_latency_b{KIND_MAX_BATCH[kind]}.json")
+    for pol in TRITON:  # a repository kept from an earlier run has its timeouts: t1 is measured without any
+        set_priority_timeouts(repo / f"{kind}_{pol}", {})
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                           log_file=out / f"tritonserver_{kind}.log",
                           extra_args=["--model-control-mode=explicit", "--load-model=*"])

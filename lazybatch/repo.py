@@ -138,7 +138,8 @@ def check_priority_levels(levels: int, default: int, timeouts_us: Mapping[int, i
 
 def set_priority_timeouts(model_dir: str | Path, timeouts_us: Mapping[int, int]) -> None:
     """Rewrite ``model_dir``'s Triton queue timeouts per priority level (a model under Triton's batcher with
-    priority_levels), e.g. once the served batch-1 time is measured; a reload (explicit model control) applies them."""
+    priority_levels), e.g. once the served batch-1 time is measured; a reload (explicit model control) applies them.
+    Levels not in ``timeouts_us`` lose any timeout they had (an empty mapping removes them all)."""
     from lazybatch.backend.config import load_config
 
     path = Path(model_dir) / "config.pbtxt"
@@ -149,6 +150,7 @@ def set_priority_timeouts(model_dir: str | Path, timeouts_us: Mapping[int, int])
                           field="--priority-queue-timeout-us")
     check_priority_levels(db.priority_levels, db.default_priority_level, timeouts_us)
     pb = model_config_pb2()
+    db.ClearField("priority_queue_policy")
     for level, us in timeouts_us.items():
         qp = db.priority_queue_policy[level]
         qp.timeout_action = pb.ModelQueuePolicy.REJECT

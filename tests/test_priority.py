@@ -60,3 +60,24 @@ def test_lazy_admits_the_urgent_request_into_a_limited_batch():
                on_job=lambda t, job: jobs.append((job.stage, sorted(r.id for r in job.requests)))).run(reqs)
     later = [ids for stage, ids in jobs if 0 not in ids and stage == 0]
     assert 3 in later[0]
+
+
+def test_set_priority_timeouts_rewrites_every_level(tmp_path):
+    """A rewrite replaces the timeouts a model had (a level left out loses its own; {} removes them all), so a
+    repository kept from an earlier run does not carry stale timeouts into the next."""
+    from lazybatch.backend.config import load_config
+    from lazybatch.repo import set_priority_timeouts
+
+    (tmp_path / "config.pbtxt").write_text('name: "m" backend: "python" max_batch_size: 4\n'
+                                           'dynamic_batching { priority_levels: 2 default_priority_level: 2 }\n')
+
+    def timeouts() -> dict[int, int]:
+        db = load_config(tmp_path / "config.pbtxt").dynamic_batching
+        return {k: v.default_timeout_microseconds for k, v in db.priority_queue_policy.items()}
+
+    set_priority_timeouts(tmp_path, {1: 100, 2: 1000})
+    assert timeouts() == {1: 100, 2: 1000}
+    set_priority_timeouts(tmp_path, {2: 5})
+    assert timeouts() == {2: 5}
+    set_priority_timeouts(tmp_path, {})
+    assert timeouts() == {}
