@@ -33,11 +33,11 @@ the stock one outward:
    idle device lets such requests run ahead of the rest. Within one class nothing changes: Triton's order. While
    outranking traffic arrives, no job runs longer than its tightest SLA leaves room for (``_urgent_cut``), so that
    a boundary is there when it is needed. Triton's batcher can only order its queue by priority: a request that
-   arrives while a batch runs waits for the whole graph. Off by default (``eager:urgency=true`` turns it on): on
-   a virtual clock it cuts interactive misses 2.7-8.7x against Triton's batcher, but served on this 2-core CPU it
-   did not (docs/results/mixed.md): the boundaries it keeps cost ResNet-50 40% of its throughput at 120% load
-   (stage-by-stage runs instead of the whole-graph session, every request through the scheduler thread), and a
-   default must never be worse than Triton's batcher.
+   arrives while a batch runs waits for the whole graph. While outranking traffic arrives, sub-batches also stay
+   small enough that every stage fits that room (``_urgent_batch``). Off by default (``eager:urgency=true`` turns
+   it on): on a virtual clock it cuts interactive misses 3.9-8.5x against Triton's batcher, but served on this
+   2-core CPU at most 1.75x (ResNet-50 on merged segments, ``fuse_segments: 4``), and it loses on the MLP and in
+   bulk throughput past capacity (docs/results/mixed.md); a default must never be worse than Triton's batcher.
 
 Seq2seq graphs (loops) keep the paper's slack rule, with the work-conserving base and no batch cap, and one change:
 a deadline in flight that is already lost (Eq. 2 says the work in flight misses it with no newcomer at all) no longer
