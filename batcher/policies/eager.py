@@ -131,6 +131,7 @@ class EagerBatching(LazyBatching):
         self._busy_s = 0.0
         self._window = RATE_WINDOW_MIN_S
         self._whole: list[float] = []  # [batch]: the whole graph's table time
+        self._longest: list[float] = []  # [batch]: the longest stage's table time
         self._last_end: float | None = None  # when the device last fell idle (inline passes, BACK_TO_BACK_S)
         self._cap = max_batch_size  # the sub-batch cap of this decision (``_urgent_batch`` while urgency applies)
 
@@ -151,6 +152,7 @@ class EagerBatching(LazyBatching):
                 acc.append(acc[-1] + row[b])
             self._prefix.append(acc)
         self._whole = [p[-1] for p in self._prefix]
+        self._longest = [max(row[b] for row in dense) for b in range(len(dense[0]))]  # [batch]: the longest stage
         self._window = max(RATE_WINDOW_MIN_S, RATE_WINDOW_PASSES * self._whole[1])
 
     def describe(self) -> str:
@@ -530,9 +532,8 @@ class EagerBatching(LazyBatching):
             return cap
         scale = self.time_scale
         room = budget - URGENT_ALONE * self._whole[1] * scale
-        dense = self.table.dense
         b = 0
-        while b < cap and max(row[b + 1] for row in dense) * scale <= room:
+        while b < cap and self._longest[b + 1] * scale <= room:
             b += 1
         if b == 0:
             return cap

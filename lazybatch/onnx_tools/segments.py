@@ -106,8 +106,9 @@ def merge_stages(stage_dir: str | Path, stages: Sequence[Mapping[str, Any]], *, 
                 raise SegmentError(f"stage file {stages[i]['file']} defines {sorted(clash)[:3]}, which an earlier "
                                    "stage defines too, and has subgraphs that may read them")
             rename = {c: f"{name}/s{i}/{c}" for c in clash}
+        weights = {t.name for t in g.initializer}  # an old-style input with a default value is a weight
         for v in g.input:
-            if v.name not in produced and v.name not in inputs and v.name not in {t.name for t in g.initializer}:
+            if v.name not in produced and v.name not in inputs and v.name not in weights:
                 inputs[v.name] = v
         for t in g.initializer:
             if t.name in shared_weights:

@@ -9,11 +9,9 @@ import time
 import numpy as np
 import onnxruntime as ort
 import pytest
-from google.protobuf import json_format
 
-from lazybatch.backend.config import BackendSettings, RequestOptions, load_config, parse_config_text
+from lazybatch.backend.config import BackendSettings, RequestOptions, parse_config_text
 from lazybatch.backend.fusion import FUSED_STAGE, fuse, fuse_reason, fused_table
-from lazybatch.backend.model import TritonPythonModel
 from lazybatch.backend.runtime import BackendRuntime
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.errors import ConfigError
@@ -23,6 +21,7 @@ from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
 from lazybatch.repo import add_model
 from lazybatch.staging import make_mlp, split_model
+from tests.backendhelpers import initialize_model
 
 SIZES = [1, 2, 4]
 
@@ -127,16 +126,6 @@ def test_fused_runtime_answers_every_request_with_its_result(mlp):
     assert rt.stats.stage_runs == sum(rt.stats.batch_hist.values()) and set(rt.stats.batch_hist) == {1}
 
 
-def _initialize(mdir, **params: str) -> TritonPythonModel:
-    cfg = load_config(mdir / "config.pbtxt")
-    for k, v in params.items():
-        cfg.parameters[k].string_value = v
-    m = TritonPythonModel()
-    m.initialize({"model_config": json_format.MessageToJson(cfg), "model_repository": str(mdir),
-                  "model_version": "1"})
-    return m
-
-
 @pytest.mark.parametrize("policy, mode, fused", [("lazy", "auto", True), ("lazy", "false", False),
                                                  ("serial", "auto", False), ("serial", "true", True)])
 def test_model_fuses_where_the_table_shows_no_gain(tmp_path, mlp, policy, mode, fused):
@@ -145,7 +134,7 @@ def test_model_fuses_where_the_table_shows_no_gain(tmp_path, mlp, policy, mode, 
                      profile_reps=1, execution_provider="cpu")
     runner = StageRunner(mdir / "1" / "stages", execution_provider="cpu")
     _table(runner, 0.95).save(mdir / "1" / "latency.json")  # a model where one more sample costs a whole run
-    m = _initialize(mdir, fuse_stages=mode)
+    m = initialize_model(mdir, fuse_stages=mode)
     try:
         assert (m.runtime.runner.n_stages == 1) is fused
         assert (m.fused is not None) is fused

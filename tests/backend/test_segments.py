@@ -7,18 +7,17 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from google.protobuf import json_format
 from onnx import TensorProto, helper, numpy_helper
 
-from lazybatch.backend.config import BackendSettings, load_config, parse_config_text
+from lazybatch.backend.config import BackendSettings, parse_config_text
 from lazybatch.backend.fusion import segment, segment_table
-from lazybatch.backend.model import TritonPythonModel
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.onnx_tools.segments import SegmentError, balanced_cuts, merge_stages, segment_ranges
 from lazybatch.repo import add_model
 from lazybatch.staging import batchable_light_model, make_mlp, split_model
+from tests.backendhelpers import initialize_model
 from tests.onnx.onnx_graphs import shared_weight_mlp
 
 SIZES = [1, 2, 4]
@@ -110,23 +109,13 @@ def test_segment_table_sums_its_stages(tmp_path):
         assert seg.dense[1][b] == pytest.approx(sum(table.dense[s][b] for s in range(1, runner.n_stages)))
 
 
-def _initialize(mdir, **params: str) -> TritonPythonModel:
-    cfg = load_config(mdir / "config.pbtxt")
-    for k, v in params.items():
-        cfg.parameters[k].string_value = v
-    m = TritonPythonModel()
-    m.initialize({"model_config": json_format.MessageToJson(cfg), "model_repository": str(mdir),
-                  "model_version": "1"})
-    return m
-
-
 def test_the_backend_serves_the_segments_and_removes_their_files(tmp_path):
     model = make_mlp(tmp_path / "m.onnx", in_dim=16, width=32, depth=6, out_dim=8)
     mdir = add_model(model, tmp_path / "repo", name="m", policy="eager:urgency=true", max_batch_size=4, max_stages=6,
                      profile_reps=1, execution_provider="cpu")
     n = StageRunner(mdir / "1" / "stages", execution_provider="cpu").n_stages
     assert n >= 4
-    m = _initialize(mdir, fuse_segments="2")
+    m = initialize_model(mdir, fuse_segments="2")
     try:
         runner = m.runtime.runner
         assert runner.n_stages == 2
@@ -140,7 +129,7 @@ def test_the_backend_serves_the_segments_and_removes_their_files(tmp_path):
     finally:
         m.finalize()
     assert not folder.exists()
-    m = _initialize(mdir, fuse_segments="0")
+    m = initialize_model(mdir, fuse_segments="0")
     try:
         assert m.runtime.runner.n_stages == n
     finally:

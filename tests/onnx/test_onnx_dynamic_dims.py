@@ -132,9 +132,7 @@ def test_other_negative_first_dims_are_still_refused(tmp_path: Path, cli) -> Non
 
 
 def test_repo_add_minus_one_batch_writes_valid_config(tmp_path: Path) -> None:
-    from google.protobuf import json_format
-
-    from lazybatch.backend.model import TritonPythonModel
+    from tests.backendhelpers import initialize_model
 
     src = mlp_minus_one(tmp_path / "m.onnx")
     mdir = add_model(src, tmp_path / "repo", name="neg", max_batch_size=4, profile_reps=1)
@@ -145,10 +143,7 @@ def test_repo_add_minus_one_batch_writes_valid_config(tmp_path: Path) -> None:
     table = LatencyTable.load(mdir / "1" / "latency.json")
     assert len(table.graph.stages) == 3 and max(table.batch_sizes) >= 4
     # the backend loads what repo add wrote: config and manifest agree, the stages run (warm-up)
-    m = TritonPythonModel()
-    m.initialize({"model_config": json_format.MessageToJson(cfg), "model_repository": str(mdir),
-                  "model_version": "1"})
-    m.finalize()
+    initialize_model(mdir, cfg).finalize()
 
 
 def test_profile_minus_one_batch(tmp_path: Path, cli) -> None:

@@ -97,14 +97,9 @@ def test_split_verify_then_repo_add(dist: str, relpath: str, shape: str, other: 
 
 def _load_in_backend(mdir: Path, cfg) -> None:
     """The backend's initialize: checks config against manifest, loads every stage, warms up at example_dims."""
-    from google.protobuf import json_format
+    from tests.backendhelpers import initialize_model
 
-    from lazybatch.backend.model import TritonPythonModel
-
-    m = TritonPythonModel()
-    m.initialize({"model_config": json_format.MessageToJson(cfg), "model_repository": str(mdir),
-                  "model_version": "1"})
-    m.finalize()
+    initialize_model(mdir, cfg).finalize()
 
 
 def test_rapidocr_classifier_has_a_minus_one_batch(tmp_path: Path, cli) -> None:

@@ -1,0 +1,23 @@
+"""Shared helpers for the tests that load the Triton backend model in-process (no server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+
+from lazybatch.backend.config import load_config
+from lazybatch.backend.model import TritonPythonModel
+
+
+def initialize_model(mdir: Path, cfg: Any = None, **params: str) -> TritonPythonModel:
+    """``TritonPythonModel.initialize`` as Triton calls it, on ``mdir``'s config.pbtxt (or ``cfg``), with
+    ``params`` set as config parameters; the caller finalizes it."""
+    cfg = load_config(mdir / "config.pbtxt") if cfg is None else cfg
+    for k, v in params.items():
+        cfg.parameters[k].string_value = v
+    m = TritonPythonModel()
+    m.initialize({"model_config": json_format.MessageToJson(cfg), "model_repository": str(mdir),
+                  "model_version": "1"})
+    return m
