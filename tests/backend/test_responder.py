@@ -75,7 +75,7 @@ def test_response_thread_parameter(tmp_path):
 
 @pytest.mark.parametrize("on", [True, False])
 def test_model_sends_through_the_thread_unless_told_not_to(tmp_path, on):
-    from tests.backend.test_fusion import _initialize
+    from tests.backendhelpers import initialize_model
 
     from lazybatch.repo import add_model
     from lazybatch.staging import make_mlp
@@ -83,7 +83,7 @@ def test_model_sends_through_the_thread_unless_told_not_to(tmp_path, on):
     model = make_mlp(tmp_path / "mlp.onnx", depth=2, width=8)
     mdir = add_model(model, tmp_path / "repo", name="m", policy="lazy", max_batch_size=4, profile_reps=1,
                      execution_provider="cpu")
-    m = _initialize(mdir, response_thread=str(on).lower())
+    m = initialize_model(mdir, response_thread=str(on).lower())
     try:
         assert (m._responder is not None) is on
         assert (m.runtime.respond is m._responder) if on else (m.runtime.respond == m._respond)
@@ -96,7 +96,7 @@ def test_model_sends_through_the_thread_unless_told_not_to(tmp_path, on):
 def test_a_model_that_fails_to_load_leaves_no_thread_running(tmp_path):
     import threading
 
-    from tests.backend.test_fusion import _initialize
+    from tests.backendhelpers import initialize_model
 
     from lazybatch.repo import add_model
     from lazybatch.staging import make_mlp
@@ -105,6 +105,6 @@ def test_a_model_that_fails_to_load_leaves_no_thread_running(tmp_path):
     mdir = add_model(model, tmp_path / "repo", name="m", policy="lazy", max_batch_size=4, profile_reps=1,
                      execution_provider="cpu")
     with pytest.raises(ConfigError, match="neither a stage name nor an index"):
-        _initialize(mdir, fault_injection="stage=no_such_stage,every=2")  # fails after both threads started
+        initialize_model(mdir, fault_injection="stage=no_such_stage,every=2")  # fails after both threads started
     left = [t.name for t in threading.enumerate() if t.name in ("m-responder", "m-scheduler") and t.is_alive()]
     assert left == []
