@@ -319,7 +319,8 @@ def test_tritons_batcher_groups_sources_of_different_lengths(s2s, kind):
     """Triton's dynamic batcher groups only requests of one shape unless the input allows ragged batches; without
     it (before this test) sources of different lengths never shared a batch under triton:<us>, and Triton's batcher
     lost to lazybatch by a margin that was the config's, not the batcher's. One long request runs; requests of six
-    different source lengths queue meanwhile and are decoded in one batch, each to its own reference tokens."""
+    different source lengths queue meanwhile (or arrive with it) and are decoded in one batch, each to its own
+    reference tokens."""
     model = f"{kind}_triton"
     info = s2s.info[kind]
     rng = np.random.default_rng(7)
@@ -327,8 +328,10 @@ def test_tritons_batcher_groups_sources_of_different_lengths(s2s, kind):
     long = make_request(rng, info, 2, info.max_output_length)
     queued = [make_request(rng, info, 1 + i % info.max_source_length, 2) for i in range(6)]
     with Client(s2s.grpc) as c, ThreadPoolExecutor(7) as pool:
+        # the long request goes first; the others queue while it decodes (a sleep here once outlasted the decode on
+        # a busy machine: they then arrived one by one and were served so). Should some arrive with it, Triton's
+        # batcher groups them with it: sources of different lengths in one batch either way.
         first = pool.submit(c.infer, model, long)
-        time.sleep(0.05)  # the long request is decoding
         futs = {i: pool.submit(c.infer, model, f) for i, f in enumerate(queued)}
         got = {i: f.result(timeout=120) for i, f in futs.items()}
         _check(s2s, kind, long, first.result(timeout=120))
