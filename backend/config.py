@@ -7,6 +7,7 @@ a message that says what is wrong, instead of failing inside a batch that also h
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -397,11 +398,52 @@ class RequestOptions:
 def parse_request_parameters(text: str | None, default_sla_ms: float | None) -> tuple[RequestOptions, str | None]:
     """``sla_ms``, ``deadline_unix_ms`` (absolute, wall clock) and ``request_priority`` from request parameters.
 
-    Other parameters are ignored (clients and Triton add their own).
+    Other parameters are ignored (clients and Triton add their own). Texts are parsed once and remembered (a client
+    sends the same parameters with every request, and this runs on the request's path); each call gets its own
+    ``RequestOptions``.
     """
-    opts = RequestOptions(sla_s=None if default_sla_ms is None else default_sla_ms / 1e3)
     if not text:
-        return opts, None
+        return RequestOptions(sla_s=None if default_sla_ms is None else default_sla_ms / 1e3), None
+    if not isinstance(text, str):
+        return _parse_request_parameters(text, default_sla_ms)
+    sla_s, deadline, priority, err = _parsed_parameters(text, default_sla_ms)
+    return RequestOptions(sla_s, deadline, priority), err
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_parameters(text: str, default_sla_ms: float | None) -> tuple[float | None, float | None, int, str | None]:
+    opts, err = _parse_request_parameters(text, default_sla_ms)
+    return opts.sla_s, opts.deadline_unix_s, opts.priority, err
+
+
+def _parse_request_parameters(text: Any, default_sla_ms: float | None) -> tuple[RequestOptions, str | None]:
+    opts = RequestOptions(sla_s=None if default_sla_ms is None else default_sla_ms / 1e3)
+    try:
+        params = json.loads(text) if isinstance(text, str) else dict(text)
+    except (ValueError, TypeError):
+        return opts, f"request parameters are not valid JSON: {text!r}"
+    if not isinstance(params, dict):
+        return opts, f"request parameters must be a JSON object, got {text!r}"
+    if "sla_ms" in params and "deadline_unix_ms" in params:
+        return opts, "give either sla_ms or deadline_unix_ms, not both"
+    if "sla_ms" in params:
+        v = params["sla_ms"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            return opts, f"request parameter sla_ms must be a positive number, got {v!r}"
+        opts.sla_s = float(v) / 1e3
+    if "deadline_unix_ms" in params:
+        v = params["deadline_unix_ms"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return opts, f"request parameter deadline_unix_ms must be a number (ms since the epoch), got {v!r}"
+        opts.sla_s = None
+        opts.deadline_unix_s = float(v) / 1e3
+    key = "request_priority" if "request_priority" in params else "priority"  # "priority" is Triton-reserved
+    if key in params:
+        v = params[key]
+        if isinstance(v, bool) or not isinstance(v, int):
+            return opts, f"request parameter {key} must be an integer, got {v!r}"
+        opts.priority = v
+    return opts, None
     try:
         params = json.loads(text) if isinstance(text, str) else dict(text)
     except (ValueError, TypeError):

@@ -158,6 +158,33 @@ class ModelMetrics:
         with self._lock:
             self.batch[stage].observe(batch_size)
 
+    def pass_done(self, n_stages: int, batch_size: int, ok: int, latency: float, failed: int = 0) -> None:
+        """A whole-graph pass of ``batch_size`` samples that answered ``ok`` requests (``failed`` more failed
+        alone), each ``latency`` seconds after execute began: what ``stage_run`` for every stage and
+        ``request_done`` for every request record, under one lock with one bucket lookup each (the pass runs in
+        Triton's execute, on the request's path)."""
+        with self._lock:
+            if n_stages:
+                h = self.batch[0]
+                i = bisect.bisect_left(h.bounds, batch_size)
+                for s in range(n_stages):
+                    h = self.batch[s]
+                    h.counts[i] += 1
+                    h.sum += batch_size
+                    h.count += 1
+            if ok:
+                self.requests[OK] += ok
+                lat = self.latency
+                j = bisect.bisect_left(lat.bounds, latency)
+                lat.counts[j] += ok
+                lat.sum += latency * ok
+                lat.count += ok
+                q = self.queue_delay
+                q.counts[bisect.bisect_left(q.bounds, 0.0)] += ok
+                q.count += ok
+            if failed:
+                self.requests[ERROR] += failed
+
     def stage_failed(self, stage: int) -> None:
         with self._lock:
             self.stage_failures[stage] += 1

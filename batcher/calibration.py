@@ -128,6 +128,54 @@ class OnlineCalibrator:
             return True
         return False
 
+    def observe_span(self, start: int, stop: int, batch: int, seconds: float, *, refresh: bool = True) -> bool:
+        """One run of stages ``start..stop-1`` as a single call (a fused span, a whole-graph pass) on ``batch``
+        samples that took ``seconds``: each stage is observed as ``observe`` would be, with the time shared in
+        proportion to the stages' times in the table now. The same result as a loop of ``observe`` calls, in one
+        (an inline pass in Triton's ``execute`` runs it on the request's path: 20 calls cost a 4 ms MobileNet
+        request 2%). True when a rewrite is due or done, as ``observe``."""
+        if not 0 <= start < stop <= len(self.profiled):
+            raise ValueError(f"span {start}..{stop} outside 0..{len(self.profiled)}")
+        if not 1 <= batch < len(self._bucket) or not (isinstance(seconds, (int, float)) and math.isfinite(seconds)
+                                                      and seconds > 0.0):
+            self.ignored += stop - start
+            return False
+        dense = self.table.dense
+        total = 0.0
+        for s in range(start, stop):
+            total += dense[s][batch]
+        if total <= 0.0:
+            self.ignored += stop - start
+            return False
+        share = seconds / total
+        k = self._bucket[batch]
+        w, lo, hi, threshold = self.weight, self.min_ratio, self.max_ratio, self.move_threshold
+        moved = False
+        for s in range(start, stop):
+            expected = self.profiled[s][batch]
+            if expected <= 0.0:
+                self.ignored += 1
+                continue
+            r = share * dense[s][batch] / expected
+            r = hi if r > hi else lo if r < lo else r
+            row = self.ratio[s]
+            cur = row[k]
+            applied = self._applied[s][k]
+            if cur is None:
+                cur = applied
+            new = cur + w * (r - cur)
+            row[k] = new
+            self.runs[s][k] += 1
+            self.observations += 1
+            self._since_refresh += 1
+            if abs(new / applied - 1.0) > threshold:
+                moved = True
+        if moved or self._since_refresh >= self.refresh_every:
+            if refresh:
+                self.refresh()
+            return True
+        return False
+
     # ------------------------------------------------------------------ derived ratios
     @property
     def scale(self) -> float:

@@ -205,6 +205,41 @@ def test_calibrator_converges_to_a_slowdown_at_one_batch_size_only():
     assert t.measured[0] == pytest.approx([MS, 2 * MS, 2 * MS, 4 * MS])  # nor what save() writes
 
 
+def test_observe_span_is_the_loop_of_observe_it_replaces():
+    """A whole-graph pass observed in one call (an inline pass in execute) leaves the calibrator exactly as the
+    per-stage loop did: each stage gets the time in proportion to its table time, with the same clamps, counters
+    and due rewrites."""
+    import random
+
+    rng = random.Random(3)
+    a, b = _cal_table(), _cal_table()
+    one, loop = OnlineCalibrator(a, refresh_every=7), OnlineCalibrator(b, refresh_every=7)
+    for _ in range(60):
+        batch = rng.choice((1, 2, 3, 4, 8))
+        start = rng.randrange(0, 3)
+        stop = rng.randrange(start + 1, 4)
+        took = sum(b.dense[s][batch] for s in range(start, stop)) * rng.choice((0.1, 0.9, 1.7, 40.0))
+        due_loop = False
+        total = sum(b.dense[s][batch] for s in range(start, stop))
+        for s in range(start, stop):
+            due_loop |= loop.observe(s, batch, took * b.dense[s][batch] / total, refresh=False)
+        due_one = one.observe_span(start, stop, batch, took, refresh=False)
+        assert due_one == due_loop
+        if due_one:
+            one.refresh()
+            loop.refresh()
+        assert one.runs == loop.runs and one.observations == loop.observations
+        for x, y in zip(one.ratio, loop.ratio):  # the same arithmetic, in another order: equal to rounding
+            assert [v is None for v in x] == [v is None for v in y]
+            assert [v for v in x if v is not None] == pytest.approx([v for v in y if v is not None], rel=1e-12)
+        for x, y in zip(a.dense, b.dense):
+            assert x == pytest.approx(y, rel=1e-12)
+    assert one.version == loop.version > 0
+    assert one.observe_span(0, 3, 9, 1.0) is False and one.ignored == 3  # batch outside the table: ignored
+    with pytest.raises(ValueError):
+        one.observe_span(2, 2, 1, 1.0)
+
+
 def test_calibrator_never_compounds():
     t = _cal_table()
     cal = OnlineCalibrator(t)

@@ -1,0 +1,109 @@
+"""What eager costs over Triton's batcher at light load, and which of its parts costs it: a diagnostic, not a benchmark.
+
+    python benchmarks/probe_idle_cost.py --model mlp --rounds 6 --requests 150
+
+At 10% load eager serves every request inline, on the same whole graph as Triton's batcher (docs/results/default.md),
+yet measured 0.91x of it on the MLP and MobileNet. This probe serves one repository with Triton's batcher at 0 ms
+(twice: the second copy is the noise floor), eager, and eager with one of its parts switched off per model (metrics,
+the response thread, the idle-time memory release, the cancellation watcher's pace), and sends requests one at a
+time with an exponential idle gap before each (the light-load regime: nothing queues, the server idles between
+requests), one to every model per cycle in a fresh random order, so that the machine's drift lands on all alike. Per model: the median latency
+per round, and its ratio to Triton 0 ms paired by cycle (per round, the median over cycles of Triton's latency / the
+model's in the same cycle; mean [min-max] over rounds), and the CPU time per request of
+the model's stub process and of tritonserver (from /proc, Linux).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from harness import fmt, spread  # noqa: E402
+from probe_routes import cpu_seconds, processes  # noqa: E402
+
+from lazybatch import repo as repo_mod  # noqa: E402
+from lazybatch.client.api import Client  # noqa: E402
+from lazybatch.serving import TritonServer, free_port  # noqa: E402
+
+# suffix -> (policy, parameters switched from the default)
+VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
+    "triton_0us": ("triton:0", {}),
+    "triton_0us_twin": ("triton:0", {}),
+    "eager": ("eager", {}),
+    "eager_nometrics": ("eager", {"metrics": "false"}),
+    "eager_norespthread": ("eager", {"response_thread": "false"}),
+    "eager_nomemrelease": ("eager", {"memory_release_ms": "0"}),
+    "eager_cancel1s": ("eager", {"cancel_poll_ms": "1000"}),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="mlp", choices=repo_mod.MODEL_KINDS)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--requests", type=int, default=150, help="sequential requests per model and round")
+    ap.add_argument("--gap", type=float, default=9.0, help="mean idle gap between requests, in multiples of t1 "
+                                                            "(9: the spacing of 10%% load)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="suffixes to serve, comma-separated")
+    ap.add_argument("--out", default="lazybatch-results/idle-cost")
+    args = ap.parse_args(argv)
+    names = args.variants.split(",")
+    for n in names:
+        policy, params = VARIANTS[n]
+        if params:
+            repo_mod.POLICY_PARAMETERS[n] = params
+    out = Path(args.out)
+    repo = repo_mod.build_default_repository(out / "repos" / args.model, kind=args.model,
+                                             work=out / "build" / args.model,
+                                             policies={n: VARIANTS[n][0] for n in names}, profile_reps=5)
+    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                          log_file=out / f"tritonserver_{args.model}.log")
+    rng = random.Random(0)
+    lat: dict[str, list[float]] = {n: [] for n in names}
+    ratio: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    cpu_server: dict[str, list[float]] = {}
+    with server, Client(server.endpoints.grpc) as c:
+        ref = f"{args.model}_triton_0us"
+        x = c.random_inputs(ref, 1, seed=0)
+        t1 = c.median_latency(ref, x, 30, sla_ms=60_000)
+        print(f"{args.model}: t1 {t1 * 1e3:.2f} ms; gap mean {args.gap * t1 * 1e3:.1f} ms")
+        procs = processes(server.proc.pid)
+        models = {n: f"{args.model}_{n}" for n in names}
+        for n in names:
+            for _ in range(3):
+                c.infer(models[n], x, sla_ms=60_000)
+        for r in range(args.rounds):
+            c0 = {n: cpu_seconds(procs[models[n]]) for n in names}
+            s0 = cpu_seconds(procs["tritonserver"])
+            vals: dict[str, list[float]] = {n: [] for n in names}
+            for _ in range(args.requests):  # one request per model per cycle, in a fresh random order
+                for n in rng.sample(names, len(names)):
+                    time.sleep(rng.expovariate(1.0 / (args.gap * t1)))
+                    vals[n].append(c.timed_infer(models[n], x, sla_ms=60_000)[1])
+            medians = {n: statistics.median(v) for n, v in vals.items()}
+            for n in names:
+                lat[n].append(medians[n] * 1e3)
+                # paired: the median over cycles of Triton's latency / this model's in the same cycle
+                ratio[n].append(statistics.median(a / b for a, b in zip(vals["triton_0us"], vals[n])))
+                cpu[n].append((cpu_seconds(procs[models[n]]) - c0[n]) / args.requests * 1e3)
+            cpu_server["all"] = cpu_server.get("all", []) + [(cpu_seconds(procs["tritonserver"]) - s0)
+                                                            / (args.requests * len(names)) * 1e3]
+            print(f"round {r + 1}: " + ", ".join(f"{n} {medians[n] * 1e3:.2f}" for n in names))
+    print(f"tritonserver CPU ms per request (all models): {fmt(spread(cpu_server['all']))}")
+    print(f"\n{'model':<22} {'median ms':<22} {'Triton 0 ms / it':<22} stub CPU ms/req")
+    for n in names:
+        print(f"{n:<22} {fmt(spread(lat[n])):<22} {fmt(spread(ratio[n])):<22} {fmt(spread(cpu[n]))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
