@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from harness import fmt, spread  # noqa: E402
+from harness import command_line, fmt, machine_meta, spread, write_json  # noqa: E402
 from probe_routes import cpu_seconds, processes  # noqa: E402
 
 from lazybatch import repo as repo_mod  # noqa: E402
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                                                             "(9: the spacing of 10%% load)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="suffixes to serve, comma-separated")
     ap.add_argument("--out", default="lazybatch-results/idle-cost")
+    ap.add_argument("--json", default=None, help="also write the per-round figures here (raw data for the docs)")
     args = ap.parse_args(argv)
     names = args.variants.split(",")
     for n in names:
@@ -99,6 +100,14 @@ def main(argv: list[str] | None = None) -> int:
                                                             / (args.requests * len(names)) * 1e3]
             print(f"round {r + 1}: " + ", ".join(f"{n} {medians[n] * 1e3:.2f}" for n in names))
     print(f"tritonserver CPU ms per request (all models): {fmt(spread(cpu_server['all']))}")
+    if args.json:
+        write_json(args.json, {"meta": {**machine_meta(), "command": command_line(), "model": args.model,
+                                         "t1_ms": t1 * 1e3, "gap_t1": args.gap, "requests": args.requests,
+                                         "rounds": args.rounds},
+                               "median_ms": lat, "paired_ratio_triton_0us": ratio, "stub_cpu_ms_per_request": cpu,
+                               "tritonserver_cpu_ms_per_request": cpu_server["all"],
+                               "summary": {n: {"median_ms": spread(lat[n]), "ratio": spread(ratio[n]),
+                                               "stub_cpu_ms": spread(cpu[n])} for n in names}})
     print(f"\n{'model':<22} {'median ms':<22} {'Triton 0 ms / it':<22} stub CPU ms/req")
     for n in names:
         print(f"{n:<22} {fmt(spread(lat[n])):<22} {fmt(spread(ratio[n])):<22} {fmt(spread(cpu[n]))}")
