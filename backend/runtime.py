@@ -18,8 +18,8 @@ Why the shape it has:
 
 from __future__ import annotations
 
-import functools
 import collections
+import functools
 import heapq
 import itertools
 import math
