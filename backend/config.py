@@ -444,27 +444,3 @@ def _parse_request_parameters(text: Any, default_sla_ms: float | None) -> tuple[
             return opts, f"request parameter {key} must be an integer, got {v!r}"
         opts.priority = v
     return opts, None
-    try:
-        params = json.loads(text) if isinstance(text, str) else dict(text)
-    except (ValueError, TypeError):
-        return opts, f"request parameters are not valid JSON: {text!r}"
-    if "sla_ms" in params and "deadline_unix_ms" in params:
-        return opts, "give either sla_ms or deadline_unix_ms, not both"
-    if "sla_ms" in params:
-        v = params["sla_ms"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            return opts, f"request parameter sla_ms must be a positive number, got {v!r}"
-        opts.sla_s = float(v) / 1e3
-    if "deadline_unix_ms" in params:
-        v = params["deadline_unix_ms"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            return opts, f"request parameter deadline_unix_ms must be a number (ms since the epoch), got {v!r}"
-        opts.sla_s = None
-        opts.deadline_unix_s = float(v) / 1e3
-    key = "request_priority" if "request_priority" in params else "priority"  # "priority" is Triton-reserved
-    if key in params:
-        v = params[key]
-        if isinstance(v, bool) or not isinstance(v, int):
-            return opts, f"request parameter {key} must be an integer, got {v!r}"
-        opts.priority = v
-    return opts, None

@@ -62,6 +62,20 @@ def test_request_parameters():
                         ({"sla_ms": 1, "deadline_unix_ms": 2}, "not both"), ({"request_priority": 1.5}, "integer")]:
         assert needle in parse_request_parameters(json.dumps(bad), None)[1]
     assert "not valid JSON" in parse_request_parameters("{", None)[1]
+    assert "must be a JSON object" in parse_request_parameters("5", None)[1]  # once a TypeError, not an answer
+
+
+def test_request_parameters_parsed_once_but_each_call_gets_its_own_options():
+    """The same text is parsed once (it is on every request's path), and execute may still rewrite one request's
+    options (its priority level) without touching the next request's."""
+    text = json.dumps({"sla_ms": 30, "request_priority": 2})
+    a, _ = parse_request_parameters(text, None)
+    a.priority = 9
+    b, err = parse_request_parameters(text, None)
+    assert err is None and b is not a and b.priority == 2 and b.sla_s == pytest.approx(0.03)
+    c, _ = parse_request_parameters(text, 500)  # another default SLA is another entry
+    assert c.sla_s == pytest.approx(0.03)
+    assert parse_request_parameters("{}", 500)[0].sla_s == pytest.approx(0.5)
 
 
 CONFIG = '''
