@@ -57,6 +57,19 @@ class LengthHistogram:
         k = bisect.bisect_left(self._cum, coverage * self._total - 1e-9)
         return self.lengths[min(k, len(self.lengths) - 1)]
 
+    def conditional_length(self, done: int, coverage: float) -> int:
+        """Smallest length L > ``done`` such that at least ``coverage`` of the mass above ``done`` has length <= L:
+        how far a sequence that has already run ``done`` steps is expected to go (``done + 1`` past the longest)."""
+        if not 0 < coverage <= 1:
+            raise ConfigError(f"coverage must be in (0, 1], got {coverage!r}", field="dec_timesteps_coverage")
+        k0 = bisect.bisect_right(self.lengths, done)
+        below = self._cum[k0 - 1] if k0 else 0.0
+        beyond = self._total - below
+        if k0 >= len(self.lengths) or beyond <= 0:
+            return done + 1
+        k = bisect.bisect_left(self._cum, below + coverage * beyond - 1e-9, lo=k0)
+        return self.lengths[min(k, len(self.lengths) - 1)]
+
     def fraction_at_most(self, length: int) -> float:
         k = bisect.bisect_right(self.lengths, length)
         return self._cum[k - 1] / self._total if k else 0.0

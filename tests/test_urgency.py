@@ -178,14 +178,14 @@ def test_class_key_orders_level_then_sla():
 
 def test_an_urgent_request_joins_a_running_decode_at_the_next_step():
     """Decoder loop (embed, enc, dec, out; 1 unit a stage, batching free). Bulk request 0 decodes 20 steps
-    (t=2..22), well within its SLA of 100; Eq. 2 (dec_timesteps 30) holds every newcomer whose deadline the work in
-    flight would pass. Urgent request 1 (SLA 10, one step) arrives at 5.5: under the paper's rule it waits for 0 to
+    (t=2..22), well within its SLA of 100; Eq. 2 (dec_timesteps 30, ``admission=eq2``) holds every newcomer whose
+    deadline the work in flight would pass. Urgent request 1 (SLA 10, one step) arrives at 5.5: under the paper's rule it waits for 0 to
     end and leaves at 27. With urgency it is admitted at the next boundary (t=6): embed and enc (6-8), it shares
     0's decoder step (8-9), its out runs on top (9-10): it leaves at 10, 4.5 after it came; 0 leaves 3 units later (the two stages and the out that 1 ran)."""
     from .test_scheduler_core import _seq2seq_table
 
     finish = {}
-    for policy in ("eager", "eager:urgency=true"):
+    for policy in ("eager:admission=eq2", "eager:admission=eq2,urgency=true"):
         pol = parse_policy(policy).build(max_batch_size=8)
         pol.dec_timesteps = 30
         reqs = [Request(0, 0.0, sla=100.0, enc_steps=1, dec_steps=20, priority=BULK),
@@ -193,8 +193,8 @@ def test_an_urgent_request_joins_a_running_decode_at_the_next_step():
         Simulation(_seq2seq_table(), pol).run(reqs)
         assert [r.status for r in reqs] == [Status.OK, Status.OK]
         finish[policy] = (reqs[0].finish, reqs[1].finish)
-    assert finish["eager"] == (23.0, 27.0)
-    assert finish["eager:urgency=true"] == (26.0, 10.0)
+    assert finish["eager:admission=eq2"] == (23.0, 27.0)
+    assert finish["eager:admission=eq2,urgency=true"] == (26.0, 10.0)
 
 
 def test_a_group_never_waits_in_execute_behind_work_it_may_outrank():

@@ -39,14 +39,18 @@ the stock one outward:
    2-core CPU at most 1.75x (ResNet-50 on merged segments, ``fuse_segments: 4``), and it loses on the MLP and in
    bulk throughput past capacity (docs/results/mixed.md); a default must never be worse than Triton's batcher.
 
-Seq2seq graphs (loops) keep the paper's slack rule, with the work-conserving base and no batch cap, and one change:
-a deadline in flight that is already lost (Eq. 2 says the work in flight misses it with no newcomer at all) no longer
-blocks admission. Under the paper's rule one long sequence past its SLA keeps every newcomer queued until it ends:
-on a decoder LM with a long tail of outputs (384 tokens under load outlive a 5 s SLA) the time to first token at
-90% load then had a p99 of seconds against a median of tens of ms (benchmarks/bench_streaming.py, a run before
-this rule). Refusing newcomers cannot bring a lost deadline back; it only makes them late too. A queued request
-that outranks the running sub-batch's loosest class is admitted where Eq. 2 would hold it: it joins the running decode at the next
-step. Spans are for static graphs.
+Seq2seq graphs (loops) keep the paper's BatchTable (the work-conserving base, no batch cap), and admit newcomers
+to the running decode on the table's batch curves (``admission="curves"``, batcher/decode_admission.py): the
+BatchTable run forward on the measured batched times, decoder lengths predicted from the length histogram given
+each row's progress, and every deadline that can still be met must hold. The paper's Eq. 2 prices a batch as the
+sum of single runs; ``admission="eq2"`` keeps it, with one change: a deadline in flight that is already lost no
+longer blocks admission. Under the paper's rule one long sequence past its SLA keeps every newcomer queued until it
+ends: on a decoder LM with a long tail of outputs (384 tokens under load outlive a 5 s SLA) the time to first token
+at 90% load then had a p99 of seconds against a median of tens of ms (benchmarks/bench_streaming.py, a run before
+this rule). The curves keep that change where the decode lengths are heavy-tailed and block on lost deadlines
+where they vary little (the module docstring of decode_admission says why). A queued request that outranks the
+running sub-batch's loosest class is admitted where the rule would hold it: it joins the running decode at the
+next step. Spans are for static graphs.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from collections import deque
 from typing import Sequence
 
 from ..decisions import DISPATCH, MERGE, PREEMPT
+from ..decode_admission import CurveAdmission, DecodeLengths
 from ..errors import ConfigError
 from ..interfaces import StageJob
 from ..lengths import LengthHistogram
@@ -88,6 +93,9 @@ BACK_TO_BACK_S = 0.0005
 # request that arrives as a job starts must still have room for that job and for its own pass, with a margin for
 # the table's error and the boundary's hand-off.
 URGENT_ALONE = 1.25
+# Admission of decoder requests (seq2seq graphs): "curves" predicts on the table's batched times
+# (batcher/decode_admission.py), "eq2" is the paper's sum of single runs over the deadlines still attainable.
+ADMISSION_RULES = ("curves", "eq2")
 
 
 def class_key(r: Request) -> tuple[int, float]:
@@ -105,13 +113,21 @@ class EagerBatching(LazyBatching):
     def __init__(self, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, *, dec_timesteps: int | None = None,
                  dec_timesteps_coverage: float = DEFAULT_COVERAGE, length_histogram: LengthHistogram | None = None,
                  min_gain: float = DEFAULT_MIN_GAIN, boundary_cost_us: float = 0.0, spans: bool = True,
-                 urgency: bool = False) -> None:
+                 urgency: bool = False, admission: str = "curves") -> None:
         super().__init__(max_batch_size, dec_timesteps=dec_timesteps, dec_timesteps_coverage=dec_timesteps_coverage,
                          length_histogram=length_histogram, min_batch_gain=0.0)
         if not 0.0 <= min_gain < 1.0:
             raise ConfigError(f"min_gain must be in [0, 1), got {min_gain!r}", field="min_gain")
         if not boundary_cost_us >= 0.0:
             raise ConfigError(f"boundary_cost_us must be >= 0, got {boundary_cost_us!r}", field="boundary_cost_us")
+        if admission not in ADMISSION_RULES:
+            raise ConfigError(f"admission must be one of {', '.join(ADMISSION_RULES)}, got {admission!r}",
+                              field="admission")
+        self.admission = admission
+        self._histogram = length_histogram
+        self._curves: CurveAdmission | None = None
+        self._curve_answer: tuple[tuple, tuple[int, float]] | None = None  # (state key, answer): _admissible_curves
+        self._loop_ends = 0  # loop iterations completed (_admissible_curves' cache key)
         self.min_gain = min_gain
         # seconds one stage boundary costs the device (serving cost; the backend keeps it measured)
         self.boundary_cost = boundary_cost_us * 1e-6
@@ -143,6 +159,9 @@ class EagerBatching(LazyBatching):
         """Recompute what is derived from the table (after online recalibration changed it)."""
         super().table_changed()
         if self.graph.is_seq2seq:
+            lengths = DecodeLengths(self._histogram, self.dec_timesteps_coverage, self.dec_timesteps)
+            self._curves = CurveAdmission(self.table, lengths)
+            self._curve_answer = None
             return
         dense = self.table.dense
         self._prefix = []
@@ -156,7 +175,7 @@ class EagerBatching(LazyBatching):
         self._window = max(RATE_WINDOW_MIN_S, RATE_WINDOW_PASSES * self._whole[1])
 
     def describe(self) -> str:
-        dec = f", dec_timesteps={self.dec_timesteps}" if self.graph.is_seq2seq else ""
+        dec = f", dec_timesteps={self.dec_timesteps}, admission={self.admission}" if self.graph.is_seq2seq else ""
         cost = f", boundary_cost={self.boundary_cost * 1e6:.0f}us" if self.boundary_cost else ""
         urgency = ", urgency=true" if self.urgency else ""
         return f"{self.name}(max_batch_size={self.max_batch_size}{dec}{cost}{urgency})"
@@ -176,6 +195,8 @@ class EagerBatching(LazyBatching):
         self._busy.append((now, now - job.started))
         self._busy_s += now - job.started
         self._last_end = now
+        if self.graph.is_loop_end[job.stage]:
+            self._loop_ends += 1
         super().job_done(job, result, now)
 
     def inline_batch(self, now: float, n: int, classes: Sequence[tuple[float, int]] | None = None) -> int:
@@ -292,7 +313,7 @@ class EagerBatching(LazyBatching):
         requests that outrank everything in flight are admitted anyway (moved to the head of InfQ): they join the
         running decode at the next step instead of waiting for the longest sequence in flight to end. (Outranking
         the running sub-batch's loosest class is enough, as for static graphs.)"""
-        k, slack = self._admissible_eq2(now)
+        k, slack = self._admissible_curves(now) if self.admission == "curves" else self._admissible_eq2(now)
         if k or not self.urgency or not self.stack:
             return k, slack
         outranked = max(class_key(r) for r in self.stack[-1].reqs)
@@ -303,6 +324,22 @@ class EagerBatching(LazyBatching):
         taken = set(map(id, urgent))
         self.infq = deque(urgent + [r for r in self.infq if id(r) not in taken])
         return len(urgent), slack
+
+    def _admissible_curves(self, now: float) -> tuple[int, float]:
+        """How many queued requests may join the running decode now, predicted on the table's batch curves
+        (batcher/decode_admission.py): every deadline that can still be met must hold."""
+        assert self._curves is not None
+        # A decision costs a shadow run of the BatchTable (about 0.5 ms at 300% load in the simulator) and is asked
+        # at every stage boundary. Within one loop iteration nothing it reads changes unless requests arrive, leave
+        # or merge, or the table or its scale changes, so the last answer stands until then.
+        key = (len(self.infq), id(self.infq[0]), sum(len(e.reqs) for e in self.stack), len(self.stack),
+               self.time_scale, self._loop_ends)
+        if self._curve_answer is not None and self._curve_answer[0] == key:
+            return self._curve_answer[1]
+        room = self.batch_cap - len(self.stack[-1].reqs)  # what can still merge with the preempted sub-batch
+        answer = self._curves.admissible(now, self.stack, self.infq, room, self.batch_cap, self.time_scale)
+        self._curve_answer = (key, answer)
+        return answer
 
     def _admissible_eq2(self, now: float) -> tuple[int, float]:
         """The paper's Eq. 2 (LazyBatching._admissible) over the deadlines in flight that can still be met: where
