@@ -51,7 +51,10 @@ POLICIES = {"eager": "eager", "triton_0us": "triton:0", "triton_5000us": "triton
 TRITON = [p for p in POLICIES if p.startswith("triton")]
 # The same loads on a virtual clock, on the latency table the server's policies read (no serving cost): Triton's
 # batcher at N ms is graph:N there (batcher/policies/graph_batching.py decodes a batch to its longest member's end).
-SIM_POLICIES = {"eager": "eager", "triton_0us": "graph:0", "triton_5000us": "graph:5", "triton_20000us": "graph:20"}
+# eager_eq2: eager with the paper's Eq. 2 admission in place of the batch curves (batcher/decode_admission.py), the
+# rule served before commit 02bfdaa: what the curves change, on the same table.
+SIM_POLICIES = {"eager": "eager", "eager_eq2": "eager:admission=eq2", "triton_0us": "graph:0", "triton_5000us": "graph:5",
+                "triton_20000us": "graph:20"}
 SIM_SEEDS, SIM_REQUESTS = 3, 400
 GOALS = {"lm": (3.0, 3.0, 2.0)}  # (avg, p99, peak throughput) at 70-150%; seq2seq: (1.5, -, -) there, 1.0 elsewhere
 
@@ -76,7 +79,9 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         t1 = t1_of(url, http, f"{kind}_triton_0us", 20)
         tqdm.write(f"[{kind}] t1 {t1 * 1e3:.1f} ms (batch-1 rate {1 / t1:.2f}/s), SLA {sla_ms:g} ms")
         for f, k, pol in turns(args.loads, args.reps, POLICIES, kind):
-            r = run_load(url, f"{kind}_{pol}", f / t1, args.duration, sla_ms=sla_ms, seed=100 * k, timeout_s=600.0)
+            # light loads run long enough to hold --min-requests arrivals (10% of the LM's rate: 0.4/s)
+            duration = max(args.duration, args.min_requests * t1 / f)
+            r = run_load(url, f"{kind}_{pol}", f / t1, duration, sla_ms=sla_ms, seed=100 * k, timeout_s=600.0)
             cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
                           "avg_ms": r.avg_ms, "p99_ms": r.p99_ms, "throughput": r.throughput,
                           "violations": r.sla_violation_rate})
@@ -145,13 +150,15 @@ def simulated_report(sim: dict) -> list[str]:
     lines = [f"Simulated on this run's latency table (no serving cost; t1 {sim['t1_ms']:.1f} ms, {sim['seeds']} seeds "
              f"x {sim['requests']} requests per cell; Triton's batcher at N ms is graph:N):", "",
              "| load | best Triton (by mean) | best Triton avg / eager avg | best Triton p99 / eager p99 | "
-             "eager avg / p99 ms | best Triton avg / p99 ms | throughput eager / best Triton (/s) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "eager avg / p99 ms | eager with Eq. 2 admission avg / p99 ms | best Triton avg / p99 ms | "
+             "throughput eager / best Triton (/s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for f in sorted({c["load"] for c in sim["cells"]}):
         best = min(TRITON, key=lambda p: by[f, p]["avg_ms"])
-        e, b = by[f, "eager"], by[f, best]
+        e, b, q = by[f, "eager"], by[f, best], by.get((f, "eager_eq2"))
+        eq2 = f"{q['avg_ms']:.0f} / {q['p99_ms']:.0f}" if q else "-"
         lines.append(f"| {f:.0%} | {best.removeprefix('triton_')} | {b['avg_ms'] / e['avg_ms']:.2f} | "
-                     f"{b['p99_ms'] / e['p99_ms']:.2f} | {e['avg_ms']:.0f} / {e['p99_ms']:.0f} | "
+                     f"{b['p99_ms'] / e['p99_ms']:.2f} | {e['avg_ms']:.0f} / {e['p99_ms']:.0f} | {eq2} | "
                      f"{b['avg_ms']:.0f} / {b['p99_ms']:.0f} | {e['throughput']:.2f} / {b['throughput']:.2f} |")
     return lines
 
@@ -161,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="lm", help="comma list of lm, gnmt, transformer (default lm)")
     add_sweep_args(ap, loads="0.7,1,1.5", reps=2, duration=20.0, out="lazybatch-results/decoder",
                    data="docs/data/decoder.json")
+    ap.add_argument("--min-requests", type=int, default=12,
+                    help="stretch a cell's duration to hold at least this many expected arrivals (12)")
     args = parse_sweep_args(ap, argv)
     out = Path(args.out)
     res = {"meta": {**machine_meta(), "command": command_line()}, "models": []}
