@@ -79,7 +79,7 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         t1 = t1_of(url, http, f"{kind}_triton_0us", 20)
         tqdm.write(f"[{kind}] t1 {t1 * 1e3:.1f} ms (batch-1 rate {1 / t1:.2f}/s), SLA {sla_ms:g} ms")
         for f, k, pol in turns(args.loads, args.reps, POLICIES, kind):
-            # light loads run long enough to hold --min-requests arrivals (10% of the LM's rate: 0.4/s)
+            # light loads run long enough to hold --min-requests arrivals (10% of the LM's rate: about 0.5/s)
             duration = max(args.duration, args.min_requests * t1 / f)
             r = run_load(url, f"{kind}_{pol}", f / t1, duration, sla_ms=sla_ms, seed=100 * k, timeout_s=600.0)
             cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
