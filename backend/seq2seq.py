@@ -443,15 +443,38 @@ def _token_rows(rows: list[list[int]]) -> dict[str, np.ndarray]:
     return {OUT_TOKENS: out, OUT_LEN: np.array([[len(t)] for t in rows], np.int64)}
 
 
+def _length_histogram(s2s: Seq2SeqSpec, table: LatencyTable):
+    """The decode-length histogram the table was profiled with (``meta["length_histogram"]``, where that file is
+    here), else the shipped one the model names (the WMT-like one by default, as ``lazybatch profile`` and the
+    clients use); None where neither loads."""
+    from pathlib import Path
+
+    from lazybatch.batcher.lengths import LengthHistogram
+    from lazybatch.client.seq2seq import shipped_histogram
+
+    profiled = table.meta.get("length_histogram")
+    try:
+        path = Path(profiled) if profiled and Path(profiled).is_file() else shipped_histogram(s2s.length_histogram)
+        return LengthHistogram.load(path)
+    except (ConfigError, OSError, ValueError):
+        return None
+
+
 def build_policy(spec: PolicySpec, s2s: Seq2SeqSpec, table: LatencyTable, *, max_batch_size: int | None,
                  dec_timesteps: int | None, coverage: float) -> Policy:
     """The policy, with the decoder steps Algorithm 1 assumes: the policy's own dec_timesteps, else the config's,
-    else the latency table's (``dec_timesteps_90`` of its length histogram), capped at the model's max_length."""
-    if spec.kind in ("lazy", "oracle") and "dec_timesteps" not in spec.params:
+    else the latency table's (``dec_timesteps_90`` of its length histogram), capped at the model's max_length.
+    Eager gets the length histogram itself (``_length_histogram``: its admission conditions the predicted length on
+    each row's progress). Up to commit 5d24c6a eager got neither, and predicted one more step for every row (so it
+    admitted up to the batch cap wherever that step kept the deadlines)."""
+    hist = None
+    if spec.kind == "eager" and "dec_timesteps" not in spec.params:
+        hist = _length_histogram(s2s, table)
+    if hist is None and spec.kind in ("lazy", "oracle", "eager") and "dec_timesteps" not in spec.params:
         dec = dec_timesteps or table.meta.get("dec_timesteps") or table.meta.get("dec_timesteps_90")
         if dec:
             spec = PolicySpec(spec.kind, {**spec.params, "dec_timesteps": min(int(dec), s2s.max_length)}, spec.text)
-    return spec.build(max_batch_size=max_batch_size, dec_timesteps_coverage=coverage)
+    return spec.build(max_batch_size=max_batch_size, dec_timesteps_coverage=coverage, length_histogram=hist)
 
 
 def warm_up(runner: StageRunner, spec: Seq2SeqSpec) -> None:

@@ -18,6 +18,7 @@ from lazybatch.backend.config import RequestOptions
 from lazybatch.backend.faults import FaultInjector
 from lazybatch.backend.seq2seq import Seq2SeqRuntime, Seq2SeqSpec, build_policy
 from lazybatch.backend.stages import StageRunner
+from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies import parse_policy
 from lazybatch.client.seq2seq import LengthSampler, Seq2SeqInfo, make_request
 from lazybatch.onnx_tools.runtime import StageChain
@@ -527,3 +528,33 @@ def test_decoupled_configs_are_checked(tmp_path):
         add_model(tmp_path / "m.onnx", tmp_path / "repo", name="m", execution_provider="cpu", profile_reps=1,
                   decoupled=True)
     assert not (tmp_path / "repo" / "m").exists() and not (tmp_path / "repo" / "h").exists()
+
+
+def test_eager_predicts_decode_lengths_from_the_models_histogram(split, tmp_path):
+    """Eager's admission (batcher/decode_admission.py) conditions each row's predicted length on its progress, from
+    the length histogram the table was profiled with (the shipped one the model names: chat for the LM, the
+    WMT-like one by default); a table whose histogram file is gone falls back to the shipped one, and a policy
+    given dec_timesteps keeps it fixed."""
+    from lazybatch.batcher.lengths import LengthHistogram
+    from lazybatch.client.seq2seq import shipped_histogram
+
+    kind, runner, spec, table, ref = split
+    hist = LengthHistogram.load(table.meta["length_histogram"])
+    assert hist.to_dict() == LengthHistogram.load(shipped_histogram(spec.length_histogram)).to_dict()
+    pol = build_policy(parse_policy("eager"), spec, table, max_batch_size=8, dec_timesteps=None, coverage=0.9)
+    Seq2SeqRuntime(runner, table, pol, lambda *a: None, spec=spec).close()
+    lengths = pol._curves.lengths
+    assert pol.dec_timesteps == lengths.target(0) == hist.coverage_length(0.9)
+    assert lengths.target(pol.dec_timesteps) == hist.conditional_length(pol.dec_timesteps, 0.9) > pol.dec_timesteps
+    assert lengths.lost_block == (kind != "gpt2")  # WMT-like lengths vary little; the LM's chat lengths do
+
+    moved = LatencyTable.from_dict(table.to_dict())
+    moved.meta["length_histogram"] = str(tmp_path / "gone.json")
+    pol = build_policy(parse_policy("eager"), spec, moved, max_batch_size=8, dec_timesteps=None, coverage=0.9)
+    Seq2SeqRuntime(runner, moved, pol, lambda *a: None, spec=spec).close()
+    assert pol._curves.lengths.target(0) == hist.coverage_length(0.9)
+
+    pol = build_policy(parse_policy("eager:dec_timesteps=5"), spec, table, max_batch_size=8, dec_timesteps=None,
+                       coverage=0.9)
+    Seq2SeqRuntime(runner, table, pol, lambda *a: None, spec=spec).close()
+    assert pol._curves.lengths.target(0) == 5 and pol._curves.lengths.target(7) == 8
