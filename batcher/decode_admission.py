@@ -30,6 +30,7 @@ still be met hold if the first k queued requests join now?) at a cost a serving 
 from __future__ import annotations
 
 import math
+from itertools import islice
 from typing import Sequence
 
 from .graph import ModelGraph, StageType
@@ -168,7 +169,6 @@ class CurveAdmission:
         """The largest k <= ``room`` such that admitting the first k queued requests now keeps every deadline that
         can still be met, and the smallest slack left over those deadlines (inf when none). Deadlines that are lost
         anyway block admission only where ``lost_block`` (see the module docstring)."""
-        inflight = [r for e in stack for r in e.reqs]
         base = self.slacks(now, stack, (), cap, scale)
         hi = min(room, len(queue))
         best = min((v for v in base if v >= 0.0), default=math.inf)
@@ -178,7 +178,7 @@ class CurveAdmission:
         # floors[i]: the least slack request i may be left with; a lost deadline is no floor (-inf), or, where lost
         # deadlines block, its slack with no newcomer (it may not be delayed at all)
         floors = [0.0 if v >= 0.0 else (v if block else -math.inf) for v in base]
-        head = list(queue)[:hi]
+        head = list(islice(queue, hi))  # not the whole queue: past capacity it is long, and this runs per decision
         for r in head:  # a newcomer: the same rule on its slack running alone from now
             alone = self.slacks(now, (), (r,), cap, scale)[0]
             floors.append(0.0 if alone >= 0.0 else (alone if block else -math.inf))
