@@ -84,7 +84,10 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
             r = run_load(url, f"{kind}_{pol}", f / t1, duration, sla_ms=sla_ms, seed=100 * k, timeout_s=600.0)
             cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
                           "avg_ms": r.avg_ms, "p99_ms": r.p99_ms, "throughput": r.throughput,
-                          "violations": r.sla_violation_rate})
+                          "violations": r.sla_violation_rate,
+                          # per request, in send order: [send offset s, latency ms (null: failed)]; the same trace
+                          # (seed) goes to every policy of a repetition, so requests pair across policies
+                          "records": [[round(o, 4), None if lat != lat else round(lat, 2)] for o, lat, _ in r.records]})
             time.sleep(0.5)
     return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "cells": cells,
             "simulated": simulated(*served_table(repo / f"{kind}_eager" / "1"), args.loads, sla_ms)}

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from harness import command_line, fmt, machine_meta, spread, write_json  # noqa: E402
+from harness import command_line, fmt, machine_meta, seq2seq_requests, spread, write_json  # noqa: E402
 from probe_routes import cpu_seconds, processes  # noqa: E402
 
 from lazybatch import repo as repo_mod  # noqa: E402
@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     repo = repo_mod.build_default_repository(out / "repos" / args.model, kind=args.model,
                                              work=out / "build" / args.model,
-                                             policies={n: VARIANTS[n][0] for n in names}, profile_reps=5)
+                                             policies={n: VARIANTS[n][0] for n in names}, profile_reps=5,
+                                             seq2seq_baselines=False)  # triton_<us>: Triton's own batcher
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                           log_file=out / f"tritonserver_{args.model}.log")
     rng = random.Random(0)
@@ -75,18 +76,22 @@ def main(argv: list[str] | None = None) -> int:
     with server, Client(server.endpoints.grpc) as c:
         ref = f"{args.model}_triton_0us"
         x = c.random_inputs(ref, 1, seed=0)
-        t1 = c.median_latency(ref, x, 30, sla_ms=60_000)
+        # seq2seq models: one request of histogram lengths per cycle, the same one to every model (paired)
+        feeds = seq2seq_requests(server.endpoints.http, ref, args.rounds * args.requests + 30, seed=0) or [x]
+        t1 = statistics.fmean(c.latencies(ref, feeds[-30:], 30, warmup=3, sla_ms=60_000)) if len(feeds) > 1 \
+            else c.median_latency(ref, x, 30, sla_ms=60_000)
         print(f"{args.model}: t1 {t1 * 1e3:.2f} ms; gap mean {args.gap * t1 * 1e3:.1f} ms")
         procs = processes(server.proc.pid)
         models = {n: f"{args.model}_{n}" for n in names}
         for n in names:
-            for _ in range(3):
-                c.infer(models[n], x, sla_ms=60_000)
+            for k in range(3):
+                c.infer(models[n], feeds[k % len(feeds)], sla_ms=60_000)
         for r in range(args.rounds):
             c0 = {n: cpu_seconds(procs[models[n]]) for n in names}
             s0 = cpu_seconds(procs["tritonserver"])
             vals: dict[str, list[float]] = {n: [] for n in names}
-            for _ in range(args.requests):  # one request per model per cycle, in a fresh random order
+            for i in range(args.requests):  # one request per model per cycle, in a fresh random order
+                x = feeds[(r * args.requests + i) % len(feeds)]
                 for n in rng.sample(names, len(names)):
                     time.sleep(rng.expovariate(1.0 / (args.gap * t1)))
                     vals[n].append(c.timed_infer(models[n], x, sla_ms=60_000)[1])
