@@ -11,6 +11,10 @@ requests), one to every model per cycle in a fresh random order, so that the mac
 per round, and its ratio to Triton 0 ms paired by cycle (per round, the median over cycles of Triton's latency / the
 model's in the same cycle; mean [min-max] over rounds), and the CPU time per request of
 the model's stub process and of tritonserver (from /proc, Linux).
+
+Seq2seq and decoder models (`--model gnmt|transformer|lm`): each cycle sends one request of the model's histogram
+lengths, the same one to every model, and t1 is the mean over 30 such requests; Triton's batcher decodes each group
+to its end in one execute (`triton:<us>`, as benchmarks/bench_decoder.py serves it).
 """
 
 from __future__ import annotations
