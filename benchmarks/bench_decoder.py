@@ -53,8 +53,8 @@ TRITON = [p for p in POLICIES if p.startswith("triton")]
 # batcher at N ms is graph:N there (batcher/policies/graph_batching.py decodes a batch to its longest member's end).
 # eager_eq2: eager with the paper's Eq. 2 admission in place of the batch curves (batcher/decode_admission.py), the
 # rule served before commit 02bfdaa: what the curves change, on the same table.
-SIM_POLICIES = {"eager": "eager", "eager_eq2": "eager:admission=eq2", "triton_0us": "graph:0", "triton_5000us": "graph:5",
-                "triton_20000us": "graph:20"}
+SIM_POLICIES = {"eager": "eager", "eager_eq2": "eager:admission=eq2", "triton_0us": "graph:0",
+                "triton_5000us": "graph:5", "triton_20000us": "graph:20"}
 SIM_SEEDS, SIM_REQUESTS = 3, 400
 GOALS = {"lm": (3.0, 3.0, 2.0)}  # (avg, p99, peak throughput) at 70-150%; seq2seq: (1.5, -, -) there, 1.0 elsewhere
 

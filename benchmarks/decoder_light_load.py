@@ -21,14 +21,16 @@ import sys
 def split(eager: list, triton: list) -> tuple[list, list]:
     """(alone, overlapped) pairs of (eager ms, triton ms); records are [send offset s, latency ms or None]."""
     alone, over = [], []
+    busy_until = float("-inf")  # the latest finish, under either policy, of the requests sent so far
     for i, (a, b) in enumerate(zip(eager, triton)):
-        if a[1] is None or b[1] is None:
-            continue
         sent = a[0]
-        busy_before = any(r[j][1] is not None and r[j][0] + r[j][1] / 1e3 > sent
-                          for r in (eager, triton) for j in range(i))
-        busy_after = i + 1 < len(eager) and (eager[i + 1][0] < sent + a[1] / 1e3 or triton[i + 1][0] < sent + b[1] / 1e3)
-        (over if busy_before or busy_after else alone).append((a[1], b[1]))
+        if a[1] is not None and b[1] is not None:
+            busy_after = i + 1 < len(eager) and (eager[i + 1][0] < sent + a[1] / 1e3
+                                                 or triton[i + 1][0] < sent + b[1] / 1e3)
+            (over if busy_until > sent or busy_after else alone).append((a[1], b[1]))
+        for r in (a, b):
+            if r[1] is not None:
+                busy_until = max(busy_until, r[0] + r[1] / 1e3)
     return alone, over
 
 
