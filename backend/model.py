@@ -224,7 +224,7 @@ class TritonPythonModel:
             table = load_table(s, runner)
             policy = seq2seq.build_policy(spec, self.seq2seq, table, coverage=s.dec_timesteps_coverage,
                                           max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size,
-                                          dec_timesteps=s.dec_timesteps)
+                                          dec_timesteps=s.dec_timesteps, decoupled=s.decoupled)
             seq2seq.warm_up(runner, self.seq2seq)
             runtime_cls = functools.partial(seq2seq.Seq2SeqRuntime, spec=self.seq2seq,
                                             stream_every=s.stream_interval_tokens if s.decoupled else 0)

@@ -461,12 +461,16 @@ def _length_histogram(s2s: Seq2SeqSpec, table: LatencyTable):
 
 
 def build_policy(spec: PolicySpec, s2s: Seq2SeqSpec, table: LatencyTable, *, max_batch_size: int | None,
-                 dec_timesteps: int | None, coverage: float) -> Policy:
+                 dec_timesteps: int | None, coverage: float, decoupled: bool = False) -> Policy:
     """The policy, with the decoder steps Algorithm 1 assumes: the policy's own dec_timesteps, else the config's,
     else the latency table's (``dec_timesteps_90`` of its length histogram), capped at the model's max_length.
     Eager gets the length histogram itself (``_length_histogram``: its admission conditions the predicted length on
     each row's progress). Up to commit 5d24c6a eager got neither, and predicted one more step for every row (so it
-    admitted up to the batch cap wherever that step kept the deadlines)."""
+    admitted up to the batch cap wherever that step kept the deadlines). A decoupled model's eager admits up to the
+    batch cap (``admission=first_token``: its users weigh the first token; batcher/policies/eager.py says why)
+    unless the policy names its admission."""
+    if decoupled and spec.kind == "eager" and "admission" not in spec.params:
+        spec = PolicySpec(spec.kind, {**spec.params, "admission": "first_token"}, spec.text)
     hist = None
     if spec.kind == "eager" and "dec_timesteps" not in spec.params:
         hist = _length_histogram(s2s, table)

@@ -24,11 +24,12 @@ class Request:
 
     ``enc_steps`` is known on arrival (the input length); ``dec_steps`` is the true output length when it is known
     in advance (the simulator); a live backend leaves it None and its executor reports when decoding ends.
-    Progress fields (``loop_iter``, ``start``, ``finish``, ``status``) are written by the scheduler only.
+    Progress fields (``loop_iter``, ``start``, ``first_token``, ``finish``, ``status``) are written by the scheduler
+    only; ``first_token`` is when the request's first decoder step ended (its first token, on a decoder model).
     """
 
     __slots__ = ("id", "arrival", "deadline", "enc_steps", "dec_steps", "priority", "payload",
-                 "loop_iter", "start", "finish", "status", "error", "est", "cancelled")
+                 "loop_iter", "start", "first_token", "finish", "status", "error", "est", "cancelled")
 
     def __init__(self, id: int, arrival: float, *, sla: float | None = None, deadline: float | None = None,
                  enc_steps: int = 1, dec_steps: int | None = None, priority: int = 0, payload: Any = None) -> None:
@@ -59,6 +60,7 @@ class Request:
         self.payload = payload
         self.loop_iter = 0
         self.start: float | None = None
+        self.first_token: float | None = None
         self.finish: float | None = None
         self.status: Status | None = None
         self.error: str | None = None

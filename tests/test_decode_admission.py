@@ -110,5 +110,45 @@ def test_a_lost_deadline_blocks_admission_only_where_lengths_vary_little():
 def test_admission_is_a_policy_parameter_with_a_clear_error():
     assert parse_policy("eager:admission=eq2").build(max_batch_size=4).admission == "eq2"
     assert parse_policy("eager").build(max_batch_size=4).admission == "curves"
-    with pytest.raises(ConfigError, match="admission must be one of curves, eq2"):
+    assert parse_policy("eager:admission=first_token").build(max_batch_size=4).admission == "first_token"
+    with pytest.raises(ConfigError, match="admission must be one of curves, eq2, first_token"):
         parse_policy("eager:admission=oracle").build(max_batch_size=4)
+
+
+def test_first_token_admits_a_newcomer_the_curves_hold_behind_a_meetable_deadline():
+    """A step at batch 2 costs 1.5 ms against 1 ms alone. Request 0 decodes 20 steps from 1 ms and must end by
+    22 ms (21 ms alone); request 1 (5 steps, loose SLA) arrives at 3.5 ms. The curves hold it (its prefill and five
+    shared steps would end request 0 at 24.5 ms), so its first token comes only after request 0's last one, at 23 ms.
+    ``first_token`` (decoupled models' default) lets it in at the 4 ms boundary: prefill to 5 ms, a shared step to
+    6.5 ms, its first token 3 ms after it came; request 0 pays 3.5 ms and misses its deadline."""
+    def run(admission: str) -> list[Request]:
+        reqs = [Request(0, 0.0, sla=22 * MS, dec_steps=20), Request(1, 3.5 * MS, sla=1.0, dec_steps=5)]
+        table = decoder_table(per_sample=0.5)
+        Simulation(table, parse_policy(f"eager:dec_timesteps=20,admission={admission}").build(max_batch_size=8)
+                   ).run(reqs)
+        return reqs
+
+    curves = run("curves")
+    assert curves[1].first_token / MS == pytest.approx(23.0)
+    assert curves[0].finish / MS == pytest.approx(21.0) and curves[0].latency <= curves[0].sla
+    first = run("first_token")
+    assert first[1].first_token / MS == pytest.approx(6.5)
+    assert first[0].first_token / MS == pytest.approx(2.0)  # its first step, 1-2 ms, before request 1 came
+    assert first[0].finish / MS == pytest.approx(24.5) and first[0].latency > first[0].sla
+
+
+def test_first_token_admits_no_more_than_the_batch_cap_leaves_room_for():
+    """Cap 2: request 0 decodes; three newcomers wait at the 3 ms boundary. One joins (room 1); the others start
+    only as rows leave, two steps' worth of tokens later at the earliest."""
+    reqs = [Request(0, 0.0, sla=1.0, dec_steps=10)] + [Request(i, 2.5 * MS, sla=1.0, dec_steps=3) for i in (1, 2, 3)]
+    policy = parse_policy("eager:dec_timesteps=10,admission=first_token").build(max_batch_size=2)
+    most = 0
+
+    def observe(t: float, job) -> None:
+        nonlocal most
+        most = max(most, sum(len(e.reqs) for e in policy.stack))
+
+    Simulation(decoder_table(per_sample=0.5), policy, on_job=observe).run(reqs)
+    assert most == 2
+    assert reqs[1].first_token < reqs[2].first_token and reqs[1].first_token < reqs[3].first_token
+    assert all(r.status.name == "OK" for r in reqs)

@@ -158,6 +158,8 @@ class Policy(ABC):
         out: list[Request] = []
         for r in reqs:
             r.loop_iter += 1
+            if kind is StageType.DECODER and r.first_token is None:
+                r.first_token = now
             if exits is not None:
                 leaving = r.id in exits
             elif kind is StageType.ENCODER:

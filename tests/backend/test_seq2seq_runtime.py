@@ -558,3 +558,18 @@ def test_eager_predicts_decode_lengths_from_the_models_histogram(split, tmp_path
                        coverage=0.9)
     Seq2SeqRuntime(runner, table, pol, lambda *a: None, spec=spec).close()
     assert pol._curves.lengths.target(0) == 5 and pol._curves.lengths.target(7) == 8
+
+
+def test_decoupled_models_default_to_first_token_admission(split):
+    """A decoupled model's eager admits up to the batch cap (its users weigh the first token); a policy that names
+    its admission keeps it, and a model that answers once keeps the curves."""
+    kind, runner, spec, table, ref = split
+    def admission(text: str, decoupled: bool) -> str:
+        return build_policy(parse_policy(text), spec, table, max_batch_size=8, dec_timesteps=None, coverage=0.9,
+                            decoupled=decoupled).admission
+
+    assert admission("eager", True) == "first_token"
+    assert admission("eager", False) == "curves"
+    assert admission("eager:admission=curves", True) == "curves"
+    assert not hasattr(build_policy(parse_policy("lazy"), spec, table, max_batch_size=8, dec_timesteps=None,
+                                    coverage=0.9, decoupled=True), "admission")
