@@ -91,7 +91,8 @@ def add_sweep_args(ap: Any, *, loads: str, reps: int, duration: float, out: str,
     ap.add_argument("--reps", type=int, default=reps, help=f"repetitions per cell ({reps})")
     ap.add_argument("--duration", type=float, default=duration, help=f"seconds of arrivals per cell ({duration:g})")
     ap.add_argument("--out", default=out, help="results folder")
-    ap.add_argument("--data", default=None, help=f"also copy the raw results here (none unless given; the docs' copy is {data})")
+    ap.add_argument("--data", default=None,
+                    help=f"also copy the raw results here (none unless given; the docs' copy is {data})")
 
 
 def parse_sweep_args(ap: Any, argv: list[str] | None) -> Any:
