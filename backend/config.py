@@ -25,6 +25,13 @@ from .stages import TRITON_TO_NUMPY, TensorSpec
 # after its cancel. The default (0, written "auto") paces the asks by the model's stage times instead, within a
 # bounded IPC load (backend/cancel_watch.py).
 DEFAULT_CANCEL_POLL_MS = 0.0
+# ... except on decoupled models. Their streamed parts reach Triton through the same stub-to-server message path as
+# the asks, and asks paced by stage times (the LM's are under 1 ms: about 1000 asks a second) held the parts back:
+# served at 90% load the LM's mean time to first token at the client was 48-250 ms (p99 0.3-1.6 s) while its parts
+# left the backend 24.5 ms after arrival on average; at a fixed 100 ms the client saw 25-27 ms (p99 57-82 ms), at
+# 1000 ms 21 ms (benchmarks/probe_first_part.py, docs/results/decoder.md). A cancel on a stream is then answered
+# within about 100 ms; an explicit cancel_poll_ms wins.
+DECOUPLED_CANCEL_POLL_MS = 100.0
 WHOLE_GRAPH = "whole_graph"  # the model runs the whole ONNX graph on what Triton batched (dynamic_batching)
 
 PARAMETERS = {
@@ -49,7 +56,8 @@ PARAMETERS = {
     "cancel_poll_ms": "auto (default; 0 is the same): the watcher thread asks each running request whether the "
                       "client cancelled it just before its stage ends and queued ones about once a stage time, so "
                       "a cancel is answered and its compute stops within about one stage time (sweeps >= 2 ms apart, "
-                      "<= 16 round trips each, <= 1000 a second) | <ms>: each held request at most once per "
+                      "<= 16 round trips each, <= 1000 a second); on a decoupled model 100 ms (the asks share the "
+                      "path of the streamed parts) | <ms>: each held request at most once per "
                       "<ms>, the rule before (50 was the default; backend/cancel_watch.py)",
     "fuse_stages": "auto (default): eager runs a job that spans every stage as the whole graph in one onnxruntime "
                    "call; lazy and oracle run each request through the whole graph "
@@ -270,7 +278,7 @@ class BackendSettings:
             allow_nan=_bool(_param(cfg, "allow_nan", "true"), "allow_nan"),
             execution_provider=_param(cfg, "execution_provider", "auto") or "auto",
             intra_op_threads=int(_number(_param(cfg, "intra_op_threads"), "intra_op_threads", int) or 0),
-            cancel_poll_ms=_cancel_poll_ms(_param(cfg, "cancel_poll_ms")),
+            cancel_poll_ms=_cancel_poll_ms(_param(cfg, "cancel_poll_ms"), decoupled),
             use_per_session_threads=_bool(_param(cfg, "use_per_session_threads"), "use_per_session_threads"),
             inplace_residuals=_bool(_param(cfg, "inplace_residuals", "true"), "inplace_residuals"),
             fuse_stages=_fuse_mode(_param(cfg, "fuse_stages", "auto")),
@@ -283,11 +291,14 @@ class BackendSettings:
         )
 
 
-def _cancel_poll_ms(text: str | None) -> float:
-    """``cancel_poll_ms``: "auto" (or absent, or 0) is 0.0, paced by the stage times; else a fixed period in ms."""
+def _cancel_poll_ms(text: str | None, decoupled: bool = False) -> float:
+    """``cancel_poll_ms``: "auto" (or absent, or 0) is 0.0, paced by the stage times, or on a decoupled model
+    ``DECOUPLED_CANCEL_POLL_MS``; else a fixed period in ms."""
+    auto = DECOUPLED_CANCEL_POLL_MS if decoupled else DEFAULT_CANCEL_POLL_MS
     if text is None or text.strip().lower() in ("", "auto"):
-        return DEFAULT_CANCEL_POLL_MS
-    return float(_number(text, "cancel_poll_ms"))
+        return auto
+    ms = float(_number(text, "cancel_poll_ms"))
+    return auto if ms == 0.0 else ms
 
 
 def _fuse_mode(text: str | None) -> str:

@@ -209,6 +209,8 @@ class RuntimeStats:
     cancel_checks: int = 0  # is_cancelled() round trips the watcher made (backend/cancel_watch.py): its IPC load
     cancel_check_s: float = 0.0  # the wall time they took
     cancel_slip: float = 1.0  # served job time over the table's, as the watcher predicts boundaries with it
+    admit_wait_s: float = 0.0  # from execute's hand-off to the scheduler thread taking the request, summed
+    admit_wait_max_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         n = max(self.stage_runs, 1)
@@ -227,6 +229,8 @@ class RuntimeStats:
             "memory_releases": self.memory_releases, "memory_release_ms": self.memory_release_s * 1e3,
             "cancel_checks": self.cancel_checks, "cancel_check_ms": self.cancel_check_s * 1e3,
             "cancel_slip": self.cancel_slip,
+            "admit_wait_mean_ms": self.admit_wait_s / max(self.requests, 1) * 1e3,
+            "admit_wait_max_ms": self.admit_wait_max_s * 1e3,
         }
 
 
@@ -679,6 +683,9 @@ class BackendRuntime:
         if self._watcher is not None:
             self._watcher.held_changed()
         self.stats.requests += 1
+        wait = self.clock.now() - arrival
+        self.stats.admit_wait_s += wait
+        self.stats.admit_wait_max_s = max(self.stats.admit_wait_max_s, wait)
         for row in range(parent.remaining):
             r = Request(next(self._ids), arrival, priority=opts.priority, **self._sample_args(parent, row), **kw)
             parent.samples.append(r)

@@ -29,8 +29,9 @@ end) and ``output_len`` (INT64 ``[1]``).
 
 from __future__ import annotations
 
+import collections
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -249,6 +250,9 @@ class _Seq(_Sample):
         raise KeyError(f"no value for stage input {name!r}")
 
 
+FIRST_PART_KEPT = 10_000  # server-side first-part times a model's stats keep (the most recent)
+
+
 @dataclass
 class Seq2SeqStats(RuntimeStats):
     """RuntimeStats plus what shows that decoder steps of requests at different timesteps shared a batch."""
@@ -261,12 +265,20 @@ class Seq2SeqStats(RuntimeStats):
     finished_eos: int = 0  # sequences the end token ended (before their length limit, or at it)
     finished_length: int = 0  # sequences that reached max_output_len or the model's max_length
     streamed: int = 0  # non-final responses sent (decoupled models)
+    # decoupled models: from execute's hand-off to each request's first part sent (server-side time to first token;
+    # a request answered in its final response alone has none)
+    first_part_s: collections.deque = field(default_factory=lambda: collections.deque(maxlen=FIRST_PART_KEPT))
 
     def as_dict(self) -> dict[str, Any]:
+        first = sorted(self.first_part_s)
         return {**super().as_dict(), "decoder_steps": self.decoder_steps,
                 "mixed_timestep_steps": self.mixed_timestep_steps, "max_timestep_spread": self.max_timestep_spread,
                 "tokens": self.tokens, "padded_rows": self.padded_rows, "finished_eos": self.finished_eos,
-                "finished_length": self.finished_length, "streamed": self.streamed}
+                "finished_length": self.finished_length, "streamed": self.streamed,
+                "first_part": {"n": len(first), "mean_ms": sum(first) / len(first) * 1e3 if first else None,
+                               "p50_ms": first[len(first) // 2] * 1e3 if first else None,
+                               "p99_ms": first[int(0.99 * len(first))] * 1e3 if first else None,
+                               "max_ms": first[-1] * 1e3 if first else None}}
 
 
 class Seq2SeqRuntime(BackendRuntime):
@@ -411,6 +423,9 @@ class Seq2SeqRuntime(BackendRuntime):
             seqs: list[_Seq] = [x.payload for x in parent.samples]
             if max(len(s.tokens) - s.sent for s in seqs) >= k:
                 self.stats.streamed += 1  # type: ignore[attr-defined]
+                if not any(s.sent for s in seqs):
+                    self.stats.first_part_s.append(self.clock.now() - parent.samples[0].arrival)  # type: ignore
+
                 self.respond(parent.handle, _token_rows([s.tokens[s.sent:] for s in seqs]), Status.OK, None, False)
                 for s in seqs:
                     s.sent = len(s.tokens)

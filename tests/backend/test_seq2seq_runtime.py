@@ -497,7 +497,11 @@ def test_streaming_parts_concatenate_to_the_reference(split, every):
             assert toks == _reference(ref, feeds, row), (k, row)
         if int(feeds["max_output_len"].max()) > every:
             assert parts.get(k), f"request {k} ({feeds['max_output_len'].ravel()} tokens) streamed nothing"
-    assert rt.stats.as_dict()["streamed"] == sum(len(v) for v in parts.values())
+    stats = rt.stats.as_dict()
+    assert stats["streamed"] == sum(len(v) for v in parts.values())
+    # server-side time to the first part: one per request that streamed one, after its hand-off
+    assert stats["first_part"]["n"] == len(parts) and 0 < stats["first_part"]["p50_ms"] <= stats["first_part"]["max_ms"]
+    assert 0 <= stats["admit_wait_mean_ms"] <= stats["admit_wait_max_ms"]
 
 
 def test_decoupled_configs_are_checked(tmp_path):
@@ -513,6 +517,12 @@ def test_decoupled_configs_are_checked(tmp_path):
     cfg = parse_config_text((mdir / "config.pbtxt").read_text())
     settings = BackendSettings.from_config(cfg, mdir / "1")
     assert settings.decoupled and settings.stream_interval_tokens == 2
+    # cancellation asks share the streamed parts' path: a decoupled model asks every 100 ms unless told otherwise
+    assert settings.cancel_poll_ms == 100.0
+    cfg.parameters["cancel_poll_ms"].string_value = "20"
+    assert BackendSettings.from_config(cfg, mdir / "1").cancel_poll_ms == 20.0
+    cfg.parameters["cancel_poll_ms"].string_value = "auto"
+    assert BackendSettings.from_config(cfg, mdir / "1").cancel_poll_ms == 100.0
     cfg.parameters["stream_interval_tokens"].string_value = "0"
     with pytest.raises(ConfigError, match="stream_interval_tokens must be at least 1"):
         BackendSettings.from_config(cfg, mdir / "1")

@@ -1,0 +1,54 @@
+"""Where a streamed first token waits: the client's time to first token against the backend's own (execute's
+hand-off to the first part sent) and Triton's queue before execute, for the decoupled LM under eager at 90% load,
+with the cancellation watcher asking at a given ``cancel_poll_ms``.
+
+    python benchmarks/probe_first_part.py lazybatch-results/streaming-r3/repos/lm/lm_eager --cancel-poll-ms 100
+
+Serves a hard-linked copy of the given model folder (bench_streaming.py's repo) with ``cancel_poll_ms`` set, and
+two 25 s cells of Poisson load at ``--load`` x 1/``--t1-ms`` after a 5 s warm-up; the backend's figures come from
+its stats file (LAZYBATCH_STATS_DIR), Triton's from its metrics."""
+import argparse, json, os, re, shutil, sys, tempfile, urllib.request
+from pathlib import Path
+sys.path[:0] = ["."]
+from lazybatch.client.load import run_load
+from lazybatch.serving import TritonServer, free_port
+
+ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+ap.add_argument("model_dir", type=Path)
+ap.add_argument("--cancel-poll-ms", default="auto")
+ap.add_argument("--load", type=float, default=0.9)
+ap.add_argument("--t1-ms", type=float, default=265.8, help="the batch-1 latency the load is a fraction of")
+args = ap.parse_args()
+work = Path(tempfile.mkdtemp())
+name = args.model_dir.name
+shutil.copytree(args.model_dir, work / "repo" / name, copy_function=os.link)
+cfg = work / "repo" / name / "config.pbtxt"
+cfg.unlink()
+text = (args.model_dir / "config.pbtxt").read_text()
+text = re.sub(r'parameters \{\s*key: "cancel_poll_ms"[^}]*\}\s*\}\s*', "", text)
+cfg.write_text(text + f'parameters {{\n  key: "cancel_poll_ms"\n  value {{\n    string_value: "{args.cancel_poll_ms}"\n  }}\n}}\n')
+
+
+def queue_ms(url: str) -> tuple[float, float]:
+    txt = urllib.request.urlopen(url).read().decode()
+    get = lambda m: float(re.search(rf'^{m}{{model="{name}",version="1"}} (\S+)', txt, re.M).group(1))
+    return get("nv_inference_queue_duration_us") / 1e3, get("nv_inference_request_success")
+
+
+srv = TritonServer(work / "repo", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                   log_file=work / "server.log", env={"LAZYBATCH_STATS_DIR": str(work / "stats")})
+with srv:
+    run_load(srv.endpoints.grpc, name, 2.0, 5, sla_ms=5000, seed=7, streaming=True, timeout_s=600)  # warm-up
+    for rep in range(2):
+        q0, n0 = queue_ms(srv.endpoints.metrics)
+        r = run_load(srv.endpoints.grpc, name, args.load / args.t1_ms * 1e3, 25, sla_ms=5000, seed=50 + rep,
+                     streaming=True, timeout_s=600)
+        q1, n1 = queue_ms(srv.endpoints.metrics)
+        print(f"cancel_poll_ms {args.cancel_poll_ms}, rep {rep}: {r.sent} sent, client TTFT avg {r.ttft_avg_ms:.1f} "
+              f"p50 {r.ttft_p50_ms:.1f} p99 {r.ttft_p99_ms:.1f} ms; Triton queue before execute "
+              f"{(q1 - q0) / max(n1 - n0, 1):.2f} ms", flush=True)
+d = json.loads((work / "stats" / f"{name}.json").read_text())
+print(f"cancel_poll_ms {args.cancel_poll_ms}, backend (warm-up and both reps): first part "
+      + ", ".join(f"{k} {v:.1f}" for k, v in d["first_part"].items())
+      + f"; execute to scheduler {d['admit_wait_mean_ms']:.2f} ms mean; {d['cancel_checks']} cancel asks "
+        f"({d['cancel_check_ms']:.0f} ms)")
