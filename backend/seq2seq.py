@@ -425,7 +425,6 @@ class Seq2SeqRuntime(BackendRuntime):
                 self.stats.streamed += 1  # type: ignore[attr-defined]
                 if not any(s.sent for s in seqs):
                     self.stats.first_part_s.append(self.clock.now() - parent.samples[0].arrival)  # type: ignore
-
                 self.respond(parent.handle, _token_rows([s.tokens[s.sent:] for s in seqs]), Status.OK, None, False)
                 for s in seqs:
                     s.sent = len(s.tokens)

@@ -10,6 +10,7 @@ its stats file (LAZYBATCH_STATS_DIR), Triton's from its metrics."""
 import argparse, json, os, re, shutil, sys, tempfile, urllib.request
 from pathlib import Path
 sys.path[:0] = ["."]
+from lazybatch.backend.config import config_to_text, load_config
 from lazybatch.client.load import run_load
 from lazybatch.serving import TritonServer, free_port
 
@@ -22,11 +23,10 @@ args = ap.parse_args()
 work = Path(tempfile.mkdtemp())
 name = args.model_dir.name
 shutil.copytree(args.model_dir, work / "repo" / name, copy_function=os.link)
-cfg = work / "repo" / name / "config.pbtxt"
-cfg.unlink()
-text = (args.model_dir / "config.pbtxt").read_text()
-text = re.sub(r'parameters \{\s*key: "cancel_poll_ms"[^}]*\}\s*\}\s*', "", text)
-cfg.write_text(text + f'parameters {{\n  key: "cancel_poll_ms"\n  value {{\n    string_value: "{args.cancel_poll_ms}"\n  }}\n}}\n')
+cfg = load_config(args.model_dir / "config.pbtxt")
+cfg.parameters["cancel_poll_ms"].string_value = args.cancel_poll_ms
+(work / "repo" / name / "config.pbtxt").unlink()  # a hard link to the original: replaced, not written through
+(work / "repo" / name / "config.pbtxt").write_text(config_to_text(cfg))
 
 
 def queue_ms(url: str) -> tuple[float, float]:
