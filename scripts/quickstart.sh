@@ -14,5 +14,6 @@ PY="${PYTHON:-python3}"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$VENV/bin/python" -m pip install -q -e ".[plots,serve]"
 "$VENV/bin/lazybatch" repo default
-exec "$VENV/bin/python" benchmarks/bench_triton.py --duration 5 --fractions 0.1,0.7,1.2 \
+# --min-requests: the 10% cell runs until it expects 60 requests per configuration (5 s would hold about 20)
+exec "$VENV/bin/python" benchmarks/bench_triton.py --duration 5 --min-requests 60 --fractions 0.1,0.7,1.2 \
   --out lazybatch-results/triton-quick "$@"
