@@ -10,6 +10,8 @@ perf_analyzer 2.41 sends synchronous requests in request-rate mode unless given 
 from __future__ import annotations
 
 import csv
+import json
+import math
 import os
 import shutil
 import subprocess
@@ -105,6 +107,15 @@ class PerfRow:
     client_send_recv_ms: float
     server_queue_ms: float
     server_compute_ms: float
+    # streaming (perf_analyzer --streaming on a decoupled model), from its --profile-export-file timestamps:
+    # request sent to first response, and the mean gap between the following responses (with one token a response,
+    # stream_interval_tokens 1, the time per output token); NaN where perf_analyzer did not stream
+    ttft_avg_ms: float = math.nan
+    ttft_p50_ms: float = math.nan
+    ttft_p99_ms: float = math.nan
+    tpot_avg_ms: float = math.nan
+    tpot_p99_ms: float = math.nan
+    streamed_requests: int = 0
 
 
 def command(perf: Path, model: str, url: str, rates: Sequence[float], *, batch: int = 1,
@@ -153,11 +164,47 @@ def parse_csv(path: Path, model: str, console: str = "") -> list[PerfRow]:
     return rows
 
 
+def stream_timing(export_path: Path) -> dict[float, dict[str, float]]:
+    """Time to first token and time per output token from perf_analyzer's ``--profile-export-file``, per request
+    rate (its experiments): every request's send time and the times of its responses, in ns. perf_analyzer 2.41's
+    CSV has no first-response column, so this is where a streamed model's TTFT under perf_analyzer comes from.
+    Percentiles as ``lazybatch load`` takes them (numpy's, interpolated), so the two drivers' figures compare."""
+    import numpy as np
+
+    data = json.loads(Path(export_path).read_text())
+    out: dict[float, dict[str, float]] = {}
+    for exp in data.get("experiments", []):
+        ttft, tpot = [], []
+        for req in exp.get("requests", []):
+            times = req.get("response_timestamps") or []
+            if not times:
+                continue  # never answered (perf_analyzer counts it as an error)
+            ttft.append((times[0] - req["timestamp"]) / 1e6)
+            if len(times) > 1:
+                tpot.append((times[-1] - times[0]) / (len(times) - 1) / 1e6)
+        if not ttft:
+            continue
+        t, g = np.asarray(ttft), np.asarray(tpot)
+        row = {"ttft_avg_ms": float(t.mean()), "ttft_p50_ms": float(np.percentile(t, 50)),
+               "ttft_p99_ms": float(np.percentile(t, 99)), "streamed_requests": len(ttft)}
+        if g.size:
+            row |= {"tpot_avg_ms": float(g.mean()), "tpot_p99_ms": float(np.percentile(g, 99))}
+        out[float(exp["experiment"]["value"])] = row
+    return out
+
+
 def run(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path, **kw: object) -> tuple[
         list[PerfRow], str]:
-    """Run perf_analyzer; returns its rows and its console output. Raises when it reports a failure."""
+    """Run perf_analyzer; returns its rows and its console output. Raises when it reports a failure. With
+    ``--streaming`` among the extra arguments the rows also carry the time to first token and per output token
+    (``stream_timing``; the timestamps stay in ``perf_<model>_export.json``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / f"perf_{model}.csv"
+    export = out_dir / f"perf_{model}_export.json"
+    if "--streaming" in kw.get("extra", ()):  # type: ignore[operator]
+        kw["extra"] = [*kw["extra"], "--profile-export-file", str(export)]  # type: ignore[misc]
+    elif export.exists():
+        export.unlink()  # an earlier streamed run's: not this one
     cmd = command(perf, model, url, rates, csv_path=csv_path, **kw)  # type: ignore[arg-type]
     r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
     text = r.stdout + r.stderr
@@ -165,4 +212,12 @@ def run(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path,
     if r.returncode != 0 or not csv_path.exists():
         tail = "\n".join(text.strip().splitlines()[-15:])
         raise ConfigError(f"perf_analyzer failed on {model} (exit {r.returncode}):\n{tail}")
-    return parse_csv(csv_path, model, text), text
+    rows = parse_csv(csv_path, model, text)
+    if export.exists():
+        timing = stream_timing(export)
+        for row in rows:  # the experiment whose rate is the row's (perf_analyzer's CSV rounds nothing here)
+            t = timing.get(row.request_rate) or next((v for k, v in timing.items()
+                                                      if abs(k - row.request_rate) < 1e-6), None)
+            for k, v in (t or {}).items():
+                setattr(row, k, v)
+    return rows, text

@@ -42,3 +42,22 @@ def test_nothing_to_join_writes_nothing(tmp_path):
     (tmp_path / "perf.json").write_text("not json")
     assert write_combined(tmp_path) is None
     assert not (tmp_path / "report.md").exists()
+
+
+def test_streamed_rows_carry_time_to_first_token_from_both_drivers(tmp_path):
+    load = LoadResult("lm", 4.0, 5.0, 100.0, 1, sent=20, ok=20, throughput=4.0, avg_ms=250.0, p50_ms=240.0,
+                      p90_ms=400.0, p99_ms=600.0, ttft_avg_ms=20.0, ttft_p99_ms=45.0, tpot_avg_ms=6.0)
+    (tmp_path / "load.json").write_text(json.dumps([load.row()]))
+    perf = PerfRow("lm", 4.0, 3.9, 260.0, 250.0, 410.0, 620.0, 0.5, 0.1, 1.0, ttft_avg_ms=22.0, ttft_p99_ms=50.0,
+                   tpot_avg_ms=6.5, streamed_requests=30)
+    (tmp_path / "perf.json").write_text(json.dumps([asdict(perf)]))
+    text = write_combined(tmp_path).read_text()
+    assert "TTFT avg ms | TTFT p99 ms | TPOT avg ms |" in text
+    assert text.splitlines()[2].endswith("| 20.00 | 45.00 | 6.00 |")  # lazybatch load's row first
+    assert text.splitlines()[3].endswith("| 22.00 | 50.00 | 6.50 |")
+
+
+def test_unstreamed_reports_keep_their_columns(tmp_path):
+    perf = PerfRow("m", 10.0, 9.9, 13.0, 12.0, 16.0, 28.0, 0.5, 1.5, 10.0)
+    (tmp_path / "perf.json").write_text(json.dumps([asdict(perf)]))
+    assert "TTFT" not in write_combined(tmp_path).read_text()

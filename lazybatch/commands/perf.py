@@ -64,8 +64,15 @@ def run(args: argparse.Namespace) -> int:
     for r in all_rows:
         print(f"{r.model:<22} {r.request_rate:>7.1f} {r.throughput:>8.1f} {r.avg_ms:>8.2f} {r.p50_ms:>8.2f} "
               f"{r.p90_ms:>8.2f} {r.p99_ms:>8.2f} {r.server_queue_ms:>7.2f} {r.server_compute_ms:>8.2f}")
+    streamed = [r for r in all_rows if r.streamed_requests]
+    if streamed:  # perf_analyzer --streaming: its latency is the whole stream; the first token's from its export
+        print(f"\n{'model':<22} {'rate/s':>7} {'TTFT avg':>9} {'p50':>8} {'p99':>8} {'TPOT avg':>9} {'p99':>8}")
+        for r in streamed:
+            print(f"{r.model:<22} {r.request_rate:>7.1f} {r.ttft_avg_ms:>9.2f} {r.ttft_p50_ms:>8.2f} "
+                  f"{r.ttft_p99_ms:>8.2f} {r.tpot_avg_ms:>9.2f} {r.tpot_p99_ms:>8.2f}")
     (out / "perf.json").write_text(json.dumps([asdict(r) for r in all_rows], indent=1))
-    print(f"wrote {out / 'perf.json'} and perf_<model>.csv/.log")
+    print(f"wrote {out / 'perf.json'} and perf_<model>.csv/.log"
+          + (" (streamed: perf_<model>_export.json, perf_analyzer's timestamps)" if streamed else ""))
     from lazybatch.client.report import write_combined
 
     combined = write_combined(out)  # joins a load.json of `lazybatch load --out` the same folder

@@ -525,11 +525,16 @@ def test_load_streams_a_decoupled_model_and_reports_ttft(s2s, tmp_path, capsys):
 
 
 def test_perf_analyzer_streams_from_a_decoupled_model(s2s, tmp_path):
-    """`lazybatch perf` on a decoupled model runs perf_analyzer --streaming with valid requests; no errors."""
+    """`lazybatch perf` on a decoupled model runs perf_analyzer --streaming with valid requests; no errors; the
+    time to first token and per output token come from its profile export."""
     out = tmp_path / "perf"
     log, before = _perf(s2s, "gpt2_stream", 8, 2000, out)
-    assert "--streaming" in log.splitlines()[0]
-    assert json.loads((out / "perf.json").read_text())[0]["throughput"] > 1
+    assert "--streaming" in log.splitlines()[0] and "--profile-export-file" in log.splitlines()[0]
+    row = json.loads((out / "perf.json").read_text())[0]
+    assert row["throughput"] > 1
+    # time to first token from perf_analyzer's own timestamps: before the whole stream ends, for every request
+    assert row["streamed_requests"] > 5 and 0 < row["ttft_avg_ms"] < row["avg_ms"]
+    assert 0 < row["tpot_avg_ms"] < row["avg_ms"]
     after = s2s.stats("gpt2_stream")
     assert after["answered"].get("OK", 0) > before.get("answered", {}).get("OK", 0)
     assert after["streamed"] > before.get("streamed", 0)  # it really streamed
