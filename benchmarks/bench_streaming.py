@@ -2,6 +2,7 @@
 
     python benchmarks/bench_streaming.py                       # loads 50/90/120%, 2 repetitions of 20 s
     python benchmarks/bench_streaming.py --loads 0.9 --reps 3 --duration 30
+    python benchmarks/bench_streaming.py --driver perf_analyzer --loads 0.9 --reps 3   # the load from perf_analyzer
 
 Goal (issue "Decoder models"): time to first token (TTFT) at 90% of the batch-1 rate <= 2x its unloaded value, under
 lazybatch's default policy (eager), with the model decoupled (`repo add --decoupled`: each token is sent as it is
@@ -17,12 +18,19 @@ client, which streams a decoupled model and times each request's parts (client/s
 at the load / mean unloaded TTFT of the same policy in the same repetition; mean [min-max] over repetitions, a range that
 straddles the goal is a tie. Time per output token (after the first) is reported beside it. The raw cells go to
 OUT/streaming.json; ``--data`` copies them into the docs.
+
+``--driver perf_analyzer``: the loaded cells come from NVIDIA perf_analyzer instead (`lazybatch perf`: Poisson
+request rate, --streaming, every request's timestamps from its --profile-export-file; three measurement windows of
+a third of --duration each), for eager and eager_curves only: Triton's batcher leaves requests waiting tens of
+seconds past capacity, longer than perf_analyzer's windows, and is compared under `lazybatch load`. The unloaded
+values are measured as above.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import time
@@ -36,6 +44,7 @@ from tqdm import tqdm  # noqa: E402
 
 from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args,  # noqa: E402
                      seq2seq_requests, spread, verdict, write_json)
+from lazybatch.cli import main as lazybatch_cli  # noqa: E402
 from lazybatch.client.load import run_load  # noqa: E402
 from lazybatch.client.stream import StreamClient  # noqa: E402
 from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
@@ -93,19 +102,42 @@ def run(args: argparse.Namespace, out: Path) -> dict:
                 t1 = base[0]["triton_0us"]["latency_ms"] / 1e3
             tqdm.write(f"rep {k}: t1 {t1 * 1e3:.1f} ms (batch-1 rate {1 / t1:.2f}/s); unloaded TTFT "
                        + ", ".join(f"{p} {b['ttft_ms']:.1f} ms" for p, b in base[k].items()))
+            loaded = list(POLICIES) if args.driver == "load" else ["eager", "eager_curves"]
             for f in args.loads:
-                for pol in (list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))):
-                    r = run_load(url, f"{KIND}_{pol}", f / t1, args.duration, sla_ms=sla_ms, seed=100 * k,
-                                 timeout_s=600.0)
-                    assert r.streaming, "the model is decoupled: the load client must stream"
-                    cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok,
-                                  "errors": r.errors, "ttft_avg_ms": r.ttft_avg_ms, "ttft_p50_ms": r.ttft_p50_ms,
-                                  "ttft_p99_ms": r.ttft_p99_ms, "tpot_avg_ms": r.tpot_avg_ms, "avg_ms": r.avg_ms,
-                                  "p99_ms": r.p99_ms, "throughput": r.throughput, "tokens": r.tokens})
+                for pol in (loaded if k % 2 == 0 else list(reversed(loaded))):
+                    cells.append({"load": f, "rep": k, "policy": pol, "driver": args.driver}
+                                 | (perf_cell(url, pol, f / t1, args.duration, k, out) if args.driver != "load"
+                                    else load_cell(url, pol, f / t1, args.duration, sla_ms, k)))
                     time.sleep(0.5)
                 bar.update()
         bar.close()
     return {"model": KIND, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "unloaded": base, "cells": cells}
+
+
+def load_cell(url: str, pol: str, rate: float, duration: float, sla_ms: float, k: int) -> dict:
+    r = run_load(url, f"{KIND}_{pol}", rate, duration, sla_ms=sla_ms, seed=100 * k, timeout_s=600.0)
+    assert r.streaming, "the model is decoupled: the load client must stream"
+    return {"sent": r.sent, "ok": r.ok, "errors": r.errors, "ttft_avg_ms": r.ttft_avg_ms, "ttft_p50_ms": r.ttft_p50_ms,
+            "ttft_p99_ms": r.ttft_p99_ms, "tpot_avg_ms": r.tpot_avg_ms, "avg_ms": r.avg_ms, "p99_ms": r.p99_ms,
+            "throughput": r.throughput, "tokens": r.tokens}
+
+
+def perf_cell(url: str, pol: str, rate: float, duration: float, k: int, out: Path) -> dict:
+    """One cell under perf_analyzer (`lazybatch perf`: its valid seq2seq input data, --streaming, the TTFT from
+    its profile export): three windows of duration / 3, a stability threshold it always meets (a busy 2-core
+    machine varies more than perf_analyzer's default 10% between windows)."""
+    folder = out / "perf" / f"{pol}_{rate:.3f}_{k}"
+    rc = lazybatch_cli(["perf", f"{KIND}_{pol}", "--url", url, "--rates", f"{rate:.4f}", "--measurement-ms",
+                        str(int(duration * 1000 / 3)), "--stability-percentage", "500", "--max-trials", "3",
+                        "--seed", str(100 * k), "--out", str(folder)])
+    if rc != 0:
+        raise SystemExit(f"perf_analyzer failed on {KIND}_{pol}: see {folder}")
+    row = json.loads((folder / "perf.json").read_text())[0]
+    return {"sent": row["streamed_requests"] + row["unanswered_requests"], "ok": row["streamed_requests"],
+            "errors": row["unanswered_requests"],
+            "ttft_avg_ms": row["ttft_avg_ms"], "ttft_p50_ms": row["ttft_p50_ms"], "ttft_p99_ms": row["ttft_p99_ms"],
+            "tpot_avg_ms": row["tpot_avg_ms"], "avg_ms": row["avg_ms"], "p99_ms": row["p99_ms"],
+            "throughput": row["throughput"]}
 
 
 def report(res: dict) -> list[str]:
@@ -114,7 +146,9 @@ def report(res: dict) -> list[str]:
     def unl(p: str, key: str, digits: int = 1) -> str:
         return fmt(spread([b[p][key] for b in base]), digits)
 
-    lines = [f"{KIND}: t1 {res['t1_ms']:.1f} ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s). Unloaded TTFT / time per "
+    driver = cells[0].get("driver", "load") if cells else "load"
+    lines = [f"{KIND}, loaded by {'perf_analyzer' if driver != 'load' else 'lazybatch load'}: t1 {res['t1_ms']:.1f} "
+             f"ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s). Unloaded TTFT / time per "
              "output token (ms): " + "; ".join(f"{p} {unl(p, 'ttft_ms')} / {unl(p, 'tpot_ms', 2)}" for p in POLICIES),
              "", "| load | eager TTFT / unloaded | goal | eager TTFT avg / p99 ms | eager TPOT ms | eager_curves TTFT "
              "/ unloaded | its TTFT avg / p99 ms | its TPOT ms | best Triton (by TTFT) | its TTFT avg / p99 ms | its "
@@ -125,21 +159,26 @@ def report(res: dict) -> list[str]:
         by = {(c["rep"], c["policy"]): c for c in cells if c["load"] == f}
         ratio = spread([by[k, "eager"]["ttft_avg_ms"] / base[k]["eager"]["ttft_ms"] for k in reps])
         curves = spread([by[k, "eager_curves"]["ttft_avg_ms"] / base[k]["eager_curves"]["ttft_ms"] for k in reps])
-        best = min(TRITON, key=lambda p: sum(by[k, p]["ttft_avg_ms"] for k in reps))
-        vs = spread([by[k, best]["ttft_avg_ms"] / by[k, "eager"]["ttft_avg_ms"] for k in reps])
+        triton = [p for p in TRITON if all((k, p) in by for k in reps)]  # none under perf_analyzer
+        best = min(triton, key=lambda p: sum(by[k, p]["ttft_avg_ms"] for k in reps)) if triton else None
         goal = (f"<= {GOAL:g}: " + ("met" if ratio["max"] <= GOAL else "missed" if ratio["min"] > GOAL else "tie")
                 if abs(f - GOAL_LOAD) < 1e-9 else "-")
 
         def mean(p: str, key: str) -> float:
             return statistics.fmean(by[k, p][key] for k in reps)
 
+        if best is None:
+            vs_cells = "- | - | - | - |"
+        else:
+            vs = spread([by[k, best]["ttft_avg_ms"] / by[k, "eager"]["ttft_avg_ms"] for k in reps])
+            vs_cells = (f"{best.removeprefix('triton_')} | {mean(best, 'ttft_avg_ms'):.1f} / "
+                        f"{mean(best, 'ttft_p99_ms'):.1f} | {mean(best, 'tpot_avg_ms'):.2f} | "
+                        f"{fmt(vs)} ({verdict(vs, 1.0)} >= 1) |")
         lines.append(f"| {f:.0%} | {fmt(ratio)} | {goal} | {mean('eager', 'ttft_avg_ms'):.1f} / "
                      f"{mean('eager', 'ttft_p99_ms'):.1f} | {mean('eager', 'tpot_avg_ms'):.2f} | "
                      f"{fmt(curves)} | {mean('eager_curves', 'ttft_avg_ms'):.1f} / "
                      f"{mean('eager_curves', 'ttft_p99_ms'):.1f} | {mean('eager_curves', 'tpot_avg_ms'):.2f} | "
-                     f"{best.removeprefix('triton_')} | {mean(best, 'ttft_avg_ms'):.1f} / "
-                     f"{mean(best, 'ttft_p99_ms'):.1f} | {mean(best, 'tpot_avg_ms'):.2f} | "
-                     f"{fmt(vs)} ({verdict(vs, 1.0)} >= 1) |")
+                     + vs_cells)
     lines.append(f"\nErrors: {sum(c['errors'] for c in cells)} of {sum(c['sent'] for c in cells)} requests.")
     return lines
 
@@ -149,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     add_sweep_args(ap, loads="0.5,0.9,1.2", reps=2, duration=20.0, out="lazybatch-results/streaming",
                    data="docs/data/streaming.json")
     ap.add_argument("--unloaded", type=int, default=20, help="requests per policy for the unloaded values (20)")
+    ap.add_argument("--driver", choices=("load", "perf_analyzer"), default="load",
+                    help="what offers the load: lazybatch load's streaming client (default) or perf_analyzer")
     args = parse_sweep_args(ap, argv)
     out = Path(args.out)
     res = {"meta": {**machine_meta(), "command": command_line()}, **run(args, out)}

@@ -116,6 +116,7 @@ class PerfRow:
     tpot_avg_ms: float = math.nan
     tpot_p99_ms: float = math.nan
     streamed_requests: int = 0
+    unanswered_requests: int = 0  # in its export with no response at all
 
 
 def command(perf: Path, model: str, url: str, rates: Sequence[float], *, batch: int = 1,
@@ -174,11 +175,12 @@ def stream_timing(export_path: Path) -> dict[float, dict[str, float]]:
     data = json.loads(Path(export_path).read_text())
     out: dict[float, dict[str, float]] = {}
     for exp in data.get("experiments", []):
-        ttft, tpot = [], []
+        ttft, tpot, unanswered = [], [], 0
         for req in exp.get("requests", []):
             times = req.get("response_timestamps") or []
             if not times:
-                continue  # never answered (perf_analyzer counts it as an error)
+                unanswered += 1
+                continue
             ttft.append((times[0] - req["timestamp"]) / 1e6)
             if len(times) > 1:
                 tpot.append((times[-1] - times[0]) / (len(times) - 1) / 1e6)
@@ -186,7 +188,8 @@ def stream_timing(export_path: Path) -> dict[float, dict[str, float]]:
             continue
         t, g = np.asarray(ttft), np.asarray(tpot)
         row = {"ttft_avg_ms": float(t.mean()), "ttft_p50_ms": float(np.percentile(t, 50)),
-               "ttft_p99_ms": float(np.percentile(t, 99)), "streamed_requests": len(ttft)}
+               "ttft_p99_ms": float(np.percentile(t, 99)), "streamed_requests": len(ttft),
+               "unanswered_requests": unanswered}
         if g.size:
             row |= {"tpot_avg_ms": float(g.mean()), "tpot_p99_ms": float(np.percentile(g, 99))}
         out[float(exp["experiment"]["value"])] = row

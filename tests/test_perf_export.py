@@ -30,7 +30,7 @@ def test_first_response_and_the_gaps_after_it_per_rate(tmp_path):
     timing = stream_timing(path)
     assert set(timing) == {4.0, 8.0}
     four = timing[4.0]
-    assert four["streamed_requests"] == 3
+    assert four["streamed_requests"] == 3 and four["unanswered_requests"] == 1
     assert four["ttft_avg_ms"] == pytest.approx(20.0) and four["ttft_p50_ms"] == pytest.approx(20.0)
     assert 20.0 < four["ttft_p99_ms"] <= 30.0
     assert four["tpot_avg_ms"] == pytest.approx(4.0)  # (2 + 6) / 2: the one-token request has no gap
