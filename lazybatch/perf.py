@@ -218,9 +218,8 @@ def run(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path,
     rows = parse_csv(csv_path, model, text)
     if export.exists():
         timing = stream_timing(export)
-        for row in rows:  # the experiment whose rate is the row's (perf_analyzer's CSV rounds nothing here)
-            t = timing.get(row.request_rate) or next((v for k, v in timing.items()
-                                                      if abs(k - row.request_rate) < 1e-6), None)
-            for k, v in (t or {}).items():
+        for row in rows:  # the experiment at the row's rate (both written by perf_analyzer from one value)
+            t = next((v for rate, v in timing.items() if math.isclose(rate, row.request_rate, rel_tol=1e-6)), {})
+            for k, v in t.items():
                 setattr(row, k, v)
     return rows, text

@@ -27,7 +27,8 @@ def register(sub: Any) -> None:
                    "of the generated --input-data are drawn from this histogram (default: the shipped one)")
     p.add_argument("--seed", type=int, default=0, help="seq2seq models: seed of the generated input data")
     p.add_argument("--streaming", action="store_true", help="perf_analyzer --streaming (gRPC streams); on by itself "
-                   "for a decoupled model, which answers only on a stream")
+                   "for a decoupled model, which answers only on a stream; adds time to first token and per output "
+                   "token, from its --profile-export-file")
     p.add_argument("--out", default="lazybatch-results/perf", help="CSV/JSON/logs go here (default %(default)s); "
                    "with the folder of a `lazybatch load --out`, report.md/.csv hold both drivers' rows")
     p.set_defaults(func=run)
