@@ -28,9 +28,9 @@ DEFAULT_CANCEL_POLL_MS = 0.0
 # ... except on decoupled models. Their streamed parts reach Triton through the same stub-to-server message path as
 # the asks, and asks paced by stage times (the LM's are under 1 ms: about 1000 asks a second) held the parts back:
 # served at 90% load the LM's mean time to first token at the client was 48-250 ms (p99 0.3-1.6 s) while its parts
-# left the backend 24.5 ms after arrival on average; at a fixed 100 ms the client saw 25-27 ms (p99 57-82 ms), at
-# 1000 ms 21 ms (benchmarks/probe_first_part.py, docs/results/decoder.md). A cancel on a stream is then answered
-# within about 100 ms; an explicit cancel_poll_ms wins.
+# left the backend 24.5 ms after arrival on average; at a fixed 100 ms the client saw 19-21 ms (p99 39-45 ms), at
+# 1000 ms 22-23 ms (benchmarks/probe_first_part.py, docs/data/first_part_probe.txt). A cancel on a stream is then
+# answered within about 100 ms; an explicit cancel_poll_ms wins.
 DECOUPLED_CANCEL_POLL_MS = 100.0
 WHOLE_GRAPH = "whole_graph"  # the model runs the whole ONNX graph on what Triton batched (dynamic_batching)
 

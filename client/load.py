@@ -265,17 +265,27 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
             await streamer.close()
 
 
+def stream_figures(ttft_ms: Sequence[float], tpot_ms: Sequence[float]) -> dict[str, float]:
+    """TTFT avg/p50/p99 and TPOT avg/p99 (numpy's interpolated percentiles), the keys of what is there; one
+    definition for both load drivers (perf_analyzer's come from its export: lazybatch/perf.py)."""
+    out: dict[str, float] = {}
+    ttft, tpot = np.asarray(ttft_ms, dtype=float), np.asarray(tpot_ms, dtype=float)
+    if ttft.size:
+        out["ttft_avg_ms"] = float(ttft.mean())
+        out["ttft_p50_ms"], out["ttft_p99_ms"] = (float(v) for v in np.percentile(ttft, [50, 99]))
+    if tpot.size:
+        out["tpot_avg_ms"] = float(tpot.mean())
+        out["tpot_p99_ms"] = float(np.percentile(tpot, 99))
+    return out
+
+
 def summarize_stream(res: LoadResult, answers: Sequence[Any]) -> LoadResult:
     """Time to first token and time per output token (after the first) over the successful streamed answers."""
     res.tokens = int(sum(a.n_tokens for a in answers))
-    ttft = np.array([a.ttft_s for a in answers]) * 1e3
-    tpot = np.array([a.tpot_s for a in answers if not math.isnan(a.tpot_s)]) * 1e3
-    if ttft.size:
-        res.ttft_avg_ms = float(ttft.mean())
-        res.ttft_p50_ms, res.ttft_p99_ms = (float(v) for v in np.percentile(ttft, [50, 99]))
-    if tpot.size:
-        res.tpot_avg_ms = float(tpot.mean())
-        res.tpot_p99_ms = float(np.percentile(tpot, 99))
+    figures = stream_figures([a.ttft_s * 1e3 for a in answers],
+                             [a.tpot_s * 1e3 for a in answers if not math.isnan(a.tpot_s)])
+    for k, v in figures.items():
+        setattr(res, k, v)
     return res
 
 

@@ -169,8 +169,8 @@ def stream_timing(export_path: Path) -> dict[float, dict[str, float]]:
     """Time to first token and time per output token from perf_analyzer's ``--profile-export-file``, per request
     rate (its experiments): every request's send time and the times of its responses, in ns. perf_analyzer 2.41's
     CSV has no first-response column, so this is where a streamed model's TTFT under perf_analyzer comes from.
-    Percentiles as ``lazybatch load`` takes them (numpy's, interpolated), so the two drivers' figures compare."""
-    import numpy as np
+    The figures are ``lazybatch load``'s (``stream_figures``), so the two drivers' figures compare."""
+    from lazybatch.client.load import stream_figures
 
     data = json.loads(Path(export_path).read_text())
     out: dict[float, dict[str, float]] = {}
@@ -184,15 +184,9 @@ def stream_timing(export_path: Path) -> dict[float, dict[str, float]]:
             ttft.append((times[0] - req["timestamp"]) / 1e6)
             if len(times) > 1:
                 tpot.append((times[-1] - times[0]) / (len(times) - 1) / 1e6)
-        if not ttft:
-            continue
-        t, g = np.asarray(ttft), np.asarray(tpot)
-        row = {"ttft_avg_ms": float(t.mean()), "ttft_p50_ms": float(np.percentile(t, 50)),
-               "ttft_p99_ms": float(np.percentile(t, 99)), "streamed_requests": len(ttft),
-               "unanswered_requests": unanswered}
-        if g.size:
-            row |= {"tpot_avg_ms": float(g.mean()), "tpot_p99_ms": float(np.percentile(g, 99))}
-        out[float(exp["experiment"]["value"])] = row
+        if ttft:
+            out[float(exp["experiment"]["value"])] = stream_figures(ttft, tpot) | {
+                "streamed_requests": len(ttft), "unanswered_requests": unanswered}
     return out
 
 
