@@ -29,10 +29,13 @@ import sys
 import time
 from pathlib import Path
 
-from lazybatch.client.api import Client
-from lazybatch.client.load import LoadResult, run_load, summarize
-from lazybatch.repo import COMPARISON, build_default_repository
-from lazybatch.serving import TritonServer, free_port
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared harness
+
+from harness import spread, verdict as goal_verdict  # noqa: E402
+from lazybatch.client.api import Client  # noqa: E402
+from lazybatch.client.load import LoadResult, run_load, summarize  # noqa: E402
+from lazybatch.repo import COMPARISON, build_default_repository  # noqa: E402
+from lazybatch.serving import TritonServer, free_port  # noqa: E402
 
 OURS = "eager"  # the default policy (batcher/policies/eager.py)
 BASELINE_SUFFIXES = [k for k in COMPARISON if k != OURS]
@@ -224,12 +227,10 @@ def slice_ratios(triton: dict, ours: dict) -> list[float]:
 
 
 def level(ratios: list[float]) -> str:
-    """The project's rule for a ratio with a spread (docs/results): a range across 1.00 is a tie."""
-    if min(ratios) >= 1.0:
-        return "eager level or ahead"
-    if max(ratios) < 1.0:
-        return "eager behind"
-    return "tie (the range straddles 1.00)"
+    """The project's rule for a ratio with a spread (harness.verdict: a range across 1.00 is a tie), in the
+    quickstart's words."""
+    said = goal_verdict(spread(ratios), 1.0)
+    return {"met": "eager level or ahead", "missed": "eager behind"}.get(said, "tie (the range straddles 1.00)")
 
 
 def plot(results: list[dict], path: Path) -> None:
