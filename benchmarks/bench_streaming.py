@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import statistics
 import sys
 import time
@@ -79,14 +80,15 @@ def unloaded(url: str, feeds: list[dict], warmup: int = 4) -> dict:
             raise SystemExit(f"{pol}: unloaded requests failed: {bad[:3]}")
         out[pol] = {"ttft_ms": statistics.fmean(a.ttft_s for a in got) * 1e3,
                     "ttft_p50_ms": statistics.median(a.ttft_s for a in got) * 1e3,
-                    "tpot_ms": statistics.fmean(a.tpot_s for a in got if a.n_tokens > 1) * 1e3,
+                    "tpot_ms": statistics.fmean(a.tpot_s for a in got if not math.isnan(a.tpot_s)) * 1e3,
                     "latency_ms": statistics.fmean(a.latency_s for a in got) * 1e3, "n": len(got)}
     return out
 
 
 def run(args: argparse.Namespace, out: Path) -> dict:
     repo = build_default_repository(out / "repos" / KIND, kind=KIND, work=out / "build" / KIND, policies=POLICIES,
-                                    profile_reps=5, seq2seq_baselines=False, decoupled=True)
+                                    profile_reps=5, seq2seq_baselines=False, decoupled=True,
+                                    stream_interval_tokens=args.stream_interval_tokens)
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                           log_file=out / "tritonserver.log", env={"LAZYBATCH_STATS_DIR": str(out / "stats")})
     sla_ms = KIND_SLA_MS[KIND]
@@ -111,7 +113,8 @@ def run(args: argparse.Namespace, out: Path) -> dict:
                     time.sleep(0.5)
                 bar.update()
         bar.close()
-    return {"model": KIND, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "unloaded": base, "cells": cells}
+    return {"model": KIND, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "stream_interval_tokens": args.stream_interval_tokens,
+            "unloaded": base, "cells": cells}
 
 
 def load_cell(url: str, pol: str, rate: float, duration: float, sla_ms: float, k: int) -> dict:
@@ -149,7 +152,8 @@ def report(res: dict) -> list[str]:
 
     driver = cells[0].get("driver", "load") if cells else "load"
     lines = [f"{KIND}, loaded by {'perf_analyzer' if driver != 'load' else 'lazybatch load'}: t1 {res['t1_ms']:.1f} "
-             f"ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s). Unloaded TTFT / time per "
+             f"ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s), a response every "
+             f"{res.get('stream_interval_tokens', 1)} token(s). Unloaded TTFT / time per "
              "output token (ms): " + "; ".join(f"{p} {unl(p, 'ttft_ms')} / {unl(p, 'tpot_ms', 2)}" for p in POLICIES),
              "", "| load | eager TTFT / unloaded | goal | eager TTFT avg / p99 ms | eager TPOT ms | eager_curves TTFT "
              "/ unloaded | its TTFT avg / p99 ms | its TPOT ms | best Triton (by TTFT) | its TTFT avg / p99 ms | its "
@@ -191,7 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unloaded", type=int, default=20, help="requests per policy for the unloaded values (20)")
     ap.add_argument("--driver", choices=("load", "perf_analyzer"), default="load",
                     help="what offers the load: lazybatch load's streaming client (default) or perf_analyzer")
+    ap.add_argument("--stream-interval-tokens", type=int, default=1, metavar="K",
+                    help="every model sends a response once a request holds K new tokens (config "
+                         "stream_interval_tokens; default 1: every token); TTFT is then the time to the first K")
     args = parse_sweep_args(ap, argv)
+    if args.stream_interval_tokens < 1:
+        ap.error("--stream-interval-tokens must be at least 1")
     out = Path(args.out)
     res = {"meta": {**machine_meta(), "command": command_line()}, **run(args, out)}
     write_json(out / "streaming.json", res)

@@ -32,6 +32,7 @@ class Streamed:
     parts: int = 0  # responses received
     sent_at: float = 0.0  # perf_counter() when the request was written
     first_at: float = math.nan  # when the first token arrived
+    first_tokens: int = 0  # tokens in the first part that held any (stream_interval_tokens K: up to K)
     done_at: float = math.nan  # when the final response arrived (or the error)
     error: str | None = None
 
@@ -53,9 +54,10 @@ class Streamed:
 
     @property
     def tpot_s(self) -> float:
-        """Mean time per output token after the first (NaN for a one-token answer)."""
-        n = self.n_tokens
-        return (self.done_at - self.first_at) / (n - 1) if n > 1 else math.nan
+        """Mean time per output token after the first part's (NaN where the first part held them all): with a
+        response every K tokens the first part brings K, and the rest take the time after it."""
+        n, first = self.n_tokens, max(1, self.first_tokens)
+        return (self.done_at - self.first_at) / (n - first) if n > first else math.nan
 
 
 def infer_request(model: str, inputs: Mapping[str, np.ndarray], parameters: Mapping[str, Any] | None = None,
@@ -147,7 +149,7 @@ class StreamClient:
                 out.parts += 1
                 add_part(out.tokens, part)
                 if math.isnan(out.first_at) and out.n_tokens:
-                    out.first_at = now
+                    out.first_at, out.first_tokens = now, out.n_tokens
                 if final:
                     out.done_at = now
         except InferError as e:

@@ -478,7 +478,7 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
                              sla_ms: float | None = None, max_stages: int | None = 20, profile_reps: int = 5,
                              force: bool = False, policies: dict[str, str] | None = None,
                              reprofile: bool = False, seq2seq_baselines: bool = True, decoupled: bool = False,
-                             priority_levels: int = 0, default_priority_level: int = 0,
+                             stream_interval_tokens: int | None = None, priority_levels: int = 0, default_priority_level: int = 0,
                              priority_timeouts_us: Mapping[int, int] | None = None, log: Any = print) -> Path:
     """``kind`` split once, profiled once, and served under every policy of COMPARISON (names ``<kind>_<suffix>``);
     the weights are hard-linked between model directories. ResNet-50 is the onnx package's light model made
@@ -487,7 +487,8 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
     again and rewrites the model directories. ``seq2seq_baselines``: a seq2seq model's triton_<us> suffixes become
     the backend's graph batching (graph_<ms>), as the regimes page measures them; False keeps Triton's own batcher
     (each group decoded to its end in one execute, batch_per_execute). ``decoupled``: every model streams its tokens
-    (seq2seq and decoder models only, ``add_model(decoupled=True)``). ``priority_levels``, ``default_priority_level``:
+    (seq2seq and decoder models only, ``add_model(decoupled=True)``), a response every ``stream_interval_tokens``
+    tokens (default 1). ``priority_levels``, ``default_priority_level``:
     every model gets them; ``priority_timeouts_us`` the models under Triton's own batcher (``add_model``)."""
     from lazybatch.staging import split_model
 
@@ -536,7 +537,8 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
         timeouts = priority_timeouts_us if isinstance(parse_repo_policy(policy), TritonPolicy) else None
         add_model(onnx_path, repo, name=name, policy=policy, sla_ms=sla, max_batch_size=mbs,
                   stages=stages, latency_table=table, force=True, parameters=POLICY_PARAMETERS.get(suffix),
-                  decoupled=decoupled, priority_levels=priority_levels, default_priority_level=default_priority_level,
+                  decoupled=decoupled, stream_interval_tokens=stream_interval_tokens,
+                  priority_levels=priority_levels, default_priority_level=default_priority_level,
                   priority_timeouts_us=timeouts)
         log(f"{name}: {policy}")
     return repo
