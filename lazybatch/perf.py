@@ -208,7 +208,11 @@ def run(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path,
     (out_dir / f"perf_{model}.log").write_text(" ".join(cmd) + "\n\n" + text)
     if r.returncode != 0 or not csv_path.exists():
         tail = "\n".join(text.strip().splitlines()[-15:])
-        raise ConfigError(f"perf_analyzer failed on {model} (exit {r.returncode}):\n{tail}")
+        hint = ""
+        if kw.get("input_data") is None and "out of data bounds" in text:  # e.g. BERT's Gather on token ids
+            hint = ("\nperf_analyzer's default input data is random bytes, which are not valid indices (token ids) "
+                    "for this model: pass --input-data zero, or a JSON file of valid inputs (perf_analyzer's format)")
+        raise ConfigError(f"perf_analyzer failed on {model} (exit {r.returncode}):\n{tail}{hint}")
     rows = parse_csv(csv_path, model, text)
     if export.exists():
         timing = stream_timing(export)

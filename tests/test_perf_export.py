@@ -42,3 +42,22 @@ def test_an_experiment_without_answers_gives_no_row(tmp_path):
     path.write_text(json.dumps({"experiments": [{"experiment": {"mode": "request_rate", "value": 2.0},
                                                  "requests": [{"timestamp": 0, "response_timestamps": []}]}]}))
     assert stream_timing(path) == {}
+
+
+def test_a_failure_on_random_token_ids_says_which_input_data_to_pass(tmp_path):
+    """perf_analyzer's default random bytes are no valid token ids (BERT's Gather refuses them): the error says what
+    to pass. A stand-in binary prints what perf_analyzer 2.41 printed on the BERT model and exits as it did."""
+    from lazybatch.batcher.errors import ConfigError
+    from lazybatch.perf import run
+
+    fake = tmp_path / "perf_analyzer"
+    fake.write_text("#!/bin/sh\necho \"Thread [0] had error: onnxruntime failed: INVALID_ARGUMENT : Non-zero status "
+                    "code returned while running Gather node. Status Message: indices element out of data bounds, "
+                    "idx=-1420042007188224409 must be within the inclusive range [-30522,30521]\"\nexit 99\n")
+    fake.chmod(0o755)
+    with pytest.raises(ConfigError, match="(?s)exit 99.*--input-data zero"):
+        run(fake, "bert_eager", "127.0.0.1:1", [4.0], tmp_path / "out")
+    # with input data given, the failure is reported as it is: no advice about data the user already chose
+    with pytest.raises(ConfigError) as e:
+        run(fake, "bert_eager", "127.0.0.1:1", [4.0], tmp_path / "out", input_data="zero")
+    assert "--input-data zero" not in str(e.value)

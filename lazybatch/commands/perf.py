@@ -25,6 +25,8 @@ def register(sub: Any) -> None:
     p.add_argument("--install", action="store_true", help="(re)install perf_analyzer and exit")
     p.add_argument("--length-histogram", default=None, metavar="FILE", help="seq2seq models: source/output lengths "
                    "of the generated --input-data are drawn from this histogram (default: the shipped one)")
+    p.add_argument("--input-data", default=None, metavar="zero|random|FILE", help="perf_analyzer's --input-data "
+                   "(default: its random data; for seq2seq models valid requests generated here)")
     p.add_argument("--seed", type=int, default=0, help="seq2seq models: seed of the generated input data")
     p.add_argument("--streaming", action="store_true", help="perf_analyzer --streaming (gRPC streams); on by itself "
                    "for a decoupled model, which answers only on a stream; adds time to first token and per output "
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         rows, _ = perf.run(binary, model, args.url, rates, out, batch=args.batch,
                            measurement_ms=args.measurement_ms, sla_ms=args.sla_ms,
                            stability_percentage=args.stability_percentage, max_trials=args.max_trials,
-                           input_data=_seq2seq_input_data(args, model, out),
+                           input_data=args.input_data or _seq2seq_input_data(args, model, out),
                            extra=["--streaming"] if args.streaming or _decoupled(args.url, model) else [])
         all_rows += rows
     print(f"{'model':<22} {'rate/s':>7} {'infer/s':>8} {'avg ms':>8} {'p50':>8} {'p90':>8} {'p99':>8} "
