@@ -478,7 +478,8 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
                              sla_ms: float | None = None, max_stages: int | None = 20, profile_reps: int = 5,
                              force: bool = False, policies: dict[str, str] | None = None,
                              reprofile: bool = False, seq2seq_baselines: bool = True, decoupled: bool = False,
-                             stream_interval_tokens: int | None = None, priority_levels: int = 0, default_priority_level: int = 0,
+                             stream_interval_tokens: int | None = None, priority_levels: int = 0,
+                             default_priority_level: int = 0,
                              priority_timeouts_us: Mapping[int, int] | None = None, log: Any = print) -> Path:
     """``kind`` split once, profiled once, and served under every policy of COMPARISON (names ``<kind>_<suffix>``);
     the weights are hard-linked between model directories. ResNet-50 is the onnx package's light model made

@@ -13,10 +13,13 @@ import pytest
 from lazybatch.client.stream import StreamClient, Streamed
 
 
-class _Parts(StreamClient):
-    """A stream client whose server is a list of (seconds after the send, tokens, final) parts."""
+Part = tuple[float, list[int], bool]  # (seconds after the send, its tokens, final)
 
-    def __init__(self, parts: list[tuple[float, list[int], bool]]) -> None:  # no channel: nothing is sent
+
+class _Parts(StreamClient):
+    """A stream client whose server is a list of parts."""
+
+    def __init__(self, parts: list[Part]) -> None:  # no channel: nothing is sent
         self._given = parts
 
     async def parts(self, model, inputs, *, sla_ms=None, timeout_s=None):
@@ -25,33 +28,28 @@ class _Parts(StreamClient):
                    "output_len": np.asarray([[len(toks)]], dtype=np.int64)}, final
 
 
-def _generate(parts: list[tuple[float, list[int], bool]], clock: list[float]) -> Streamed:
-    """Run ``generate`` with perf_counter read from ``clock`` (the send, then one reading per part)."""
+def _generate(parts: list[Part], monkeypatch) -> Streamed:
+    """Run ``generate`` with perf_counter reading the send at 0, then each part's own time as it arrives."""
     import lazybatch.client.stream as stream
 
-    real = stream.time.perf_counter
-    ticks = iter(clock)
-    stream.time.perf_counter = lambda: next(ticks)
-    try:
-        return asyncio.run(_Parts(parts).generate("lm", {"src_tokens": np.zeros((1, 3), np.int64)}))
-    finally:
-        stream.time.perf_counter = real
+    ticks = iter([0.0] + [at for at, _, _ in parts])
+    monkeypatch.setattr(stream.time, "perf_counter", lambda: next(ticks))
+    return asyncio.run(_Parts(parts).generate("lm", {"src_tokens": np.zeros((1, 3), np.int64)}))
 
 
-def test_a_response_every_k_tokens_times_only_the_tokens_after_the_first_part():
+def test_a_response_every_k_tokens_times_only_the_tokens_after_the_first_part(monkeypatch):
     # K = 4: parts of 4, 4 and 2 tokens at 10, 18 and 22 ms after the send
-    a = _generate([(0.010, [1, 2, 3, 4], False), (0.018, [5, 6, 7, 8], False), (0.022, [9, 10], True)],
-                  [0.0, 0.010, 0.018, 0.022])
+    a = _generate([(0.010, [1, 2, 3, 4], False), (0.018, [5, 6, 7, 8], False), (0.022, [9, 10], True)], monkeypatch)
     assert a.ok and a.n_tokens == 10 and a.parts == 3 and a.first_tokens == 4
     assert a.ttft_s == pytest.approx(0.010)
     assert a.tpot_s == pytest.approx(0.012 / 6)  # 6 tokens after the first part, 12 ms: not 12 ms / 9
 
 
-def test_every_token_its_own_part_is_the_usual_time_per_token():
-    a = _generate([(0.005, [1], False), (0.007, [2], False), (0.009, [3], True)], [0.0, 0.005, 0.007, 0.009])
+def test_every_token_its_own_part_is_the_usual_time_per_token(monkeypatch):
+    a = _generate([(0.005, [1], False), (0.007, [2], False), (0.009, [3], True)], monkeypatch)
     assert a.first_tokens == 1 and a.tpot_s == pytest.approx(0.002)
 
 
-def test_an_answer_in_one_part_has_no_time_per_token():
-    a = _generate([(0.005, [1, 2, 3], True)], [0.0, 0.005])
+def test_an_answer_in_one_part_has_no_time_per_token(monkeypatch):
+    a = _generate([(0.005, [1, 2, 3], True)], monkeypatch)
     assert a.ok and a.n_tokens == 3 and math.isnan(a.tpot_s)
