@@ -1,6 +1,7 @@
-"""Token streaming on the decoder LM: time to first token under load against its unloaded value, on a real tritonserver.
+"""Token streaming: time to first token under load against its unloaded value, on a real tritonserver.
 
-    python benchmarks/bench_streaming.py                       # loads 50/90/120%, 2 repetitions of 20 s
+    python benchmarks/bench_streaming.py                       # the LM: loads 50/90/120%, 2 repetitions of 20 s
+    python benchmarks/bench_streaming.py --model gnmt --loads 0.9 --reps 3 --duration 12   # GNMT (or transformer)
     python benchmarks/bench_streaming.py --loads 0.9 --reps 3 --duration 30
     python benchmarks/bench_streaming.py --driver perf_analyzer --loads 0.9 --reps 3   # the load from perf_analyzer
 
@@ -51,7 +52,7 @@ from lazybatch.client.stream import StreamClient  # noqa: E402
 from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
 
-KIND = "lm"
+MODELS = ("lm", "gnmt", "transformer")  # the models that generate tokens (repo kinds)
 POLICIES = {"eager": "eager", "eager_curves": "eager:admission=curves", "triton_0us": "triton:0",
             "triton_5000us": "triton:5000", "triton_20000us": "triton:20000"}
 TRITON = [p for p in POLICIES if p.startswith("triton")]
@@ -59,7 +60,7 @@ GOAL = 2.0  # TTFT at 90% load / unloaded TTFT, at most
 GOAL_LOAD = 0.9
 
 
-def unloaded(url: str, feeds: list[dict], warmup: int = 4) -> dict:
+def unloaded(url: str, kind: str, feeds: list[dict], warmup: int = 4) -> dict:
     """Per policy: mean TTFT, time per output token and end-to-end latency of requests sent one at a time, the
     policies taking turns request by request (so that a drift of the machine falls on all of them alike), after
     ``warmup`` untimed requests each."""
@@ -69,7 +70,7 @@ def unloaded(url: str, feeds: list[dict], warmup: int = 4) -> dict:
             for i, f in enumerate(feeds):
                 order = list(POLICIES) if i % 2 == 0 else list(reversed(POLICIES))
                 for pol in order:
-                    got[pol].append(await c.generate(f"{KIND}_{pol}", f, timeout_s=600))
+                    got[pol].append(await c.generate(f"{kind}_{pol}", f, timeout_s=600))
         return got
 
     out = {}
@@ -86,19 +87,20 @@ def unloaded(url: str, feeds: list[dict], warmup: int = 4) -> dict:
 
 
 def run(args: argparse.Namespace, out: Path) -> dict:
-    repo = build_default_repository(out / "repos" / KIND, kind=KIND, work=out / "build" / KIND, policies=POLICIES,
+    kind = args.model
+    repo = build_default_repository(out / "repos" / kind, kind=kind, work=out / "build" / kind, policies=POLICIES,
                                     profile_reps=5, seq2seq_baselines=False, decoupled=True,
                                     stream_interval_tokens=args.stream_interval_tokens)
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                           log_file=out / "tritonserver.log", env={"LAZYBATCH_STATS_DIR": str(out / "stats")})
-    sla_ms = KIND_SLA_MS[KIND]
+    sla_ms = KIND_SLA_MS[kind]
     cells, base = [], []
     with server:
         url, http = server.endpoints.grpc, server.endpoints.http
         bar = tqdm(total=args.reps * (1 + len(args.loads)), desc="streaming", unit="cell")
         t1 = None
         for k in range(args.reps):  # each repetition: the unloaded values, then every load
-            base.append(unloaded(url, seq2seq_requests(http, f"{KIND}_eager", args.unloaded + 4, seed=1 + k)))
+            base.append(unloaded(url, kind, seq2seq_requests(http, f"{kind}_eager", args.unloaded + 4, seed=1 + k)))
             bar.update()
             if t1 is None:  # the batch-1 rate: fixed by the first repetition, so every repetition offers the same
                 t1 = base[0]["triton_0us"]["latency_ms"] / 1e3
@@ -108,34 +110,34 @@ def run(args: argparse.Namespace, out: Path) -> dict:
             for f in args.loads:
                 for pol in (loaded if k % 2 == 0 else list(reversed(loaded))):
                     cells.append({"load": f, "rep": k, "policy": pol, "driver": args.driver}
-                                 | (perf_cell(url, pol, f / t1, args.duration, k, out) if args.driver != "load"
-                                    else load_cell(url, pol, f / t1, args.duration, sla_ms, k)))
+                                 | (perf_cell(url, f"{kind}_{pol}", f / t1, args.duration, k, out) if args.driver != "load"
+                                    else load_cell(url, f"{kind}_{pol}", f / t1, args.duration, sla_ms, k)))
                     time.sleep(0.5)
                 bar.update()
         bar.close()
-    return {"model": KIND, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "stream_interval_tokens": args.stream_interval_tokens,
+    return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "stream_interval_tokens": args.stream_interval_tokens,
             "unloaded": base, "cells": cells}
 
 
-def load_cell(url: str, pol: str, rate: float, duration: float, sla_ms: float, k: int) -> dict:
-    r = run_load(url, f"{KIND}_{pol}", rate, duration, sla_ms=sla_ms, seed=100 * k, timeout_s=600.0)
+def load_cell(url: str, model: str, rate: float, duration: float, sla_ms: float, k: int) -> dict:
+    r = run_load(url, model, rate, duration, sla_ms=sla_ms, seed=100 * k, timeout_s=600.0)
     assert r.streaming, "the model is decoupled: the load client must stream"
     return {"sent": r.sent, "ok": r.ok, "errors": r.errors, "ttft_avg_ms": r.ttft_avg_ms, "ttft_p50_ms": r.ttft_p50_ms,
             "ttft_p99_ms": r.ttft_p99_ms, "tpot_avg_ms": r.tpot_avg_ms, "avg_ms": r.avg_ms, "p99_ms": r.p99_ms,
             "throughput": r.throughput, "tokens": r.tokens}
 
 
-def perf_cell(url: str, pol: str, rate: float, duration: float, k: int, out: Path) -> dict:
+def perf_cell(url: str, model: str, rate: float, duration: float, k: int, out: Path) -> dict:
     """One cell under perf_analyzer (`lazybatch perf`: its valid seq2seq input data, --streaming, the TTFT from
     its profile export): windows of duration / 3, three of them where they pass perf_analyzer's stability check
     with a threshold set out of reach (its check averages whole streams, seconds long for a few requests of the
     long-tail lengths: one window in six failed even at 500%); at most 10.)"""
-    folder = out / "perf" / f"{pol}_{rate:.3f}_{k}"
-    rc = lazybatch_cli(["perf", f"{KIND}_{pol}", "--url", url, "--rates", f"{rate:.4f}", "--measurement-ms",
+    folder = out / "perf" / f"{model}_{rate:.3f}_{k}"
+    rc = lazybatch_cli(["perf", model, "--url", url, "--rates", f"{rate:.4f}", "--measurement-ms",
                         str(int(duration * 1000 / 3)), "--stability-percentage", "10000", "--max-trials", "10",
                         "--seed", str(100 * k), "--out", str(folder)])
     if rc != 0:
-        raise SystemExit(f"perf_analyzer failed on {KIND}_{pol}: see {folder}")
+        raise SystemExit(f"perf_analyzer failed on {model}: see {folder}")
     row = json.loads((folder / "perf.json").read_text())[0]
     return {"sent": row["streamed_requests"] + row["unanswered_requests"], "ok": row["streamed_requests"],
             "errors": row["unanswered_requests"],
@@ -151,7 +153,7 @@ def report(res: dict) -> list[str]:
         return fmt(spread([b[p][key] for b in base]), digits)
 
     driver = cells[0].get("driver", "load") if cells else "load"
-    lines = [f"{KIND}, loaded by {'perf_analyzer' if driver != 'load' else 'lazybatch load'}: t1 {res['t1_ms']:.1f} "
+    lines = [f"{res['model']}, loaded by {'perf_analyzer' if driver != 'load' else 'lazybatch load'}: t1 {res['t1_ms']:.1f} "
              f"ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s), a response every "
              f"{res.get('stream_interval_tokens', 1)} token(s). Unloaded TTFT / time per "
              "output token (ms): " + "; ".join(f"{p} {unl(p, 'ttft_ms')} / {unl(p, 'tpot_ms', 2)}" for p in POLICIES),
@@ -192,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_sweep_args(ap, loads="0.5,0.9,1.2", reps=2, duration=20.0, out="lazybatch-results/streaming",
                    data="docs/data/streaming.json")
+    ap.add_argument("--model", choices=MODELS, default="lm", help="which model streams its tokens (default lm: the "
+                    "decoder-only LM of the chat-like lengths; gnmt, transformer: the seq2seq models)")
     ap.add_argument("--unloaded", type=int, default=20, help="requests per policy for the unloaded values (20)")
     ap.add_argument("--driver", choices=("load", "perf_analyzer"), default="load",
                     help="what offers the load: lazybatch load's streaming client (default) or perf_analyzer")

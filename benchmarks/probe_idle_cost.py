@@ -46,6 +46,9 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "eager_norespthread": ("eager", {"response_thread": "false"}),
     "eager_nomemrelease": ("eager", {"memory_release_ms": "0"}),
     "eager_cancel1s": ("eager", {"cancel_poll_ms": "1000"}),
+    # every part above off at once: what is left is the scheduler's idle thread and the stage sessions' memory
+    "eager_bare": ("eager", {"metrics": "false", "response_thread": "false", "memory_release_ms": "0",
+                             "cancel_poll_ms": "1000"}),
 }
 
 
