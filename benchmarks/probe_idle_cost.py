@@ -41,6 +41,10 @@ from lazybatch.serving import TritonServer, free_port  # noqa: E402
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "triton_0us": ("triton:0", {}),
     "triton_0us_twin": ("triton:0", {}),
+    # more identical copies: with all of them in one sweep, any systematic difference is the order's (a position
+    # effect of the turns), not a configuration's
+    "triton_0us_twin2": ("triton:0", {}),
+    "triton_0us_twin3": ("triton:0", {}),
     "eager": ("eager", {}),
     "eager_nometrics": ("eager", {"metrics": "false"}),
     "eager_norespthread": ("eager", {"response_thread": "false"}),
