@@ -110,7 +110,8 @@ def run(args: argparse.Namespace, out: Path) -> dict:
             for f in args.loads:
                 for pol in (loaded if k % 2 == 0 else list(reversed(loaded))):
                     cells.append({"load": f, "rep": k, "policy": pol, "driver": args.driver}
-                                 | (perf_cell(url, f"{kind}_{pol}", f / t1, args.duration, k, out) if args.driver != "load"
+                                 | (perf_cell(url, f"{kind}_{pol}", f / t1, args.duration, k, out)
+                                    if args.driver != "load"
                                     else load_cell(url, f"{kind}_{pol}", f / t1, args.duration, sla_ms, k)))
                     time.sleep(0.5)
                 bar.update()
@@ -153,8 +154,8 @@ def report(res: dict) -> list[str]:
         return fmt(spread([b[p][key] for b in base]), digits)
 
     driver = cells[0].get("driver", "load") if cells else "load"
-    lines = [f"{res['model']}, loaded by {'perf_analyzer' if driver != 'load' else 'lazybatch load'}: t1 {res['t1_ms']:.1f} "
-             f"ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s), a response every "
+    lines = [f"{res['model']}, loaded by {'perf_analyzer' if driver != 'load' else 'lazybatch load'}: "
+             f"t1 {res['t1_ms']:.1f} ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s), a response every "
              f"{res.get('stream_interval_tokens', 1)} token(s). Unloaded TTFT / time per "
              "output token (ms): " + "; ".join(f"{p} {unl(p, 'ttft_ms')} / {unl(p, 'tpot_ms', 2)}" for p in POLICIES),
              "", "| load | eager TTFT / unloaded | goal | eager TTFT avg / p99 ms | eager TPOT ms | eager_curves TTFT "

@@ -55,6 +55,8 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
                              "cancel_poll_ms": "1000"}),
 }
 
+EXTRA = ("triton_0us_twin2", "triton_0us_twin3", "eager_bare")  # asked for by name (probe_loaded_cost.py's runs)
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -63,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=150, help="sequential requests per model and round")
     ap.add_argument("--gap", type=float, default=9.0, help="mean idle gap between requests, in multiples of t1 "
                                                             "(9: the spacing of 10%% load)")
-    ap.add_argument("--variants", default=",".join(VARIANTS), help="suffixes to serve, comma-separated")
+    ap.add_argument("--variants", default=",".join(n for n in VARIANTS if n not in EXTRA),
+                    help=f"suffixes to serve, comma-separated (default: all but {', '.join(EXTRA)})")
     ap.add_argument("--out", default="lazybatch-results/idle-cost")
     ap.add_argument("--json", default=None, help="also write the per-round figures here (raw data for the docs)")
     args = ap.parse_args(argv)
