@@ -212,9 +212,9 @@ def verdict(results: list[dict], meta: dict) -> list[str]:
             continue
         best = min(tri, key=lambda r: r["avg_ms"])
         ratio = best["avg_ms"] / cell[ours]["avg_ms"]
-        spread = slice_ratios(best, cell[ours])
-        rng = f" [{min(spread):.2f}-{max(spread):.2f}]" if spread else ""
-        out.append(f"| {f:.0%} | {ratio:.2f}x{rng} | {level(spread or [ratio])} | "
+        slices = slice_ratios(best, cell[ours])
+        rng = f" [{min(slices):.2f}-{max(slices):.2f}]" if slices else ""
+        out.append(f"| {f:.0%} | {ratio:.2f}x{rng} | {level(slices or [ratio])} | "
                    f"{min(r['p99_ms'] for r in tri) / cell[ours]['p99_ms']:.2f}x | {best['model']} | "
                    f"{cell[ours]['sent']} |")
     return out
