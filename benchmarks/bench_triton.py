@@ -16,7 +16,8 @@ configurations take turns slice by slice; a cell's figures pool its slices. The 
 the verdict gives best Triton / eager as the pooled ratio with the range over the slices' ratios (each slice's
 configurations see the same seeded arrivals), and a range that straddles 1.00 is a tie. At low load a cell holds few
 requests (10% of ResNet-50's rate for 5 s is about 20): ``--min-requests`` stretches such a cell's time until it
-expects that many.
+expects that many. No configuration always goes first: slice k starts the turn at the k-th configuration (eager
+used to open every slice, and the first run after the calibration requests was its own).
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             parts: dict[tuple, list[LoadResult]] = {k: [] for k in runs}
             overheads: dict[tuple, list[dict]] = {k: [] for k in runs}
             for k in range(args.slices):
-                for model, sla in runs:
+                for model, sla in runs[k % len(runs):] + runs[:k % len(runs)]:  # slice k: the turn starts at k
                     before = read_stats(stats_dir, model) if model == lazy else {}
                     r = run_load(url, model, rate, slice_s,
                                  sla_ms=sla if sla is not None else max(slas), seed=args.seed + k, timeout_s=60.0,
