@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import os
 import re
 import threading
 import time
@@ -284,12 +285,22 @@ def _hist(name: str, labels: tuple[tuple[str, str], ...], h: Histogram) -> list[
 
 
 class TritonMetricsExporter:
-    """Pushes a ``ModelMetrics`` to Triton's custom metric families from a background thread."""
+    """Pushes a ``ModelMetrics`` to Triton's custom metric families from a background thread.
+
+    Every series carries a ``stub_pid`` label (this model instance's process). Why: Triton's core hands two metrics
+    with the same family name and labels the same Prometheus series, but counts references per family object, so
+    when one of them is deleted the series is freed under the other. That happens on every in-place reload (Triton
+    starts the new instance, then finalizes the old one, whose series have the same model label) and between
+    instances of one model: the server then wrote to freed memory and died (``corrupted double-linked list``,
+    ``malloc(): unaligned fastbin chunk detected``; tests/triton/test_ops_server.py reloads a model in place).
+    With the process in the labels no two live instances share a series; ``sum by (model)`` adds them up.
+    """
 
     def __init__(self, metrics: ModelMetrics, pb_utils: Any, interval_s: float = 1.0) -> None:
         self.metrics = metrics
         self.pb = pb_utils
         self.interval_s = interval_s
+        self._instance = (("stub_pid", str(os.getpid())),)
         kinds = {COUNTER: pb_utils.MetricFamily.COUNTER, GAUGE: pb_utils.MetricFamily.GAUGE}
         self.families = {name: pb_utils.MetricFamily(name=name, description=FAMILIES[name][1],
                                                      kind=kinds[FAMILIES[name][0]])
@@ -308,7 +319,7 @@ class TritonMetricsExporter:
                 continue
             metric = self._series.get(key)
             if metric is None:
-                metric = self.families[s.family].Metric(labels=dict(s.labels))
+                metric = self.families[s.family].Metric(labels=dict(s.labels + self._instance))
                 self._series[key] = metric
             if FAMILIES[s.family][0] == GAUGE:
                 metric.set(float(s.value))

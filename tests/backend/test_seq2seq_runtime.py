@@ -7,6 +7,7 @@ instead of Triton response senders) so that a failure points at the loop, not at
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -446,8 +447,9 @@ def test_exporter_registers_the_seq2seq_families_only_for_seq2seq_models():
     ex.close()
     assert set(M.SEQ2SEQ_FAMILIES) <= set(made["families"])
     values = made["values"]
-    assert values[("lazybatch_tokens_total", (("model", "gnmt"),))] == 3
-    assert values[("lazybatch_sequences_total", (("end", "eos"), ("model", "gnmt")))] == 2
+    pid = ("stub_pid", str(os.getpid()))  # every series names the instance's process (TritonMetricsExporter)
+    assert values[("lazybatch_tokens_total", (("model", "gnmt"), pid))] == 3
+    assert values[("lazybatch_sequences_total", (("end", "eos"), ("model", "gnmt"), pid))] == 2
 
 
 @pytest.mark.parametrize("every", [1, 3])

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from lazybatch.backend.metrics import parse_samples
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.lazy import useful_batch_size
 from lazybatch.client.api import Client, InferError
@@ -105,7 +106,9 @@ def test_metrics_count_the_traffic_sent(prod):
     assert d("lazybatch_requests_total", model="prod_mlp", outcome="error") == 0
     assert "# TYPE lazybatch_requests_total counter" in text
     assert metric_total(text, "lazybatch_preferred_batch_size", model="prod_monitor") >= 1
-    assert 'lazybatch_queue_samples{model="prod_mlp"} 0' in text
+    queued = [v for lab, v in parse_samples(text, "lazybatch_queue_samples") if lab.get("model") == "prod_mlp"]
+    assert queued == [0.0]  # one series: one instance, labelled with its process
+    assert all(lab.get("stub_pid", "").isdigit() for lab, _ in parse_samples(text, "lazybatch_requests_total"))
 
 
 def test_fault_in_one_stage_under_load_fails_only_those_requests(prod):
@@ -368,3 +371,58 @@ def test_traffic_classes_under_load_against_tritons_priority_queue(prod):
         assert set(r.classes) == {"interactive", "bulk"}
         assert sum(c["sent"] for c in r.classes.values()) == r.sent
         assert all(c["sent"] > 0 and c["ok"] == c["sent"] for c in r.classes.values())
+
+
+def test_reload_in_place_after_traffic_leaves_the_server_sound(tmp_path):
+    """A model that has served and exported its metrics is reloaded in place twice (config changed, then
+    ``load_model``: Triton starts the new instance before it finalizes the old one). The new instance serves and
+    counts under its own ``stub_pid``, and the server exits cleanly. Before that label, both instances wrote to one
+    Prometheus series that the old one freed on finalize, and tritonserver died of heap corruption at or before
+    shutdown (3 of 3 runs; backend/metrics.py, TritonMetricsExporter)."""
+    from lazybatch.backend.config import config_to_text, load_config
+    from lazybatch.repo import add_model
+    from lazybatch.staging import make_mlp, split_model
+
+    mlp = make_mlp(tmp_path / "mlp.onnx", in_dim=32, width=64, depth=3, out_dim=10, seed=3)
+    stages = split_model(mlp, tmp_path / "stages", cut_after=None)
+    repo = tmp_path / "repo"
+    add_model(mlp, repo, name="reloaded", policy="eager", sla_ms=2000, max_batch_size=MAX_BATCH, stages=stages,
+              profile_reps=2, execution_provider="cpu", intra_op_threads=1,
+              parameters={"metrics_interval_ms": "100"})
+    log = tmp_path / "tritonserver.log"
+    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                          log_file=log, env={"OMP_NUM_THREADS": "1"},
+                          extra_args=["--model-control-mode=explicit", "--load-model=*"])
+    server.start(timeout=240)
+    ref = _reference(mlp)
+    pids: list[str] = []
+    try:
+        c = grpcclient.InferenceServerClient(server.endpoints.grpc)
+        for round_ in range(3):
+            for i in range(20):
+                x = _x(1, 100 * round_ + i)
+                t = grpcclient.InferInput("x", list(x.shape), "FP32")
+                t.set_data_from_numpy(x)
+                np.testing.assert_allclose(c.infer("reloaded", [t]).as_numpy("y"), ref(x), rtol=1e-3, atol=1e-4)
+            def samples() -> list:  # this instance's series: under a process no earlier instance had
+                return [(lab, v) for lab, v in parse_samples(_metrics(server), "lazybatch_requests_total")
+                        if lab.get("model") == "reloaded" and lab.get("outcome") == "ok"
+                        and lab.get("stub_pid") not in pids]
+
+            assert wait_for(lambda: sum(v for _, v in samples()) >= 20, 30), samples()
+            (lab, v), = samples()
+            assert v == 20
+            pids.append(lab["stub_pid"])
+            if round_ < 2:  # reload in place: a changed config makes load_model load a new instance
+                path = repo / "reloaded" / "config.pbtxt"
+                cfg = load_config(path)
+                cfg.parameters["metrics_interval_ms"].string_value = str(100 + 10 * (round_ + 1))
+                path.write_text(config_to_text(cfg))
+                c.load_model("reloaded")
+                assert c.is_model_ready("reloaded")
+        c.close()
+    finally:
+        code = server.stop()
+    text = log.read_text()
+    assert code == 0, f"tritonserver exited with {code}; see {log}"
+    assert not any(s in text for s in ("corrupted", "unaligned", "Signal (6)", "Signal (11)")), text[-2000:]
