@@ -23,7 +23,6 @@ The raw cells go to OUT/decoder.json; ``--data`` copies them into the docs.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -36,12 +35,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from tqdm import tqdm  # noqa: E402
 
 from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args,  # noqa: E402
-                     seq2seq_requests, spread, turns, verdict, write_json)
+                     seq2seq_t1, served_table, spread, turns, verdict, write_json)
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.batcher.lengths import LengthHistogram  # noqa: E402
-from lazybatch.client.api import Client  # noqa: E402
 from lazybatch.client.load import run_load  # noqa: E402
-from lazybatch.client.seq2seq import shipped_histogram  # noqa: E402
 from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
 from lazybatch.simulator.loads_on_table import simulate_loads, single_request_ms  # noqa: E402
@@ -59,14 +56,6 @@ SIM_SEEDS, SIM_REQUESTS = 3, 400
 GOALS = {"lm": (3.0, 3.0, 2.0)}  # (avg, p99, peak throughput) at 70-150%; seq2seq: (1.5, -, -) there, 1.0 elsewhere
 
 
-def t1_of(url: str, http: str, model: str, n: int) -> float:
-    """Mean latency of n requests of histogram lengths, one at a time: 1 / the batch-1 service rate."""
-    feeds = seq2seq_requests(http, model, n + 2, seed=1)
-    with Client(url) as c:
-        times = c.latencies(model, feeds, n + 2, warmup=0)[2:]
-    return statistics.fmean(times)
-
-
 def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     repo = build_default_repository(out / "repos" / kind, kind=kind, work=out / "build" / kind, policies=POLICIES,
                                     profile_reps=5, seq2seq_baselines=False)
@@ -76,7 +65,7 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     cells = []
     with server:
         url, http = server.endpoints.grpc, server.endpoints.http
-        t1 = t1_of(url, http, f"{kind}_triton_0us", 20)
+        t1 = seq2seq_t1(url, http, f"{kind}_triton_0us", 20)
         tqdm.write(f"[{kind}] t1 {t1 * 1e3:.1f} ms (batch-1 rate {1 / t1:.2f}/s), SLA {sla_ms:g} ms")
         for f, k, pol in turns(args.loads, args.reps, POLICIES, kind):
             # light loads run long enough to hold --min-requests arrivals (10% of the LM's rate: about 0.5/s)
@@ -91,13 +80,6 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
             time.sleep(0.5)
     return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "cells": cells,
             "simulated": simulated(*served_table(repo / f"{kind}_eager" / "1"), args.loads, sla_ms)}
-
-
-def served_table(model_dir: Path) -> tuple[LatencyTable, LengthHistogram]:
-    """The latency table a served model's policy reads, and the shipped length histogram its clients draw from."""
-    manifest = json.loads((model_dir / "stages" / "manifest.json").read_text())
-    hist = LengthHistogram.load(shipped_histogram(manifest["seq2seq"].get("length_histogram")))
-    return LatencyTable.load(model_dir / "latency.json"), hist
 
 
 def simulated(table: LatencyTable, hist: LengthHistogram, loads: list[float], sla_ms: float) -> dict:

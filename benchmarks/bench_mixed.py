@@ -24,6 +24,13 @@ Ratios are mean [min-max] over repetitions (repetition k of eager against repeti
 range that straddles the goal is a tie. Beside each served table, the same mix replayed on a virtual clock on the
 table the served policy reads (lazybatch/simulator/mixed.py; Triton's batcher is graph:N with its queue ordered by
 level, no timeouts). Raw cells go to OUT/mixed.json; ``--data`` copies them into the docs.
+
+Decoder models (`--models gnmt`, `transformer`, `lm`): each request has lengths drawn from the model's shipped
+histogram (as `lazybatch load` draws them); t1 is the mean latency of such requests sent one at a time, so the
+interactive SLA of 2 x t1 is twice an average request's, and a request whose own decode is longer than that misses
+it under any policy. An interactive request joins the running decode at the next step (eager's urgency rule for
+decoder graphs); Triton's batcher decodes each group it hands over to its end in one execute. eager_seg4 is left out
+there (its segments are a static graph's).
 """
 
 from __future__ import annotations
@@ -41,14 +48,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tqdm import tqdm  # noqa: E402
 
-from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args, spread,  # noqa: E402
-                     turns, write_json)
+from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args, seq2seq_t1,  # noqa: E402
+                     served_table, spread, turns, write_json)
 from lazybatch.backend.fusion import segment_table  # noqa: E402
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.client.api import Client  # noqa: E402
 from lazybatch.client.load import run_load  # noqa: E402
 from lazybatch.onnx_tools.segments import balanced_cuts, segment_ranges  # noqa: E402
-from lazybatch.repo import KIND_MAX_BATCH, build_default_repository, set_priority_timeouts  # noqa: E402
+from lazybatch.repo import KIND_MAX_BATCH, SEQ2SEQ_KINDS, build_default_repository, set_priority_timeouts  # noqa: E402
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
 from lazybatch.simulator.loads_on_table import single_request_ms  # noqa: E402
 from lazybatch.simulator.mixed import simulate_mixed  # noqa: E402
@@ -74,9 +81,14 @@ def classes_for(t1_ms: float) -> list[TrafficClass]:
 def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     work = out / "build" / kind
     repo = out / "repos" / kind
-    build_default_repository(repo, kind=kind, work=work, profile_reps=5, seq2seq_baselines=False, policies=POLICIES,
+    decoder = kind in SEQ2SEQ_KINDS
+    policies = {p: v for p, v in POLICIES.items() if not (decoder and p in SEGMENTS)}
+    build_default_repository(repo, kind=kind, work=work, profile_reps=5, seq2seq_baselines=False, policies=policies,
                              priority_levels=2, default_priority_level=2)
-    table = LatencyTable.load(work / f"{kind}_latency_b{KIND_MAX_BATCH[kind]}.json")
+    if decoder:
+        table, hist = served_table(repo / f"{kind}_eager" / "1")
+    else:
+        table, hist = LatencyTable.load(work / f"{kind}_latency_b{KIND_MAX_BATCH[kind]}.json"), None
     for pol in TRITON:  # a repository kept from an earlier run has its timeouts: t1 is measured without any
         set_priority_timeouts(repo / f"{kind}_{pol}", {})
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
@@ -85,9 +97,12 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     cells = []
     with server:
         url = server.endpoints.grpc
-        with Client(url) as c:
-            t1 = c.median_latency(f"{kind}_triton_0us", c.random_inputs(f"{kind}_triton_0us", 1, seed=0),
-                                  200 if kind == "mlp" else 30, sla_ms=60_000)
+        if decoder:
+            t1 = seq2seq_t1(url, server.endpoints.http, f"{kind}_triton_0us", 20)
+        else:
+            with Client(url) as c:
+                t1 = c.median_latency(f"{kind}_triton_0us", c.random_inputs(f"{kind}_triton_0us", 1, seed=0),
+                                      200 if kind == "mlp" else 30, sla_ms=60_000)
         # Triton's queue timeouts per level: the classes' SLAs, from the t1 just measured (a reload applies them)
         timeouts = {level: int(mult * t1 * 1e6) for _, _, mult, level in MIX}
         import tritonclient.grpc as grpcclient
@@ -100,15 +115,16 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         classes = classes_for(t1 * 1e3)
         tqdm.write(f"[{kind}] t1 {t1 * 1e3:.2f} ms; classes "
                    + ", ".join(f"{c.name} {c.share:g} SLA {c.sla_ms:.1f} ms level {c.priority}" for c in classes))
-        for f, k, pol in turns(args.loads, args.reps, POLICIES, kind):
+        for f, k, pol in turns(args.loads, args.reps, policies, kind):
             r = run_load(url, f"{kind}_{pol}", f / t1, args.duration, classes=classes, seed=100 * k, timeout_s=120.0)
             cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
                           "error_kinds": r.error_kinds, "classes": r.classes})
             time.sleep(0.3)
-    sim_t1 = single_request_ms(table)
+    sim_t1 = single_request_ms(table, hist)
     sim = simulate_mixed(table, args.loads, classes_for(sim_t1), max_batch_size=KIND_MAX_BATCH[kind],
-                         policies=SIM_POLICIES, seeds=3, requests=1500, t1_ms=sim_t1)
-    for pol, k in SEGMENTS.items():  # the same rule on the table of the segments it serves (stages summed)
+                         policies=SIM_POLICIES, seeds=3, requests=600 if decoder else 1500, histogram=hist,
+                         t1_ms=sim_t1)
+    for pol, k in ({} if decoder else SEGMENTS).items():  # the same rule on the table of the segments it serves (stages summed)
         n = table.graph.n
         seg_table = segment_table(table, segment_ranges(n, balanced_cuts([table.dense[s][1] for s in range(n)], k)))
         sim["cells"] += simulate_mixed(seg_table, args.loads, classes_for(sim_t1), max_batch_size=KIND_MAX_BATCH[kind],

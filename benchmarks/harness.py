@@ -131,3 +131,26 @@ def seq2seq_requests(http: str, model: str, n: int, seed: int = 0) -> list[dict]
         return None
     sampler, rng = LengthSampler(info, None, seed), np.random.default_rng(seed)
     return [make_request(rng, info, *sampler.draw()) for _ in range(n)]
+
+
+def seq2seq_t1(url: str, http: str, model: str, n: int) -> float:
+    """Mean latency (s) of ``n`` requests of a served seq2seq model, of its histogram's lengths, sent one at a time:
+    1 / the batch-1 service rate."""
+    from lazybatch.client.api import Client
+
+    feeds = seq2seq_requests(http, model, n + 2, seed=1)
+    with Client(url) as c:
+        times = c.latencies(model, feeds, n + 2, warmup=0)[2:]
+    return statistics.fmean(times)
+
+
+def served_table(model_dir: Path) -> tuple[Any, Any]:
+    """The latency table a served seq2seq model's policy reads, and the shipped length histogram its clients draw
+    from (LatencyTable, LengthHistogram)."""
+    from lazybatch.batcher.latency_table import LatencyTable
+    from lazybatch.batcher.lengths import LengthHistogram
+    from lazybatch.client.seq2seq import shipped_histogram
+
+    manifest = json.loads((model_dir / "stages" / "manifest.json").read_text())
+    hist = LengthHistogram.load(shipped_histogram(manifest["seq2seq"].get("length_histogram")))
+    return LatencyTable.load(model_dir / "latency.json"), hist

@@ -8,7 +8,7 @@ Poisson requests per cell, SLA 5 s, as bench_decoder's replay."""
 import sys, json, statistics
 sys.path[:0] = ["benchmarks", "."]
 from pathlib import Path
-from bench_decoder import served_table
+from harness import served_table
 from lazybatch.simulator.loads_on_table import single_request_ms
 from lazybatch.simulator import workload
 from lazybatch.simulator.engine import Simulation
