@@ -290,10 +290,11 @@ class TritonMetricsExporter:
     Every series carries a ``stub_pid`` label (this model instance's process). Why: Triton's core hands two metrics
     with the same family name and labels the same Prometheus series, but counts references per family object, so
     when one of them is deleted the series is freed under the other. That happens on every in-place reload (Triton
-    starts the new instance, then finalizes the old one, whose series have the same model label) and between
-    instances of one model: the server then wrote to freed memory and died (``corrupted double-linked list``,
-    ``malloc(): unaligned fastbin chunk detected``; tests/triton/test_ops_server.py reloads a model in place).
-    With the process in the labels no two live instances share a series; ``sum by (model)`` adds them up.
+    starts the new instance, then finalizes the old one, whose series have the same model label): the server then
+    wrote to freed memory and died (``corrupted double-linked list``, ``malloc(): unaligned fastbin chunk
+    detected``; tests/triton/test_ops_server.py reloads a model in place). Two instances of one model
+    (``instance_group`` count > 1) shared their series the same way, and overwrote each other's gauges. With the
+    process in the labels no two live instances share a series; ``sum by (model)`` adds them up.
     """
 
     def __init__(self, metrics: ModelMetrics, pb_utils: Any, interval_s: float = 1.0) -> None:

@@ -124,7 +124,8 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     sim = simulate_mixed(table, args.loads, classes_for(sim_t1), max_batch_size=KIND_MAX_BATCH[kind],
                          policies=SIM_POLICIES, seeds=3, requests=600 if decoder else 1500, histogram=hist,
                          t1_ms=sim_t1)
-    for pol, k in ({} if decoder else SEGMENTS).items():  # the same rule on the table of the segments it serves (stages summed)
+    # the same rule on the table of the segments it serves (stages summed)
+    for pol, k in ({} if decoder else SEGMENTS).items():
         n = table.graph.n
         seg_table = segment_table(table, segment_ranges(n, balanced_cuts([table.dense[s][1] for s in range(n)], k)))
         sim["cells"] += simulate_mixed(seg_table, args.loads, classes_for(sim_t1), max_batch_size=KIND_MAX_BATCH[kind],

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lazybatch.backend.metrics import parse_samples
 from lazybatch.backend.model import read_log
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.cli import main
@@ -449,7 +450,8 @@ def test_fault_injection_metrics_and_batch_log_on_a_seq2seq_model(s2s):
     assert delta(text, "lazybatch_sequences_total", end="length") == len(ok_out) - eos
     assert delta(text, "lazybatch_decisions_total", kind="dispatch") > 0
     assert "# TYPE lazybatch_decoder_steps_total counter" in text
-    assert f'lazybatch_tokens_total{{model="{kind}_lazy"}}' in text
+    series = [lab for lab, _ in parse_samples(text, "lazybatch_tokens_total") if lab.get("model") == f"{kind}_lazy"]
+    assert len(series) == 1 and series[0]["stub_pid"].isdigit(), series  # one instance, labelled with its process
 
     # the batch log (LAZYBATCH_STATS_DIR/<model>.batches.csv): encoder-step and decoder-step batches
     rows = read_log(s2s.stats_dir / f"{model}.batches.csv")
