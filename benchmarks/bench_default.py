@@ -32,8 +32,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tqdm import tqdm  # noqa: E402
 
-from harness import command_line, fmt, machine_meta, spread, verdict, write_json  # noqa: E402
-from lazybatch.client.api import Client  # noqa: E402
+from harness import command_line, fmt, machine_meta, spread, static_t1, verdict, write_json  # noqa: E402
 from lazybatch.client.load import run_load  # noqa: E402
 from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
@@ -45,11 +44,6 @@ POLICIES = {"eager": "eager", "triton_0us": "triton:0", "triton_5000us": "triton
 TWIN = "triton_0us_twin"
 TRITON = [k for k in POLICIES if k.startswith("triton") and k != TWIN]
 SLA_MULTIPLE = 5.0  # violations are counted against 5 x t1, the deadline eager's requests carry
-
-
-def t1_of(url: str, model: str, n: int) -> float:
-    with Client(url) as c:
-        return c.median_latency(model, c.random_inputs(model, 1, seed=0), n, sla_ms=60_000)
 
 
 def drive_load(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int) -> dict:
@@ -88,7 +82,7 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     cells = []
     with server:
         url = server.endpoints.grpc
-        t1 = t1_of(url, f"{kind}_triton_0us", 200 if kind == "mlp" else 30)
+        t1 = static_t1(url, kind)
         sla_ms = SLA_MULTIPLE * t1 * 1e3
         tqdm.write(f"[{kind}] t1 {t1 * 1e3:.2f} ms (batch-1 rate {1 / t1:.1f}/s), SLA {sla_ms:.1f} ms")
         drivers = ["load", "perf"] if args.driver == "both" else [args.driver]

@@ -49,10 +49,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from tqdm import tqdm  # noqa: E402
 
 from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args, seq2seq_t1,  # noqa: E402
-                     served_table, spread, turns, write_json)
+                     served_table, spread, static_t1, turns, write_json)
 from lazybatch.backend.fusion import segment_table  # noqa: E402
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
-from lazybatch.client.api import Client  # noqa: E402
 from lazybatch.client.load import run_load  # noqa: E402
 from lazybatch.onnx_tools.segments import balanced_cuts, segment_ranges  # noqa: E402
 from lazybatch.repo import KIND_MAX_BATCH, SEQ2SEQ_KINDS, build_default_repository, set_priority_timeouts  # noqa: E402
@@ -100,9 +99,7 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         if decoder:
             t1 = seq2seq_t1(url, server.endpoints.http, f"{kind}_triton_0us", 20)
         else:
-            with Client(url) as c:
-                t1 = c.median_latency(f"{kind}_triton_0us", c.random_inputs(f"{kind}_triton_0us", 1, seed=0),
-                                      200 if kind == "mlp" else 30, sla_ms=60_000)
+            t1 = static_t1(url, kind)
         # Triton's queue timeouts per level: the classes' SLAs, from the t1 just measured (a reload applies them)
         timeouts = {level: int(mult * t1 * 1e6) for _, _, mult, level in MIX}
         import tritonclient.grpc as grpcclient

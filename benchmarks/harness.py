@@ -133,6 +133,17 @@ def seq2seq_requests(http: str, model: str, n: int, seed: int = 0) -> list[dict]
     return [make_request(rng, info, *sampler.draw()) for _ in range(n)]
 
 
+def static_t1(url: str, kind: str) -> float:
+    """Median latency (s) of sequential batch-1 requests to the repository's Triton 0 ms model of a static ``kind``
+    (``<kind>_triton_0us``): the served t1 that the sweeps' loads and SLAs are multiples of."""
+    from lazybatch.client.api import Client
+
+    model = f"{kind}_triton_0us"
+    with Client(url) as c:
+        return c.median_latency(model, c.random_inputs(model, 1, seed=0), 200 if kind == "mlp" else 30,
+                                sla_ms=60_000)
+
+
 def seq2seq_t1(url: str, http: str, model: str, n: int) -> float:
     """Mean latency (s) of ``n`` requests of a served seq2seq model, of its histogram's lengths, sent one at a time:
     1 / the batch-1 service rate."""

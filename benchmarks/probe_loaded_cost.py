@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_default import PERF_INPUT_DATA, SLA_MULTIPLE, drive_load, drive_perf, t1_of  # noqa: E402
-from harness import command_line, fmt, machine_meta, spread, write_json  # noqa: E402
+from bench_default import PERF_INPUT_DATA, SLA_MULTIPLE, drive_load, drive_perf  # noqa: E402
+from harness import command_line, fmt, machine_meta, spread, static_t1, write_json  # noqa: E402
 from probe_idle_cost import VARIANTS  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     cells = []
     with server:
         url = server.endpoints.grpc
-        t1 = t1_of(url, f"{args.model}_triton_0us", 200 if args.model == "mlp" else 30)
+        t1 = static_t1(url, args.model)
         sla_ms = SLA_MULTIPLE * t1 * 1e3
         for f in loads:
             for k in tqdm(range(args.reps), desc=f"{args.model} {f:.0%}", unit="rep"):
