@@ -70,3 +70,50 @@ def test_verdicts(bench):
     assert verdict({"min": 1.01, "max": 1.2}, 1.0) == "met"
     assert verdict({"min": 0.95, "max": 1.2}, 1.0).startswith("tie")
     assert verdict({"min": 0.8, "max": 0.9}, 1.0) == "missed"
+
+
+def _cells(load, eager_factor, twin_factor, reps=3):
+    """One load's cells: Triton 0 ms best at 10 ms (+/- per repetition), eager and the twin scaled from it."""
+    out = []
+    for rep, t0 in enumerate([10.0, 11.0, 9.0][:reps]):
+        out += [cell(load, rep, "triton_0us", t0, 20.0), cell(load, rep, "triton_5000us", t0 * 1.5, 30.0),
+                cell(load, rep, "triton_20000us", t0 * 3, 60.0), cell(load, rep, "eager", t0 * eager_factor, 20.0),
+                cell(load, rep, "triton_0us_twin", t0 * twin_factor, 20.0)]
+    return out
+
+
+def test_pooled_eager_like_the_twin_is_level(bench):
+    """Eager 5% slower than Triton 0 ms in some cells, the twin 5% slower in as many: no systematic difference."""
+    res = {"model": "m", "t1_ms": 1.0, "sla_ms": 5.0,
+           "cells": _cells(0.1, 1.05, 1.0) + _cells(0.4, 1.0, 1.05) + _cells(0.7, 0.95, 1.0) + _cells(0.9, 1.0, 0.95)}
+    p = bench.pooled([res], "load")
+    assert p["cells"] == 4
+    assert p["ratio"] == pytest.approx(1.0) and p["lo"] < 1.0 < p["hi"]
+    assert p["verdict"].startswith("level")
+    # the per-cell rule: eager missed at 10% (1/1.05 in every repetition), met elsewhere (a ratio of exactly 1.00
+    # meets the goal); the twin missed at 40% and met elsewhere
+    assert p["counts"]["eager"] == {"met": 3, "missed": 1} and p["counts"]["twin"] == {"met": 3, "missed": 1}
+
+
+def test_pooled_finds_a_cost_in_every_cell_that_no_cell_resolves(bench):
+    """Eager 3% slower than an identical copy in every cell, under per-cell noise of +/-10% (each cell a tie): the
+    pooled ratio says behind, about 0.97."""
+    cells = []
+    for i, load in enumerate([0.1, 0.4, 0.7, 0.9, 1.2, 2.0, 3.0]):
+        noise = [1.1, 0.9, 1.0] if i % 2 else [0.9, 1.1, 1.0]
+        for rep, t0 in enumerate([10.0, 11.0, 9.0]):
+            cells += [cell(load, rep, "triton_0us", t0, 20.0), cell(load, rep, "triton_5000us", t0 * 1.5, 30.0),
+                      cell(load, rep, "triton_20000us", t0 * 3, 60.0),
+                      cell(load, rep, "eager", t0 * 1.03 * noise[rep], 20.0),
+                      cell(load, rep, "triton_0us_twin", t0 * noise[(rep + 1) % 3], 20.0)]
+    res = {"model": "m", "t1_ms": 1.0, "sla_ms": 5.0, "cells": cells}
+    assert all(bench.verdict(r["avg"], 1.0).startswith("tie") for r in bench.ratios(res, "load"))
+    p = bench.pooled([res], "load")
+    assert p["ratio"] == pytest.approx(1 / 1.03, rel=1e-3) and p["hi"] < 1.0 and p["verdict"] == "behind"
+    assert "eager / an identical copy of Triton 0 ms 0.971" in "\n".join(bench.pooled_line([res], "load"))
+
+
+def test_pooled_skips_rounds_without_a_twin(bench):
+    res = {"model": "m", "t1_ms": 1.0, "sla_ms": 5.0,
+           "cells": [c for c in _cells(0.4, 1.0, 1.0) if c["policy"] != "triton_0us_twin"]}
+    assert bench.pooled([res], "load") is None and bench.pooled_line([res], "load") == []
