@@ -189,11 +189,12 @@ def pooled(results: list[dict], driver: str, draws: int = BOOTSTRAP_DRAWS) -> di
     range rule calls missed and met for eager and for the twin: the twin's count is that rule's false verdicts."""
     import random
 
-    diffs, goal, twin = [], [], []
+    diffs, goal, twin, models = [], [], [], []
     counts = {"eager": {"met": 0, "missed": 0}, "twin": {"met": 0, "missed": 0}}
     for res in results:
         if not any(c["driver"] == driver for c in res["cells"]):
             continue
+        models.append(res["model"])
         for r in ratios(res, driver):
             if r["twin"] is None:
                 continue
@@ -211,7 +212,7 @@ def pooled(results: list[dict], driver: str, draws: int = BOOTSTRAP_DRAWS) -> di
     n = len(diffs)
     boots = sorted(sum(rng.choices(diffs, k=n)) / n for _ in range(draws))
     lo, hi = math.exp(boots[int(0.05 * draws)]), math.exp(boots[int(0.95 * draws) - 1])
-    return {"cells": n, "eager": math.exp(sum(goal) / n), "twin": math.exp(sum(twin) / n),
+    return {"cells": n, "models": models, "eager": math.exp(sum(goal) / n), "twin": math.exp(sum(twin) / n),
             "ratio": math.exp(sum(diffs) / n), "lo": lo, "hi": hi, "counts": counts,
             "verdict": "ahead" if lo > 1.0 else "behind" if hi < 1.0 else "level (the interval straddles 1.00)"}
 
@@ -221,7 +222,7 @@ def pooled_line(results: list[dict], driver: str) -> list[str]:
     if p is None:
         return []
     e, t = p["counts"]["eager"], p["counts"]["twin"]
-    return [f"**Pooled over {p['cells']} cells ({driver} driver; {', '.join(r['model'] for r in results)}): eager / an "
+    return [f"**Pooled over {p['cells']} cells ({driver} driver; {', '.join(p['models'])}): eager / an "
             f"identical copy of Triton 0 ms {p['ratio']:.3f} [90% interval {p['lo']:.3f}-{p['hi']:.3f}], "
             f"{p['verdict']}.** Geometric mean of the cells' goal ratio: eager {p['eager']:.3f}, the twin "
             f"{p['twin']:.3f}. The per-cell range rule called {e['missed']} cells missed and {e['met']} met for "

@@ -87,7 +87,7 @@ def test_pooled_eager_like_the_twin_is_level(bench):
     res = {"model": "m", "t1_ms": 1.0, "sla_ms": 5.0,
            "cells": _cells(0.1, 1.05, 1.0) + _cells(0.4, 1.0, 1.05) + _cells(0.7, 0.95, 1.0) + _cells(0.9, 1.0, 0.95)}
     p = bench.pooled([res], "load")
-    assert p["cells"] == 4
+    assert p["cells"] == 4 and p["models"] == ["m"]
     assert p["ratio"] == pytest.approx(1.0) and p["lo"] < 1.0 < p["hi"]
     assert p["verdict"].startswith("level")
     # the per-cell rule: eager missed at 10% (1/1.05 in every repetition), met elsewhere (a ratio of exactly 1.00
