@@ -327,6 +327,9 @@ def plot(results: list[dict], path: Path) -> None:
             mean = [r["avg"]["mean"] for r in rows]
             err = [[r["avg"]["mean"] - r["avg"]["min"] for r in rows], [r["avg"]["max"] - r["avg"]["mean"] for r in rows]]
             ax.errorbar(x, mean, yerr=err, marker="o", capsize=3, label=f"served ({d})")
+            twin = [(r["load"] * 100, r["twin"]["mean"]) for r in rows if r["twin"]]
+            if twin:  # the noise floor: the same ratio for an identical copy of Triton 0 ms
+                ax.plot(*zip(*twin), "x", color="grey", label=f"identical copy of Triton 0 ms ({d})")
         sim = res.get("simulated")
         if sim:
             xs = sorted(float(k) for k in sim["avg"])
