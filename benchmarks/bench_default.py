@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import random
 import sys
 import time
 from pathlib import Path
@@ -187,8 +188,6 @@ def pooled(results: list[dict], driver: str, draws: int = BOOTSTRAP_DRAWS) -> di
     difference averaged over cells is how far eager is from a policy identical to Triton 0 ms (as a factor: below
     1, eager is behind), with a 90% bootstrap interval from resampling the cells. Also how many cells the per-cell
     range rule calls missed and met for eager and for the twin: the twin's count is that rule's false verdicts."""
-    import random
-
     diffs, goal, twin, models = [], [], [], []
     counts = {"eager": {"met": 0, "missed": 0}, "twin": {"met": 0, "missed": 0}}
     for res in results:

@@ -72,13 +72,17 @@ def test_verdicts(bench):
     assert verdict({"min": 0.8, "max": 0.9}, 1.0) == "missed"
 
 
-def _cells(load, eager_factor, twin_factor, reps=3):
-    """One load's cells: Triton 0 ms best at 10 ms (+/- per repetition), eager and the twin scaled from it."""
+def _cells(load, eager_factor, twin_factor):
+    """One load's 3 repetitions: Triton 0 ms best at 10 ms (+/- per repetition), eager and the twin scaled from it
+    (a factor, or one per repetition)."""
+    def per_rep(f):
+        return f if isinstance(f, (list, tuple)) else [f] * 3
+
     out = []
-    for rep, t0 in enumerate([10.0, 11.0, 9.0][:reps]):
+    for rep, (t0, e, t) in enumerate(zip([10.0, 11.0, 9.0], per_rep(eager_factor), per_rep(twin_factor))):
         out += [cell(load, rep, "triton_0us", t0, 20.0), cell(load, rep, "triton_5000us", t0 * 1.5, 30.0),
-                cell(load, rep, "triton_20000us", t0 * 3, 60.0), cell(load, rep, "eager", t0 * eager_factor, 20.0),
-                cell(load, rep, "triton_0us_twin", t0 * twin_factor, 20.0)]
+                cell(load, rep, "triton_20000us", t0 * 3, 60.0), cell(load, rep, "eager", t0 * e, 20.0),
+                cell(load, rep, "triton_0us_twin", t0 * t, 20.0)]
     return out
 
 
@@ -101,11 +105,7 @@ def test_pooled_finds_a_cost_in_every_cell_that_no_cell_resolves(bench):
     cells = []
     for i, load in enumerate([0.1, 0.4, 0.7, 0.9, 1.2, 2.0, 3.0]):
         noise = [1.1, 0.9, 1.0] if i % 2 else [0.9, 1.1, 1.0]
-        for rep, t0 in enumerate([10.0, 11.0, 9.0]):
-            cells += [cell(load, rep, "triton_0us", t0, 20.0), cell(load, rep, "triton_5000us", t0 * 1.5, 30.0),
-                      cell(load, rep, "triton_20000us", t0 * 3, 60.0),
-                      cell(load, rep, "eager", t0 * 1.03 * noise[rep], 20.0),
-                      cell(load, rep, "triton_0us_twin", t0 * noise[(rep + 1) % 3], 20.0)]
+        cells += _cells(load, [1.03 * x for x in noise], noise[1:] + noise[:1])
     res = {"model": "m", "t1_ms": 1.0, "sla_ms": 5.0, "cells": cells}
     assert all(bench.verdict(r["avg"], 1.0).startswith("tie") for r in bench.ratios(res, "load"))
     p = bench.pooled([res], "load")
