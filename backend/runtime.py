@@ -83,6 +83,12 @@ RECALIBRATE_INTERVAL_S = 0.25
 # per request at low load, on the cores onnxruntime needs. Inline passes leave it to the scheduler thread, which
 # wakes this often to see whether they did.
 IDLE_HOOK_INTERVAL_S = 0.1
+# The statistics file (``on_idle``) and the memory release wait for a quiet moment: nothing run for this long. Under
+# steady load there is none, and there they cost eager alone (Triton's path has neither): the file took 0.8 ms of
+# the scheduler thread at each hook, 8 ms a second beside the passes, on the cores onnxruntime needs (docs/triton.md,
+# "Bookkeeping at quiet moments"). The file is still written at least once every STATS_MAX_AGE_S.
+QUIET_S = 0.1
+STATS_MAX_AGE_S = 2.0
 # Arena and heap memory is given back (backend/memory.py) at an idle moment at most this often (config
 # memory_release_ms; 0: never): a burst's largest batches then hold their memory a few seconds, not for good.
 MEMORY_RELEASE_INTERVAL_S = 5.0
@@ -261,7 +267,7 @@ class BackendRuntime:
         self.respond = respond
         self.is_cancelled = is_cancelled
         self.cancel_poll_s = cancel_poll_s
-        self.on_idle = on_idle  # called on the scheduler thread whenever nothing is held (statistics)
+        self.on_idle = on_idle  # statistics: called on the scheduler thread at quiet moments (_quiet_hook)
         self.on_batch = on_batch  # (stage, batch size, onnxruntime seconds) after every stage run (batch logs)
         self.clock = WallClock()
         self.stats = self.stats_class()
@@ -284,6 +290,9 @@ class BackendRuntime:
         # inline passes' metrics and calibration, applied by the scheduler thread at its idle hook (_apply_deferred)
         self._deferred: collections.deque[tuple[int, int, float, int, float]] = collections.deque()
         self._idle_hook_at = 0.0  # when the idle hook last ran (IDLE_HOOK_INTERVAL_S)
+        self._quiet_owed = False  # the statistics file and the memory release wait for a quiet moment (QUIET_S)
+        self._quiet_hook_at = 0.0  # when they last ran (STATS_MAX_AGE_S)
+        self._worked_at = 0.0  # when the last pass or job ended (monotonic)
         self.memory_release_s = MEMORY_RELEASE_INTERVAL_S  # 0: never (config memory_release_ms)
         self._released_at = time.monotonic()  # when memory was last given back (_release_memory)
         self._stopping = threading.Event()
@@ -426,7 +435,8 @@ class BackendRuntime:
                     for i in idx:
                         early(i, results[i])  # type: ignore[misc]
                         results[i] = None
-            self.policy.inline_done(start, time.monotonic(), n)
+            self._worked_at = end = time.monotonic()
+            self.policy.inline_done(start, end, n)
             return results
         finally:
             self._busy_lock.release()
@@ -531,19 +541,27 @@ class BackendRuntime:
             while True:
                 if self._job is None:
                     due = clock.next_due()
-                    if self._dirty and not self._live:  # about to wait with nothing held
+                    if (self._dirty or self._quiet_owed) and not self._live:  # about to wait with nothing held
                         now = time.monotonic()
-                        if now - self._idle_hook_at >= IDLE_HOOK_INTERVAL_S:
+                        if self._dirty and now - self._idle_hook_at >= IDLE_HOOK_INTERVAL_S:
                             with self._busy_lock:
                                 self._dirty = False
+                                self._quiet_owed = True
                                 self._idle_hook_at = now
                                 self._apply_deferred()
                                 self._idle_hook()
-                                if self.memory_release_s and now - self._released_at >= self.memory_release_s:
-                                    self._release_memory(now)
+                        if self._quiet_owed and not self._dirty and (
+                                now - self._worked_at >= QUIET_S or now - self._quiet_hook_at >= STATS_MAX_AGE_S):
+                            with self._busy_lock:
+                                self._quiet_owed = False
+                                self._quiet_hook_at = now
+                                self._quiet_hook(now)
                     hook = None
                     if self._dirty:  # the hook is owed: at its interval
                         hook = max(self._idle_hook_at + IDLE_HOOK_INTERVAL_S, time.monotonic() + 1e-3)
+                    elif self._quiet_owed:  # ... and then the quiet one, once nothing has run for QUIET_S
+                        hook = max(min(self._worked_at + QUIET_S, self._quiet_hook_at + STATS_MAX_AGE_S),
+                                   time.monotonic() + 1e-3)
                     elif self._inline:
                         # inline passes, which never wake this thread, may make it owed (their metrics and
                         # calibration are applied by it, _apply_deferred): look in once an interval.
@@ -574,6 +592,7 @@ class BackendRuntime:
                 self._shutdown()
                 self._apply_deferred()
                 self._idle_hook()
+                self._write_statistics()
 
     def _wait(self, timeout: float | None) -> Any:
         """The next inbox item, or _WAKE when ``timeout`` (a timer) passes first; None once close() was called."""
@@ -612,6 +631,7 @@ class BackendRuntime:
                 if self.metrics is not None:
                     self._sync_metrics(0.05)
                 t1 = time.perf_counter()
+                self._worked_at = time.monotonic()
                 stats.sched_s += t1 - t0
                 # what a decision point costs besides onnxruntime (arrivals admitted meanwhile are not its cost)
                 self._boundary_cost((t1 - t_job) - (t0 - t_drain) - (stats.ort_s - ort_before))
@@ -635,12 +655,23 @@ class BackendRuntime:
             self.stats.memory_release_s += time.perf_counter() - t0
 
     def _idle_hook(self) -> None:
+        """At most once an IDLE_HOOK_INTERVAL_S with nothing held: the counters the metrics read."""
         if self._watcher is not None:
             self.stats.cancel_checks = self._watcher.checks
             self.stats.cancel_check_s = self._watcher.check_s
             self.stats.cancel_slip = self._watcher.slip
         if self.metrics is not None:
             self._sync_metrics()
+
+    def _quiet_hook(self, now: float) -> None:
+        """After an idle hook, once nothing has run for QUIET_S (or the file is STATS_MAX_AGE_S old): the statistics
+        file, and the memory given back (at most once a ``memory_release_s``)."""
+        quiet = now - self._worked_at >= QUIET_S  # not merely the file's age: memory is given back only at rest
+        if self.memory_release_s and quiet and now - self._released_at >= self.memory_release_s:
+            self._release_memory(now)
+        self._write_statistics()
+
+    def _write_statistics(self) -> None:
         if self.on_idle is not None:
             try:
                 self.on_idle(self)

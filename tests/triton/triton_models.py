@@ -58,7 +58,7 @@ class Served:
 
 
 def settled_stats(path: Path, settle: float = 10.0) -> dict:
-    """A backend statistics file (``LAZYBATCH_STATS_DIR/<model>.json``, rewritten whenever the model goes idle) once
+    """A backend statistics file (``LAZYBATCH_STATS_DIR/<model>.json``, rewritten at quiet moments) once
     two reads 0.3 s apart agree. Before the model answered anything there is no file: zero counts then."""
     end = time.monotonic() + settle
     last = None
