@@ -285,3 +285,42 @@ def test_a_lost_deadline_in_flight_does_not_hold_newcomers_of_a_decoder_model():
         finish[name] = (reqs[0].finish, reqs[1].finish)
     assert finish["lazy"] == (23.0, 27.0)
     assert finish["eager"] == (26.0, 17.0)
+
+
+def test_inline_answers_are_the_benefit_rules_at_every_rate():
+    """inline_batch keeps its answers per group size and busy rate (5% steps; with nothing held or queued nothing
+    else enters the rule): over a sweep of loads from idle to saturated, every answer is the one the uncached rule
+    gives at that moment's rate or at a rate one step away (the kept answer was computed within the step), nearly
+    all are exactly the uncached answer, and the sweep sees both answers (whole passes at light load, the
+    scheduler's boundaries under load, where batching is free). A table change (recalibration) drops them."""
+    from .test_scheduler_core import ManualClock
+
+    tab = table(0.0)  # 8 stages of 1 ms, batching free: boundaries pay once requests arrive mid-pass
+    pol = EagerBatching(max_batch_size=8)
+    Scheduler(tab, pol, _HeldExecutor(), ManualClock())
+    whole = 8 * MS
+    t = 0.0
+    seen = set()
+    exact = total = 0
+    for gap_passes in (40.0, 10.0, 4.0, 2.0, 1.5, 1.0, 0.7, 0.5, 0.3, 0.2, 0.1):
+        for _ in range(150):  # passes of one request; newcomers every gap_passes passes, some mid-pass
+            start = t
+            pol.inline_done(start, start + whole, 1)
+            if gap_passes <= 1.0:
+                for k in range(int(round(1 / gap_passes))):
+                    pol._busy_arrivals.append(start + whole * (k + 0.5) / round(1 / gap_passes))
+            t = start + whole + (gap_passes - 1.0) * whole if gap_passes > 1.0 else start + whole
+            for n in (1, 2, 4):
+                got = pol.inline_batch(t, n)
+                lam = pol.busy_rate(t)
+                near = {n if pol._stop_benefit(t, 0, n, lam=lam * f) >= pol.graph.n else 0 for f in (1 / 1.05, 1.05)}
+                want = n if pol._stop_benefit(t, 0, n, lam=lam) >= pol.graph.n else 0
+                assert got == want or got in near, (gap_passes, n, lam)
+                exact += got == want
+                total += 1
+                seen.add(got > 0)
+    assert seen == {True, False}, "the sweep should reach both answers"
+    assert exact >= 0.98 * total, f"{total - exact} of {total} answers differ from the uncached rule's"
+    assert pol._inline_answers
+    pol.table_changed()
+    assert not pol._inline_answers

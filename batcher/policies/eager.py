@@ -98,6 +98,10 @@ DEFAULT_MIN_GAIN = 0.02
 # previous pass ended queued while it ran (Triton calls execute again at once when requests wait). Short, so that
 # an idle-time arrival is rarely taken for a busy-time one: an underestimate only keeps passes whole, as Triton's.
 BACK_TO_BACK_S = 0.0005
+# inline_batch keeps its answers per group size and busy rate, the rate in steps of 5% (an estimate over the last
+# RATE_WINDOW_PASSES passes moves by more between two of them): a served call then skips the scan of every boundary
+INLINE_RATE_LOG_STEP = math.log(1.05)
+INLINE_ANSWERS_KEPT = 512
 # While outranking traffic arrives, a job runs at most (tightest SLA - URGENT_ALONE x the batch-1 pass): an urgent
 # request that arrives as a job starts must still have room for that job and for its own pass, with a margin for
 # the table's error and the boundary's hand-off.
@@ -160,6 +164,9 @@ class EagerBatching(LazyBatching):
         self._longest: list[float] = []  # [batch]: the longest stage's table time
         self._last_end: float | None = None  # when the device last fell idle (inline passes, BACK_TO_BACK_S)
         self._cap = max_batch_size  # the sub-batch cap of this decision (``_urgent_batch`` while urgency applies)
+        # inline_batch's answers: with nothing held or queued, where a whole pass of n would stop depends only on n,
+        # the rate of arrivals mid-pass (in INLINE_RATE_STEP buckets) and the table, scale and boundary cost
+        self._inline_answers: dict[tuple, int] = {}
 
     @property
     def needs_classes(self) -> bool:
@@ -183,6 +190,7 @@ class EagerBatching(LazyBatching):
         self._whole = [p[-1] for p in self._prefix]
         self._longest = [max(row[b] for row in dense) for b in range(len(dense[0]))]  # [batch]: the longest stage
         self._window = max(RATE_WINDOW_MIN_S, RATE_WINDOW_PASSES * self._whole[1])
+        self._inline_answers = {}
 
     def describe(self) -> str:
         dec = f", dec_timesteps={self.dec_timesteps}, admission={self.admission}" if self.graph.is_seq2seq else ""
@@ -230,7 +238,17 @@ class EagerBatching(LazyBatching):
             scale = self.time_scale
             if tight and self._whole[n] * scale > min(tight) >= self._whole[len(tight)] * scale:
                 return 0
-        return n if self._stop(now, 0, n) >= self.graph.n else 0
+        lam = self.busy_rate(now)
+        key = (n, math.floor(math.log(lam) / INLINE_RATE_LOG_STEP) if lam > 0.0 else None, self.time_scale,
+               self.boundary_cost, self.fused_ratio)
+        stop = self._inline_answers.get(key)
+        if stop is None:  # the benefit rule's scan of every boundary: 17 us a call in a served stub, ahead of the pass
+            if len(self._inline_answers) >= INLINE_ANSWERS_KEPT:
+                self._inline_answers.clear()
+            stop = self._inline_answers[key] = self._stop_benefit(now, 0, n, lam=lam)
+        if self.urgency:
+            stop = min(stop, self._urgent_cut(now, 0, n))
+        return n if stop >= self.graph.n else 0
 
     def inline_done(self, start: float, end: float, n: int) -> None:
         busy = self._last_end is not None and start - self._last_end <= BACK_TO_BACK_S
@@ -500,16 +518,19 @@ class EagerBatching(LazyBatching):
         stop = self._stop_benefit(now, s, m, queued)
         return min(stop, self._urgent_cut(now, s, m)) if self.urgency else stop
 
-    def _stop_benefit(self, now: float, s: int, m: int, queued: int | None = None) -> int:
+    def _stop_benefit(self, now: float, s: int, m: int, queued: int | None = None, *,
+                      lam: float | None = None) -> int:
         """The first boundary after stage ``s`` at which a preemption could pay more than the boundary costs, or
         the end of the graph: the job runs up to it with no decision point between. ``queued``: the queue length
-        to assume (an inline pass: nothing queued beside it) instead of the policy's own."""
+        to assume (an inline pass: nothing queued beside it) instead of the policy's own; ``lam``: the busy rate,
+        where the caller has just read it."""
         n = self.graph.n
         if s + 1 >= n:
             return n
         pre = self._prefix
         q = min(len(self.infq) if queued is None else queued, self.max_batch_size - m)
-        lam = self.busy_rate(now)  # arrivals a boundary inside this job could serve
+        if lam is None:
+            lam = self.busy_rate(now)  # arrivals a boundary inside this job could serve
         if q <= 0 and lam <= 0.0:
             return n  # nothing queued and nothing arriving mid-pass: no boundary can be of use
         p = sum(len(e.reqs) for e in self.stack[:-1])
