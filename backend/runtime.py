@@ -89,6 +89,7 @@ IDLE_HOOK_INTERVAL_S = 0.1
 # "Bookkeeping at quiet moments"). The file is still written at least once every STATS_MAX_AGE_S.
 QUIET_S = 0.1
 STATS_MAX_AGE_S = 2.0
+MEMORY_RELEASE_UNDER_LOAD = 4
 # Arena and heap memory is given back (backend/memory.py) at an idle moment at most this often (config
 # memory_release_ms; 0: never): a burst's largest batches then hold their memory a few seconds, not for good.
 MEMORY_RELEASE_INTERVAL_S = 5.0
@@ -666,8 +667,11 @@ class BackendRuntime:
     def _quiet_hook(self, now: float) -> None:
         """After an idle hook, once nothing has run for QUIET_S (or the file is STATS_MAX_AGE_S old): the statistics
         file, and the memory given back (at most once a ``memory_release_s``)."""
-        quiet = now - self._worked_at >= QUIET_S  # not merely the file's age: memory is given back only at rest
-        if self.memory_release_s and quiet and now - self._released_at >= self.memory_release_s:
+        # memory at rest, or (load that never pauses) at the latest every MEMORY_RELEASE_UNDER_LOAD intervals: a
+        # burst's high-water mark is not kept for good by the steady load after it
+        since = now - self._released_at
+        if self.memory_release_s and since >= self.memory_release_s and (
+                now - self._worked_at >= QUIET_S or since >= MEMORY_RELEASE_UNDER_LOAD * self.memory_release_s):
             self._release_memory(now)
         self._write_statistics()
 

@@ -679,7 +679,7 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
 
     writes: list[float] = []
     rt, _ = _inline_runtime(mlp, on_idle=lambda r: writes.append(time.monotonic()))
-    rt.memory_release_s = 0.2
+    rt.memory_release_s = 0.3  # under endless load, at the latest after 4 x 0.3 s: longer than the load below
     hooks: list[float] = []
     idle_hook = rt._idle_hook
     rt._idle_hook = lambda: (hooks.append(time.monotonic()), idle_hook())[1]
@@ -710,13 +710,16 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
         rt.close()
 
 
-def test_statistics_are_written_under_endless_load_at_most_stats_max_age_late(mlp, monkeypatch):
+def test_statistics_and_memory_under_endless_load(mlp, monkeypatch):
+    """A load that never pauses still gets its statistics file at most STATS_MAX_AGE_S late, and its memory given
+    back every MEMORY_RELEASE_UNDER_LOAD release intervals (a burst's high-water mark is not kept for good)."""
     from lazybatch.backend import runtime as runtime_module
 
     monkeypatch.setattr(runtime_module, "STATS_MAX_AGE_S", 0.3)
     writes: list[float] = []
     rt, _ = _inline_runtime(mlp, on_idle=lambda r: writes.append(time.monotonic()))
-    rt.memory_release_s = 0.0
+    rt.memory_release_s = 0.1  # at the latest every 0.4 s under load
+    released = rt.stats.memory_releases
     try:
         x = np.ones((1, 16), np.float32)
         start = time.monotonic()
@@ -725,6 +728,7 @@ def test_statistics_are_written_under_endless_load_at_most_stats_max_age_late(ml
             time.sleep(0.02)
         during = [t for t in writes if start < t < time.monotonic()]
         assert 2 <= len(during) <= 8, f"{len(during)} writes in 1.5 s of load with a 0.3 s maximum age"
+        assert 1 <= rt.stats.memory_releases - released <= 4, rt.stats.memory_releases - released
     finally:
         rt.close()
 
