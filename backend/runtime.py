@@ -84,9 +84,10 @@ RECALIBRATE_INTERVAL_S = 0.25
 # wakes this often to see whether they did.
 IDLE_HOOK_INTERVAL_S = 0.1
 # The statistics file (``on_idle``) and the memory release wait for a quiet moment: nothing run for this long. Under
-# steady load there is none, and there they cost eager alone (Triton's path has neither): the file took 0.8 ms of
-# the scheduler thread at each hook, 8 ms a second beside the passes, on the cores onnxruntime needs (docs/triton.md,
-# "Bookkeeping at quiet moments"). The file is still written at least once every STATS_MAX_AGE_S.
+# steady load there is none, and there they cost eager alone (Triton's path has neither): the file took about 1 ms
+# of the scheduler thread at each hook in-process (ad hoc), ten hooks a second beside the passes, on the cores
+# onnxruntime needs (docs/triton.md, "Bookkeeping at quiet moments"). Under a load that never pauses the file is
+# still written every STATS_MAX_AGE_S, and memory given back every MEMORY_RELEASE_UNDER_LOAD release intervals.
 QUIET_S = 0.1
 STATS_MAX_AGE_S = 2.0
 MEMORY_RELEASE_UNDER_LOAD = 4

@@ -165,7 +165,7 @@ class EagerBatching(LazyBatching):
         self._last_end: float | None = None  # when the device last fell idle (inline passes, BACK_TO_BACK_S)
         self._cap = max_batch_size  # the sub-batch cap of this decision (``_urgent_batch`` while urgency applies)
         # inline_batch's answers: with nothing held or queued, where a whole pass of n would stop depends only on n,
-        # the rate of arrivals mid-pass (in INLINE_RATE_STEP buckets) and the table, scale and boundary cost
+        # the rate of arrivals mid-pass (in INLINE_RATE_LOG_STEP buckets) and the table, scale and boundary cost
         self._inline_answers: dict[tuple, int] = {}
 
     @property
@@ -242,7 +242,7 @@ class EagerBatching(LazyBatching):
         key = (n, math.floor(math.log(lam) / INLINE_RATE_LOG_STEP) if lam > 0.0 else None, self.time_scale,
                self.boundary_cost, self.fused_ratio)
         stop = self._inline_answers.get(key)
-        if stop is None:  # the benefit rule's scan of every boundary: 17 us a call in a served stub, ahead of the pass
+        if stop is None:  # the benefit rule's scan of every boundary (15-20 us a call in a served stub, ad hoc)
             if len(self._inline_answers) >= INLINE_ANSWERS_KEPT:
                 self._inline_answers.clear()
             stop = self._inline_answers[key] = self._stop_benefit(now, 0, n, lam=lam)
