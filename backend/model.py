@@ -195,6 +195,10 @@ class TritonPythonModel:
             from lazybatch.onnx_tools.threads import use_global_thread_pool
 
             use_global_thread_pool(s.intra_op_threads)
+        # the options of a request that sends no parameters (most do not): one object, read only from here on,
+        # so that such a request skips their parsing on its path (a few us a request, ad hoc, in a served stub)
+        self._plain_options, err = parse_request_parameters("", s.sla_ms)
+        self._plain_options.priority, err = s.request_level(0)
         if s.whole_graph:
             self.session = make_session(s.whole_graph_model, available_providers(s.execution_provider),
                                         s.intra_op_threads)
@@ -363,11 +367,15 @@ class TritonPythonModel:
                           validate_request(tensors, s.inputs, s.max_batch_size, s.allow_nan))
             opts = None
             if err is None:
-                opts, err = parse_request_parameters(request.parameters(), s.sla_ms)
-            if err is None:
-                opts.priority, err = s.request_level(opts.priority)
-            if err is None:
-                err = self.runtime.check_deadline(opts)
+                text = request.parameters()
+                if not text or text == "{}":  # no scheduling parameters: the model's defaults, already checked
+                    opts = self._plain_options
+                else:
+                    opts, err = parse_request_parameters(text, s.sla_ms)
+                    if err is None:
+                        opts.priority, err = s.request_level(opts.priority)
+                    if err is None:
+                        err = self.runtime.check_deadline(opts)
             if err is None:
                 good.append((request, tensors, batch, opts))
                 continue
@@ -385,6 +393,8 @@ class TritonPythonModel:
 
             outputs = self.runtime.run_inline([(g[1], g[2]) for g in good], early, [g[3] for g in good])
         if outputs is not None:  # the rest answered with the end of execute, one message (as Triton's backends)
+            if len(good) == len(requests):  # every request valid: the answers in the requests' order
+                return [None if out is None else self._response(out) for out in outputs]
             answers = {id(g[0]): self._response(out) for g, out in zip(good, outputs) if out is not None}
             return [answers.get(id(r)) for r in requests]
         latch = _Latch(len(good)) if s.batch_per_execute else None

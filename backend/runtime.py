@@ -386,23 +386,26 @@ class BackendRuntime:
         try:
             if self._closed or self._job is not None or self._live or self._pending or self.scheduler.held:
                 return self._refuse("scheduler busy")
-            n = sum(b for _, b in requests)
+            n = requests[0][1] if len(requests) == 1 else sum(b for _, b in requests)
             start = time.monotonic()
             classes = _classes(requests, options) if options is not None and self.policy.needs_classes else None
             k = self.policy.inline_batch(start, n, classes)
             if k <= 0 or (k < n and early is None):
                 return self._refuse("a boundary may pay")
             self.stats.inline_groups += 1
-            chunks: list[list[int]] = [[]]
-            size = 0
-            for i, (_, b) in enumerate(requests):  # whole requests, at most k samples a pass (or one larger)
-                if chunks[-1] and size + b > k:
-                    chunks.append([])
-                    size = 0
-                chunks[-1].append(i)
-                size += b
+            if k >= n:  # one pass (the common case: spared the bookkeeping of several)
+                chunks: list[list[int]] = [list(range(len(requests)))]
+            else:
+                chunks = [[]]
+                size = 0
+                for i, (_, b) in enumerate(requests):  # whole requests, at most k samples a pass (or one larger)
+                    if chunks[-1] and size + b > k:
+                        chunks.append([])
+                        size = 0
+                    chunks[-1].append(i)
+                    size += b
             results: list[dict[str, np.ndarray] | None] = [None] * len(requests)
-            names = [t.name for t in whole.manifest.inputs]
+            names = whole.input_names
             for c, idx in enumerate(chunks):
                 t0 = t1 = time.perf_counter()
                 try:
@@ -431,7 +434,7 @@ class BackendRuntime:
                     results[i] = outs if len(idx) == 1 else {o: v[row:row + b] for o, v in outs.items()}
                     row += b
                 t3 = time.perf_counter()
-                m = sum(requests[i][1] for i in idx)
+                m = n if len(chunks) == 1 else sum(requests[i][1] for i in idx)
                 self._inline_stats(len(idx), m, t1 - t0 + t3 - t2, t2 - t1, start, took=t3 - t0)
                 if c < len(chunks) - 1:
                     for i in idx:

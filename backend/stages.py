@@ -231,6 +231,7 @@ class StageRunner:
         self._shrink_pending: set[int] = set()  # stages whose next run shrinks their arenas (release_arenas)
         self._shrink_options = None  # onnxruntime RunOptions, made on first use
         n = len(self.manifest.stages)
+        self.input_names = [t.name for t in self.manifest.inputs]  # the model's, as a whole-graph pass feeds them
         self.output_names = [o.name for o in self.manifest.outputs]
         self.last_use: dict[str, int] = {}
         for spec in self.manifest.stages:

@@ -160,6 +160,7 @@ class EagerBatching(LazyBatching):
         self._busy: deque[tuple[float, float]] = deque()  # (end, duration) of recent jobs
         self._busy_s = 0.0
         self._window = RATE_WINDOW_MIN_S
+        self._rate_floor = math.inf  # busy_rate's least busy time (table_changed: a few whole passes)
         self._whole: list[float] = []  # [batch]: the whole graph's table time
         self._longest: list[float] = []  # [batch]: the longest stage's table time
         self._last_end: float | None = None  # when the device last fell idle (inline passes, BACK_TO_BACK_S)
@@ -190,6 +191,7 @@ class EagerBatching(LazyBatching):
         self._whole = [p[-1] for p in self._prefix]
         self._longest = [max(row[b] for row in dense) for b in range(len(dense[0]))]  # [batch]: the longest stage
         self._window = max(RATE_WINDOW_MIN_S, RATE_WINDOW_PASSES * self._whole[1])
+        self._rate_floor = RATE_MIN_PASSES * self._whole[1]
         self._inline_answers = {}
 
     def describe(self) -> str:
@@ -251,11 +253,12 @@ class EagerBatching(LazyBatching):
         return n if stop >= self.graph.n else 0
 
     def inline_done(self, start: float, end: float, n: int) -> None:
-        busy = self._last_end is not None and start - self._last_end <= BACK_TO_BACK_S
-        for _ in range(n):
+        if n == 1:
             self._arrivals.append(start)
-            if busy:
-                self._busy_arrivals.append(start)
+        else:
+            self._arrivals.extend([start] * n)
+        if self._last_end is not None and start - self._last_end <= BACK_TO_BACK_S:
+            self._busy_arrivals.extend([start] * n)
         if self._first is None:
             self._first = start
         self._busy.append((end, end - start))
@@ -312,15 +315,14 @@ class EagerBatching(LazyBatching):
         a = self._busy_arrivals
         while a and a[0] < edge:
             a.popleft()
-        floor = RATE_MIN_PASSES * self._whole[1]
-        return len(a) / max(self._busy_s, floor)
+        return len(a) / max(self._busy_s, self._rate_floor)
 
     def busy_fraction(self, now: float) -> float:
         """The share of the recent window the device was busy (jobs and inline passes)."""
         if self._first is None:
             return 0.0
         self.busy_rate(now)  # drops what left the window
-        span = max(min(self._window, now - self._first), RATE_MIN_PASSES * self._whole[1])
+        span = max(min(self._window, now - self._first), self._rate_floor)
         return self._busy_s / span
 
     def rate(self, now: float) -> float:
@@ -333,7 +335,7 @@ class EagerBatching(LazyBatching):
             return 0.0
         # over the time observed so far until a whole window has passed (a cold start must not read as low load),
         # but never over less than a few passes (two arrivals a microsecond apart are not a million per second)
-        span = max(min(self._window, now - self._first), RATE_MIN_PASSES * self._whole[1])
+        span = max(min(self._window, now - self._first), self._rate_floor)
         return len(a) / span
 
     def _admissible(self, now: float) -> tuple[int, float]:
