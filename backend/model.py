@@ -17,6 +17,7 @@ Two modes:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -195,10 +196,10 @@ class TritonPythonModel:
             from lazybatch.onnx_tools.threads import use_global_thread_pool
 
             use_global_thread_pool(s.intra_op_threads)
-        # the options of a request that sends no parameters (most do not): one object, read only from here on,
-        # so that such a request skips their parsing on its path (a few us a request, ad hoc, in a served stub)
-        self._plain_options, err = parse_request_parameters("", s.sla_ms)
-        self._plain_options.priority, err = s.request_level(0)
+        # the options of every request that sends no parameters (most do not): one object, shared and never
+        # written, so that such a request skips their parsing on its path (a few us a call, in-process, ad hoc)
+        plain, _ = parse_request_parameters("", s.sla_ms)  # no text: the model's SLA, never an error
+        self._plain_options = dataclasses.replace(plain, priority=s.request_level(0)[0])
         if s.whole_graph:
             self.session = make_session(s.whole_graph_model, available_providers(s.execution_provider),
                                         s.intra_op_threads)
