@@ -160,7 +160,7 @@ class EagerBatching(LazyBatching):
         self._busy: deque[tuple[float, float]] = deque()  # (end, duration) of recent jobs
         self._busy_s = 0.0
         self._window = RATE_WINDOW_MIN_S
-        self._rate_floor = math.inf  # busy_rate's least busy time (table_changed: a few whole passes)
+        self._rate_floor = math.inf  # the least time the rates divide by (table_changed: a few whole passes)
         self._whole: list[float] = []  # [batch]: the whole graph's table time
         self._longest: list[float] = []  # [batch]: the longest stage's table time
         self._last_end: float | None = None  # when the device last fell idle (inline passes, BACK_TO_BACK_S)
@@ -253,10 +253,7 @@ class EagerBatching(LazyBatching):
         return n if stop >= self.graph.n else 0
 
     def inline_done(self, start: float, end: float, n: int) -> None:
-        if n == 1:
-            self._arrivals.append(start)
-        else:
-            self._arrivals.extend([start] * n)
+        self._arrivals.extend([start] * n)
         if self._last_end is not None and start - self._last_end <= BACK_TO_BACK_S:
             self._busy_arrivals.extend([start] * n)
         if self._first is None:
