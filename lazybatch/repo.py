@@ -473,6 +473,14 @@ def _build_onnx(kind: str, path: Path) -> None:
         raise ConfigError(f"unknown model kind {kind!r}; choose one of {', '.join(MODEL_KINDS)}", field="--model")
 
 
+def default_build_dir(repository: str | Path) -> Path:
+    """Where build_default_repository keeps a repository's ONNX file, stages and latency table: beside it, not
+    inside it (tritonserver would try to load any folder there as a model). A second repository built with this
+    ``work`` reuses them (no new split or profile)."""
+    repo = Path(repository)
+    return repo.resolve().parent / ".lazybatch-build" / repo.name
+
+
 def build_default_repository(repository: str | Path = "model_repository", *, kind: str = "resnet50",
                              work: str | Path | None = None, max_batch_size: int | None = None,
                              sla_ms: float | None = None, max_stages: int | None = 20, profile_reps: int = 5,
@@ -498,8 +506,7 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
     mbs = max_batch_size or KIND_MAX_BATCH[kind]
     sla = sla_ms if sla_ms is not None else KIND_SLA_MS[kind]
     repo = Path(repository)
-    # not inside the repository: tritonserver would try to load any folder there as a model
-    work_dir = Path(work) if work else repo.resolve().parent / ".lazybatch-build" / repo.name
+    work_dir = Path(work) if work else default_build_dir(repo)
     work_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = work_dir / f"{kind}.onnx"
     if not onnx_path.exists() or force:
