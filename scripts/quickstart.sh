@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The serving main job on a fresh machine: make (or reuse) .venv, install lazybatch with the serve extra (a real
 # tritonserver from nvidia-pytriton, tritonclient), build the default model repository (ResNet-50 under
-# LazyBatching, Triton's dynamic batcher at 0/5/20 ms and serial; weights are generated here), start the server,
-# run a short open-loop Poisson load against every model and print the comparison table. The server is stopped at
+# LazyBatching, Triton's dynamic batcher at 0/5/20 ms and serial; weights are generated here), start the server
+# (with an identical copy of Triton 0 ms from a second repository, the verdict's noise floor), run a short
+# open-loop Poisson load against every model and print the comparison table. The server is stopped at
 # the end. Results: lazybatch-results/triton-quick/ (bench.md, bench.json, bench.png, tritonserver.log).
 #
 # Longer, the full experiment: .venv/bin/python benchmarks/bench_triton.py   (about 15 minutes)
