@@ -16,8 +16,9 @@ executed (sub-)batch, preemptions and merges. Output: ``--out`` (results.json, p
 ``--page`` with its plots in ``--img-dir``; the page is written by this script alone (no hand edits).
 
 SLA targets are multiples (``--sla-multiples``, default 2,5,10) of the model's single-request latency t1; the
-SLA-aware policies (lazy, oracle) receive the ``--sched-sla-multiple`` target (default 5x) with every request, and
-every policy's violation rate is computed at each target from the same latencies.
+SLA-aware policies (eager, lazy, oracle) receive the ``--sched-sla-multiple`` target (default 5x) with every
+request, and every policy's violation rate is computed at each target from the same latencies. The default policy
+(eager) is also judged against the best baseline with the spread over the slices, a cell's repetitions.
 
 The machine's cores are shared with other jobs, so its load drifts: each load's time is cut into ``--slices`` and
 the policies take turns slice by slice, so that the drift spreads over all of them.
@@ -33,6 +34,7 @@ import statistics
 import sys
 import time
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))  # harness.py, shared by the benchmarks
 
-from harness import machine_meta, seq2seq_requests  # noqa: E402
+from harness import geomean, held_out_ratios, machine_meta, seq2seq_requests, spread  # noqa: E402
+from harness import verdict as goal_verdict  # noqa: E402
 
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.batcher.policies.lazy import DEFAULT_MIN_BATCH_GAIN, useful_batch_size  # noqa: E402
@@ -53,7 +56,8 @@ from lazybatch.simulator.loads_on_table import BASELINES as SIM_BASELINES  # noq
 from lazybatch.simulator.loads_on_table import VARIANTS as SIM_VARIANTS  # noqa: E402
 from lazybatch.simulator.loads_on_table import simulate_loads  # noqa: E402
 
-POLICY_ORDER = ["lazy", "oracle", "serial", "triton_0us", "triton_5000us", "triton_20000us", "monitor"]
+# eager: the default of `repo add` and the quickstart (batcher/policies/eager.py); lazy: the paper's algorithm
+POLICY_ORDER = ["eager", "lazy", "oracle", "serial", "triton_0us", "triton_5000us", "triton_20000us", "monitor"]
 # Asked for by name only (--policies): a variant of a policy with one backend knob set (lazybatch/repo.py
 # POLICY_PARAMETERS). A variant is not one of "all policies" in the goals: lazy is not judged against itself.
 VARIANT_NOTES = {"lazy_fused": "whole-graph passes whatever the batch cap",
@@ -75,11 +79,11 @@ VARIANT_WHY = {
                      "(late in a running sub-batch, or where a batch costs nearly its members' single runs) lowered "
                      "lazy's average; the simulated table below shows the same rule without serving cost."),
 }
-KNOWN_POLICIES = ["lazy", *VARIANTS, *POLICY_ORDER[1:]]
+KNOWN_POLICIES = ["eager", "lazy", *VARIANTS, *POLICY_ORDER[2:]]
 GRAPH = ["graph_0ms", "graph_5ms", "graph_20ms"]  # seq2seq: graph batching in the backend instead of Triton's
 ROW_ORDER = KNOWN_POLICIES + GRAPH
-LAZYBATCH_SCHEDULED = {"lazy", *VARIANTS, "oracle", "serial", "monitor", *GRAPH}  # our scheduler (stats, SLA)
-SLA_AWARE = {"lazy", *VARIANTS, "oracle"}
+LAZYBATCH_SCHEDULED = {"eager", "lazy", *VARIANTS, "oracle", "serial", "monitor", *GRAPH}  # our scheduler (stats)
+SLA_AWARE = {"eager", "lazy", *VARIANTS, "oracle"}
 TRITON = ["triton_0us", "triton_5000us", "triton_20000us"]
 SEQ2SEQ_KINDS = {"gnmt"}
 DESCRIPTION = {
@@ -327,6 +331,8 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
                     "overhead_per_stage_ms": (acc["overhead_s"] / acc["stage_runs"] * 1e3
                                               if acc.get("stage_runs") else None),
                     "error_kinds": r.error_kinds,
+                    # the slices are the cell's repetitions (the same seeded arrivals for every policy in a slice)
+                    "slice_avg_ms": [q.avg_ms for q in parts[p]], "slice_p99_ms": [q.p99_ms for q in parts[p]],
                 })
         perf = perf_binary() if st.perf_loads else None
         for f in st.perf_loads:
@@ -649,6 +655,52 @@ def goals(res: dict) -> list[str]:
     return lines
 
 
+def default_vs_best(res: dict) -> list[str]:
+    """The default policy (eager) and the paper's (lazy) against the best baseline (Triton's batcher at 0/5/20 ms;
+    graph batching for seq2seq models), with the slices as repetitions: per load the geometric mean and the range of
+    best / policy average latency over the slices, slice k's best chosen on the other slices (harness.held_out_ratios),
+    and the project's rule (a range across 1.00 is a tie)."""
+    cells = res["cells"]
+    by = {(c["policy"], c["load"]): c for c in cells}
+    pols = [p for p in ("eager", "lazy") if any(c["policy"] == p for c in cells)]
+    base = [p for p in TRITON + GRAPH if any(c["policy"] == p for c in cells)]
+    if not pols or not base:
+        return []
+    if any("slice_avg_ms" not in c for c in cells):
+        return ["This run kept no per-slice figures (results from before they were recorded): no spread to show."]
+    if not all(len(c["slice_avg_ms"]) > 1 for c in cells):
+        return ["One slice per cell (`--slices 1`): no repetitions, no spread to show."]
+    what = "graph batching (graph:0/5/20 in the backend)" if base[0] in GRAPH else "Triton's batcher (0/5/20 ms)"
+    head = "| load | " + " | ".join(f"best {what.split(' (')[0]} avg / {p} avg [range] | {p}: goal >= 1.00"
+                                    for p in pols) + f" | best p99 / {pols[0]} p99 [range] | best (per slice) |"
+    L = [f"Best of {what} / policy, slice by slice: the {len(cells[0]['slice_avg_ms'])} slices of a cell are its "
+         "repetitions (every policy sees the same seeded arrivals in a slice); geometric mean [min-max] over them; "
+         "slice k's best is the configuration with the lowest mean over the other slices, so that its own noise "
+         "does not choose it.", "", head, "| --- " * (3 + 2 * len(pols)) + "|"]
+    counts = {p: {"met": 0, "tie": 0, "missed": 0} for p in pols}
+    for f in sorted({c["load"] for c in cells}):
+        if not all((p, f) in by for p in pols + base):
+            continue
+        row = [f"{f:.0%}"]
+        picks: list[str] = []
+        for p in pols:
+            ratios, chosen = held_out_ratios({b: by[(b, f)]["slice_avg_ms"] for b in base}, by[(p, f)]["slice_avg_ms"])
+            picks = picks or chosen
+            if not ratios:
+                row += ["-", "-"]
+                continue
+            said = goal_verdict(spread(ratios), 1.0)
+            counts[p][said.split(" ")[0]] += 1
+            row += [f"{geomean(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]", said.split(" (")[0]]
+        p99, _ = held_out_ratios({b: by[(b, f)]["slice_p99_ms"] for b in base}, by[(pols[0], f)]["slice_p99_ms"])
+        row.append(f"{geomean(p99):.2f}x [{min(p99):.2f}-{max(p99):.2f}]" if p99 else "-")
+        row.append(", ".join(f"{b} x{n}" for b, n in Counter(picks).most_common()))
+        L.append("| " + " | ".join(row) + " |")
+    L += ["", "Per load, " + "; ".join(f"{p}: {n['met']} met, {n['tie']} tie, {n['missed']} missed"
+                                       for p, n in counts.items()) + "."]
+    return L
+
+
 def batch_cap(sc: dict, max_batch: int, min_gain: float = DEFAULT_MIN_BATCH_GAIN) -> int:
     """lazy's batch cap, by the policy's own rule (useful_batch_size), from the whole-program curve on the page."""
     from lazybatch.batcher.graph import ModelGraph, StageType
@@ -790,11 +842,14 @@ def model_section(res: dict, img_rel: str, st: Settings) -> list[str]:
          f"requests; lazy backend {fmt(res['t1_lazy_ms'], '.2f')} ms, serial {fmt(res['t1_serial_ms'], '.2f')} "
          f"ms): batch-1 service rate mu = {res['mu']:.2f}/s. SLA targets: "
          + ", ".join(f"{m:g}x t1 = {s:.1f} ms" for m, s in zip(st.sla_multiples, res["sla_ms"]))
-         + f"; lazy and oracle schedule by the {key} target. Tritonserver {res['tritonserver']}.", "",
+         + f"; eager, lazy and oracle schedule by the {key} target. Tritonserver {res['tritonserver']}.", "",
          f"![{kind}: latency, violations and throughput vs load]({img_rel})", "",
          "### Goals", ""]
     judged = res | {"sched_multiple": st.sched_sla_multiple}
     L += [f"- {g}" for g in goals(judged) + simulated_goals(judged)]
+    vs = default_vs_best(res)
+    if vs:
+        L += ["", "### The default policy (eager) against the best baseline, with the spread over slices", ""] + vs
     L += ["", "### Why (mechanisms, with this run's figures)", ""] + [f"- {w}" for w in why(res, st)]
     L += [""] + simulated_table(judged) if res.get("simulated") else []
     cell = st.seq2seq_duration if kind in SEQ2SEQ_KINDS else st.duration
@@ -890,8 +945,8 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
          f"{2 * st.duration:g} s to hold about {st.min_requests} requests), in {st.slices} slices in which the "
          f"policies take turns" + (" (in reverse order in every other slice)" if meta.get("alternating") else "")
          + f"; perf_analyzer at {', '.join(f'{f:.0%}' for f in st.perf_loads) or '-'}"
-         f". SLA targets {', '.join(f'{m:g}x' for m in st.sla_multiples)} the model's single-request latency; lazy "
-         f"and oracle schedule by {st.sched_sla_multiple:g}x. Policies: "
+         f". SLA targets {', '.join(f'{m:g}x' for m in st.sla_multiples)} the model's single-request latency; eager, "
+         f"lazy and oracle schedule by {st.sched_sla_multiple:g}x. Policies: "
          + ", ".join(f"`{p}` ({VARIANTS.get(p, ALL_POLICIES[p])})" for p in st.policies)
          + "".join(f", `{v}` ({VARIANTS[v]}; {', '.join(ms)} only)" for v, ms in variants_in(results).items()
                    if v not in st.policies) + "."
@@ -1042,11 +1097,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-requests", type=int, default=None, help="stretch a light load's cell (up to twice "
                     "--duration) to about this many requests (default 16; --quick: 0)")
     ap.add_argument("--slices", type=int, default=None, help="policies take turns in this many slices per load "
-                    "(default 2; --quick: 1)")
+                    "(default 3, the cell's repetitions; --quick: 1)")
     ap.add_argument("--perf-measurement-ms", type=int, default=None,
                     help="perf_analyzer window (-p), three windows per cell (default 2500; --quick: 1000)")
     ap.add_argument("--sla-multiples", default="2,5,10", help="SLA targets as multiples of t1")
-    ap.add_argument("--sched-sla-multiple", type=float, default=5.0, help="the target lazy/oracle schedule by")
+    ap.add_argument("--sched-sla-multiple", type=float, default=5.0, help="the target eager/lazy/oracle schedule by")
     ap.add_argument("--policies", default=",".join(POLICY_ORDER),
                     help="subset of " + ",".join(POLICY_ORDER) + "; variants, asked for by name: "
                     + "; ".join(f"{k} ({v})" for k, v in VARIANTS.items()))
@@ -1088,7 +1143,7 @@ def main(argv: list[str] | None = None) -> int:
     st = Settings(models=models, loads=loads, perf_loads=perf_loads,
                   duration=args.duration or (2.0 if q else 8.0),
                   min_requests=args.min_requests if args.min_requests is not None else (0 if q else 16),
-                  slices=args.slices or (1 if q else 2),
+                  slices=args.slices or (1 if q else 3),
                   perf_measurement_ms=args.perf_measurement_ms or (1000 if q else 2500),
                   sla_multiples=parse_list(args.sla_multiples), sched_sla_multiple=args.sched_sla_multiple,
                   policies=policies, out=out, seed=args.seed, reprofile=not args.reuse_profile,

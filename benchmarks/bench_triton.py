@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared harness
 
-from harness import spread, verdict as goal_verdict  # noqa: E402
+from harness import geomean, held_out_ratios, spread, verdict as goal_verdict  # noqa: E402
 from lazybatch.client.api import Client  # noqa: E402
 from lazybatch.client.load import LoadResult, run_load, summarize  # noqa: E402
 from lazybatch.repo import COMPARISON, build_default_repository, default_build_dir  # noqa: E402
@@ -245,34 +245,16 @@ def verdict(results: list[dict], meta: dict) -> list[str]:
 
 
 def score(tri: list[dict], ours: dict) -> tuple[float, str, str, list[str]]:
-    """One load's ratio for one policy: the geometric mean of its held-out slice ratios, their range, the verdict
-    and the configuration chosen per slice; a file without slices (older bench.json) gives the pooled ratio."""
-    ratios, picks = held_out_ratios(tri, ours)
+    """One load's ratio for one policy: the geometric mean of its slice ratios with Triton's best held out
+    (harness.held_out_ratios: chosen on the scored slice, the best of three noisy averages is biased low against
+    eager), their range, the verdict and the configuration chosen per slice; a file without slices (older
+    bench.json) gives the pooled ratio."""
+    ratios, picks = held_out_ratios({r["model"]: r.get("slice_avg_ms", []) for r in tri}, ours.get("slice_avg_ms", []))
     if not ratios:
         best = min(tri, key=lambda r: r["avg_ms"])
         ratio = best["avg_ms"] / ours["avg_ms"]
         return ratio, "", level([ratio]), [best["model"]]
-    mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
-    return mean, f" [{min(ratios):.2f}-{max(ratios):.2f}]", level(ratios), picks
-
-
-def held_out_ratios(tri: list[dict], ours: dict) -> tuple[list[float], list[str]]:
-    """Triton's best / ours, slice by slice, where slice k's best is the configuration with the lowest mean average
-    over the other slices. Chosen on slice k itself, the best of three noisy averages is biased low, against eager:
-    level pooled (docs/results/default.md), it came out "behind" at one load in two quickstart runs of three."""
-    n = min(len(r.get("slice_avg_ms", [])) for r in [*tri, ours])
-    ratios, picks = [], []
-    for k in range(n):
-        def others(r: dict) -> float:
-            rest = [a for j, a in enumerate(r["slice_avg_ms"][:n]) if j != k and a > 0 and math.isfinite(a)]
-            return sum(rest) / len(rest) if rest else r["avg_ms"]
-
-        best = min(tri, key=others)
-        t, o = best["slice_avg_ms"][k], ours["slice_avg_ms"][k]
-        if o > 0 and t > 0 and math.isfinite(t / o):
-            ratios.append(t / o)
-            picks.append(best["model"])
-    return ratios, picks
+    return geomean(ratios), f" [{min(ratios):.2f}-{max(ratios):.2f}]", level(ratios), picks
 
 
 def level(ratios: list[float]) -> str:

@@ -5,6 +5,7 @@ experiment; the plumbing lives here."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -75,6 +76,31 @@ def verdict(s: dict[str, float], at_least: float) -> str:
     if s["max"] >= at_least:
         return "tie (the spread straddles the goal)"
     return "missed"
+
+
+def held_out_ratios(baselines: dict[str, Sequence[float]], ours: Sequence[float]) -> tuple[list[float], list[str]]:
+    """The best baseline's figure / ours, repetition by repetition (e.g. average latencies, lower is better), where
+    repetition k's best is the baseline with the lowest mean over the other repetitions. Chosen on repetition k
+    itself, the lowest of several noisy figures is biased low, against ours: a policy identical to one baseline
+    would often come out behind. Also returns the baseline chosen for each repetition."""
+    n = min([len(v) for v in baselines.values()] + [len(ours)]) if baselines else 0
+    ratios, picks = [], []
+    for k in range(n):
+        def others(name: str) -> float:
+            vals = baselines[name][:n]
+            rest = [a for j, a in enumerate(vals) if j != k and a > 0 and math.isfinite(a)] or list(vals)
+            return statistics.fmean(rest)
+
+        best = min(baselines, key=others)
+        t, o = baselines[best][k], ours[k]
+        if o > 0 and t > 0 and math.isfinite(t / o):
+            ratios.append(t / o)
+            picks.append(best)
+    return ratios, picks
+
+
+def geomean(values: Sequence[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
 def write_json(path: str | Path, data: Any) -> Path:

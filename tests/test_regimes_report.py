@@ -157,3 +157,29 @@ def test_results_from_before_the_simulation_get_it_from_their_runs_table(bench, 
     assert res["latency_table"]["model"] == table.graph.name
     assert {c["load"] for c in res["simulated"]["cells"]} == {0.5}
     assert res["simulated"]["t1_ms"] == pytest.approx(4.0)
+
+
+def _sliced(policy: str, load: float, slices: list[float], p99: float = 50.0) -> dict:
+    return _cell(policy, load, sum(slices) / len(slices), 10, 10) | {"slice_avg_ms": slices,
+                                                                     "slice_p99_ms": [p99] * len(slices)}
+
+
+def test_default_against_the_best_baseline_counts_ties_as_ties(bench):
+    cells = [  # 40%: eager equal to Triton 0 ms up to noise (a tie); 90%: eager lower in every slice (met)
+        _sliced("eager", 0.4, [10.0, 11.0, 9.0]), _sliced("lazy", 0.4, [20.0, 20.0, 20.0]),
+        _sliced("triton_0us", 0.4, [10.5, 10.0, 9.5]), _sliced("triton_5000us", 0.4, [15.0, 15.0, 15.0]),
+        _sliced("eager", 0.9, [10.0, 10.0, 10.0]), _sliced("lazy", 0.9, [30.0, 30.0, 30.0]),
+        _sliced("triton_0us", 0.9, [12.0, 13.0, 12.5]), _sliced("triton_5000us", 0.9, [20.0, 20.0, 20.0])]
+    lines = bench.default_vs_best(_res("batching pays", cells))
+    rows = [line for line in lines if line.startswith("| 40%") or line.startswith("| 90%")]
+    assert "| tie |" in rows[0] and "1.00x [0.91-1.06]" in rows[0] and "triton_0us x3" in rows[0]
+    assert "| met |" in rows[1] and "1.25x [1.20-1.30]" in rows[1]
+    assert "| missed |" in rows[0] and "| missed |" in rows[1]  # lazy, twice as slow, in the same table
+    assert lines[-1] == "Per load, eager: 1 met, 1 tie, 0 missed; lazy: 0 met, 0 tie, 2 missed."
+
+
+def test_default_against_the_best_baseline_needs_slices(bench):
+    cells = [_cell("eager", 0.4, 10.0, 10, 10), _cell("triton_0us", 0.4, 10.0, 10, 10)]
+    assert "kept no per-slice figures" in bench.default_vs_best(_res("batching pays", cells))[0]
+    one = [_sliced("eager", 0.4, [10.0]), _sliced("triton_0us", 0.4, [10.0])]
+    assert "One slice per cell" in bench.default_vs_best(_res("batching pays", one))[0]
