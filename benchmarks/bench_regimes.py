@@ -1,6 +1,6 @@
 """Where batching pays: every policy on a real tritonserver, per model, from light load to overload.
 
-    python benchmarks/bench_regimes.py                       # MLP, BERT-base seq 32, ResNet-50, GNMT (~60 min)
+    python benchmarks/bench_regimes.py                       # MLP, BERT-base seq 32, ResNet-50, GNMT (~70 min)
     python benchmarks/bench_regimes.py --quick               # tiny MLP, two loads, ~2 min: a smoke test
     python benchmarks/bench_regimes.py --models mlp --loads 0.4,0.9 --duration 6
 
