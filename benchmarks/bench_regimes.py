@@ -684,7 +684,8 @@ def default_vs_best(res: dict) -> list[str]:
         row = [f"{f:.0%}"]
         picks: list[str] = []
         for p in pols:
-            ratios, chosen = held_out_ratios({b: by[(b, f)]["slice_avg_ms"] for b in base}, by[(p, f)]["slice_avg_ms"])
+            slices = {b: by[(b, f)]["slice_avg_ms"] for b in base}
+            ratios, chosen = held_out_ratios(slices, by[(p, f)]["slice_avg_ms"])
             picks = picks or chosen
             if not ratios:
                 row += ["-", "-"]

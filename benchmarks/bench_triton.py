@@ -21,9 +21,9 @@ used to open every slice, and the first run after the calibration requests was i
 
 Two guards keep the verdict from calling a level policy behind. Slice k's "best Triton" is chosen on the other
 slices (held out): chosen on the slice it is scored on, the best of three noisy means is biased low, and a policy
-identical to Triton's would come out behind. And a second, identical copy of Triton's 0 ms configuration (the
-twin, served from OUT/twin_repository beside the drop-in repository) runs in turn and is scored by the same rule in
-eager's place: what this machine's noise alone does to one load's verdict. With 7 slices, a policy equal to
+identical to Triton's could come out behind by that alone. And a second, identical copy of Triton's 0 ms
+configuration (the twin, served from OUT/twin_repository beside the drop-in repository) runs in turn and is scored
+by the same rule in eager's place: what this machine's noise alone does to one load's verdict. With 7 slices, a policy equal to
 Triton's best has every slice below 1.00 by chance at 1 load in 128 (3 slices: 1 in 8).
 """
 
@@ -249,7 +249,8 @@ def score(tri: list[dict], ours: dict) -> tuple[float, str, str, list[str]]:
     (harness.held_out_ratios: chosen on the scored slice, the best of three noisy averages is biased low against
     eager), their range, the verdict and the configuration chosen per slice; a file without slices (older
     bench.json) gives the pooled ratio."""
-    ratios, picks = held_out_ratios({r["model"]: r.get("slice_avg_ms", []) for r in tri}, ours.get("slice_avg_ms", []))
+    slices = {r["model"]: r.get("slice_avg_ms", []) for r in tri}
+    ratios, picks = held_out_ratios(slices, ours.get("slice_avg_ms", []))
     if not ratios:
         best = min(tri, key=lambda r: r["avg_ms"])
         ratio = best["avg_ms"] / ours["avg_ms"]

@@ -100,6 +100,7 @@ def held_out_ratios(baselines: dict[str, Sequence[float]], ours: Sequence[float]
 
 
 def geomean(values: Sequence[float]) -> float:
+    """The mean of ratios: 2x and 0.5x average to 1x (an arithmetic mean would call that 1.25x)."""
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
