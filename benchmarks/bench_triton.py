@@ -23,8 +23,8 @@ Two guards keep the verdict from calling a level policy behind. Slice k's "best 
 slices (held out): chosen on the slice it is scored on, the best of three noisy means is biased low, and a policy
 identical to Triton's could come out behind by that alone. And a second, identical copy of Triton's 0 ms
 configuration (the twin, served from OUT/twin_repository beside the drop-in repository) runs in turn and is scored
-by the same rule in eager's place: what this machine's noise alone does to one load's verdict. With 7 slices, a policy equal to
-Triton's best has every slice below 1.00 by chance at 1 load in 128 (3 slices: 1 in 8).
+by the same rule in eager's place: what this machine's noise alone does to one load's verdict. With 7 slices, a
+policy equal to Triton's best has every slice below 1.00 by chance at 1 load in 128 (3 slices: 1 in 8).
 """
 
 from __future__ import annotations
