@@ -455,8 +455,13 @@ SIM_SEEDS, SIM_REQUESTS = 3, 1000
 
 
 def lazy_table_path(repo: Path, kind: str) -> Path:
-    """The latency table lazy's model directory reads: the one every policy of the run shares."""
-    return repo / f"{kind}_lazy" / "1" / "latency.json"
+    """The latency table the run's scheduled policies read (one table, shared by all of them): lazy's model
+    directory's, or, where --policies left lazy out, the first other model directory that has one (Triton's
+    configurations have none)."""
+    lazy = repo / f"{kind}_lazy" / "1" / "latency.json"
+    if lazy.exists():
+        return lazy
+    return next(iter(sorted(repo.glob(f"{kind}_*/1/latency.json"))), lazy)
 
 
 def sim_best(by: dict, f: float) -> str:

@@ -183,3 +183,15 @@ def test_default_against_the_best_baseline_needs_slices(bench):
     assert "kept no per-slice figures" in bench.default_vs_best(_res("batching pays", cells))[0]
     one = [_sliced("eager", 0.4, [10.0]), _sliced("triton_0us", 0.4, [10.0])]
     assert "One slice per cell" in bench.default_vs_best(_res("batching pays", one))[0]
+
+
+def test_the_shared_table_is_found_when_lazy_is_left_out(bench, tmp_path):
+    """--policies without lazy (e.g. eager against Triton's configurations only) used to stop with "cannot read
+    latency table" before serving anything: the run reads the table any scheduled policy's directory holds."""
+    (tmp_path / "m_triton_0us" / "1").mkdir(parents=True)  # Triton's configurations have no table
+    (tmp_path / "m_eager" / "1").mkdir(parents=True)
+    (tmp_path / "m_eager" / "1" / "latency.json").write_text("{}")
+    assert bench.lazy_table_path(tmp_path, "m") == tmp_path / "m_eager" / "1" / "latency.json"
+    (tmp_path / "m_lazy" / "1").mkdir(parents=True)
+    (tmp_path / "m_lazy" / "1" / "latency.json").write_text("{}")
+    assert bench.lazy_table_path(tmp_path, "m") == tmp_path / "m_lazy" / "1" / "latency.json"
