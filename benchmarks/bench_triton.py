@@ -235,8 +235,8 @@ def verdict(results: list[dict], meta: dict) -> list[str]:
         ratio, rng, said, picks = score(tri, cell[ours])
         noise = "-"
         if twin in cell:
-            t_ratio, t_rng, t_said, _ = score(tri, cell[twin])
-            noise = f"{t_ratio:.2f}x{t_rng}, {SHORT[t_said]}"
+            t_ratio, t_rng, t_said, _ = score(tri, cell[twin], short=True)
+            noise = f"{t_ratio:.2f}x{t_rng}, {t_said}"
         chosen = ", ".join(f"{m.removeprefix(model + '_')} x{n}" for m, n in Counter(picks).most_common())
         out.append(f"| {f:.0%} | {ratio:.2f}x{rng} | {said} | {noise} | "
                    f"{min(r['p99_ms'] for r in tri) / cell[ours]['p99_ms']:.2f}x | {chosen} | "
@@ -244,7 +244,7 @@ def verdict(results: list[dict], meta: dict) -> list[str]:
     return out
 
 
-def score(tri: list[dict], ours: dict) -> tuple[float, str, str, list[str]]:
+def score(tri: list[dict], ours: dict, short: bool = False) -> tuple[float, str, str, list[str]]:
     """One load's ratio for one policy: the geometric mean of its slice ratios with Triton's best held out
     (harness.held_out_ratios: chosen on the scored slice, the best of three noisy averages is biased low against
     eager), their range, the verdict and the configuration chosen per slice; a file without slices (older
@@ -254,18 +254,17 @@ def score(tri: list[dict], ours: dict) -> tuple[float, str, str, list[str]]:
     if not ratios:
         best = min(tri, key=lambda r: r["avg_ms"])
         ratio = best["avg_ms"] / ours["avg_ms"]
-        return ratio, "", level([ratio]), [best["model"]]
-    return geomean(ratios), f" [{min(ratios):.2f}-{max(ratios):.2f}]", level(ratios), picks
+        return ratio, "", level([ratio], short), [best["model"]]
+    return geomean(ratios), f" [{min(ratios):.2f}-{max(ratios):.2f}]", level(ratios, short), picks
 
 
-def level(ratios: list[float]) -> str:
+def level(ratios: list[float], short: bool = False) -> str:
     """The project's rule for a ratio with a spread (harness.verdict: a range across 1.00 is a tie), in the
-    quickstart's words."""
+    quickstart's words; ``short`` for the noise floor's column (the twin is not eager)."""
     said = goal_verdict(spread(ratios), 1.0)
+    if short:
+        return {"met": "level or ahead", "missed": "behind"}.get(said, "tie")
     return {"met": "eager level or ahead", "missed": "eager behind"}.get(said, "tie (the range straddles 1.00)")
-
-
-SHORT = {"eager level or ahead": "level or ahead", "eager behind": "behind", "tie (the range straddles 1.00)": "tie"}
 
 
 def plot(results: list[dict], path: Path) -> None:
