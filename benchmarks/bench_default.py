@@ -10,7 +10,9 @@ perf_analyzer (Poisson, --async).
 
 Per model, one tritonserver serves it under eager and under Triton's batcher at 0, 5 and 20 ms. The batch-1 rate mu
 is measured first on triton_0us (sequential requests). Then, at each load, every repetition runs every policy once,
-taking turns (the order reverses every repetition, so no policy always runs first after a load change). "Best
+taking turns (the order reverses every repetition, so no policy always runs first after a load change). With
+``--restart`` every repetition runs every load on a server of its own, started afresh: identical onnxruntime sessions
+run a few percent apart, and one server for all repetitions gives every cell of a policy the same draw. "Best
 Triton" at a load is the configuration with the lowest mean average over the repetitions. Ratios are reported as
 mean [min-max] over repetitions; a range that straddles 1.00 is a tie. A second copy of Triton's 0 ms configuration
 (the twin) runs in turn too, and the same ratio is computed for it in eager's place (best Triton / the twin): what a
@@ -78,22 +80,42 @@ def drive_perf(url: str, model: str, rate: float, duration: float, sla_ms: float
             "throughput": r.throughput, "violations": None}
 
 
+def schedule(drivers: list[str], loads: list[float], reps: int, restart: bool) -> list[tuple[str, float, int]]:
+    """The cells' order as (driver, load, repetition): a load's repetitions one after another on one server, or
+    with ``restart`` each repetition's loads together, so that a fresh server per repetition starts once."""
+    if restart:
+        return [(d, f, k) for d in drivers for k in range(reps) for f in loads]
+    return [(d, f, k) for d in drivers for f in loads for k in range(reps)]
+
+
 def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     repo = build_default_repository(out / "repos" / kind, kind=kind, work=out / "build" / kind,
                                     policies=POLICIES, profile_reps=5)
     stats_dir = out / "stats" / kind  # the backend's statistics (LAZYBATCH_STATS_DIR): which route eager took
-    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=out / f"tritonserver_{kind}.log", env={"LAZYBATCH_STATS_DIR": str(stats_dir)})
-    cells = []
-    with server:
-        url = server.endpoints.grpc
-        t1 = static_t1(url, kind)
-        sla_ms = SLA_MULTIPLE * t1 * 1e3
-        tqdm.write(f"[{kind}] t1 {t1 * 1e3:.2f} ms (batch-1 rate {1 / t1:.1f}/s), SLA {sla_ms:.1f} ms")
-        drivers = ["load", "perf"] if args.driver == "both" else [args.driver]
-        steps = [(d, f, k) for d in drivers for f in args.loads for k in range(args.reps)]
-        seen: dict = {}
-        for driver, f, k in tqdm(steps, desc=kind, unit="rep"):
+    drivers = ["load", "perf"] if args.driver == "both" else [args.driver]
+    steps = schedule(drivers, args.loads, args.reps, args.restart)
+    cells: list[dict] = []
+    t1 = sla_ms = math.nan
+    server: TritonServer | None = None
+    started: tuple[str, int] | None = None  # the (driver, repetition) the running server was started for
+    seen: dict = {}
+    try:
+        for driver, f, k in tqdm(steps, desc=kind, unit="cell"):
+            if server is None or (args.restart and (driver, k) != started):
+                if server is not None:
+                    server.stop()
+                for old in stats_dir.glob("*.json"):  # a fresh server's counters start at zero
+                    old.unlink()
+                seen = {}
+                log = f"tritonserver_{kind}_{driver}_rep{k}.log" if args.restart else f"tritonserver_{kind}.log"
+                server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                                      log_file=out / log, env={"LAZYBATCH_STATS_DIR": str(stats_dir)}).start()
+                started = (driver, k)
+                url = server.endpoints.grpc
+                if math.isnan(t1):  # measured once: every repetition offers the same request rates
+                    t1 = static_t1(url, kind)
+                    sla_ms = SLA_MULTIPLE * t1 * 1e3
+                    tqdm.write(f"[{kind}] t1 {t1 * 1e3:.2f} ms (batch-1 rate {1 / t1:.1f}/s), SLA {sla_ms:.1f} ms")
             order = list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))
             for pol in order:
                 model = f"{kind}_{pol}"
@@ -106,6 +128,9 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
                 if pol == "eager":
                     c["routes"], seen = routes(stats_dir / f"{model}.json", seen)
                 cells.append({"driver": driver, "load": f, "rep": k, "policy": pol, **c})
+    finally:
+        if server is not None:
+            server.stop()
     return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "cells": cells,
             "simulated": simulated(repo / f"{kind}_eager" / "1" / "latency.json", args.loads)}
 
@@ -264,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--duration", type=float, default=4.0, help="seconds of load per cell")
     ap.add_argument("--driver", choices=("load", "perf", "both"), default="load")
+    ap.add_argument("--restart", action="store_true",
+                    help="a fresh tritonserver for every repetition: each repetition then draws its own sessions "
+                         "(identical sessions run a few percent apart, docs/results/default.md), which one server "
+                         "for all repetitions carries into every cell of a policy")
     ap.add_argument("--out", default="lazybatch-results/default")
     ap.add_argument("--json", default=None, help="also copy the raw results here (e.g. docs/data/default.json)")
     ap.add_argument("--from-results", default=None, help="re-render the report of earlier runs (default.json "
@@ -274,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     args.loads = [float(v) for v in args.loads.split(",")]
     out = Path(args.out)
     meta = {**machine_meta(), "command": command_line(), "reps": args.reps, "duration_s": args.duration,
-            "loads": args.loads, "driver": args.driver, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "loads": args.loads, "driver": args.driver, "restart": args.restart,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     results = []
     for kind in args.models.split(","):
         if kind not in KIND_SLA_MS:
@@ -297,7 +327,8 @@ def header(meta: dict) -> list[str]:
             f"Generated by `{meta['command']}` (re-rendered with `--from-results`), commit `{meta['commit']}`, "
             f"{meta['started']}; {meta['cpu']} ({meta['cores']} cores), onnxruntime {meta['onnxruntime']}, "
             f"tritonclient {meta['tritonclient']}. {meta['reps']} repetitions of {meta['duration_s']:g} s of Poisson "
-            "load per policy and load, taking turns; ratios are mean [min-max] over repetitions against the best "
+            "load per policy and load, taking turns"
+            f"{' (a fresh tritonserver for every repetition: each draws its own sessions)' if meta.get('restart') else ''}; ratios are mean [min-max] over repetitions against the best "
             "of Triton's three configurations at that load (the lowest mean over the repetitions: the one a user "
             "would deploy; the column Triton 0 ms is the stock configuration alone); a range that straddles 1.00 "
             "is a tie. Noise floor: a second, identical copy of Triton's 0 ms configuration (its twin), measured in "

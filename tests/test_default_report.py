@@ -117,3 +117,16 @@ def test_pooled_skips_rounds_without_a_twin(bench):
     res = {"model": "m", "t1_ms": 1.0, "sla_ms": 5.0,
            "cells": [c for c in _cells(0.4, 1.0, 1.0) if c["policy"] != "triton_0us_twin"]}
     assert bench.pooled([res], "load") is None and bench.pooled_line([res], "load") == []
+
+
+def test_restart_schedule_runs_each_repetition_as_one_block(bench):
+    """With --restart a server is started per (driver, repetition): that block's cells must be contiguous, or the
+    run would restart at every cell (and lose the pairing of a repetition's policies on one server)."""
+    plain = bench.schedule(["load"], [0.1, 0.7], 3, restart=False)
+    assert plain[:3] == [("load", 0.1, 0), ("load", 0.1, 1), ("load", 0.1, 2)]
+    steps = bench.schedule(["load", "perf"], [0.1, 0.7, 2.0], 2, restart=True)
+    assert sorted(steps) == sorted(bench.schedule(["load", "perf"], [0.1, 0.7, 2.0], 2, restart=False))
+    blocks = [(d, k) for d, _, k in steps]
+    starts = [b for i, b in enumerate(blocks) if i == 0 or blocks[i - 1] != b]
+    assert starts == [("load", 0), ("load", 1), ("perf", 0), ("perf", 1)]  # each block once: one server start each
+    assert [f for d, f, k in steps if (d, k) == ("load", 1)] == [0.1, 0.7, 2.0]
