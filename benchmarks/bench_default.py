@@ -92,6 +92,8 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     repo = build_default_repository(out / "repos" / kind, kind=kind, work=out / "build" / kind,
                                     policies=POLICIES, profile_reps=5)
     stats_dir = out / "stats" / kind  # the backend's statistics (LAZYBATCH_STATS_DIR): which route eager took
+    for old in stats_dir.glob("*.batches.csv"):  # the stubs append to their batch logs: this run's passes only
+        old.unlink()
     drivers = ["load", "perf"] if args.driver == "both" else [args.driver]
     steps = schedule(drivers, args.loads, args.reps, args.restart)
     cells: list[dict] = []
@@ -328,7 +330,8 @@ def header(meta: dict) -> list[str]:
             f"{meta['started']}; {meta['cpu']} ({meta['cores']} cores), onnxruntime {meta['onnxruntime']}, "
             f"tritonclient {meta['tritonclient']}. {meta['reps']} repetitions of {meta['duration_s']:g} s of Poisson "
             "load per policy and load, taking turns"
-            f"{' (a fresh tritonserver for every repetition: each draws its own sessions)' if meta.get('restart') else ''}; ratios are mean [min-max] over repetitions against the best "
+            + (" (a fresh tritonserver for every repetition: each draws its own sessions)" if meta.get("restart") else "")
+            + "; ratios are mean [min-max] over repetitions against the best "
             "of Triton's three configurations at that load (the lowest mean over the repetitions: the one a user "
             "would deploy; the column Triton 0 ms is the stock configuration alone); a range that straddles 1.00 "
             "is a tie. Noise floor: a second, identical copy of Triton's 0 ms configuration (its twin), measured in "
