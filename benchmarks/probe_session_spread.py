@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(args.out) / f"{kind}.onnx"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            repo_mod._build_onnx(kind, path)
+            repo_mod.build_onnx(kind, path)
         results[kind] = r = spread_of(path, args.sessions, args.block, ROUNDS[kind])
         print(f"{kind}: median batch-1 run per session (ms), first half / second half of the rounds:")
         print("   " + "  ".join(f"{a:.3f}/{b:.3f}" for a, b in zip(r["first_half_ms"], r["second_half_ms"])))

@@ -438,7 +438,9 @@ KIND_SLA_MS = {"resnet50": 100.0, "mlp": 10.0, "bert": 300.0, "tiny": 50.0, "gnm
 BERT_SEQ_LEN = 32
 
 
-def _build_onnx(kind: str, path: Path) -> None:
+def build_onnx(kind: str, path: Path) -> None:
+    """Write the ONNX file of one of the models lazybatch ships (KIND_SLA_MS: weights generated here, seeded), as
+    the default repository and the benchmarks build it."""
     from lazybatch.staging import batchable_light_model, make_mlp
 
     if kind == "resnet50":
@@ -511,7 +513,7 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
     onnx_path = work_dir / f"{kind}.onnx"
     if not onnx_path.exists() or force:
         log(f"building {onnx_path}")
-        _build_onnx(kind, onnx_path)
+        build_onnx(kind, onnx_path)
     stages = work_dir / f"{kind}_stages"
     if not (stages / "manifest.json").exists() or force:
         if kind in ("mlp", "tiny"):
