@@ -12,19 +12,22 @@ the median in ms; per batch size, each file's median over the first file's.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lazybatch.backend.model import read_log  # noqa: E402
+
 
 def medians(path: Path) -> dict[int, tuple[int, float]]:
     by: dict[int, list[float]] = defaultdict(list)
-    with path.open() as f:
-        for row in csv.reader(f):
-            if len(row) == 4 and row[1] == "0":  # stage 0: a whole-graph pass (its only stage)
-                by[int(row[2])].append(float(row[3]) * 1e3)
+    for row in read_log(path):
+        if len(row) == 4 and row[1] == "0":  # stage 0: a whole-graph pass (its only stage)
+            by[int(row[2])].append(float(row[3]) * 1e3)
     return {b: (len(v), statistics.median(v)) for b, v in sorted(by.items())}
 
 
