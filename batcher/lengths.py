@@ -70,6 +70,14 @@ class LengthHistogram:
         k = bisect.bisect_left(self._cum, below + coverage * beyond - 1e-9, lo=k0)
         return self.lengths[min(k, len(self.lengths) - 1)]
 
+    def conditional_mean(self, done: int) -> float:
+        """Mean length of the sequences longer than ``done`` (``done + 1`` past the longest)."""
+        k0 = bisect.bisect_right(self.lengths, done)
+        mass = self._total - (self._cum[k0 - 1] if k0 else 0.0)
+        if k0 >= len(self.lengths) or mass <= 0:
+            return float(done + 1)
+        return sum(ln * c for ln, c in zip(self.lengths[k0:], self.counts[k0:])) / mass
+
     def fraction_at_most(self, length: int) -> float:
         k = bisect.bisect_right(self.lengths, length)
         return self._cum[k - 1] / self._total if k else 0.0

@@ -7,10 +7,10 @@ served 2.8x, docs/results/mixed.md). This replays the table and says where eager
 - per policy, the mean wait before a request's first stage and its mean latency over its own run alone (encoder
   and decoder steps at batch 1, which no schedule can beat: a step at batch b costs at least one at batch 1);
 - the floor of the interactive class: requests whose own run alone exceeds 2 x t1 miss under any schedule;
-- an experiment, not a served policy (``JoinOrWait``): eager where newcomers join the running decode only if the
-  summed latency of them and of the rows in flight is predicted lower than if they waited for those rows to end
-  (a newcomer's encoder stalls every row in flight), on the true output lengths (clairvoyant: a ceiling for the
-  rule) and on the histogram's expected remaining lengths (what a server could do).
+- ``eager:join=benefit`` (opt-in, not yet served): newcomers join the running decode only if the summed latency of
+  them and of the rows in flight is predicted lower than if they waited for those rows to end (a newcomer's encoder
+  stalls every row in flight), on the histogram's expected remaining lengths, and told the true output lengths
+  (clairvoyant: the rule's ceiling).
 
     python benchmarks/probe_decoder_ceiling.py --table docs/data/gnmt_latency_7e215ec.json \\
         --out docs/data/decoder_ceiling_gnmt.json
@@ -32,7 +32,6 @@ sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT)]
 
 from harness import command_line, git_commit, write_json  # noqa: E402
 
-from lazybatch.batcher import StageType  # noqa: E402
 from lazybatch.batcher.decisions import DecisionLog  # noqa: E402
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.batcher.lengths import LengthHistogram  # noqa: E402
@@ -47,7 +46,7 @@ from lazybatch.traffic import TrafficClass  # noqa: E402
 
 POLICIES = {"eager": "eager", "eager (Eq. 2 admission)": "eager:admission=eq2",
             "eager (admit up to the cap)": "eager:admission=first_token",
-            "join-or-wait (clairvoyant)": "clairvoyant", "join-or-wait (expected lengths)": "expected",
+            "join-or-wait (clairvoyant)": "clairvoyant", "join-or-wait (expected lengths)": "eager:join=benefit",
             "triton_0us": "graph:0", "triton_5000us": "graph:5", "triton_20000us": "graph:20"}
 TRITON = [p for p in POLICIES if p.startswith("triton")]
 
@@ -57,52 +56,11 @@ def alone_s(table: LatencyTable, r) -> float:
     return sum(table.single[s] for s in table.graph.stage_visits(r.enc_steps, r.dec_steps))
 
 
-class JoinOrWait(EagerBatching):
-    """Eager whose admitted newcomers join only where that lowers the predicted summed completion time of them and
-    of the rows in flight, against waiting until those rows end (the decode steps on the table's batch curves)."""
+class Clairvoyant(EagerBatching):
+    """``eager:join=benefit`` told every request's true output length: the rule's ceiling, not a servable policy."""
 
-    def __init__(self, table: LatencyTable, hist: LengthHistogram, clairvoyant: bool) -> None:
-        super().__init__(table.max_batch_size, length_histogram=hist)
-        g = table.graph
-        self._enc = [s for s in range(g.n) if g.loop_type[s] is StageType.ENCODER]
-        self._dec = [s for s in range(g.n) if g.loop_type[s] is StageType.DECODER]
-        self._tab, self._hist, self._clair = table, hist, clairvoyant
-
-    def _step(self, b: int) -> float:
-        return sum(self._tab.latency(s, min(b, self.max_batch_size)) for s in self._dec)
-
-    def _left(self, r, done: int) -> int:
-        if self._clair:
-            return max(1, r.dec_steps - done)
-        above = [(ln, c) for ln, c in zip(self._hist.lengths, self._hist.counts) if ln > done]
-        return max(1, round(sum(ln * c for ln, c in above) / sum(c for _, c in above)) - done) if above else 1
-
-    def _together(self, rows: list[int]) -> tuple[float, float]:
-        """Summed completion times and the span of ``rows`` (steps left) decoding as one batch from now."""
-        t = total = 0.0
-        done = 0
-        rows = sorted(rows)
-        for i, steps in enumerate(rows):
-            t += (steps - done) * self._step(len(rows) - i)
-            done = steps
-            total += t
-        return total, t
-
-    def _admissible(self, now: float) -> tuple[int, float]:
-        k, slack = super()._admissible(now)
-        if not k or not self.stack:
-            return k, slack
-        rows = [self._left(r, r.loop_iter if e.node in self._dec else 0) for e in self.stack for r in e.reqs]
-        new = list(self.infq)
-        while k:
-            news = [self._left(r, 0) for r in new[:k]]
-            enc = sum(r.enc_steps for r in new[:k]) * sum(self._tab.latency(s, 1) for s in self._enc)
-            join = self._together(rows + news)[0] + (len(rows) + k) * enc
-            flight, span = self._together(rows)
-            if join <= flight + self._together(news)[0] + k * (span + enc):
-                return k, slack
-            k -= 1
-        return 0, slack
+    def _steps_left(self, r, done: int) -> int:
+        return max(1, r.dec_steps - done)
 
 
 def replay(table: LatencyTable, hist: LengthHistogram, load: float, t1: float, seeds: int, n: int) -> dict:
@@ -111,8 +69,8 @@ def replay(table: LatencyTable, hist: LengthHistogram, load: float, t1: float, s
         lat, wait, stretch, alone = [], [], [], []
         for seed in range(seeds):
             reqs = workload.requests(workload.poisson(load / t1, n, seed, graph=table.graph, lengths=hist), 5.0)
-            policy = (JoinOrWait(table, hist, text == "clairvoyant") if text in ("clairvoyant", "expected") else
-                      parse_policy(text).build(max_batch_size=table.max_batch_size, length_histogram=hist))
+            policy = (Clairvoyant(table.max_batch_size, length_histogram=hist, join="benefit") if text == "clairvoyant"
+                      else parse_policy(text).build(max_batch_size=table.max_batch_size, length_histogram=hist))
             Simulation(table, policy, log=DecisionLog(1, enabled=False)).run(reqs)
             for r in reqs:
                 lat.append(r.finish - r.arrival)

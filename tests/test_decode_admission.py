@@ -152,3 +152,52 @@ def test_first_token_admits_no_more_than_the_batch_cap_leaves_room_for():
     assert most == 2
     assert reqs[1].first_token < reqs[2].first_token and reqs[1].first_token < reqs[3].first_token
     assert all(r.status.name == "OK" for r in reqs)
+
+
+def encoder_decoder_table() -> LatencyTable:
+    """An encoder loop and a decoder loop, one stage each: 1 ms at batch 1, 1.1 ms at batch 2 (cheap batching)."""
+    g = ModelGraph("s2s", [("enc", StageType.ENCODER), ("step", StageType.DECODER)])
+    return LatencyTable(g, SIZES, [[(1 + 0.1 * (b - 1)) * MS for b in SIZES] for _ in range(2)])
+
+
+def run_join(join: str, arrival_ms: float, enc_steps: int) -> list[Request]:
+    """Request 0 (1 encoder step, 10 decoder steps) alone from 0; request 1 (10 decoder steps) arrives later."""
+    reqs = [Request(0, 0.0, sla=1.0, enc_steps=1, dec_steps=10),
+            Request(1, arrival_ms * MS, sla=1.0, enc_steps=enc_steps, dec_steps=10)]
+    policy = parse_policy(f"eager:dec_timesteps=10,join={join}").build(max_batch_size=8)
+    Simulation(encoder_decoder_table(), policy).run(reqs)
+    return reqs
+
+
+def test_join_benefit_waits_where_a_long_encoder_would_stall_a_nearly_done_decode():
+    """Request 1 arrives with 2 of request 0's steps left and 10 ms of encoder work. Joining stalls request 0 for
+    those 10 ms to share 2 steps; waiting lets it end at 11 ms undisturbed. The summed latency is lower waiting."""
+    always = run_join("always", 8.5, enc_steps=10)
+    benefit = run_join("benefit", 8.5, enc_steps=10)
+    assert always[1].start < always[0].finish  # joined: request 0 waited for its encoder
+    assert benefit[0].finish / MS == pytest.approx(11.0)
+    assert benefit[1].start >= benefit[0].finish
+    assert sum(r.latency for r in benefit) < sum(r.latency for r in always)
+
+
+def test_join_benefit_joins_where_sharing_the_steps_pays():
+    """Request 1 arrives as request 0 starts decoding, with one encoder step: it joins (the steps of two cost 1.1x
+    those of one), as under join=always."""
+    benefit = run_join("benefit", 1.5, enc_steps=1)
+    always = run_join("always", 1.5, enc_steps=1)
+    assert benefit[1].start < benefit[0].finish
+    assert [r.finish for r in benefit] == pytest.approx([r.finish for r in always])
+
+
+def test_join_is_a_policy_parameter_with_a_clear_error():
+    assert parse_policy("eager:join=benefit").build(max_batch_size=4).join == "benefit"
+    assert parse_policy("eager").build(max_batch_size=4).join == "always"
+    with pytest.raises(ConfigError, match="join must be one of always, benefit"):
+        parse_policy("eager:join=later").build(max_batch_size=4)
+
+
+def test_conditional_mean_is_the_mean_beyond_progress():
+    h = LengthHistogram([2, 4, 10], [1.0, 1.0, 2.0])
+    assert h.conditional_mean(0) == pytest.approx(6.5)
+    assert h.conditional_mean(3) == pytest.approx(8.0)
+    assert h.conditional_mean(10) == 11.0

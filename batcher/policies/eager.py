@@ -71,6 +71,7 @@ from typing import Sequence
 from ..decisions import DISPATCH, MERGE, PREEMPT
 from ..decode_admission import CurveAdmission, DecodeLengths
 from ..errors import ConfigError
+from ..graph import StageType
 from ..interfaces import StageJob
 from ..lengths import LengthHistogram
 from ..request import Request
@@ -110,6 +111,12 @@ URGENT_ALONE = 1.25
 # (batcher/decode_admission.py), "eq2" is the paper's sum of single runs over the deadlines still attainable,
 # "first_token" admits up to the batch cap (the default of decoupled models: the module docstring says why).
 ADMISSION_RULES = ("curves", "eq2", "first_token")
+# Whether admitted decoder newcomers join the running decode at once ("always", the paper's and this policy's
+# default) or only where that lowers the predicted summed completion time of them and of the rows in flight, against
+# waiting for those rows to end ("benefit": a newcomer's encoder steps stall every row decoding; on GNMT's table,
+# simulated, 1.55-1.66x Triton's best average past 100% load against eager's 1.45-1.49x, level at 70%,
+# docs/results/decoder.md). Not served yet, so not the default.
+JOIN_RULES = ("always", "benefit")
 
 
 def class_key(r: Request) -> tuple[int, float]:
@@ -127,7 +134,7 @@ class EagerBatching(LazyBatching):
     def __init__(self, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, *, dec_timesteps: int | None = None,
                  dec_timesteps_coverage: float = DEFAULT_COVERAGE, length_histogram: LengthHistogram | None = None,
                  min_gain: float = DEFAULT_MIN_GAIN, boundary_cost_us: float = 0.0, spans: bool = True,
-                 urgency: bool = False, admission: str = "curves") -> None:
+                 urgency: bool = False, admission: str = "curves", join: str = "always") -> None:
         super().__init__(max_batch_size, dec_timesteps=dec_timesteps, dec_timesteps_coverage=dec_timesteps_coverage,
                          length_histogram=length_histogram, min_batch_gain=0.0)
         if not 0.0 <= min_gain < 1.0:
@@ -137,7 +144,10 @@ class EagerBatching(LazyBatching):
         if admission not in ADMISSION_RULES:
             raise ConfigError(f"admission must be one of {', '.join(ADMISSION_RULES)}, got {admission!r}",
                               field="admission")
+        if join not in JOIN_RULES:
+            raise ConfigError(f"join must be one of {', '.join(JOIN_RULES)}, got {join!r}", field="join")
         self.admission = admission
+        self.join = join
         self._histogram = length_histogram
         self._curves: CurveAdmission | None = None
         self._curve_answer: tuple[tuple, tuple[int, float]] | None = None  # (state key, answer): _admissible_curves
@@ -195,7 +205,8 @@ class EagerBatching(LazyBatching):
         self._inline_answers = {}
 
     def describe(self) -> str:
-        dec = f", dec_timesteps={self.dec_timesteps}, admission={self.admission}" if self.graph.is_seq2seq else ""
+        dec = (f", dec_timesteps={self.dec_timesteps}, admission={self.admission}"
+               + (f", join={self.join}" if self.join != "always" else "")) if self.graph.is_seq2seq else ""
         cost = f", boundary_cost={self.boundary_cost * 1e6:.0f}us" if self.boundary_cost else ""
         urgency = ", urgency=true" if self.urgency else ""
         return f"{self.name}(max_batch_size={self.max_batch_size}{dec}{cost}{urgency})"
@@ -343,6 +354,8 @@ class EagerBatching(LazyBatching):
         if self.admission == "first_token":  # everyone the cap leaves room for: nothing to outrank
             return max(0, min(self.batch_cap - len(self.stack[-1].reqs), len(self.infq))), math.inf
         k, slack = self._admissible_curves(now) if self.admission == "curves" else self._admissible_eq2(now)
+        if k and self.join == "benefit" and self.stack:
+            k = self._join_pays(k)
         if k or not self.urgency or not self.stack:
             return k, slack
         outranked = max(class_key(r) for r in self.stack[-1].reqs)
@@ -353,6 +366,54 @@ class EagerBatching(LazyBatching):
         taken = set(map(id, urgent))
         self.infq = deque(urgent + [r for r in self.infq if id(r) not in taken])
         return len(urgent), slack
+
+    def _steps_left(self, r: Request, done: int) -> int:
+        """Decoder steps ``r`` is expected to run after ``done``: the histogram's mean beyond ``done`` (or the
+        predicted ``dec_timesteps`` without one)."""
+        if self._histogram is not None:
+            return max(1, round(self._histogram.conditional_mean(done) - done))
+        return max(1, self.dec_timesteps - done)
+
+    def _decode_together(self, rows: Sequence[int]) -> tuple[float, float]:
+        """Summed completion times and span (table seconds) of ``rows`` (steps left each) decoding as one batch."""
+        dec = self._decoder_stages
+        t = total = 0.0
+        done = 0
+        ordered = sorted(rows)
+        for i, steps in enumerate(ordered):
+            b = min(len(ordered) - i, self.max_batch_size)
+            t += (steps - done) * sum(self.table.latency(s, b) for s in dec)
+            done = steps
+            total += t
+        return total, t
+
+    def _join_pays(self, k: int) -> int:
+        """The largest k' <= k for which the first k' queued requests joining now (their encoder steps first, every
+        row in flight stalled meanwhile, then one decode) is predicted to lower the summed completion time of them
+        and of the rows in flight, against waiting until those rows end (join="benefit")."""
+        g = self.graph
+        dec = self._decoder_stages
+        rows = [self._steps_left(r, r.loop_iter if g.loop_type[e.node] is StageType.DECODER else 0)
+                for e in self.stack for r in e.reqs]
+        flight, span = self._decode_together(rows)
+        # a newcomer's work before it can join: its encoder steps and the stages outside loops, at batch 1
+        enc1 = sum(self._lat1[s] for s in range(g.n) if g.loop_type[s] is StageType.ENCODER)
+        once = sum(self._lat1[s] for s in range(g.n) if g.loop_type[s] is None)
+        queued = list(self.infq)
+        while k:
+            new = [self._steps_left(r, 0) for r in queued[:k]]
+            enc = sum(max(r.enc_steps, 1) * enc1 + once for r in queued[:k])
+            join = self._decode_together(rows + new)[0] + (len(rows) + k) * enc
+            wait = flight + self._decode_together(new)[0] + k * (span + enc)
+            if join <= wait:
+                return k
+            k -= 1
+        return 0
+
+    @property
+    def _decoder_stages(self) -> list[int]:
+        g = self.graph
+        return [s for s in range(g.n) if g.loop_type[s] is StageType.DECODER]
 
     def _admissible_curves(self, now: float) -> tuple[int, float]:
         """How many queued requests may join the running decode now, predicted on the table's batch curves

@@ -41,7 +41,7 @@ _KEYS = {
     "lazy": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_batch_gain", "preempt"},
     "oracle": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_batch_gain", "preempt"},
     "eager": {"max_batch_size", "dec_timesteps", "dec_timesteps_coverage", "min_gain", "boundary_cost_us", "spans",
-              "urgency", "admission"},
+              "urgency", "admission", "join"},
 }
 
 
@@ -109,7 +109,8 @@ class PolicySpec:
             return EagerBatching(dec_timesteps=p.get("dec_timesteps"),
                                  dec_timesteps_coverage=p.get("dec_timesteps_coverage", dec_timesteps_coverage),
                                  length_histogram=length_histogram,
-                                 **{k: p[k] for k in ("min_gain", "boundary_cost_us", "spans", "urgency", "admission")
+                                 **{k: p[k] for k in ("min_gain", "boundary_cost_us", "spans", "urgency", "admission",
+                                                   "join")
                                     if k in p}, **kw)
         cls = LazyBatching if self.kind == "lazy" else OracleLazyBatching
         return cls(dec_timesteps=p.get("dec_timesteps"),
@@ -120,7 +121,7 @@ class PolicySpec:
 
 
 def _num(kind: str, key: str, value: str) -> Any:
-    if key in ("preempt", "admission"):  # a word, checked by the policy (batcher/policies/lazy.py PREEMPT_RULES)
+    if key in ("preempt", "admission", "join"):  # a word, checked by the policy (batcher/policies/lazy.py PREEMPT_RULES)
         return value.lower()
     if key in ("spans", "urgency"):
         if value.lower() in ("true", "1", "yes", "on"):
