@@ -115,7 +115,8 @@ ADMISSION_RULES = ("curves", "eq2", "first_token")
 # default) or only where that lowers the predicted summed completion time of them and of the rows in flight, against
 # waiting for those rows to end ("benefit": a newcomer's encoder steps stall every row decoding; on GNMT's table,
 # simulated, 1.55-1.66x Triton's best average past 100% load against eager's 1.45-1.49x, level at 70%,
-# docs/results/decoder.md). Not served yet, so not the default.
+# docs/results/decoder.md). Not served yet, so not the default; admission=first_token (streaming) skips it, as its
+# point is the newcomer's first token.
 JOIN_RULES = ("always", "benefit")
 
 
@@ -390,7 +391,8 @@ class EagerBatching(LazyBatching):
     def _join_pays(self, k: int) -> int:
         """The largest k' <= k for which the first k' queued requests joining now (their encoder steps first, every
         row in flight stalled meanwhile, then one decode) is predicted to lower the summed completion time of them
-        and of the rows in flight, against waiting until those rows end (join="benefit")."""
+        and of the rows in flight, against waiting until those rows end (join="benefit"). Rows still encoding count
+        with their whole expected decode and no encoder work left: an estimate, like the lengths."""
         g = self.graph
         dec = self._decoder_stages
         rows = [self._steps_left(r, r.loop_iter if g.loop_type[e.node] is StageType.DECODER else 0)
