@@ -28,7 +28,12 @@ FIELD = "parameters.fault_injection"
 
 
 class InjectedFault(RuntimeError):
-    """What an injected fault raises (its text reaches the client)."""
+    """What an injected fault raises (its text reaches the client). ``stage``: the stage it was injected in, which the
+    metrics count the failure against even where a job spans several stages."""
+
+    def __init__(self, message: str, stage: int) -> None:
+        super().__init__(message)
+        self.stage = stage
 
 
 class FaultInjector:
@@ -86,9 +91,9 @@ class FaultInjector:
             self.runs += 1
             if self.runs % self.every == 0 and len(ids) > 1:  # a lone rerun passes: the fault is transient
                 raise InjectedFault(f"injected fault in stage {self.stage_name!r} (run {self.runs}; "
-                                    "parameter fault_injection)")
+                                    "parameter fault_injection)", self.stage)
             return
         bad = [i for i in ids if (i + 1) % self.every == 0]
         if bad:
             raise InjectedFault(f"injected fault in stage {self.stage_name!r} for sample {bad[0]} "
-                                "(parameter fault_injection)")
+                                "(parameter fault_injection)", self.stage)

@@ -44,7 +44,7 @@ from lazybatch.onnx_tools.inplace import InPlaceRunError
 from . import metrics as M
 from .cancel_watch import CancelWatcher, auto_interval, typical_stage_s
 from .config import RequestOptions
-from .faults import FaultInjector
+from .faults import FaultInjector, InjectedFault
 from .memory import malloc_trim
 from .stages import StageRunner
 
@@ -760,8 +760,8 @@ class BackendRuntime:
             run(reqs)
             return None
         except Exception as e:
-            if self.metrics is not None:
-                self.metrics.stage_failed(job.stage)
+            if self.metrics is not None:  # a span's failure counts against its first stage unless the error says
+                self.metrics.stage_failed(e.stage if isinstance(e, InjectedFault) else job.stage)
             if len(reqs) == 1 or isinstance(e, InPlaceRunError):  # in place: the inputs are gone, no rerun
                 return StageResult(errors={r.id: f"{type(e).__name__}: {e}" for r in reqs})
         errors: dict[int, str] = {}
@@ -770,7 +770,7 @@ class BackendRuntime:
                 run([r])
             except Exception as e:  # onnxruntime failure: this request fails, the server goes on
                 if self.metrics is not None:
-                    self.metrics.stage_failed(job.stage)
+                    self.metrics.stage_failed(e.stage if isinstance(e, InjectedFault) else job.stage)
                 errors[r.id] = f"{type(e).__name__}: {e}"
         return StageResult(errors=errors) if errors else None
 

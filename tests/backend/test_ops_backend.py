@@ -208,6 +208,24 @@ def test_runtime_injected_fault_fails_only_poisoned_requests_and_keeps_serving(m
     assert _count(metrics, "lazybatch_stage_failures_total", stage="stage_002") >= 10
 
 
+def test_a_fault_inside_a_span_is_counted_against_its_own_stage(mlp):  # noqa: F811
+    """Eager runs stages 0-4 as one job where no boundary is used: a fault injected in stage 2 is still counted
+    against stage 2, not against the span's first stage."""
+    _, stages = mlp
+    names = [f"stage_{i:03d}" for i in range(5)]
+    rt, c, metrics = _rt(stages, "eager", fault=FaultInjector.parse("stage=2,every=4", names))
+    for h in range(20):
+        assert rt.submit(h, {"x": np.full((1, 16), h, np.float32)}, 1, RequestOptions()) is None
+    c.wait(20)
+    spans = rt.stats.span_runs
+    rt.close()
+    failed = sorted(h for h, a in c.answers.items() if a[0][1] is Status.ERROR)
+    assert failed == list(range(3, 20, 4))
+    assert spans > 0  # the case this test is about: jobs that span several stages
+    assert _count(metrics, "lazybatch_stage_failures_total", stage="stage_002") >= len(failed)
+    assert _count(metrics, "lazybatch_stage_failures_total", stage="stage_000") == 0
+
+
 def test_runtime_rejects_when_the_queue_is_full_and_counts_it(mlp):  # noqa: F811
     _, stages = mlp
     rt, c, metrics = _rt(stages, "graph:300", queue_policy=QueuePolicy(max_queue_size=4))
