@@ -22,7 +22,6 @@ the length histogram is the shipped one GNMT's clients draw from (lazybatch/clie
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path

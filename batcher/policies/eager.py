@@ -149,6 +149,9 @@ class EagerBatching(LazyBatching):
             raise ConfigError(f"join must be one of {', '.join(JOIN_RULES)}, got {join!r}", field="join")
         self.admission = admission
         self.join = join
+        self._left: dict[int, int] = {}  # _steps_left's answers by steps done (the histogram does not change)
+        self._step: list[float] = []  # [batch]: a decoder step's table time (join="benefit")
+        self._enc_step = self._once = 0.0
         self._histogram = length_histogram
         self._curves: CurveAdmission | None = None
         self._curve_answer: tuple[tuple, tuple[int, float]] | None = None  # (state key, answer): _admissible_curves
@@ -191,6 +194,13 @@ class EagerBatching(LazyBatching):
             lengths = DecodeLengths(self._histogram, self.dec_timesteps_coverage, self.dec_timesteps)
             self._curves = CurveAdmission(self.table, lengths)
             self._curve_answer = None
+            # join="benefit" reads these at every decision: a decoder step at each batch size, a newcomer's encoder
+            # step and its stages outside loops, at batch 1
+            g, dense = self.graph, self.table.dense
+            dec = [s for s in range(g.n) if g.loop_type[s] is StageType.DECODER]
+            self._step = [sum(dense[s][b] for s in dec) for b in range(len(dense[0]))]
+            self._enc_step = sum(self._lat1[s] for s in range(g.n) if g.loop_type[s] is StageType.ENCODER)
+            self._once = sum(self._lat1[s] for s in range(g.n) if g.loop_type[s] is None)
             return
         dense = self.table.dense
         self._prefix = []
@@ -371,19 +381,21 @@ class EagerBatching(LazyBatching):
     def _steps_left(self, r: Request, done: int) -> int:
         """Decoder steps ``r`` is expected to run after ``done``: the histogram's mean beyond ``done`` (or the
         predicted ``dec_timesteps`` without one)."""
-        if self._histogram is not None:
-            return max(1, round(self._histogram.conditional_mean(done) - done))
-        return max(1, self.dec_timesteps - done)
+        if self._histogram is None:
+            return max(1, self.dec_timesteps - done)
+        left = self._left.get(done)
+        if left is None:
+            left = self._left[done] = max(1, round(self._histogram.conditional_mean(done) - done))
+        return left
 
     def _decode_together(self, rows: Sequence[int]) -> tuple[float, float]:
         """Summed completion times and span (table seconds) of ``rows`` (steps left each) decoding as one batch."""
-        dec = self._decoder_stages
+        step = self._step
         t = total = 0.0
         done = 0
         ordered = sorted(rows)
         for i, steps in enumerate(ordered):
-            b = min(len(ordered) - i, self.max_batch_size)
-            t += (steps - done) * sum(self.table.latency(s, b) for s in dec)
+            t += (steps - done) * step[min(len(ordered) - i, self.max_batch_size)]
             done = steps
             total += t
         return total, t
@@ -393,29 +405,20 @@ class EagerBatching(LazyBatching):
         row in flight stalled meanwhile, then one decode) is predicted to lower the summed completion time of them
         and of the rows in flight, against waiting until those rows end (join="benefit"). Rows still encoding count
         with their whole expected decode and no encoder work left: an estimate, like the lengths."""
-        g = self.graph
-        dec = self._decoder_stages
-        rows = [self._steps_left(r, r.loop_iter if g.loop_type[e.node] is StageType.DECODER else 0)
+        loop = self.graph.loop_type
+        rows = [self._steps_left(r, r.loop_iter if loop[e.node] is StageType.DECODER else 0)
                 for e in self.stack for r in e.reqs]
         flight, span = self._decode_together(rows)
-        # a newcomer's work before it can join: its encoder steps and the stages outside loops, at batch 1
-        enc1 = sum(self._lat1[s] for s in range(g.n) if g.loop_type[s] is StageType.ENCODER)
-        once = sum(self._lat1[s] for s in range(g.n) if g.loop_type[s] is None)
         queued = list(self.infq)
         while k:
             new = [self._steps_left(r, 0) for r in queued[:k]]
-            enc = sum(max(r.enc_steps, 1) * enc1 + once for r in queued[:k])
+            enc = sum(max(r.enc_steps, 1) * self._enc_step + self._once for r in queued[:k])
             join = self._decode_together(rows + new)[0] + (len(rows) + k) * enc
             wait = flight + self._decode_together(new)[0] + k * (span + enc)
             if join <= wait:
                 return k
             k -= 1
         return 0
-
-    @property
-    def _decoder_stages(self) -> list[int]:
-        g = self.graph
-        return [s for s in range(g.n) if g.loop_type[s] is StageType.DECODER]
 
     def _admissible_curves(self, now: float) -> tuple[int, float]:
         """How many queued requests may join the running decode now, predicted on the table's batch curves
