@@ -196,11 +196,24 @@ class TritonServer:
         return self
 
     def ready(self) -> bool:
+        """Ready on HTTP and, unless metrics are off, answering on the metrics port: tritonserver starts its metrics
+        service after HTTP, so a caller that scrapes right after HTTP says ready could find the port closed (seen in
+        CI: tests/triton/test_ops_server.py got "connection refused" on its first scrape)."""
+        urls = [f"http://{self.endpoints.http}/v2/health/ready"]
+        if self.metrics_enabled:
+            urls.append(self.endpoints.metrics)
         try:
-            with urllib.request.urlopen(f"http://{self.endpoints.http}/v2/health/ready", timeout=2) as r:
-                return r.status == 200
+            for url in urls:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status != 200:
+                        return False
+            return True
         except (urllib.error.URLError, OSError):
             return False
+
+    @property
+    def metrics_enabled(self) -> bool:
+        return not any(a.replace(" ", "") in ("--allow-metrics=false", "--allow-metrics=0") for a in self.extra_args)
 
     def wait_ready(self, timeout: float) -> None:
         end = time.monotonic() + timeout
