@@ -2,6 +2,7 @@
 
     python benchmarks/bench_decoder.py                                  # the decoder LM, 70/100/150% load
     python benchmarks/bench_decoder.py --models gnmt,transformer --loads 0.1,0.7,1.5,3 --reps 3 --duration 30
+    python benchmarks/bench_decoder.py --models gnmt --variants eager_join     # an opt-in rule beside the default
 
 Goal (issue "Decoder models"): on the decoder-only LM with long-tail lengths, at 70-150% of the batch-1 rate, best
 Triton dynamic-batcher config (0/5/20 ms queue delay) average and p99 latency / lazybatch's >= 3, and lazybatch's peak
@@ -53,11 +54,16 @@ TRITON = [p for p in POLICIES if p.startswith("triton")]
 SIM_POLICIES = {"eager": "eager", "eager_eq2": "eager:admission=eq2", "triton_0us": "graph:0",
                 "triton_5000us": "graph:5", "triton_20000us": "graph:20"}
 SIM_SEEDS, SIM_REQUESTS = 3, 400
+# --variants: opt-in eager rules served (and replayed) beside the default, taking the same turns; each is reported
+# against the best Triton configuration and against eager in the same repetition. eager_join: a newcomer joins the
+# running decode only where that lowers the predicted summed completion time (batcher/policies/eager.py, join=benefit).
+VARIANTS = {"eager_join": "eager:join=benefit"}
 GOALS = {"lm": (3.0, 3.0, 2.0)}  # (avg, p99, peak throughput) at 70-150%; seq2seq: (1.5, -, -) there, 1.0 elsewhere
 
 
 def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
-    repo = build_default_repository(out / "repos" / kind, kind=kind, work=out / "build" / kind, policies=POLICIES,
+    served = {**POLICIES, **{v: VARIANTS[v] for v in args.variants}}
+    repo = build_default_repository(out / "repos" / kind, kind=kind, work=out / "build" / kind, policies=served,
                                     profile_reps=5, seq2seq_baselines=False)
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                           log_file=out / f"tritonserver_{kind}.log", env={"LAZYBATCH_STATS_DIR": str(out / "stats")})
@@ -67,7 +73,7 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         url, http = server.endpoints.grpc, server.endpoints.http
         t1 = seq2seq_t1(url, http, f"{kind}_triton_0us", 20)
         tqdm.write(f"[{kind}] t1 {t1 * 1e3:.1f} ms (batch-1 rate {1 / t1:.2f}/s), SLA {sla_ms:g} ms")
-        for f, k, pol in turns(args.loads, args.reps, POLICIES, kind):
+        for f, k, pol in turns(args.loads, args.reps, served, kind):
             # light loads run long enough to hold --min-requests arrivals (10% of the LM's rate: about 0.5/s)
             duration = max(args.duration, args.min_requests * t1 / f)
             r = run_load(url, f"{kind}_{pol}", f / t1, duration, sla_ms=sla_ms, seed=100 * k, timeout_s=600.0)
@@ -79,16 +85,18 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
                           "records": [[round(o, 4), None if lat != lat else round(lat, 2)] for o, lat, _ in r.records]})
             time.sleep(0.5)
     return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "cells": cells,
-            "simulated": simulated(*served_table(repo / f"{kind}_eager" / "1"), args.loads, sla_ms)}
+            "simulated": simulated(*served_table(repo / f"{kind}_eager" / "1"), args.loads, sla_ms, args.variants)}
 
 
-def simulated(table: LatencyTable, hist: LengthHistogram, loads: list[float], sla_ms: float) -> dict:
+def simulated(table: LatencyTable, hist: LengthHistogram, loads: list[float], sla_ms: float,
+              variants: list[str] = ()) -> dict:
     """The loads replayed on the model's own latency table and length histogram (lazybatch/simulator/
     loads_on_table.py): what the policies give with no serving cost, so that a gap between the algorithm and the
     server shows. Loads are fractions of the table's own batch-1 rate; the deadline is the served SLA."""
     t1 = single_request_ms(table, hist)
     return simulate_loads(table, loads, max_batch_size=table.max_batch_size, sla_multiples=[sla_ms / t1],
-                          sched_multiple=sla_ms / t1, policies=SIM_POLICIES, seeds=SIM_SEEDS,
+                          sched_multiple=sla_ms / t1, policies={**SIM_POLICIES, **{v: VARIANTS[v] for v in variants}},
+                          seeds=SIM_SEEDS,
                           requests=SIM_REQUESTS, histogram=hist, t1_ms=t1).as_dict()
 
 
@@ -124,8 +132,35 @@ def report(res: dict) -> list[str]:
                   f"({peak['eager'] / best_tri:.2f}x" + (f"; goal >= {goal_peak:g}x" if goal_peak else "") + ")."]
     errors = sum(c["errors"] for c in cells)
     lines.append(f"Errors: {errors} of {sum(c['sent'] for c in cells)} requests.")
+    for v in sorted({c["policy"] for c in cells} & set(VARIANTS)):
+        lines += [""] + variant_report(res, v)
     if "simulated" in res:
         lines += [""] + simulated_report(res["simulated"])
+    return lines
+
+
+def variant_report(res: dict, variant: str) -> list[str]:
+    """An opt-in rule against the best Triton configuration and against eager, repetition by repetition (the same
+    requests at the same send times), served and on the replay."""
+    cells, sim = res["cells"], {(c["load"], c["policy"]): c for c in res.get("simulated", {}).get("cells", [])}
+    lines = [f"Variant `{variant}` ({VARIANTS[variant]}), same turns as the table above:", "",
+             "| load | best Triton avg / variant avg | eager avg / variant avg | eager p99 / variant p99 | "
+             "variant avg / p99 ms | simulated: best Triton / variant, eager / variant |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for f in sorted({c["load"] for c in cells}):
+        reps = sorted({c["rep"] for c in cells if c["load"] == f})
+        by = {(c["rep"], c["policy"]): c for c in cells if c["load"] == f}
+        best = min(TRITON, key=lambda p: sum(by[k, p]["avg_ms"] for k in reps))
+        v = [by[k, variant] for k in reps]
+        ratio = lambda pol, key: spread([by[k, pol][key] / by[k, variant][key] for k in reps])  # noqa: E731
+        s = ""
+        if (f, variant) in sim:
+            sb = min(TRITON, key=lambda p: sim[f, p]["avg_ms"])
+            s = (f"{sim[f, sb]['avg_ms'] / sim[f, variant]['avg_ms']:.2f}, "
+                 f"{sim[f, 'eager']['avg_ms'] / sim[f, variant]['avg_ms']:.2f}")
+        lines.append(f"| {f:.0%} | {fmt(ratio(best, 'avg_ms'))} | {fmt(ratio('eager', 'avg_ms'))} | "
+                     f"{fmt(ratio('eager', 'p99_ms'))} | {statistics.fmean(c['avg_ms'] for c in v):.0f} / "
+                     f"{statistics.fmean(c['p99_ms'] for c in v):.0f} | {s or '-'} |")
     return lines
 
 
@@ -155,7 +190,11 @@ def main(argv: list[str] | None = None) -> int:
                    data="docs/data/decoder.json")
     ap.add_argument("--min-requests", type=int, default=12,
                     help="stretch a cell's duration to hold at least this many expected arrivals (12)")
+    ap.add_argument("--variants", default="", help=f"opt-in rules served beside eager, from {sorted(VARIANTS)}")
     args = parse_sweep_args(ap, argv)
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if unknown := sorted(set(args.variants) - set(VARIANTS)):
+        ap.error(f"unknown variant(s) {unknown}; choose from {sorted(VARIANTS)}")
     out = Path(args.out)
     res = {"meta": {**machine_meta(), "command": command_line()}, "models": []}
     for kind in args.models.split(","):

@@ -69,3 +69,24 @@ def test_simulated_replay_runs_the_served_policies_counterparts(bench):
     lines = bench.simulated_report(sim)
     assert lines[0].startswith(f"Simulated on this run's latency table (no serving cost; t1 {sim['t1_ms']:.1f} ms")
     assert _row(lines, "70%") and _row(lines, "150%")
+
+
+def test_a_variant_is_reported_against_the_best_triton_and_against_eager_in_the_same_repetition(bench):
+    cells = _cells(1.2, 100.0, {"triton_0us": 150.0, "triton_5000us": 180.0, "triton_20000us": 900.0,
+                                "eager_join": 80.0}, reps=1)
+    cells += [{**c, "rep": 1, "avg_ms": c["avg_ms"] * (1.25 if c["policy"] == "eager" else 1.0)} for c in cells]
+    lines = bench.report({"model": "gnmt", "t1_ms": 100.0, "cells": cells})
+    assert "Variant `eager_join` (eager:join=benefit), same turns as the table above:" in lines
+    # best Triton (0us) 150 / 80; eager 100 and 125 over 80 repetition by repetition
+    assert "| 120% | 1.88 [1.88-1.88] | 1.41 [1.25-1.56] |" in _row(lines[lines.index(
+        "Variant `eager_join` (eager:join=benefit), same turns as the table above:"):], "120%")
+    assert not any(ln.startswith("Variant") for ln in bench.report(
+        {"model": "gnmt", "t1_ms": 100.0, "cells": _cells(1.2, 100.0, {"triton_0us": 150.0, "triton_5000us": 180.0,
+                                                                         "triton_20000us": 900.0})}))
+
+
+def test_the_replay_runs_a_variant_beside_the_served_policies(bench):
+    table = paper_tables.shipped_table("transformer")
+    hist = LengthHistogram.load(shipped_histogram("wmt"))
+    sim = bench.simulated(table, hist, [1.5], sla_ms=5000.0, variants=["eager_join"])
+    assert {c["policy"] for c in sim["cells"]} == set(bench.SIM_POLICIES) | {"eager_join"}
