@@ -96,8 +96,15 @@ def simulated(table: LatencyTable, hist: LengthHistogram, loads: list[float], sl
     t1 = single_request_ms(table, hist)
     return simulate_loads(table, loads, max_batch_size=table.max_batch_size, sla_multiples=[sla_ms / t1],
                           sched_multiple=sla_ms / t1, policies={**SIM_POLICIES, **{v: VARIANTS[v] for v in variants}},
-                          seeds=SIM_SEEDS,
-                          requests=SIM_REQUESTS, histogram=hist, t1_ms=t1).as_dict()
+                          seeds=SIM_SEEDS, requests=SIM_REQUESTS, histogram=hist, t1_ms=t1).as_dict()
+
+
+def by_load(cells: list[dict]):
+    """Per load: its repetitions, its cells by (repetition, policy), and the best Triton configuration by mean."""
+    for f in sorted({c["load"] for c in cells}):
+        reps = sorted({c["rep"] for c in cells if c["load"] == f})
+        by = {(c["rep"], c["policy"]): c for c in cells if c["load"] == f}
+        yield f, reps, by, min(TRITON, key=lambda p: sum(by[k, p]["avg_ms"] for k in reps))
 
 
 def report(res: dict) -> list[str]:
@@ -107,10 +114,7 @@ def report(res: dict) -> list[str]:
              "| load | best Triton (by mean) | best Triton avg / eager avg | goal | best Triton p99 / eager p99 | "
              "goal | eager avg / p99 ms | best Triton avg / p99 ms | throughput eager / best Triton (/s) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for f in sorted({c["load"] for c in cells}):
-        reps = sorted({c["rep"] for c in cells if c["load"] == f})
-        by = {(c["rep"], c["policy"]): c for c in cells if c["load"] == f}
-        best = min(TRITON, key=lambda p: sum(by[k, p]["avg_ms"] for k in reps))
+    for f, reps, by, best in by_load(cells):
         avg = spread([by[k, best]["avg_ms"] / by[k, "eager"]["avg_ms"] for k in reps])
         p99 = spread([by[k, best]["p99_ms"] / by[k, "eager"]["p99_ms"] for k in reps])
         in_band = 0.7 <= f <= 1.5
@@ -147,10 +151,7 @@ def variant_report(res: dict, variant: str) -> list[str]:
              "| load | best Triton avg / variant avg | eager avg / variant avg | eager p99 / variant p99 | "
              "variant avg / p99 ms | simulated: best Triton / variant, eager / variant |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for f in sorted({c["load"] for c in cells}):
-        reps = sorted({c["rep"] for c in cells if c["load"] == f})
-        by = {(c["rep"], c["policy"]): c for c in cells if c["load"] == f}
-        best = min(TRITON, key=lambda p: sum(by[k, p]["avg_ms"] for k in reps))
+    for f, reps, by, best in by_load(cells):
         v = [by[k, variant] for k in reps]
         ratio = lambda pol, key: spread([by[k, pol][key] / by[k, variant][key] for k in reps])  # noqa: E731
         s = ""
