@@ -3,6 +3,7 @@
     python benchmarks/bench_decoder.py                                  # the decoder LM, 70/100/150% load
     python benchmarks/bench_decoder.py --models gnmt,transformer --loads 0.1,0.7,1.5,3 --reps 3 --duration 30
     python benchmarks/bench_decoder.py --models gnmt --variants eager_join     # an opt-in rule beside the default
+    python benchmarks/bench_decoder.py --models gnmt --loads 0.7 --driver perf_analyzer   # the load from perf_analyzer
 
 Goal (issue "Decoder models"): on the decoder-only LM with long-tail lengths, at 70-150% of the batch-1 rate, best
 Triton dynamic-batcher config (0/5/20 ms queue delay) average and p99 latency / lazybatch's >= 3, and lazybatch's peak
@@ -19,6 +20,12 @@ taking turns (the order reverses every repetition). Ratios are mean [min-max] ov
 the goal is a tie. Beside each served table, the same loads replayed on a virtual clock on the latency table the
 served policies read (Triton's batcher at N ms is graph:N there): the ceiling of the algorithm with no serving cost.
 The raw cells go to OUT/decoder.json; ``--data`` copies them into the docs.
+
+``--driver perf_analyzer``: NVIDIA perf_analyzer offers the load instead of `lazybatch load` (`lazybatch perf`:
+Poisson request rate, --async, requests of the same histogram's lengths drawn with the repetition's seed, three
+measurement windows of a third of the cell's duration; harness.perf_row). Its latency counts the requests that end
+inside its windows, so past capacity, where Triton's batcher leaves requests waiting longer than a window, its
+figures understate that queue: use it at loads the server keeps up with.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from tqdm import tqdm  # noqa: E402
 
 from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args,  # noqa: E402
-                     seq2seq_t1, served_table, spread, turns, verdict, write_json)
+                     perf_row, seq2seq_t1, served_table, spread, turns, verdict, write_json)
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.batcher.lengths import LengthHistogram  # noqa: E402
 from lazybatch.client.load import run_load  # noqa: E402
@@ -76,6 +83,10 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         for f, k, pol in turns(args.loads, args.reps, served, kind):
             # light loads run long enough to hold --min-requests arrivals (10% of the LM's rate: about 0.5/s)
             duration = max(args.duration, args.min_requests * t1 / f)
+            if args.driver == "perf_analyzer":
+                cells.append({"load": f, "rep": k, "policy": pol} | perf_cell(
+                    url, f"{kind}_{pol}", f / t1, duration, sla_ms, 100 * k, out))
+                continue
             r = run_load(url, f"{kind}_{pol}", f / t1, duration, sla_ms=sla_ms, seed=100 * k, timeout_s=600.0)
             cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
                           "avg_ms": r.avg_ms, "p99_ms": r.p99_ms, "throughput": r.throughput,
@@ -84,8 +95,16 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
                           # (seed) goes to every policy of a repetition, so requests pair across policies
                           "records": [[round(o, 4), None if lat != lat else round(lat, 2)] for o, lat, _ in r.records]})
             time.sleep(0.5)
-    return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "cells": cells,
+    return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "driver": args.driver, "cells": cells,
             "simulated": simulated(*served_table(repo / f"{kind}_eager" / "1"), args.loads, sla_ms, args.variants)}
+
+
+def perf_cell(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int, out: Path) -> dict:
+    """One cell under perf_analyzer: its average, p99 and throughput. It counts no requests for us (a run with a
+    failed request fails), so sent and errors stay null; its own request-level figures stay in OUT/perf/."""
+    row = perf_row(url, model, rate, duration, seed, out, sla_ms=sla_ms)
+    return {"sent": None, "ok": None, "errors": None, "avg_ms": row["avg_ms"], "p99_ms": row["p99_ms"],
+            "throughput": row["throughput"], "violations": None, "records": None}
 
 
 def simulated(table: LatencyTable, hist: LengthHistogram, loads: list[float], sla_ms: float,
@@ -110,7 +129,9 @@ def by_load(cells: list[dict]):
 def report(res: dict) -> list[str]:
     cells = res["cells"]
     kind = res["model"]
-    lines = [f"### {kind}: t1 {res['t1_ms']:.1f} ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s)", "",
+    driver = res.get("driver", "load")
+    lines = [f"### {kind}: t1 {res['t1_ms']:.1f} ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s)"
+             + (", load from perf_analyzer" if driver == "perf_analyzer" else ""), "",
              "| load | best Triton (by mean) | best Triton avg / eager avg | goal | best Triton p99 / eager p99 | "
              "goal | eager avg / p99 ms | best Triton avg / p99 ms | throughput eager / best Triton (/s) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -134,8 +155,10 @@ def report(res: dict) -> list[str]:
     goal_peak = GOALS.get(kind, (None, None, None))[2]
     lines += ["", f"Peak throughput over these loads: eager {peak['eager']:.2f}/s, best Triton {best_tri:.2f}/s "
                   f"({peak['eager'] / best_tri:.2f}x" + (f"; goal >= {goal_peak:g}x" if goal_peak else "") + ")."]
-    errors = sum(c["errors"] for c in cells)
-    lines.append(f"Errors: {errors} of {sum(c['sent'] for c in cells)} requests.")
+    if driver == "perf_analyzer":
+        lines.append("Errors: none (perf_analyzer stops at the first failed request; every cell completed).")
+    else:
+        lines.append(f"Errors: {sum(c['errors'] for c in cells)} of {sum(c['sent'] for c in cells)} requests.")
     for v in sorted({c["policy"] for c in cells} & set(VARIANTS)):
         lines += [""] + variant_report(res, v)
     if "simulated" in res:
@@ -192,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-requests", type=int, default=12,
                     help="stretch a cell's duration to hold at least this many expected arrivals (12)")
     ap.add_argument("--variants", default="", help=f"opt-in rules served beside eager, from {sorted(VARIANTS)}")
+    ap.add_argument("--driver", choices=("load", "perf_analyzer"), default="load",
+                    help="what offers the load: lazybatch load (default) or NVIDIA perf_analyzer")
     args = parse_sweep_args(ap, argv)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if unknown := sorted(set(args.variants) - set(VARIANTS)):

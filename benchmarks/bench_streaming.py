@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import statistics
 import sys
@@ -45,8 +44,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from tqdm import tqdm  # noqa: E402
 
 from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args,  # noqa: E402
-                     seq2seq_requests, spread, verdict, write_json)
-from lazybatch.cli import main as lazybatch_cli  # noqa: E402
+                     perf_row, seq2seq_requests, spread, verdict, write_json)
 from lazybatch.client.load import run_load  # noqa: E402
 from lazybatch.client.stream import StreamClient  # noqa: E402
 from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
@@ -129,17 +127,8 @@ def load_cell(url: str, model: str, rate: float, duration: float, sla_ms: float,
 
 
 def perf_cell(url: str, model: str, rate: float, duration: float, k: int, out: Path) -> dict:
-    """One cell under perf_analyzer (`lazybatch perf`: its valid seq2seq input data, --streaming, the TTFT from
-    its profile export): windows of duration / 3, three of them where they pass perf_analyzer's stability check
-    with a threshold set out of reach (its check averages whole streams, seconds long for a few requests of the
-    long-tail lengths: one window in six failed even at 500%); at most 10.)"""
-    folder = out / "perf" / f"{model}_{rate:.3f}_{k}"
-    rc = lazybatch_cli(["perf", model, "--url", url, "--rates", f"{rate:.4f}", "--measurement-ms",
-                        str(int(duration * 1000 / 3)), "--stability-percentage", "10000", "--max-trials", "10",
-                        "--seed", str(100 * k), "--out", str(folder)])
-    if rc != 0:
-        raise SystemExit(f"perf_analyzer failed on {model}: see {folder}")
-    row = json.loads((folder / "perf.json").read_text())[0]
+    """One cell under perf_analyzer (harness.perf_row: --streaming, the TTFT from its profile export)."""
+    row = perf_row(url, model, rate, duration, 100 * k, out)
     return {"sent": row["streamed_requests"] + row["unanswered_requests"], "ok": row["streamed_requests"],
             "errors": row["unanswered_requests"],
             "ttft_avg_ms": row["ttft_avg_ms"], "ttft_p50_ms": row["ttft_p50_ms"], "ttft_p99_ms": row["ttft_p99_ms"],

@@ -182,6 +182,26 @@ def seq2seq_t1(url: str, http: str, model: str, n: int) -> float:
     return statistics.fmean(times)
 
 
+def perf_row(url: str, model: str, rate: float, duration: float, seed: int, out: Path,
+             sla_ms: float | None = None) -> dict:
+    """One served cell offered by NVIDIA perf_analyzer (`lazybatch perf`: Poisson at ``rate``, --async, valid
+    seq2seq input data drawn with ``seed``, --streaming for a decoupled model): its perf.json row. Windows of a
+    third of ``duration``, three of them where they pass perf_analyzer's stability check, whose threshold is set out
+    of reach (the repetitions are the benchmark's own; on a loaded 2-core machine, or with whole decodes seconds
+    long, its check fails windows that differ only by chance); at most 10. perf_analyzer stops at the first failed
+    request, so a row means none failed."""
+    from lazybatch.cli import main as lazybatch_cli
+
+    folder = Path(out) / "perf" / f"{model}_{rate:.3f}_{seed}"
+    cmd = ["perf", model, "--url", url, "--rates", f"{rate:.4f}", "--measurement-ms", str(int(duration * 1000 / 3)),
+           "--stability-percentage", "10000", "--max-trials", "10", "--seed", str(seed), "--out", str(folder)]
+    if sla_ms is not None:
+        cmd += ["--sla-ms", f"{sla_ms:g}"]
+    if lazybatch_cli(cmd) != 0:
+        raise SystemExit(f"perf_analyzer failed on {model}: see {folder}")
+    return json.loads((folder / "perf.json").read_text())[0]
+
+
 def served_table(model_dir: Path) -> tuple[Any, Any]:
     """The latency table a served seq2seq model's policy reads, and the shipped length histogram its clients draw
     from (LatencyTable, LengthHistogram)."""

@@ -57,6 +57,20 @@ def test_a_spread_that_straddles_the_goal_is_a_tie(bench):
     assert "| 0us | 1.54 [1.40-1.68] | >= 1.5: tie (the spread straddles the goal) |" in row
 
 
+def test_perf_analyzer_cells_have_no_request_counts_and_say_where_the_load_came_from(bench):
+    """perf_analyzer counts no requests for the benchmark (a failed request fails its run): the table says whose
+    load it was and reports no error count it does not have."""
+    tri = {"triton_0us": 150.0, "triton_5000us": 160.0, "triton_20000us": 170.0}
+    cells = [{**c, "sent": None, "ok": None, "errors": None, "violations": None, "records": None}
+             for c in _cells(0.7, 100.0, tri)]
+    lines = bench.report({"model": "gnmt", "t1_ms": 100.0, "driver": "perf_analyzer", "cells": cells})
+    assert lines[0].endswith(", load from perf_analyzer")
+    assert "| 0us | 1.50 [1.50-1.50] | >= 1.5: met |" in _row(lines, "70%")
+    assert any(ln.startswith("Errors: none (perf_analyzer stops at the first failed request") for ln in lines)
+    assert not bench.report({"model": "gnmt", "t1_ms": 100.0, "cells": _cells(0.7, 100.0, tri)})[0].endswith(
+        "perf_analyzer")
+
+
 def test_simulated_replay_runs_the_served_policies_counterparts(bench):
     table = paper_tables.shipped_table("transformer")
     hist = LengthHistogram.load(shipped_histogram("wmt"))
