@@ -1,0 +1,65 @@
+"""What rate perf_analyzer offers when asked for a Poisson rate: its own send times (--profile-export-file), against
+one model of a built repository (e.g. the GNMT repository bench_decoder builds), with that model's valid seq2seq
+input data where it has one.
+
+    python benchmarks/probe_perf_rate.py --repo lazybatch-results/decoder-load70/repos/gnmt --model gnmt_triton_0us
+
+Prints, per asked rate: the requests sent, the rate they make, and the coefficient of variation of the gaps between
+sends (1 for Poisson arrivals). Why: bench_decoder's perf_analyzer cells served fewer requests a second than asked
+(docs/results/decoder.md, "The load from perf_analyzer").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lazybatch import perf as pa  # noqa: E402
+from lazybatch.client.api import Client  # noqa: E402
+from lazybatch.client.seq2seq import info_from_parameters, perf_input_data  # noqa: E402
+from lazybatch.serving import TritonServer, free_port  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repo", required=True, help="a model repository (e.g. one bench_decoder built)")
+    ap.add_argument("--model", required=True, help="the model of that repository to load and send to")
+    ap.add_argument("--rates", default="3", help="comma list of asked request rates (/s)")
+    ap.add_argument("--measurement-ms", type=int, default=8000, help="perf_analyzer's window (3 are taken)")
+    ap.add_argument("--out", default="lazybatch-results/perf-rate")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    server = TritonServer(Path(args.repo), http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                          log_file=out / "tritonserver.log",
+                          extra_args=["--model-control-mode=explicit", f"--load-model={args.model}"])
+    with server:
+        url = server.endpoints.grpc
+        with Client(url) as c:
+            info = info_from_parameters(c.model_parameters(args.model))
+        data = None
+        if info is not None:
+            data = out / "input.json"
+            data.write_text(json.dumps(perf_input_data(info, seed=0)))
+        for rate in (float(r) for r in args.rates.split(",")):
+            export = out / f"export_{rate:g}.json"
+            pa.run(pa.find_perf_analyzer() or pa.install(), args.model, url, [rate], out,
+                   measurement_ms=args.measurement_ms, input_data=str(data) if data else None, max_trials=3,
+                   stability_percentage=10000, extra=["--profile-export-file", str(export)])
+            for exp in json.loads(export.read_text())["experiments"]:
+                ts = sorted(r["timestamp"] for r in exp["requests"])
+                gaps = [(b - a) / 1e9 for a, b in zip(ts, ts[1:])]
+                span = (ts[-1] - ts[0]) / 1e9
+                print(f"asked {rate:g}/s: {len(ts)} sends over {span:.1f} s = {(len(ts) - 1) / span:.2f}/s "
+                      f"({(len(ts) - 1) / span / rate:.2f} of the asked rate); gaps: mean {statistics.fmean(gaps) * 1e3:.0f}"
+                      f" ms, CV {statistics.pstdev(gaps) / statistics.fmean(gaps):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
