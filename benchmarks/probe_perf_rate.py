@@ -54,10 +54,10 @@ def main(argv: list[str] | None = None) -> int:
             for exp in json.loads(export.read_text())["experiments"]:
                 ts = sorted(r["timestamp"] for r in exp["requests"])
                 gaps = [(b - a) / 1e9 for a, b in zip(ts, ts[1:])]
-                span = (ts[-1] - ts[0]) / 1e9
-                print(f"asked {rate:g}/s: {len(ts)} sends over {span:.1f} s = {(len(ts) - 1) / span:.2f}/s "
-                      f"({(len(ts) - 1) / span / rate:.2f} of the asked rate); gaps: mean {statistics.fmean(gaps) * 1e3:.0f}"
-                      f" ms, CV {statistics.pstdev(gaps) / statistics.fmean(gaps):.2f}")
+                span, mean_gap = (ts[-1] - ts[0]) / 1e9, statistics.fmean(gaps)
+                sent = (len(ts) - 1) / span
+                print(f"asked {rate:g}/s: {len(ts)} sends over {span:.1f} s = {sent:.2f}/s ({sent / rate:.2f} of the "
+                      f"asked rate); gaps: mean {mean_gap * 1e3:.0f} ms, CV {statistics.pstdev(gaps) / mean_gap:.2f}")
     return 0
 
 
