@@ -83,20 +83,22 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         for f, k, pol in turns(args.loads, args.reps, served, kind):
             # light loads run long enough to hold --min-requests arrivals (10% of the LM's rate: about 0.5/s)
             duration = max(args.duration, args.min_requests * t1 / f)
-            if args.driver == "perf_analyzer":
-                cells.append({"load": f, "rep": k, "policy": pol} | perf_cell(
-                    url, f"{kind}_{pol}", f / t1, duration, sla_ms, 100 * k, out))
-                continue
-            r = run_load(url, f"{kind}_{pol}", f / t1, duration, sla_ms=sla_ms, seed=100 * k, timeout_s=600.0)
-            cells.append({"load": f, "rep": k, "policy": pol, "sent": r.sent, "ok": r.ok, "errors": r.errors,
-                          "avg_ms": r.avg_ms, "p99_ms": r.p99_ms, "throughput": r.throughput,
-                          "violations": r.sla_violation_rate,
-                          # per request, in send order: [send offset s, latency ms (null: failed)]; the same trace
-                          # (seed) goes to every policy of a repetition, so requests pair across policies
-                          "records": [[round(o, 4), None if lat != lat else round(lat, 2)] for o, lat, _ in r.records]})
+            cell = (perf_cell if args.driver == "perf_analyzer" else load_cell)(
+                url, f"{kind}_{pol}", f / t1, duration, sla_ms, 100 * k, out)
+            cells.append({"load": f, "rep": k, "policy": pol} | cell)
             time.sleep(0.5)
     return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "driver": args.driver, "cells": cells,
             "simulated": simulated(*served_table(repo / f"{kind}_eager" / "1"), args.loads, sla_ms, args.variants)}
+
+
+def load_cell(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int, out: Path) -> dict:
+    """One cell under `lazybatch load`, with every request's send offset and latency."""
+    r = run_load(url, model, rate, duration, sla_ms=sla_ms, seed=seed, timeout_s=600.0)
+    return {"sent": r.sent, "ok": r.ok, "errors": r.errors, "avg_ms": r.avg_ms, "p99_ms": r.p99_ms,
+            "throughput": r.throughput, "violations": r.sla_violation_rate,
+            # per request, in send order: [send offset s, latency ms (null: failed)]; the same trace (seed) goes to
+            # every policy of a repetition, so requests pair across policies
+            "records": [[round(o, 4), None if lat != lat else round(lat, 2)] for o, lat, _ in r.records]}
 
 
 def perf_cell(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int, out: Path) -> dict:
