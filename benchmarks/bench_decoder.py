@@ -83,11 +83,15 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         for f, k, pol in turns(args.loads, args.reps, served, kind):
             # light loads run long enough to hold --min-requests arrivals (10% of the LM's rate: about 0.5/s)
             duration = max(args.duration, args.min_requests * t1 / f)
-            cell = (perf_cell if args.driver == "perf_analyzer" else load_cell)(
-                url, f"{kind}_{pol}", f / t1, duration, sla_ms, 100 * k, out)
+            if args.driver == "perf_analyzer":
+                cell = perf_cell(url, f"{kind}_{pol}", f / t1, duration, sla_ms, 100 * k, out,
+                                 seeded_arrivals=args.perf_arrivals == "seeded")
+            else:
+                cell = load_cell(url, f"{kind}_{pol}", f / t1, duration, sla_ms, 100 * k, out)
             cells.append({"load": f, "rep": k, "policy": pol} | cell)
             time.sleep(0.5)
-    return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "driver": args.driver, "cells": cells,
+    return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "driver": args.driver,
+            **({"perf_arrivals": args.perf_arrivals} if args.driver == "perf_analyzer" else {}), "cells": cells,
             "simulated": simulated(*served_table(repo / f"{kind}_eager" / "1"), args.loads, sla_ms, args.variants)}
 
 
@@ -101,10 +105,11 @@ def load_cell(url: str, model: str, rate: float, duration: float, sla_ms: float,
             "records": [[round(o, 4), None if lat != lat else round(lat, 2)] for o, lat, _ in r.records]}
 
 
-def perf_cell(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int, out: Path) -> dict:
+def perf_cell(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int, out: Path,
+              seeded_arrivals: bool = False) -> dict:
     """One cell under perf_analyzer: its average, p99 and throughput. It counts no requests for us (a run with a
     failed request fails), so sent and errors stay null; its own request-level figures stay in OUT/perf/."""
-    row = perf_row(url, model, rate, duration, seed, out, sla_ms=sla_ms)
+    row = perf_row(url, model, rate, duration, seed, out, sla_ms=sla_ms, seeded_arrivals=seeded_arrivals)
     return {"sent": None, "ok": None, "errors": None, "avg_ms": row["avg_ms"], "p99_ms": row["p99_ms"],
             "throughput": row["throughput"], "violations": None, "records": None}
 
@@ -133,7 +138,9 @@ def report(res: dict) -> list[str]:
     kind = res["model"]
     driver = res.get("driver", "load")
     lines = [f"### {kind}: t1 {res['t1_ms']:.1f} ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s)"
-             + (", load from perf_analyzer" if driver == "perf_analyzer" else ""), "",
+             + (", load from perf_analyzer" if driver == "perf_analyzer" else "")
+             + (" (Poisson arrivals drawn with each repetition's seed)" if res.get("perf_arrivals") == "seeded"
+                else ""), "",
              "| load | best Triton (by mean) | best Triton avg / eager avg | goal | best Triton p99 / eager p99 | "
              "goal | eager avg / p99 ms | best Triton avg / p99 ms | throughput eager / best Triton (/s) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -219,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="", help=f"opt-in rules served beside eager, from {sorted(VARIANTS)}")
     ap.add_argument("--driver", choices=("load", "perf_analyzer"), default="load",
                     help="what offers the load: lazybatch load (default) or NVIDIA perf_analyzer")
+    ap.add_argument("--perf-arrivals", choices=("perf_analyzer", "seeded"), default="perf_analyzer",
+                    help="--driver perf_analyzer: its own Poisson schedule (the same sequence on every run) or "
+                         "arrivals drawn with each repetition's seed (`lazybatch perf --poisson-seed`)")
     args = parse_sweep_args(ap, argv)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if unknown := sorted(set(args.variants) - set(VARIANTS)):

@@ -67,14 +67,14 @@ PERF_INPUT_DATA = {"bert": "zero"}
 
 
 def drive_perf(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int, out: Path,
-               input_data: str | None = None) -> dict:
+               input_data: str | None = None, seeded_arrivals: bool = False) -> dict:
     from lazybatch import perf as pa
 
     rows, _ = pa.run(pa.find_perf_analyzer() or pa.install(), model, url, [rate], out / "perf" / f"{model}_{seed}",
                      # three windows that make up the cell's duration; the repetitions are ours, so any three
                      # windows count as "stable" for perf_analyzer (else it gives up on a loaded 2-core machine)
                      measurement_ms=max(1000, int(duration * 1000 / 3)), sla_ms=sla_ms, input_data=input_data,
-                     max_trials=3, stability_percentage=1000.0)
+                     max_trials=3, stability_percentage=1000.0, poisson_seed=seed if seeded_arrivals else None)
     r = rows[-1]
     return {"sent": None, "ok": None, "errors": None, "avg_ms": r.avg_ms, "p99_ms": r.p99_ms,
             "throughput": r.throughput, "violations": None}
@@ -125,7 +125,8 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
                     c = drive_load(url, model, f / t1, args.duration, sla_ms, seed=100 * k)
                 else:
                     c = drive_perf(url, model, f / t1, args.duration, sla_ms, seed=100 * k, out=out,
-                                   input_data=PERF_INPUT_DATA.get(kind))
+                                   input_data=PERF_INPUT_DATA.get(kind),
+                                   seeded_arrivals=args.perf_arrivals == "seeded")
                 time.sleep(0.3)
                 if pol == "eager":
                     c["routes"], seen = routes(stats_dir / f"{model}.json", seen)
@@ -280,8 +281,19 @@ def report(res: dict, driver: str) -> list[str]:
                      f"{ceil} |")
     best_tri = max(peak[p] for p in TRITON)
     lines += ["", f"Peak throughput: eager {peak['eager']:.1f}/s, best Triton {best_tri:.1f}/s "
-                  f"({peak['eager'] / best_tri:.2f}x)."]
+                  f"({peak['eager'] / best_tri:.2f}x).", "", served_line(cells, res["t1_ms"])]
     return lines
+
+
+def served_line(cells: list[dict], t1_ms: float) -> str:
+    """What the driver offered, as served / asked request rate of Triton 0 ms (mean over repetitions): a load is
+    its label only where this is near 1 below capacity (perf_analyzer's own schedule offers less over short runs)."""
+    parts = []
+    for f in sorted({c["load"] for c in cells}):
+        got = [c["throughput"] for c in cells if c["policy"] == "triton_0us" and c["load"] == f]
+        if got:
+            parts.append(f"{f:.0%} {sum(got) / len(got) / (f * 1000 / t1_ms):.2f}")
+    return "Served / asked request rate (Triton 0 ms; past capacity it is capped): " + ", ".join(parts) + "."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--duration", type=float, default=4.0, help="seconds of load per cell")
     ap.add_argument("--driver", choices=("load", "perf", "both"), default="load")
+    ap.add_argument("--perf-arrivals", choices=("perf_analyzer", "seeded"), default="perf_analyzer",
+                    help="perf driver: perf_analyzer's own Poisson schedule (its default; the same sequence on every "
+                         "run, so the repetitions are the same arrivals) or arrivals drawn with each repetition's seed "
+                         "(`lazybatch perf --poisson-seed`, perf_analyzer's --request-intervals)")
     ap.add_argument("--restart", action="store_true",
                     help="a fresh tritonserver for every repetition: each repetition then draws its own sessions "
                          "(identical sessions run a few percent apart, docs/results/default.md), which one server "
@@ -305,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     args.loads = [float(v) for v in args.loads.split(",")]
     out = Path(args.out)
     meta = {**machine_meta(), "command": command_line(), "reps": args.reps, "duration_s": args.duration,
-            "loads": args.loads, "driver": args.driver, "restart": args.restart,
+            "loads": args.loads, "driver": args.driver, "restart": args.restart, "perf_arrivals": args.perf_arrivals,
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     results = []
     for kind in args.models.split(","):
@@ -331,6 +347,11 @@ def header(meta: dict) -> list[str]:
             f"tritonclient {meta['tritonclient']}. {meta['reps']} repetitions of {meta['duration_s']:g} s of Poisson "
             "load per policy and load, taking turns"
             + (" (a fresh tritonserver for every repetition: each draws its own sessions)" if meta.get("restart") else "")
+            + ({"seeded": " (perf driver: Poisson arrivals drawn with each repetition's own seed, given to "
+                          "perf_analyzer as --request-intervals)",
+                "perf_analyzer": " (perf driver: perf_analyzer's own Poisson schedule, one fixed sequence on every "
+                                 "run, so its repetitions are the same arrivals)"}.get(meta.get("perf_arrivals", "perf_analyzer"), "")
+               if meta.get("driver") in ("perf", "both") else "")
             + "; ratios are mean [min-max] over repetitions against the best "
             "of Triton's three configurations at that load (the lowest mean over the repetitions: the one a user "
             "would deploy; the column Triton 0 ms is the stock configuration alone); a range that straddles 1.00 "

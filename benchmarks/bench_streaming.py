@@ -108,13 +108,15 @@ def run(args: argparse.Namespace, out: Path) -> dict:
             for f in args.loads:
                 for pol in (loaded if k % 2 == 0 else list(reversed(loaded))):
                     cells.append({"load": f, "rep": k, "policy": pol, "driver": args.driver}
-                                 | (perf_cell(url, f"{kind}_{pol}", f / t1, args.duration, k, out)
+                                 | (perf_cell(url, f"{kind}_{pol}", f / t1, args.duration, k, out,
+                                              seeded_arrivals=args.perf_arrivals == "seeded")
                                     if args.driver != "load"
                                     else load_cell(url, f"{kind}_{pol}", f / t1, args.duration, sla_ms, k)))
                     time.sleep(0.5)
                 bar.update()
         bar.close()
     return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "stream_interval_tokens": args.stream_interval_tokens,
+            **({"perf_arrivals": args.perf_arrivals} if args.driver != "load" else {}),
             "unloaded": base, "cells": cells}
 
 
@@ -126,9 +128,10 @@ def load_cell(url: str, model: str, rate: float, duration: float, sla_ms: float,
             "throughput": r.throughput, "tokens": r.tokens}
 
 
-def perf_cell(url: str, model: str, rate: float, duration: float, k: int, out: Path) -> dict:
+def perf_cell(url: str, model: str, rate: float, duration: float, k: int, out: Path,
+              seeded_arrivals: bool = False) -> dict:
     """One cell under perf_analyzer (harness.perf_row: --streaming, the TTFT from its profile export)."""
-    row = perf_row(url, model, rate, duration, 100 * k, out)
+    row = perf_row(url, model, rate, duration, 100 * k, out, seeded_arrivals=seeded_arrivals)
     return {"sent": row["streamed_requests"] + row["unanswered_requests"], "ok": row["streamed_requests"],
             "errors": row["unanswered_requests"],
             "ttft_avg_ms": row["ttft_avg_ms"], "ttft_p50_ms": row["ttft_p50_ms"], "ttft_p99_ms": row["ttft_p99_ms"],
@@ -189,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unloaded", type=int, default=20, help="requests per policy for the unloaded values (20)")
     ap.add_argument("--driver", choices=("load", "perf_analyzer"), default="load",
                     help="what offers the load: lazybatch load's streaming client (default) or perf_analyzer")
+    ap.add_argument("--perf-arrivals", choices=("perf_analyzer", "seeded"), default="perf_analyzer",
+                    help="--driver perf_analyzer: its own Poisson schedule (the same sequence on every run) or "
+                         "arrivals drawn with each repetition's seed (`lazybatch perf --poisson-seed`)")
     ap.add_argument("--stream-interval-tokens", type=int, default=1, metavar="K",
                     help="every model sends a response once a request holds K new tokens (config "
                          "stream_interval_tokens; default 1: every token); TTFT is then the time to the first K")

@@ -183,13 +183,14 @@ def seq2seq_t1(url: str, http: str, model: str, n: int) -> float:
 
 
 def perf_row(url: str, model: str, rate: float, duration: float, seed: int, out: Path,
-             sla_ms: float | None = None) -> dict:
+             sla_ms: float | None = None, seeded_arrivals: bool = False) -> dict:
     """One served cell offered by NVIDIA perf_analyzer (`lazybatch perf`: Poisson at ``rate``, --async, valid
     seq2seq input data drawn with ``seed``, --streaming for a decoupled model): its perf.json row. Windows of a
     third of ``duration``, three of them where they pass perf_analyzer's stability check, whose threshold is set out
     of reach (the repetitions are the benchmark's own; on a loaded 2-core machine, or with whole decodes seconds
     long, its check fails windows that differ only by chance); at most 10. perf_analyzer stops at the first failed
-    request, so a row means none failed."""
+    request, so a row means none failed. ``seeded_arrivals``: Poisson arrivals drawn with ``seed`` (`lazybatch perf
+    --poisson-seed`) instead of perf_analyzer's own schedule, which is the same sequence on every run."""
     from lazybatch.cli import main as lazybatch_cli
 
     folder = Path(out) / "perf" / f"{model}_{rate:.3f}_{seed}"
@@ -197,6 +198,8 @@ def perf_row(url: str, model: str, rate: float, duration: float, seed: int, out:
            "--stability-percentage", "10000", "--max-trials", "10", "--seed", str(seed), "--out", str(folder)]
     if sla_ms is not None:
         cmd += ["--sla-ms", f"{sla_ms:g}"]
+    if seeded_arrivals:
+        cmd += ["--poisson-seed", str(seed)]
     if lazybatch_cli(cmd) != 0:
         raise SystemExit(f"perf_analyzer failed on {model}: see {folder}")
     return json.loads((folder / "perf.json").read_text())[0]

@@ -1,12 +1,13 @@
-"""What rate perf_analyzer offers when asked for a Poisson rate: its own send times (--profile-export-file), against
-one model of a built repository (e.g. the GNMT repository bench_decoder builds), with that model's valid seq2seq
-input data where it has one.
+"""What perf_analyzer offers when asked for a Poisson rate: its own send times (--profile-export-file), against
+one model of a built repository, with that model's valid seq2seq input data where it has one.
 
     python benchmarks/probe_perf_rate.py --repo lazybatch-results/decoder-load70/repos/gnmt --model gnmt_triton_0us
 
-Prints, per asked rate: the requests sent, the rate they make, and the coefficient of variation of the gaps between
-sends (1 for Poisson arrivals). Why: bench_decoder's perf_analyzer cells served fewer requests a second than asked
-(docs/results/decoder.md, "The load from perf_analyzer").
+Per asked rate, perf_analyzer's own schedule, then the same rate drawn with a seed here and handed over as
+--request-intervals (`lazybatch perf --poisson-seed`): the requests sent, the rate they make, and the coefficient of
+variation of the gaps (1 for Poisson arrivals). Then the first gaps of each rate's own schedule times that rate: a
+schedule drawn afresh on each run would give unrelated numbers; equal ones mean every run replays one sequence.
+Why: bench_decoder's perf_analyzer cells served fewer requests a second than asked (docs/results/decoder.md).
 """
 
 from __future__ import annotations
@@ -46,18 +47,26 @@ def main(argv: list[str] | None = None) -> int:
         if info is not None:
             data = out / "input.json"
             data.write_text(json.dumps(perf_input_data(info, seed=0)))
+        own: dict[float, list[float]] = {}
         for rate in (float(r) for r in args.rates.split(",")):
-            export = out / f"export_{rate:g}.json"
-            pa.run(pa.find_perf_analyzer() or pa.install(), args.model, url, [rate], out,
-                   measurement_ms=args.measurement_ms, input_data=str(data) if data else None, max_trials=3,
-                   stability_percentage=10000, extra=["--profile-export-file", str(export)])
-            for exp in json.loads(export.read_text())["experiments"]:
-                ts = sorted(r["timestamp"] for r in exp["requests"])
+            for seed in (None, 1):
+                export = out / f"export_{rate:g}_{'own' if seed is None else 'seeded'}.json"
+                pa.run(pa.find_perf_analyzer() or pa.install(), args.model, url, [rate], out,
+                       measurement_ms=args.measurement_ms, input_data=str(data) if data else None, max_trials=3,
+                       stability_percentage=10000, extra=["--profile-export-file", str(export)],
+                       poisson_seed=seed)
+                ts = sorted(r["timestamp"] for e in json.loads(export.read_text())["experiments"]
+                            for r in e["requests"])
                 gaps = [(b - a) / 1e9 for a, b in zip(ts, ts[1:])]
                 span, mean_gap = (ts[-1] - ts[0]) / 1e9, statistics.fmean(gaps)
                 sent = (len(ts) - 1) / span
-                print(f"asked {rate:g}/s: {len(ts)} sends over {span:.1f} s = {sent:.2f}/s ({sent / rate:.2f} of the "
-                      f"asked rate); gaps: mean {mean_gap * 1e3:.0f} ms, CV {statistics.pstdev(gaps) / mean_gap:.2f}")
+                print(f"asked {rate:g}/s, {'its own schedule' if seed is None else 'seeded arrivals'}: {len(ts)} "
+                      f"sends over {span:.1f} s = {sent:.2f}/s ({sent / rate:.2f} of the asked rate); gaps: mean "
+                      f"{mean_gap * 1e3:.0f} ms, CV {statistics.pstdev(gaps) / mean_gap:.2f}")
+                if seed is None:
+                    own[rate] = [g * rate for g in gaps[:12]]
+        for rate, scaled in own.items():
+            print(f"its own schedule at {rate:g}/s, the first gaps x rate: " + " ".join(f"{g:.2f}" for g in scaled))
     return 0
 
 

@@ -5,6 +5,12 @@ Why this route (docs/triton.md): the newest perf_analyzer package does not insta
 ``libb64.so.0d`` and ``libcudart.so.12``, which ship under hashed names in ``nvidia_pytriton.libs/`` (the serve
 extra); symlinks with the plain names suffice. The wheel is only unpacked; the venv's own tritonclient stays.
 perf_analyzer 2.41 sends synchronous requests in request-rate mode unless given ``--async``, so it always is.
+
+Its Poisson schedule is drawn from the same seed on every run (it has no seed option): every run, at every rate,
+sends one fixed sequence of exponential gaps scaled by 1/rate (benchmarks/probe_perf_rate.py shows two runs' gaps
+equal). Repetitions with it are the same arrivals, and over a few seconds that sequence's long early gaps offer
+0.6-0.9 of the asked rate. ``poisson_seed`` draws the gaps here instead and hands them to perf_analyzer's own
+``--request-intervals``: a different sequence per seed, at the asked rate on average.
 """
 
 from __future__ import annotations
@@ -119,21 +125,47 @@ class PerfRow:
     unanswered_requests: int = 0  # in its export with no response at all
 
 
+def poisson_intervals(rate: float, count: int, seed: int | Sequence[int]) -> list[int]:
+    """``count`` exponential gaps (us, at least 1) of a Poisson process at ``rate``/s, drawn with ``seed``."""
+    import numpy as np
+
+    if rate <= 0:
+        raise ConfigError(f"a Poisson rate must be positive, got {rate:g}")
+    gaps = np.random.default_rng(seed).exponential(1e6 / rate, size=count)
+    return [max(1, int(round(g))) for g in gaps]
+
+
+def write_intervals(path: Path, rate: float, seed: int | Sequence[int], *, measurement_ms: int, max_trials: int) -> Path:
+    """perf_analyzer's --request-intervals file: enough gaps for every window it may take (it loops around the
+    file past its end, which would repeat arrivals), with a margin for its warm-up and the windows' overrun."""
+    count = int(rate * (max_trials + 2) * measurement_ms / 1000 * 1.5) + 100
+    Path(path).write_text("\n".join(map(str, poisson_intervals(rate, count, seed))) + "\n")
+    return Path(path)
+
+
 def command(perf: Path, model: str, url: str, rates: Sequence[float], *, batch: int = 1,
             measurement_ms: int = 4000, sla_ms: float | None = None, csv_path: Path | None = None,
             protocol: str = "grpc", stability_percentage: float = 50.0, max_trials: int = 6,
-            extra: Sequence[str] = (), input_data: str | None = None) -> list[str]:
+            extra: Sequence[str] = (), input_data: str | None = None,
+            request_intervals: Path | None = None) -> list[str]:
     """perf_analyzer's command line; ``input_data`` None leaves perf_analyzer's default (random bytes, which hold
-    NaN/Inf bit patterns in float inputs: served like any other value unless a model sets allow_nan: false)."""
-    if len(rates) == 1:
+    NaN/Inf bit patterns in float inputs: served like any other value unless a model sets allow_nan: false).
+    With ``request_intervals`` (a file of write_intervals) the arrivals are that file's, not perf_analyzer's own
+    Poisson schedule; one rate then, the file's."""
+    if request_intervals is not None:
+        if len(rates) != 1:
+            raise ConfigError("seeded arrivals (--request-intervals) are one rate per perf_analyzer run")
+        rr = ""
+    elif len(rates) == 1:
         rr = f"{rates[0]:g}"
     else:
         step = rates[1] - rates[0]
         if any(abs((b - a) - step) > 1e-9 for a, b in zip(rates, rates[1:])) or step <= 0:
             raise ConfigError("perf_analyzer sweeps evenly spaced rates (start:end:step); give rates like 5,10,15")
         rr = f"{rates[0]:g}:{rates[-1]:g}:{step:g}"
-    cmd = [str(perf), "-m", model, "-u", url, "-i", protocol, "-b", str(batch), "--async",
-           "--request-distribution", "poisson", "--request-rate-range", rr,
+    arrivals = (["--request-intervals", str(request_intervals)] if request_intervals is not None
+                else ["--request-distribution", "poisson", "--request-rate-range", rr])
+    cmd = [str(perf), "-m", model, "-u", url, "-i", protocol, "-b", str(batch), "--async", *arrivals,
            "-p", str(measurement_ms), "--max-trials", str(max_trials),
            "--stability-percentage", f"{stability_percentage:g}"]
     if input_data is not None:
@@ -190,14 +222,35 @@ def stream_timing(export_path: Path) -> dict[float, dict[str, float]]:
     return out
 
 
-def run(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path, **kw: object) -> tuple[
-        list[PerfRow], str]:
+def run(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path, *,
+        poisson_seed: int | None = None, **kw: object) -> tuple[list[PerfRow], str]:
     """Run perf_analyzer; returns its rows and its console output. Raises when it reports a failure. With
     ``--streaming`` among the extra arguments the rows also carry the time to first token and per output token
-    (``stream_timing``; the timestamps stay in ``perf_<model>_export.json``)."""
+    (``stream_timing``; the timestamps stay in ``perf_<model>_export.json``). With ``poisson_seed`` the arrivals
+    are drawn here (write_intervals), one perf_analyzer run per rate, each rate its own sequence of that seed; the
+    files of a rate are then ``perf_<model>_<rate>.*`` where there are several rates."""
+    if poisson_seed is None:
+        return _run_once(perf, model, url, rates, out_dir, f"perf_{model}", **kw)
     out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path = out_dir / f"perf_{model}.csv"
-    export = out_dir / f"perf_{model}_export.json"
+    rows, texts = [], []
+    for i, rate in enumerate(rates):
+        stem = f"perf_{model}" if len(rates) == 1 else f"perf_{model}_{rate:g}"
+        intervals = write_intervals(out_dir / f"{stem}_intervals.txt", rate, [poisson_seed, i],
+                                    measurement_ms=int(kw.get("measurement_ms", 4000)),  # type: ignore[call-overload]
+                                    max_trials=int(kw.get("max_trials", 6)))  # type: ignore[call-overload]
+        got, text = _run_once(perf, model, url, [rate], out_dir, stem, request_intervals=intervals, **kw)
+        for row in got:
+            row.request_rate = rate  # perf_analyzer prints the file's rate rounded down to an integer
+        rows += got
+        texts.append(text)
+    return rows, "\n".join(texts)
+
+
+def _run_once(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path, stem: str,
+              **kw: object) -> tuple[list[PerfRow], str]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = out_dir / f"{stem}.csv"
+    export = out_dir / f"{stem}_export.json"
     if "--streaming" in kw.get("extra", ()):  # type: ignore[operator]
         kw["extra"] = [*kw["extra"], "--profile-export-file", str(export)]  # type: ignore[misc]
     elif export.exists():
@@ -205,7 +258,7 @@ def run(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path,
     cmd = command(perf, model, url, rates, csv_path=csv_path, **kw)  # type: ignore[arg-type]
     r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
     text = r.stdout + r.stderr
-    (out_dir / f"perf_{model}.log").write_text(" ".join(cmd) + "\n\n" + text)
+    (out_dir / f"{stem}.log").write_text(" ".join(cmd) + "\n\n" + text)
     if r.returncode != 0 or not csv_path.exists():
         tail = "\n".join(text.strip().splitlines()[-15:])
         hint = ""
@@ -218,6 +271,8 @@ def run(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path,
         timing = stream_timing(export)
         for row in rows:  # the experiment at the row's rate (both written by perf_analyzer from one value)
             t = next((v for rate, v in timing.items() if math.isclose(rate, row.request_rate, rel_tol=1e-6)), {})
+            if not t and kw.get("request_intervals") is not None and len(timing) == 1:
+                t = next(iter(timing.values()))  # one run of a file's arrivals: its one experiment
             for k, v in t.items():
                 setattr(row, k, v)
     return rows, text

@@ -28,6 +28,10 @@ def register(sub: Any) -> None:
     p.add_argument("--input-data", default=None, metavar="zero|random|FILE", help="perf_analyzer's --input-data "
                    "(default: its random data; for seq2seq models valid requests generated here)")
     p.add_argument("--seed", type=int, default=0, help="seq2seq models: seed of the generated input data")
+    p.add_argument("--poisson-seed", type=int, default=None, metavar="N", help="draw the Poisson arrivals here "
+                   "with seed N and give them to perf_analyzer as --request-intervals, one run per rate (default: "
+                   "perf_analyzer's own Poisson schedule, which replays one fixed sequence on every run: repeated "
+                   "runs are the same arrivals, and a few seconds of it offer 0.6-0.9 of the asked rate)")
     p.add_argument("--streaming", action="store_true", help="perf_analyzer --streaming (gRPC streams); on by itself "
                    "for a decoupled model, which answers only on a stream; adds time to first token and per output "
                    "token, from its --profile-export-file")
@@ -60,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
                            measurement_ms=args.measurement_ms, sla_ms=args.sla_ms,
                            stability_percentage=args.stability_percentage, max_trials=args.max_trials,
                            input_data=args.input_data or _seq2seq_input_data(args, model, out),
-                           extra=["--streaming"] if args.streaming or _decoupled(args.url, model) else [])
+                           extra=["--streaming"] if args.streaming or _decoupled(args.url, model) else [],
+                           poisson_seed=args.poisson_seed)
         all_rows += rows
     print(f"{'model':<22} {'rate/s':>7} {'infer/s':>8} {'avg ms':>8} {'p50':>8} {'p90':>8} {'p99':>8} "
           f"{'queue':>7} {'compute':>8}")

@@ -104,6 +104,24 @@ def test_perf_analyzer_against_lazy_model_reports_no_errors(served, tmp_path):
     assert "| mlp_lazy | 100 | perf_analyzer |" in report
 
 
+def test_perf_analyzer_with_seeded_arrivals_offers_the_asked_rate(served, tmp_path):
+    """`--poisson-seed`: our own Poisson gaps through perf_analyzer's --request-intervals, one run per rate; the
+    rows keep the asked rates, and the served rate is the asked one (perf_analyzer's own schedule served 0.80 of 30/s
+    over windows this short, benchmarks/probe_perf_rate.py)."""
+    out = tmp_path / "perf"
+    rc = main(["perf", "mlp_lazy", "--url", served.grpc, "--rates", "30,60", "--measurement-ms", "1500",
+               "--poisson-seed", "5", "--out", str(out), "--stability-percentage", "500"])
+    assert rc == 0
+    for rate in (30, 60):
+        log = (out / f"perf_mlp_lazy_{rate}.log").read_text()
+        assert f"--request-intervals {out / f'perf_mlp_lazy_{rate}_intervals.txt'}" in log
+        assert "--request-rate-range" not in log and "error" not in log.lower().replace("standard deviation", "")
+    rows = json.loads((out / "perf.json").read_text())
+    assert [r["request_rate"] for r in rows] == [30.0, 60.0]
+    for r in rows:
+        assert 0.75 < r["throughput"] / r["request_rate"] < 1.3, r
+
+
 def test_serve_reports_a_model_that_cannot_load(served, tmp_path, capsys):
     """A model without a latency table refuses to load; serve exits with the backend's explanation."""
     import shutil
