@@ -72,8 +72,11 @@ def drive_perf(url: str, model: str, rate: float, duration: float, sla_ms: float
 
     rows, _ = pa.run(pa.find_perf_analyzer() or pa.install(), model, url, [rate], out / "perf" / f"{model}_{seed}",
                      # three windows that make up the cell's duration; the repetitions are ours, so any three
-                     # windows count as "stable" for perf_analyzer (else it gives up on a loaded 2-core machine)
-                     measurement_ms=max(1000, int(duration * 1000 / 3)), sla_ms=sla_ms, input_data=input_data,
+                     # windows count as "stable" for perf_analyzer (else it gives up on a loaded 2-core machine).
+                     # A window holds at least 10 expected arrivals: perf_analyzer fails a run with a window where
+                     # no request ended (seeded arrivals at 4/s did, in 1 s windows)
+                     measurement_ms=max(1000, int(duration * 1000 / 3), int(10_000 / rate)), sla_ms=sla_ms,
+                     input_data=input_data,
                      max_trials=3, stability_percentage=1000.0, poisson_seed=seed if seeded_arrivals else None)
     r = rows[-1]
     return {"sent": None, "ok": None, "errors": None, "avg_ms": r.avg_ms, "p99_ms": r.p99_ms,
