@@ -15,7 +15,11 @@ The prediction: the backlog (everything held plus the new samples) is drained in
 ``max_batch_size`` at the latency table's batched latencies, starting now (work already done on requests in flight
 and batching windows are ignored), plus what recent requests showed that drain to miss: the most by which
 any of the last ``LATE_WINDOW`` admitted samples finished later than so planned (never below 0; the 95th percentile
-was tried first and let 1.9% end late under a busy core). A request is
+was tried first and let 1.9% end late under a busy core), counting only samples admitted behind no more than the
+new one is, in the last ``LATE_HORIZON_S``. Why those two limits: the margin learns only from admitted samples, and
+a burst's margin (about the whole SLA, learnt behind a full queue) applied to every later request refused even a
+lone request on an idle instance, so that nothing was admitted again to teach it lower (a CI run: every request
+after a 5x burst refused). A request is
 rejected when that would end after its deadline. Why the learned part: the bare drain is optimistic on a real
 server (a policy that does not always run full whole-graph batches, a device slower than its profile, a busy
 machine): with it alone 1-2% of the requests accepted during a 5x burst ended past their 1 s SLA under a busy core,
@@ -44,6 +48,7 @@ QUEUE_FULL = "queue_full"
 DEADLINE = "deadline"
 CLOSED = "closed"
 LATE_WINDOW = 64  # admitted samples whose lateness (finish - planned finish) sets the margin
+LATE_HORIZON_S = 10.0  # how long one sample's lateness counts: a margin cannot outlive the load that taught it
 
 
 @dataclass(frozen=True)
@@ -92,9 +97,16 @@ class Admission:
         # whole-graph latency at 1..b samples (seq2seq: dec_timesteps decoder steps, one encoder step)
         self._drain = [0.0] + [table.whole_graph_latency(k, 1, dec_timesteps) for k in range(1, b + 1)]
         self.learn = True  # False: the bare drain (tests compare)
-        self.margin = 0.0  # seconds added to the drain: how late recent admitted samples were (module docstring)
-        self._planned: dict[int, float] = {}  # request id -> planned finish, for samples admitted with a deadline
-        self._late: collections.deque[float] = collections.deque(maxlen=LATE_WINDOW)
+        self.margin = 0.0  # the most any recent admitted sample was late, at any depth (seconds; a statistic)
+        # request id -> (planned finish, samples up to and including it when admitted), for samples with a deadline
+        self._planned: dict[int, tuple[float, int]] = {}
+        # (depth when admitted, finish - planned finish, finish) of the last LATE_WINDOW admitted samples served
+        self._late: collections.deque[tuple[int, float, float]] = collections.deque(maxlen=LATE_WINDOW)
+
+    def margin_for(self, depth: int, now: float) -> float:
+        """Seconds added to the drain of ``depth`` samples: the most by which a recent sample admitted at that depth
+        or shallower finished later than planned (module docstring)."""
+        return max((late for d, late, t in self._late if d <= depth and now - t <= LATE_HORIZON_S), default=0.0)
 
     def drain_time(self, n: int) -> float:
         """Seconds to run ``n`` samples in whole-graph batches of max_batch_size."""
@@ -111,10 +123,11 @@ class Admission:
             return QUEUE_FULL, (f"rejected: the queue is full ({held} samples held, max_queue_size "
                                 f"{p.max_queue_size}); retry later or on another instance")
         if p.timeout_action == REJECT and not math.isinf(deadline):
-            finish = now + self.drain_time(held + n_new) + self.margin
+            margin = self.margin_for(held + n_new, now)
+            finish = now + self.drain_time(held + n_new) + margin
             if finish > deadline:
-                late = (f", {self.margin * 1e3:.1f} ms of it by which recent requests ended later than so planned"
-                        if self.margin > 0 else "")
+                late = (f", {margin * 1e3:.1f} ms of it by which recent requests ended later than so planned"
+                        if margin > 0 else "")
                 return DEADLINE, (f"rejected: the deadline cannot be met: {held} samples are ahead and the predicted "
                                   f"finish is {(finish - now) * 1e3:.1f} ms away{late}, the deadline "
                                   f"{(deadline - now) * 1e3:.1f} ms (timeout_action REJECT; DELAY serves it late)")
@@ -123,14 +136,16 @@ class Admission:
     def admitted(self, ids: Sequence[int], held: int, now: float, deadline: float) -> None:
         """Samples ``ids`` were admitted with ``held`` ahead of them: remember when the drain planned them done."""
         if self.learn and self.policy.timeout_action == REJECT and not math.isinf(deadline):
-            planned = now + self.drain_time(held + len(ids))
+            depth = held + len(ids)
+            planned = now + self.drain_time(depth)
             for i in ids:
-                self._planned[i] = planned
+                self._planned[i] = (planned, depth)
 
     def finished(self, request_id: int, ok: bool, now: float) -> None:
         """A sample was answered: if it was served, how late against its plan teaches the margin."""
-        planned = self._planned.pop(request_id, None)
-        if planned is None or not ok:
+        plan = self._planned.pop(request_id, None)
+        if plan is None or not ok:
             return
-        self._late.append(now - planned)
-        self.margin = max(0.0, max(self._late))  # the largest: an accepted request is a promise
+        planned, depth = plan
+        self._late.append((depth, max(0.0, now - planned), now))  # the largest counts: an accepted request is a promise
+        self.margin = max(late for _, late, _ in self._late)

@@ -75,6 +75,28 @@ def test_deadline_rejection_uses_the_batched_drain_time():
     assert Admission(QueuePolicy(0, "DELAY"), table, 2).check(1, 100, 0.0, 1.0) is None
 
 
+def test_a_margin_learnt_behind_a_full_queue_does_not_refuse_a_lone_request_and_expires():
+    """The learned margin counts samples admitted at the new one's depth or shallower, for LATE_HORIZON_S. Before,
+    one margin for every depth latched: a CI run's 5x burst taught about the whole 1 s SLA, and every later request,
+    a lone one on an idle instance too, was refused, so that nothing was admitted again to teach it lower."""
+    from lazybatch.batcher.admission import LATE_HORIZON_S
+
+    table = flat_table(4, unit=0.001, max_batch=8)  # whole graph 4 ms at any batch size up to 8
+    adm = Admission(QueuePolicy(32, "REJECT"), table, 8)
+    adm.admitted([7], held=0, now=0.0, deadline=1.0)  # a lone sample, planned done at 4 ms, done at 9 ms
+    adm.finished(7, ok=True, now=0.009)
+    adm.admitted(list(range(100, 108)), held=24, now=0.0, deadline=1.0)  # behind 24: planned done at 16 ms
+    for i in range(100, 108):
+        adm.finished(i, ok=True, now=0.966)  # 950 ms late
+    assert adm.margin == pytest.approx(0.950)
+    assert adm.margin_for(1, 1.0) == pytest.approx(0.005) and adm.margin_for(32, 1.0) == pytest.approx(0.950)
+    assert adm.check(1, 0, now=1.0, deadline=1.5) is None  # alone: 4 ms + 5 ms (one margin for all: 954 ms)
+    reason, msg = adm.check(8, 24, now=1.0, deadline=1.9)  # behind 24 again: 16 ms + 950 ms > 900 ms
+    assert reason == DEADLINE and "950.0 ms of it by which recent requests ended later" in msg
+    later = 0.966 + LATE_HORIZON_S + 0.001
+    assert adm.margin_for(32, later) == 0.0 and adm.check(8, 24, now=later, deadline=later + 0.9) is None
+
+
 @pytest.mark.parametrize("make", [lambda: LazyBatching(max_batch_size=8), lambda: GraphBatching(8, 0.002), Serial],
                          ids=["lazy", "graph", "serial"])
 def test_overload_reject_keeps_served_requests_on_time_delay_serves_everything_late(make):
