@@ -223,12 +223,14 @@ def stream_timing(export_path: Path) -> dict[float, dict[str, float]]:
 
 
 def run(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path, *,
-        poisson_seed: int | None = None, **kw: object) -> tuple[list[PerfRow], str]:
+        poisson_seed: int | None = None, measurement_ms: int = 4000, max_trials: int = 6,
+        **kw: object) -> tuple[list[PerfRow], str]:
     """Run perf_analyzer; returns its rows and its console output. Raises when it reports a failure. With
     ``--streaming`` among the extra arguments the rows also carry the time to first token and per output token
     (``stream_timing``; the timestamps stay in ``perf_<model>_export.json``). With ``poisson_seed`` the arrivals
     are drawn here (write_intervals), one perf_analyzer run per rate, each rate its own sequence of that seed; the
     files of a rate are then ``perf_<model>_<rate>.*`` where there are several rates."""
+    kw |= {"measurement_ms": measurement_ms, "max_trials": max_trials}  # command's, and the intervals' length
     if poisson_seed is None:
         return _run_once(perf, model, url, rates, out_dir, f"perf_{model}", **kw)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -236,8 +238,7 @@ def run(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path,
     for i, rate in enumerate(rates):
         stem = f"perf_{model}" if len(rates) == 1 else f"perf_{model}_{rate:g}"
         intervals = write_intervals(out_dir / f"{stem}_intervals.txt", rate, [poisson_seed, i],
-                                    measurement_ms=int(kw.get("measurement_ms", 4000)),  # type: ignore[call-overload]
-                                    max_trials=int(kw.get("max_trials", 6)))  # type: ignore[call-overload]
+                                    measurement_ms=measurement_ms, max_trials=max_trials)
         got, text = _run_once(perf, model, url, [rate], out_dir, stem, request_intervals=intervals, **kw)
         for row in got:
             row.request_rate = rate  # perf_analyzer prints the file's rate rounded down to an integer
