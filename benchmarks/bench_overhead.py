@@ -12,9 +12,11 @@ the scheduler's). t1 is the verified whole-graph session the backend itself hold
 the same requests one at a time through the BackendRuntime (submit -> answer). ``eager`` is the route a request
 takes by default when it finds the scheduler idle: the inline pass Triton's ``execute`` runs
 (``BackendRuntime.run_inline``: the policy's decision, the pass, the statistics and recalibration);
-``eager (scheduler)`` is the route through the scheduler thread, which requests take while it holds work. Rounds
-alternate the order, so a noisy minute does not land on one policy; every figure is a median per round, reported
-as mean [min-max] over rounds. The backend's cost is (median served latency - median t1) / median t1.
+``eager (scheduler)`` is the route through the scheduler thread, which requests take while it holds work. Within a
+round the routes take turns request by request (t1 and every policy once per turn, in a new random order each turn),
+so the machine's drift over seconds lands on all of them alike, and so does the route run just before; in blocks of a few seconds per route (before 730cd95)
+one round's t1 could sit 20% off the next's. Every figure is a median per round, reported as mean [min-max] over
+rounds. The backend's cost is (median served latency - median t1) / median t1.
 """
 
 from __future__ import annotations
@@ -73,6 +75,41 @@ def served(rt: BackendRuntime, x: np.ndarray, n: int) -> list[float]:
     return out
 
 
+def whole_graph(whole, x: np.ndarray, n: int) -> list[float]:
+    """t1: the backend's own whole-graph session run directly, ``n`` times."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        whole.run(0, {"x": x})
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def one_round(whole, runtimes: dict[str, BackendRuntime], x: np.ndarray, requests: int,
+              rng: np.random.Generator) -> dict[str, float]:
+    """t1 and every route, taking turns request by request, in a new random order each turn: the route before
+    decides how warm onnxruntime's thread pool and the caches are, so a fixed rotation would give each route the
+    same predecessor (measured: -2.7% "cost" for a route always run right after t1)."""
+    # "t1 again": the same call under a second name, the instrument's noise floor (its ratio to t1 should be 1.00)
+    routes: dict[str, object] = {"t1": lambda: whole_graph(whole, x, 1)[0],
+                                 "t1 again": lambda: whole_graph(whole, x, 1)[0]}
+    for name, rt in runtimes.items():
+        routes[name] = lambda rt=rt: served(rt, x, 1)[0]
+    names = list(routes)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    inline_before = {name: rt.stats.inline_requests for name, rt in runtimes.items()}
+    for _ in range(requests):
+        for j in rng.permutation(len(names)):  # shuffled, so each route follows every other one alike
+            times[names[j]].append(routes[names[j]]())
+    fig = {"t1_ms": statistics.median(times["t1"]) * 1e3}
+    fig["t1_again_cost"] = statistics.median(times["t1 again"]) * 1e3 / fig["t1_ms"] - 1
+    for name, rt in runtimes.items():
+        fig[f"{name}_ms"] = statistics.median(times[name]) * 1e3
+        fig[f"{name}_inline_share"] = (rt.stats.inline_requests - inline_before[name]) / requests
+        fig[f"{name}_cost"] = (fig[f"{name}_ms"] - fig["t1_ms"]) / fig["t1_ms"]
+    return fig
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=300, help="requests per policy per round (300)")
@@ -96,26 +133,15 @@ def main(argv: list[str] | None = None) -> int:
             rt.inline = name == "eager"
             served(rt, x, 20)  # warm-up
             runtimes[name] = rt
-        rounds: list[dict[str, float]] = []
-        for k in tqdm(range(args.rounds), desc="rounds", unit="round"):
-            fig: dict[str, float] = {}
-            order = list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))
-            t1 = []
-            for _ in range(args.requests):
-                t0 = time.perf_counter()
-                whole.run(0, {"x": x})
-                t1.append(time.perf_counter() - t0)
-            fig["t1_ms"] = statistics.median(t1) * 1e3
-            for name in order:
-                inline_before = runtimes[name].stats.inline_requests
-                fig[f"{name}_ms"] = statistics.median(served(runtimes[name], x, args.requests)) * 1e3
-                fig[f"{name}_inline_share"] = (runtimes[name].stats.inline_requests - inline_before) / args.requests
-                fig[f"{name}_cost"] = (fig[f"{name}_ms"] - fig["t1_ms"]) / fig["t1_ms"]
-            rounds.append(fig)
+        rng = np.random.default_rng(0)
+        rounds = [one_round(whole, runtimes, x, args.requests, rng)
+                  for _ in tqdm(range(args.rounds), desc="rounds", unit="round")]
         for rt in runtimes.values():
             rt.close()
     summary = {key: spread([r[key] for r in rounds]) for key in rounds[0]}
     print(f"whole graph t1 (the backend's own whole-graph session, run directly): {fmt(summary['t1_ms'], 3, ' ms')}")
+    print(f"noise floor, the same call again / t1 - 1: "
+          f"{fmt({k: v * 100 for k, v in summary['t1_again_cost'].items()}, 1, '%')}")
     for name in POLICIES:
         print(f"{name:>18}: served alone {fmt(summary[f'{name}_ms'], 3, ' ms')}; backend's own cost / t1 "
               f"{fmt({k: v * 100 for k, v in summary[f'{name}_cost'].items()}, 1, '%')}; inline "
