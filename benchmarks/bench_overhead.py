@@ -1,7 +1,7 @@
 """The backend's own cost per request, against the whole graph's batch-1 time measured in the same run.
 
-    python benchmarks/bench_overhead.py                      # the 8-stage MLP (8 x 2048), 3 rounds x 300 requests
-    python benchmarks/bench_overhead.py --json docs/data/overhead_mlp.json
+    python benchmarks/bench_overhead.py                      # the 8-stage MLP (8 x 2048), 7 rounds x 2000 turns
+    python benchmarks/bench_overhead.py --json docs/data/overhead_mlp.json     # about 5 minutes on 2 cores
 
 Goal (issue "Never slower than Triton's own batcher", item 4): on the 8-stage MLP, what lazybatch adds to a request
 served alone (its scheduler thread, the hand-off, tensors joined and split, the response) is at most 3% of the whole
@@ -14,8 +14,8 @@ takes by default when it finds the scheduler idle: the inline pass Triton's ``ex
 (``BackendRuntime.run_inline``: the policy's decision, the pass, the statistics and recalibration);
 ``eager (scheduler)`` is the route through the scheduler thread, which requests take while it holds work. Within a
 round the routes take turns request by request (t1 and every policy once per turn, in a new random order each turn),
-so the machine's drift over seconds lands on all of them alike, and so does the route run just before; in blocks of a few seconds per route (before 730cd95)
-one round's t1 could sit 20% off the next's. Every figure is a median per round, reported as mean [min-max] over
+so the machine's drift over seconds lands on all of them alike, and so does the route run just before (in the
+earlier form, blocks of a few seconds per route, one round's t1 could sit 20% off the next's). Every figure is a median per round, reported as mean [min-max] over
 rounds. The backend's cost is (median served latency - median t1) / median t1.
 """
 
@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +92,7 @@ def one_round(whole, runtimes: dict[str, BackendRuntime], x: np.ndarray, request
     decides how warm onnxruntime's thread pool and the caches are, so a fixed rotation would give each route the
     same predecessor (measured: -2.7% "cost" for a route always run right after t1)."""
     # "t1 again": the same call under a second name, the instrument's noise floor (its ratio to t1 should be 1.00)
-    routes: dict[str, object] = {"t1": lambda: whole_graph(whole, x, 1)[0],
+    routes: dict[str, Callable[[], float]] = {"t1": lambda: whole_graph(whole, x, 1)[0],
                                  "t1 again": lambda: whole_graph(whole, x, 1)[0]}
     for name, rt in runtimes.items():
         routes[name] = lambda rt=rt: served(rt, x, 1)[0]
@@ -112,8 +113,9 @@ def one_round(whole, runtimes: dict[str, BackendRuntime], x: np.ndarray, request
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=300, help="requests per policy per round (300)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=2000,
+                    help="turns per round: each route serves one request a turn (2000)")
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--json", default=None, help="write the raw figures here")
     args = ap.parse_args(argv)
     meta = machine_meta()
