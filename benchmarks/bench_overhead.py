@@ -15,8 +15,8 @@ takes by default when it finds the scheduler idle: the inline pass Triton's ``ex
 ``eager (scheduler)`` is the route through the scheduler thread, which requests take while it holds work. Within a
 round the routes take turns request by request (t1 and every policy once per turn, in a new random order each turn),
 so the machine's drift over seconds lands on all of them alike, and so does the route run just before (in the
-earlier form, blocks of a few seconds per route, one round's t1 could sit 20% off the next's). Every figure is a median per round, reported as mean [min-max] over
-rounds. The backend's cost is (median served latency - median t1) / median t1.
+earlier form, blocks of a few seconds per route, one round's t1 could sit 20% off the next's). Every figure is a
+median per round, reported as mean [min-max] over rounds. The backend's cost is (median served latency - median t1) / median t1.
 """
 
 from __future__ import annotations
