@@ -88,7 +88,7 @@ class QueuePolicy:
 class Admission:
     """Decides, for a group of new samples, whether the scheduler takes them (see the module docstring)."""
 
-    __slots__ = ("policy", "max_batch_size", "_drain", "learn", "margin", "_planned", "_late")
+    __slots__ = ("policy", "max_batch_size", "_drain", "learn", "_planned", "_late")
 
     def __init__(self, policy: QueuePolicy, table: LatencyTable, max_batch_size: int, dec_timesteps: int = 1) -> None:
         self.policy = policy
@@ -97,11 +97,16 @@ class Admission:
         # whole-graph latency at 1..b samples (seq2seq: dec_timesteps decoder steps, one encoder step)
         self._drain = [0.0] + [table.whole_graph_latency(k, 1, dec_timesteps) for k in range(1, b + 1)]
         self.learn = True  # False: the bare drain (tests compare)
-        self.margin = 0.0  # the most any recent admitted sample was late, at any depth (seconds; a statistic)
         # request id -> (planned finish, samples up to and including it when admitted), for samples with a deadline
         self._planned: dict[int, tuple[float, int]] = {}
         # (depth when admitted, finish - planned finish, finish) of the last LATE_WINDOW admitted samples served
         self._late: collections.deque[tuple[int, float, float]] = collections.deque(maxlen=LATE_WINDOW)
+
+    @property
+    def margin(self) -> float:
+        """The most any of the last LATE_WINDOW admitted samples was late, at any depth (seconds): a statistic for
+        tests and reports, worked out when read, not on every answer."""
+        return max((late for _, late, _ in self._late), default=0.0)
 
     def margin_for(self, depth: int, now: float) -> float:
         """Seconds added to the drain of ``depth`` samples: the most by which a recent sample admitted at that depth
@@ -148,4 +153,3 @@ class Admission:
             return
         planned, depth = plan
         self._late.append((depth, max(0.0, now - planned), now))  # the largest counts: an accepted request is a promise
-        self.margin = max(late for _, late, _ in self._late)

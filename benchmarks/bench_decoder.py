@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tqdm import tqdm  # noqa: E402
 
-from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args,  # noqa: E402
-                     perf_row, seq2seq_t1, served_table, spread, turns, verdict, write_json)
+from harness import (add_perf_arrivals_arg, add_sweep_args, command_line, fmt, machine_meta,  # noqa: E402
+                     parse_sweep_args, perf_row, seq2seq_t1, served_table, spread, turns, verdict, write_json)
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.batcher.lengths import LengthHistogram  # noqa: E402
 from lazybatch.client.load import run_load  # noqa: E402
@@ -226,9 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="", help=f"opt-in rules served beside eager, from {sorted(VARIANTS)}")
     ap.add_argument("--driver", choices=("load", "perf_analyzer"), default="load",
                     help="what offers the load: lazybatch load (default) or NVIDIA perf_analyzer")
-    ap.add_argument("--perf-arrivals", choices=("perf_analyzer", "seeded"), default="perf_analyzer",
-                    help="--driver perf_analyzer: its own Poisson schedule (the same sequence on every run) or "
-                         "arrivals drawn with each repetition's seed (`lazybatch perf --poisson-seed`)")
+    add_perf_arrivals_arg(ap, "--driver perf_analyzer")
     args = parse_sweep_args(ap, argv)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if unknown := sorted(set(args.variants) - set(VARIANTS)):

@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tqdm import tqdm  # noqa: E402
 
-from harness import command_line, fmt, machine_meta, spread, static_t1, verdict, write_json  # noqa: E402
+from harness import (add_perf_arrivals_arg, command_line, fmt, machine_meta, spread, static_t1,  # noqa: E402
+                     verdict, write_json)
 from lazybatch.client.load import run_load  # noqa: E402
 from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
@@ -306,10 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--duration", type=float, default=4.0, help="seconds of load per cell")
     ap.add_argument("--driver", choices=("load", "perf", "both"), default="load")
-    ap.add_argument("--perf-arrivals", choices=("perf_analyzer", "seeded"), default="perf_analyzer",
-                    help="perf driver: perf_analyzer's own Poisson schedule (its default; the same sequence on every "
-                         "run, so the repetitions are the same arrivals) or arrivals drawn with each repetition's seed "
-                         "(`lazybatch perf --poisson-seed`, perf_analyzer's --request-intervals)")
+    add_perf_arrivals_arg(ap, "perf driver")
     ap.add_argument("--restart", action="store_true",
                     help="a fresh tritonserver for every repetition: each repetition then draws its own sessions "
                          "(identical sessions run a few percent apart, docs/results/default.md), which one server "

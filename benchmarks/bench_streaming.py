@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tqdm import tqdm  # noqa: E402
 
-from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args,  # noqa: E402
-                     perf_row, seq2seq_requests, spread, verdict, write_json)
+from harness import (add_perf_arrivals_arg, add_sweep_args, command_line, fmt, machine_meta,  # noqa: E402
+                     parse_sweep_args, perf_row, seq2seq_requests, spread, verdict, write_json)
 from lazybatch.client.load import run_load  # noqa: E402
 from lazybatch.client.stream import StreamClient  # noqa: E402
 from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
@@ -192,9 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unloaded", type=int, default=20, help="requests per policy for the unloaded values (20)")
     ap.add_argument("--driver", choices=("load", "perf_analyzer"), default="load",
                     help="what offers the load: lazybatch load's streaming client (default) or perf_analyzer")
-    ap.add_argument("--perf-arrivals", choices=("perf_analyzer", "seeded"), default="perf_analyzer",
-                    help="--driver perf_analyzer: its own Poisson schedule (the same sequence on every run) or "
-                         "arrivals drawn with each repetition's seed (`lazybatch perf --poisson-seed`)")
+    add_perf_arrivals_arg(ap, "--driver perf_analyzer")
     ap.add_argument("--stream-interval-tokens", type=int, default=1, metavar="K",
                     help="every model sends a response once a request holds K new tokens (config "
                          "stream_interval_tokens; default 1: every token); TTFT is then the time to the first K")

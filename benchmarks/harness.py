@@ -122,6 +122,14 @@ def add_sweep_args(ap: Any, *, loads: str, reps: int, duration: float, out: str,
                     help=f"also copy the raw results here (none unless given; the docs' copy is {data})")
 
 
+def add_perf_arrivals_arg(ap: Any, driver: str) -> None:
+    """--perf-arrivals, the same for every benchmark with a perf_analyzer driver (``driver``: its name there)."""
+    ap.add_argument("--perf-arrivals", choices=("perf_analyzer", "seeded"), default="perf_analyzer",
+                    help=f"{driver}: perf_analyzer's own Poisson schedule (its default; the same sequence on every "
+                         "run, so the repetitions are the same arrivals) or arrivals drawn with each repetition's seed "
+                         "(`lazybatch perf --poisson-seed`, perf_analyzer's --request-intervals)")
+
+
 def parse_sweep_args(ap: Any, argv: list[str] | None) -> Any:
     args = ap.parse_args(argv)
     args.loads = [float(x) for x in args.loads.split(",")]
