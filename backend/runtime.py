@@ -36,6 +36,7 @@ from lazybatch.batcher.admission import QueuePolicy
 from lazybatch.batcher.calibration import OnlineCalibrator
 from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
 from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.policies.backend_hooks import inline_hooks
 from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.request import Request, Status
 from lazybatch.batcher.scheduler import Scheduler
@@ -72,7 +73,7 @@ INLINE_LOCK_WAIT_S = 0.002
 # longer on a busy core): a group refused for it went through the scheduler, whose answers cost a response round
 # trip each and whose jobs made the next groups follow (4-7 refusals a probe cell, docs/data/probe_routes_mobilenet.txt)
 INLINE_BOOKKEEPING_WAIT_S = 0.05
-# A group that finds the scheduler busy with work it could only follow (Policy.inline_wait) waits in execute at
+# A group that finds the scheduler busy with work it could only follow (InlineHooks.inline_wait) waits in execute at
 # most twice the predicted rest of that work plus this, then runs inline; past that, it goes to the scheduler.
 INLINE_WAIT_SLACK_S = 0.005
 # The latency table is rewritten from the observed runs (batcher/calibration.py) at most this often: a rewrite
@@ -98,7 +99,7 @@ MEMORY_RELEASE_INTERVAL_S = 5.0
 
 def _classes(requests: "Sequence[tuple[dict[str, np.ndarray], int]]",
              options: "Sequence[RequestOptions]") -> list[tuple[float, int]]:
-    """(SLA in seconds, inf for none; priority level) per sample, for ``Policy.inline_batch``."""
+    """(SLA in seconds, inf for none; priority level) per sample, for ``InlineHooks.inline_batch``."""
     now = time.time()
     out: list[tuple[float, int]] = []
     for (_, batch), opts in zip(requests, options):
@@ -260,6 +261,7 @@ class BackendRuntime:
         self.whole_runner: StageRunner | None = None
         self._inline = False  # run_inline allowed (the ``inline`` property)
         self.policy = policy
+        self._hooks = inline_hooks(policy)  # the inline route's questions, where the policy answers them
         self._dense = table.dense
         self.calibrator = OnlineCalibrator(table)  # rewrites table.dense in place (the rows _dense holds)
         self._recalibrate_owed = False
@@ -372,12 +374,12 @@ class BackendRuntime:
         thread and a response round trip of its own, on the cores onnxruntime needs (docs/results/default.md: the
         served gap to Triton's batcher was that cost, not the decisions). Passes run inline only where they are
         the ones the scheduler would run: nothing held, and the policy would start these requests so, with no
-        decision point in their passes (``Policy.inline_batch``). Triton's dynamic batcher queues what arrives
+        decision point in their passes (``InlineHooks.inline_batch``). Triton's dynamic batcher queues what arrives
         meanwhile and hands it to the next ``execute`` as one group: its own behaviour with no queue delay.
         ``options``: each request's scheduling options (SLA, priority level), which tell the policy the classes of
         the traffic (an urgent member may need the scheduler, and boundaries kept for the next one)."""
         whole = self.whole_runner
-        if whole is None or not self._inline:
+        if whole is None or not self._inline or self._hooks is None:
             return None
         if (self._job is not None or self._live or self._pending) and not self._await_idle():
             return None
@@ -388,8 +390,9 @@ class BackendRuntime:
                 return self._refuse("scheduler busy")
             n = requests[0][1] if len(requests) == 1 else sum(b for _, b in requests)
             start = time.monotonic()
-            classes = _classes(requests, options) if options is not None and self.policy.needs_classes else None
-            k = self.policy.inline_batch(start, n, classes)
+            hooks = self._hooks
+            classes = _classes(requests, options) if options is not None and hooks.needs_classes else None
+            k = hooks.inline_batch(start, n, classes)
             if k <= 0 or (k < n and early is None):
                 return self._refuse("a boundary may pay")
             self.stats.inline_groups += 1
@@ -441,7 +444,7 @@ class BackendRuntime:
                         early(i, results[i])  # type: ignore[misc]
                         results[i] = None
             self._worked_at = end = time.monotonic()
-            self.policy.inline_done(start, end, n)
+            hooks.inline_done(start, end, n)
             return results
         finally:
             self._busy_lock.release()
@@ -457,8 +460,8 @@ class BackendRuntime:
 
     def _await_idle(self) -> bool:
         """Wait (in execute) for the scheduler to hold nothing where these requests could only follow its work
-        (``Policy.inline_wait``); True once it holds nothing."""
-        left = self.policy.inline_wait(time.monotonic(), self._running, self._pending)
+        (``InlineHooks.inline_wait``); True once it holds nothing."""
+        left = self._hooks.inline_wait(time.monotonic(), self._running, self._pending)  # type: ignore[union-attr]
         if left is None:
             self._refuse("scheduler busy")
             return False

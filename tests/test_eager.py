@@ -209,6 +209,8 @@ def test_inline_wait_where_newcomers_could_only_follow_the_work_held():
     decision point of the work held: one sub-batch whose running job goes to the end of the graph, and a queue
     that starts when it ends. The answer is the predicted rest of that work; None where a boundary lies ahead,
     between jobs, or with sub-batches stacked."""
+    from lazybatch.batcher.policies import inline_hooks
+
     from .test_scheduler_core import ManualClock
 
     clock = ManualClock()
@@ -233,7 +235,8 @@ def test_inline_wait_where_newcomers_could_only_follow_the_work_held():
     pol.stack.pop()
     for other in (EagerBatching(max_batch_size=4, spans=False), parse_policy("lazy").build(max_batch_size=4)):
         Scheduler(tab, other, _HeldExecutor(), ManualClock())
-        assert other.inline_wait(0.0, None, 0) is None  # stage by stage, or the paper's rule: never
+        hooks = inline_hooks(other)  # the paper's rule offers no inline route at all
+        assert hooks is None or hooks.inline_wait(0.0, None, 0) is None  # stage by stage, or the paper's rule: never
 
 
 def test_a_saturated_device_never_serves_its_queue_in_smaller_batches():
@@ -324,3 +327,14 @@ def test_inline_answers_are_the_benefit_rules_at_every_rate():
     assert pol._inline_answers
     pol.table_changed()
     assert not pol._inline_answers
+
+
+def test_inline_hooks_are_offered_by_eager_only():
+    """The backend asks the inline route's questions only of a policy that has them (batcher/policies/backend_hooks):
+    Policy itself no longer carries them, so the simulator's policies owe nothing to the backend."""
+    from lazybatch.batcher.policies import Policy, inline_hooks, parse_policy
+
+    assert not hasattr(Policy, "inline_batch")
+    assert inline_hooks(parse_policy("eager").build()) is not None
+    for other in ("lazy", "graph:0", "serial", "cellular", "oracle", "monitor"):
+        assert inline_hooks(parse_policy(other).build()) is None, other

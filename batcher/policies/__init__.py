@@ -1,5 +1,6 @@
 """Batching policies behind one interface (see base.Policy)."""
 
+from .backend_hooks import InlineHooks, inline_hooks
 from .base import DEFAULT_MAX_BATCH_SIZE, Policy
 from .cellular import CellularBatching
 from .eager import EagerBatching
@@ -8,6 +9,6 @@ from .lazy import LazyBatching, OracleLazyBatching
 from .monitor import BatchLatencyModel, BatchMonitor, MaxBatchUnderDeadline, preferred_batch_size
 from .spec import POLICY_NAMES, parse_policy
 
-__all__ = ["DEFAULT_MAX_BATCH_SIZE", "Policy", "CellularBatching", "EagerBatching", "GraphBatching", "Serial", "LazyBatching", "OracleLazyBatching",
+__all__ = ["DEFAULT_MAX_BATCH_SIZE", "Policy", "InlineHooks", "inline_hooks", "CellularBatching", "EagerBatching", "GraphBatching", "Serial", "LazyBatching", "OracleLazyBatching",
            "BatchLatencyModel", "BatchMonitor", "MaxBatchUnderDeadline", "preferred_batch_size", "POLICY_NAMES",
            "parse_policy"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable
 
 from ..decisions import REJECT, DecisionLog
 from ..errors import ConfigError
@@ -84,38 +84,6 @@ class Policy(ABC):
 
     def describe(self) -> str:
         return f"{self.name}(max_batch_size={self.max_batch_size})"
-
-    @property
-    def needs_classes(self) -> bool:
-        """Whether ``inline_batch`` reads its ``classes`` (the caller need not compute them otherwise)."""
-        return False
-
-    # ------------------------------------------------------------------ inline passes (backend/runtime.py)
-    def inline_batch(self, now: float, n: int, classes: "Sequence[tuple[float, int]] | None" = None) -> int:
-        """May ``n`` samples that find the device idle run as whole-graph passes outside the scheduler? The batch
-        size of those passes (``n``: one pass; less: the group served in passes of that size, one after the
-        other), or 0: no, the scheduler must see them.
-
-        The backend's inline path (``BackendRuntime.run_inline``) runs such passes in Triton's ``execute`` call,
-        as Triton's own batcher does, with none of the scheduler's hand-offs. Only right where this policy would
-        itself start them so and place no decision point in their passes. ``classes``: one (SLA in seconds, inf
-        for none; priority level) per sample, where the caller knows them. 0 by default: the policy sees every
-        request."""
-        return 0
-
-    def inline_done(self, start: float, end: float, n: int) -> None:
-        """Passes allowed by ``inline_batch`` ran from ``start`` to ``end``: count its arrivals and busy time."""
-
-    def inline_wait(self, now: float, running: StageJob | None, pending: int) -> float | None:
-        """A group handed to ``execute`` finds the scheduler busy (``running``: the job onnxruntime runs now, if
-        any; ``pending``: samples handed over but not yet queued). The seconds until the scheduler should hold
-        nothing, where that group could not use any decision point of the work held (it would only start after
-        that work, as under Triton's batcher), so the backend may hold it in ``execute`` and run it inline then;
-        None: the group goes to the scheduler (it may preempt or merge). None by default.
-
-        Called from another thread than the scheduler's, without its lock: an answer read from a state that
-        changes meanwhile only makes the group wait up to a bound, or go to the scheduler."""
-        return None
 
     # ------------------------------------------------------------------ shared bookkeeping
     def advance(self, job: StageJob, result: StageResult | None, now: float) -> tuple[int, list[Request],
