@@ -57,7 +57,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                                      "simulator", "cli")),
 }
 ROOT_PACKAGE = "lazybatch"  # its __init__ holds only the version: core, whoever imports it
-# third-party modules a layer may use besides the standard library (None: no limit)
+# third-party modules a layer may use besides the standard library (a layer not named here: any)
 THIRD_PARTY = {"core": set(), "formats": {"numpy"}}
 
 
@@ -106,7 +106,7 @@ def imports(module: str, path: Path, known: set[str]) -> list[tuple[int, str]]:
             for a in node.names:
                 sub = f"{target}.{a.name}"
                 out.append((node.lineno, sub if sub in known else target))
-    return sorted(out)
+    return sorted(set(out))
 
 
 def violations() -> list[str]:
