@@ -17,8 +17,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from lazybatch.batcher.errors import ConfigError
+from lazybatch.formats.dtypes import TRITON_TO_NUMPY
 
-from .stages import TRITON_TO_NUMPY, TensorSpec
+from .stages import TensorSpec
 
 # Each poll is a round trip to the server process per held request: at a fixed 2 ms it was most of the backend's own
 # cost in the NPU-served benchmark (docs/npu.md), and a fixed 50 ms left a cancelled request running ~25 ms (median)

@@ -167,7 +167,7 @@ def segment(runner: StageRunner, table: LatencyTable, k: int, out_dir: Path, *, 
     The merged files go to ``out_dir``."""
     import onnx
 
-    from lazybatch.onnx_tools.segments import balanced_cuts, merge_stages, segment_ranges
+    from lazybatch.sessions.segments import balanced_cuts, merge_stages, segment_ranges
 
     if table.graph.is_seq2seq:
         print(f"lazybatch: {name}: fuse_segments is for static graphs; the decoder loop keeps its stages",

@@ -24,7 +24,7 @@ import os
 import re
 import threading
 import time
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 # request outcomes (label "outcome" of lazybatch_requests_total)
 OK, REJECTED, CANCELLED, ERROR, UNAVAILABLE, INVALID = "ok", "rejected", "cancelled", "error", "unavailable", \
@@ -350,12 +350,3 @@ class TritonMetricsExporter:
         self._series.clear()
         self.families.clear()
 
-
-def parse_samples(text: str, family: str) -> Iterable[tuple[dict[str, str], float]]:
-    """(labels, value) of every series of ``family`` in a Prometheus text scrape (for tests and benchmarks)."""
-    pat = re.compile(r"^" + re.escape(family) + r"(\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)$")
-    lab = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-    for line in text.splitlines():
-        mt = pat.match(line.strip())
-        if mt:
-            yield dict(lab.findall(mt.group("labels") or "")), float(mt.group("value"))

@@ -193,7 +193,7 @@ class TritonPythonModel:
         # Inside Triton a model instance is a stub process of its own: one pool for all its sessions. Outside it
         # (in-process tests, embedding) the process is someone else's, and the switch would refuse their sessions.
         if not s.use_per_session_threads and pb_utils is not None:
-            from lazybatch.onnx_tools.threads import use_global_thread_pool
+            from lazybatch.sessions.threads import use_global_thread_pool
 
             use_global_thread_pool(s.intra_op_threads)
         # the options of every request that sends no parameters (most do not): one object, shared and never

@@ -40,7 +40,7 @@ from lazybatch.batcher.policies.backend_hooks import inline_hooks
 from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.request import Request, Status
 from lazybatch.batcher.scheduler import Scheduler
-from lazybatch.onnx_tools.inplace import InPlaceRunError
+from lazybatch.sessions.inplace import InPlaceRunError
 
 from . import metrics as M
 from .cancel_watch import CancelWatcher, auto_interval, typical_stage_s

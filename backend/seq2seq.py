@@ -464,7 +464,7 @@ def _length_histogram(s2s: Seq2SeqSpec, table: LatencyTable):
     from pathlib import Path
 
     from lazybatch.batcher.lengths import LengthHistogram
-    from lazybatch.client.seq2seq import shipped_histogram
+    from lazybatch.formats.histograms import shipped_histogram
 
     profiled = table.meta.get("length_histogram")
     try:
@@ -497,7 +497,7 @@ def build_policy(spec: PolicySpec, s2s: Seq2SeqSpec, table: LatencyTable, *, max
 
 def warm_up(runner: StageRunner, spec: Seq2SeqSpec) -> None:
     """One run of every stage on valid inputs (the first onnxruntime run is slow)."""
-    from lazybatch.onnx_tools.runtime import random_feeds
+    from lazybatch.sessions.chain import random_feeds
 
     feeds = random_feeds(list(spec.graph_inputs.values()), 1, np.random.default_rng(0))
     runner.run_all(feeds)

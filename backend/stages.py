@@ -18,18 +18,10 @@ import numpy as np
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.graph import ModelGraph, Stage, StageType
 from lazybatch.batcher.latency_table import LatencyTable
-from lazybatch.onnx_tools.inplace import run_inplace, usable
+from lazybatch.formats.dtypes import NUMPY_TO_TRITON, TRITON_TO_NUMPY
+from lazybatch.sessions.inplace import run_inplace, usable
 
 MANIFEST_FORMAT = "lazybatch.stages/1"
-
-# Triton config data types <-> numpy, for the types a Python-backend model can exchange.
-TRITON_TO_NUMPY: dict[str, np.dtype] = {
-    "TYPE_BOOL": np.dtype(np.bool_), "TYPE_UINT8": np.dtype(np.uint8), "TYPE_UINT16": np.dtype(np.uint16),
-    "TYPE_UINT32": np.dtype(np.uint32), "TYPE_UINT64": np.dtype(np.uint64), "TYPE_INT8": np.dtype(np.int8),
-    "TYPE_INT16": np.dtype(np.int16), "TYPE_INT32": np.dtype(np.int32), "TYPE_INT64": np.dtype(np.int64),
-    "TYPE_FP16": np.dtype(np.float16), "TYPE_FP32": np.dtype(np.float32), "TYPE_FP64": np.dtype(np.float64),
-}
-NUMPY_TO_TRITON = {v: k for k, v in TRITON_TO_NUMPY.items()}
 
 
 @dataclass(frozen=True)
@@ -183,12 +175,12 @@ def available_providers(preference: str = "auto") -> list[str]:
 
 def make_session(path: str | Path, providers: Sequence[str], intra_op_threads: int = 0) -> Any:
     """One onnxruntime session. A model instance (a process of its own) normally shares one intra-op pool among all
-    its stages (model.py switches the process to it; lazybatch/onnx_tools/threads.py says why). Otherwise each
+    its stages (model.py switches the process to it; sessions/threads.py says why). Otherwise each
     session has its own pool with spinning off: idle per-stage pools would spin on the cores the running stage
     needs (measured: 8x slower ResNet-50 on 2 cores)."""
     import onnxruntime as ort
 
-    from lazybatch.onnx_tools.threads import session_options
+    from lazybatch.sessions.threads import session_options
 
     so = session_options(intra_op_threads)
     try:
@@ -204,14 +196,14 @@ class StageRunner:
     that a request holds only what later stages (or the model outputs) still read.
 
     ``inplace_residuals``: residual stages write their output over their shortcut input when the caller owns it
-    (``run(..., owned=True)``); lazybatch/onnx_tools/inplace.py says which stages and why it is safe.
+    (``run(..., owned=True)``); sessions/inplace.py says which stages and why it is safe.
     """
 
     def __init__(self, stage_dir: str | Path, *, execution_provider: str = "auto", intra_op_threads: int = 0,
                  inplace_residuals: bool = True, manifest: Manifest | None = None) -> None:
         self.dir = Path(stage_dir)
         self.manifest = manifest if manifest is not None else load_manifest(self.dir)  # given: fusion.py
-        from lazybatch.onnx_tools.ort_optimize import check_host  # stages split for another CPU: refuse, not misrun
+        from lazybatch.sessions.ort_optimize import check_host  # stages split for another CPU: refuse, not misrun
         check_host(self.manifest.raw, f"the stages in {self.dir}")
         self.providers = available_providers(execution_provider)
         self.sessions = [make_session(self.dir / s.file, self.providers, intra_op_threads)
@@ -224,7 +216,7 @@ class StageRunner:
                 raise ConfigError(f"stage {spec.name}: the ONNX file has inputs {sorted(names_in)} and outputs "
                                   f"{sorted(names_out)}, the manifest says {sorted(want_in)} -> {spec.outputs}",
                                   source=str(self.dir / spec.file))
-        from lazybatch.onnx_tools.inplace import InPlace, verified_plan
+        from lazybatch.sessions.inplace import InPlace, verified_plan
 
         self.inplace: dict[int, InPlace] = (verified_plan(self.dir, self.manifest.raw, self.sessions)
                                             if inplace_residuals else {})

@@ -53,9 +53,9 @@ from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_swee
 from lazybatch.backend.fusion import segment_table  # noqa: E402
 from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.client.load import run_load  # noqa: E402
-from lazybatch.onnx_tools.segments import balanced_cuts, segment_ranges  # noqa: E402
 from lazybatch.repo import KIND_MAX_BATCH, SEQ2SEQ_KINDS, build_default_repository, set_priority_timeouts  # noqa: E402
 from lazybatch.serving import TritonServer, free_port  # noqa: E402
+from lazybatch.sessions.segments import balanced_cuts, segment_ranges  # noqa: E402
 from lazybatch.simulator.loads_on_table import single_request_ms  # noqa: E402
 from lazybatch.simulator.mixed import simulate_mixed  # noqa: E402
 from lazybatch.traffic import TrafficClass  # noqa: E402

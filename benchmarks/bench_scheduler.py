@@ -26,6 +26,8 @@ from harness import git_commit  # noqa: E402
 from lazybatch.batcher import GraphBatching, LazyBatching, OracleLazyBatching, Request, Scheduler
 from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.batcher.interfaces import StageJob
+from lazybatch.batcher.lengths import LengthHistogram
+from lazybatch.formats.histograms import shipped_histogram
 from lazybatch.simulator import paper_tables, sweep, workload
 from lazybatch.simulator.engine import Simulation
 
@@ -87,7 +89,7 @@ def bare_event_loop(n: int) -> float:
 
 def sim_throughput(model: str, policy_factory, rate: float, n: int) -> tuple[float, int]:
     table = paper_tables.shipped_table(model)
-    arr = workload.poisson(rate, n, 1, graph=table.graph, lengths=paper_tables.shipped_histogram())
+    arr = workload.poisson(rate, n, 1, graph=table.graph, lengths=LengthHistogram.load(shipped_histogram()))
     reqs = workload.requests(arr, 0.1)
     sim = Simulation(table, policy_factory(), log=DecisionLog(capacity=1, enabled=False))
     t0 = time.perf_counter()
@@ -123,7 +125,7 @@ def main() -> int:
         return 0
 
     print("\n1. One scheduling decision with 64 requests queued (median of 3000, ResNet-50 table)")
-    hist = paper_tables.shipped_histogram()
+    hist = LengthHistogram.load(shipped_histogram())
     g_next, g_bound = decision_cost(lambda: GraphBatching(64, 0.005), 0.1)
     print(f"   baseline GraphB(5) : next_job {g_next / 1e3:6.2f} us   whole boundary {g_bound / 1e3:6.2f} us")
     record["decision_cost"]["GraphB(5)"] = {"next_job_us": g_next / 1e3, "boundary_us": g_bound / 1e3}

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the raw figures here")
     args = ap.parse_args(argv)
 
-    from lazybatch.onnx_tools.threads import use_global_thread_pool
+    from lazybatch.sessions.threads import use_global_thread_pool
 
     use_global_thread_pool(0)  # one pool for every session, as in a Triton model instance
     from lazybatch.backend.fusion import fuse, segment

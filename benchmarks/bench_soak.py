@@ -59,7 +59,7 @@ def build(out: Path, args: argparse.Namespace) -> Path:
 
 def largest_batch(text: str) -> int:
     """The largest sub-batch stage 0 has run: the smallest bucket bound holding every observation."""
-    from lazybatch.backend.metrics import parse_samples
+    from lazybatch.formats.prometheus import parse_samples
 
     rows = [(lab["le"], v) for lab, v in parse_samples(text, "lazybatch_stage_batch_size_bucket")
             if lab.get("model") == MODEL and lab.get("stage") == "stage_000"]

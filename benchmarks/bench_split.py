@@ -97,7 +97,7 @@ class Timer:
 
 def bench_model(spec: str, work: Path, sizes: list[int], warmup: int, repeat: int, threads: int,
                 spinning: bool, variants: list[str], clock: Any) -> dict[str, Any]:
-    from lazybatch.onnx_tools.runtime import StageChain, random_feeds
+    from lazybatch.sessions.chain import StageChain, random_feeds
     from lazybatch.onnx_tools.split import split_model
 
     base, _, k = spec.partition("@")
@@ -192,7 +192,7 @@ def main() -> None:
         ap.error("--spin applies to per-session pools: add --use-per-session-threads")
     clock = time.thread_time if args.clock == "thread" else time.perf_counter
     if not args.use_per_session_threads:
-        from lazybatch.onnx_tools.threads import use_global_thread_pool
+        from lazybatch.sessions.threads import use_global_thread_pool
 
         use_global_thread_pool(args.threads)  # as the Triton backend runs a model's stages
     import onnxruntime as ort

@@ -218,7 +218,7 @@ def served_table(model_dir: Path) -> tuple[Any, Any]:
     from (LatencyTable, LengthHistogram)."""
     from lazybatch.batcher.latency_table import LatencyTable
     from lazybatch.batcher.lengths import LengthHistogram
-    from lazybatch.client.seq2seq import shipped_histogram
+    from lazybatch.formats.histograms import shipped_histogram
 
     manifest = json.loads((model_dir / "stages" / "manifest.json").read_text())
     hist = LengthHistogram.load(shipped_histogram(manifest["seq2seq"].get("length_histogram")))

@@ -36,7 +36,7 @@ from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
 from lazybatch.batcher.lengths import LengthHistogram  # noqa: E402
 from lazybatch.batcher.policies.eager import EagerBatching  # noqa: E402
 from lazybatch.batcher.policies.spec import parse_policy  # noqa: E402
-from lazybatch.client.seq2seq import shipped_histogram  # noqa: E402
+from lazybatch.formats.histograms import shipped_histogram  # noqa: E402
 from lazybatch.simulator import workload  # noqa: E402
 from lazybatch.simulator.engine import Simulation  # noqa: E402
 from lazybatch.simulator.loads_on_table import single_request_ms  # noqa: E402

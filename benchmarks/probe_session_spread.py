@@ -30,7 +30,7 @@ from tqdm import tqdm  # noqa: E402
 
 from lazybatch import repo as repo_mod  # noqa: E402
 from lazybatch.backend.stages import make_session  # noqa: E402
-from lazybatch.onnx_tools.threads import use_global_thread_pool  # noqa: E402
+from lazybatch.sessions.threads import use_global_thread_pool  # noqa: E402
 
 ROUNDS = {"mlp": 30, "mobilenet": 20, "resnet50": 4, "bert": 4, "tiny": 60}
 

@@ -32,7 +32,7 @@ from tqdm import tqdm  # noqa: E402
 
 from lazybatch.backend.fusion import fused_manifest  # noqa: E402
 from lazybatch.backend.stages import StageRunner, load_manifest  # noqa: E402
-from lazybatch.onnx_tools.threads import use_global_thread_pool  # noqa: E402
+from lazybatch.sessions.threads import use_global_thread_pool  # noqa: E402
 
 
 def timed(whole: StageRunner, samples: dict, runs: int) -> dict[int, float]:

@@ -13,7 +13,7 @@ sys.path[:0] = ["benchmarks", "."]
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.lengths import LengthHistogram
 from lazybatch.batcher.policies import parse_policy
-from lazybatch.client.seq2seq import shipped_histogram
+from lazybatch.formats.histograms import shipped_histogram
 from lazybatch.simulator import workload
 from lazybatch.simulator.engine import Simulation
 from lazybatch.simulator.loads_on_table import single_request_ms

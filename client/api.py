@@ -13,12 +13,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from lazybatch.backend.stages import TRITON_TO_NUMPY
 from lazybatch.batcher.errors import LazyBatchError
-
-# Triton wire datatypes <-> numpy: the config's TYPE_* names without the prefix (one table, in the backend)
-DATATYPES: dict[str, np.dtype] = {k.removeprefix("TYPE_"): v for k, v in TRITON_TO_NUMPY.items()}
-NP_TO_DATATYPE = {v: k for k, v in DATATYPES.items()}
+from lazybatch.formats.dtypes import DATATYPES, NP_TO_DATATYPE
 
 
 class InferError(LazyBatchError):

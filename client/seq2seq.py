@@ -18,6 +18,7 @@ import numpy as np
 
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.lengths import LengthHistogram
+from lazybatch.formats.histograms import shipped_histogram
 
 OUTPUT = "output_tokens"
 FIRST_TOKEN = 3  # ids 0..2 are pad, start and end in the exports; sources use ordinary words
@@ -83,23 +84,6 @@ class LengthSampler:
     def draw(self) -> tuple[int, int]:
         s, o = self.hist.sample(self.rng, 2)
         return min(s, self.info.max_source_length), min(o, self.info.max_output_length)
-
-
-SHIPPED_HISTOGRAMS = {"wmt": "wmt_en_de_lengths.json", "chat": "chat_lengths.json"}
-
-
-def shipped_histogram(name: str | None = None) -> Path:
-    """A length histogram the project ships (lazybatch/simulator/data/): ``wmt``, the synthetic WMT en-de one (the
-    default, for translation models), or ``chat``, the long-tailed one the decoder LM is served with."""
-    import lazybatch
-
-    if (name or "wmt") not in SHIPPED_HISTOGRAMS:
-        raise ConfigError(f"unknown length histogram {name!r}; the shipped ones are {', '.join(SHIPPED_HISTOGRAMS)}, "
-                          "or pass --length-histogram FILE")
-    p = Path(lazybatch.__file__).resolve().parent / "simulator" / "data" / SHIPPED_HISTOGRAMS[name or "wmt"]
-    if not p.is_file():  # pragma: no cover - the package data is missing
-        raise ConfigError("the shipped length histogram is missing; pass --length-histogram FILE")
-    return p
 
 
 def perf_input_data(info: Seq2SeqInfo, n: int = 100, *, seed: int = 0, histogram: str | Path | None = None,

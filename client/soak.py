@@ -223,7 +223,7 @@ def scrape(url: str, timeout: float = 5.0) -> str:
 
 def metric_total(text: str, family: str, **labels: str) -> float:
     """Sum of the series of ``family`` whose labels include ``labels``."""
-    from lazybatch.backend.metrics import parse_samples
+    from lazybatch.formats.prometheus import parse_samples
 
     return sum(v for lab, v in parse_samples(text, family) if all(lab.get(k) == w for k, w in labels.items()))
 

@@ -50,10 +50,11 @@ def scaled_to_paper(model: str):
     load where the paper's rates put it, to separate effects of shape from effects of our slower exports.
     """
     from lazybatch.batcher.latency_table import LatencyTable
-    from lazybatch.simulator import paper_tables
+    from lazybatch.batcher.lengths import LengthHistogram
+    from lazybatch.formats.histograms import shipped_histogram
 
     table = LatencyTable.load(table_path(model))
-    mean = round(paper_tables.length_histogram().mean())
+    mean = round(LengthHistogram.load(shipped_histogram()).mean())  # the WMT histogram the simulator ships
     ours = table.whole_graph_latency(1, mean, mean)
     k = PAPER_SINGLE_MS[model] * 1e-3 / ours
     meta = dict(table.meta, scaled_by=k, scaled_note=f"scaled so one request at {mean} tokens takes "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from lazybatch.batcher.lengths import LengthHistogram
-from lazybatch.client.seq2seq import shipped_histogram
+from lazybatch.formats.histograms import shipped_histogram
 from lazybatch.simulator import paper_tables
 from tests.benchhelpers import load_benchmark
 

@@ -70,8 +70,8 @@ def test_algorithm1_encoder_decoder_timesteps():
 
 
 def test_dec_timesteps_cover_90_percent_of_fig11_histogram():
-    from lazybatch.simulator.paper_tables import shipped_histogram
-    h = shipped_histogram()
+    from lazybatch.formats.histograms import shipped_histogram
+    h = LengthHistogram.load(shipped_histogram())
     assert h.fraction_at_most(19) == pytest.approx(0.70, abs=0.02)  # ~70% under 20 words
     assert h.fraction_at_most(30) == pytest.approx(0.90, abs=0.02)  # ~90% within 30
     assert h.coverage_length(0.9) == 30

@@ -12,7 +12,9 @@ import pytest
 
 from lazybatch.batcher import LatencyTable, ModelGraph, Request, StageType
 from lazybatch.batcher.errors import ConfigError
+from lazybatch.batcher.lengths import LengthHistogram
 from lazybatch.batcher.policies.spec import parse_policy
+from lazybatch.formats.histograms import shipped_histogram
 from lazybatch.simulator import paper_tables, workload
 from lazybatch.simulator.engine import Simulation
 
@@ -54,7 +56,7 @@ def test_the_rule_is_checked_and_named():
 
 
 def test_seq2seq_models_keep_the_slack_rule():
-    table, hist = paper_tables.gnmt(), paper_tables.shipped_histogram()
+    table, hist = paper_tables.gnmt(), LengthHistogram.load(shipped_histogram())
     done = {}
     for policy in ("lazy", "lazy:preempt=benefit"):
         reqs = workload.requests(workload.poisson(200.0, 200, 1, graph=table.graph, lengths=hist), 0.5)

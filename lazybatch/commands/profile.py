@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         if args.spin:
             raise ConfigError("--spin applies to per-session pools; leave it out with --global-thread-pool (the "
                               "global pool spins as onnxruntime's default does)")
-        from lazybatch.onnx_tools.threads import use_global_thread_pool
+        from lazybatch.sessions.threads import use_global_thread_pool
 
         use_global_thread_pool(args.threads)
     out = args.out or args.dir / "latency.json"

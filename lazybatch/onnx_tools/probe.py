@@ -94,7 +94,7 @@ def _session(model: onnx.ModelProto) -> Any:
     a probe asks for every activation at once, and an arena would keep that peak for the rest of the split."""
     import onnxruntime as ort
 
-    from .threads import session_options
+    from lazybatch.sessions.threads import session_options
 
     if model.ByteSize() > MAX_PROBE_BYTES:
         return None

@@ -25,10 +25,10 @@ import numpy as np
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.graph import ModelGraph, StageType
 from lazybatch.batcher.latency_table import LatencyTable, monotone_row
+from lazybatch.sessions.chain import StageChain, random_feeds
+from lazybatch.sessions.threads import global_thread_pool
 
 from .manifest import load_manifest
-from .runtime import StageChain, random_feeds
-from .threads import global_thread_pool
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -71,7 +71,7 @@ def default_length_histogram(name: str | None = None) -> Path:
     """The shipped length histogram a seq2seq export names (``chat`` for the decoder LM), else the synthetic WMT
     en-de one (lazybatch/simulator/data/; docs say where each comes from). An unknown name is an error, not a
     table without ``dec_timesteps_90``."""
-    from lazybatch.client.seq2seq import shipped_histogram
+    from lazybatch.formats.histograms import shipped_histogram
 
     return shipped_histogram(name)
 
@@ -166,7 +166,7 @@ def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_B
         "warmup": warmup, "repeat": repeat, "statistic": "median", "threads": threads or os.cpu_count(),
         "profile": {"rounds": rounds, "reps": per_round, "statistic": "median", "monotone_fit": True},
         "intra_op_spinning": spinning,
-        "inplace_stages": sorted(chain.inplace),  # residual stages timed writing over their input (inplace.py)
+        "inplace_stages": sorted(chain.inplace),  # residual stages timed writing over their input (sessions/inplace.py)
         "thread_pool": "global" if global_thread_pool() is not None else "per session",
         "host": platform.node(), "machine": platform.machine(), "processor": platform.processor() or None,
         "interpolation": "linear between measured batch sizes (LatencyTable)",

@@ -15,7 +15,7 @@ import numpy as np
 
 from lazybatch.batcher.errors import ConfigError
 
-from .runtime import StageChain
+from lazybatch.sessions.chain import StageChain
 
 
 @dataclass

@@ -14,12 +14,12 @@ from onnx import helper
 
 from lazybatch import __version__
 from lazybatch.batcher.errors import ConfigError
+from lazybatch.sessions.ort_optimize import OPTIMIZED_WHOLE, manifest_entry, optimize_model
 
 from .batchable import infer_shapes, make_batchable, shape_table
 from .fsutil import check_target, replace_dir, staging_dir
 from .loading import default_opset, fold_constant_nodes, load_model
 from .manifest import FORMAT, build_manifest, input_ranges
-from .ort_optimize import OPTIMIZED_WHOLE, manifest_entry, optimize_model
 from .plan import Plan, make_plan
 from .probe import choose_examples, probe
 from .zoo import EXTERNAL_DATA_THRESHOLD, seq2seq_spec
@@ -97,8 +97,9 @@ def split_model(model_path: str | Path, out: str | Path, *, max_stages: int | No
                 graph_optimization_level: str | None = None,
                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> SplitResult:
     """Split ``model_path`` into ``out``. With ``graph_optimization_level`` (basic, extended, all) the graph is
-    cut after onnxruntime has optimised it at that level (see :mod:`.ort_optimize`); ``model.onnx`` stays the
-    unoptimised (batchable) model, and the optimised whole graph is kept beside it for --verify.
+    cut after onnxruntime has optimised it at that level (see :mod:`lazybatch.sessions.ort_optimize`);
+    ``model.onnx`` stays the unoptimised (batchable) model, and the optimised whole graph is kept beside it for
+    --verify.
 
     ``input_shapes``: per-sample sizes (no batch) for inputs with dynamic dimensions besides the batch, used by
     every run of the model here and recorded in the manifest as ``example_dims`` (see :mod:`.probe`); where not

@@ -18,7 +18,7 @@ import numpy as np
 
 from lazybatch.batcher.errors import ConfigError
 
-from .runtime import StageChain, make_session, random_feeds
+from lazybatch.sessions.chain import StageChain, make_session, random_feeds
 
 TOLERANCE = 1e-5
 BATCH_SIZES = (1, 8)

@@ -22,6 +22,7 @@ from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.lengths import LengthHistogram
 from lazybatch.batcher.policies.spec import parse_policy
+from lazybatch.formats.histograms import shipped_histogram
 
 from . import paper_tables, workload
 from .engine import Simulation
@@ -65,7 +66,7 @@ class LoadsOnTable:
 def _histogram(table: LatencyTable, histogram: LengthHistogram | None) -> LengthHistogram | None:
     if not table.graph.is_seq2seq:
         return None
-    return histogram if histogram is not None else paper_tables.shipped_histogram()
+    return histogram if histogram is not None else LengthHistogram.load(shipped_histogram())
 
 
 def single_request_ms(table: LatencyTable, histogram: LengthHistogram | None = None, *, n: int = 200,

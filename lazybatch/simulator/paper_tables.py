@@ -28,11 +28,12 @@ from pathlib import Path
 from lazybatch.batcher.graph import ModelGraph, StageType
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.lengths import LengthHistogram
+from lazybatch.formats.histograms import SHIPPED_HISTOGRAMS
 
 DATA = Path(__file__).with_name("data")
 BATCH_SIZES = [1, 2, 4, 8, 16, 32, 48, 64]
 FLAT_SLOPE = 0.02
-HISTOGRAM_FILE = "wmt_en_de_lengths.json"
+HISTOGRAM_FILE = SHIPPED_HISTOGRAMS["wmt"]  # read back with lazybatch.formats.histograms.shipped_histogram()
 MODELS = {"resnet50": "resnet50.json", "gnmt": "gnmt.json", "transformer": "transformer.json",
           "vgg19": "vgg19.json", "bert_base": "bert_base.json"}
 ALIASES = {"resnet": "resnet50", "resnet-50": "resnet50", "vgg": "vgg19", "vgg-19": "vgg19", "bert": "bert_base",
@@ -142,10 +143,6 @@ def write_all(directory: Path = DATA) -> list[Path]:
 def shipped_table(name: str) -> LatencyTable:
     key = ALIASES.get(name.lower(), name.lower())
     return LatencyTable.load(DATA / MODELS[key])
-
-
-def shipped_histogram() -> LengthHistogram:
-    return LengthHistogram.load(DATA / HISTOGRAM_FILE)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,6 +23,7 @@ from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.lengths import LengthHistogram
 from lazybatch.batcher.policies.spec import PolicySpec, parse_policy
+from lazybatch.formats.histograms import shipped_histogram
 
 from . import paper_tables, workload
 from .engine import Simulation
@@ -70,7 +71,7 @@ def load_table(model: str) -> LatencyTable:
 
 @lru_cache(maxsize=8)
 def load_histogram(path: str | None) -> LengthHistogram:
-    return paper_tables.shipped_histogram() if path is None else LengthHistogram.load(path)
+    return LengthHistogram.load(shipped_histogram() if path is None else path)
 
 
 @lru_cache(maxsize=8)

@@ -19,6 +19,7 @@ from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
+from lazybatch.formats.prometheus import parse_samples
 
 from test_backend import CONFIG, Collector, mlp  # noqa: F401  (the module-scoped fixture)
 
@@ -90,7 +91,7 @@ def test_model_metrics_collect_and_text_format():
     assert series[("lazybatch_queue_samples", mod)] == 0
     text = m.to_prometheus()
     assert "# TYPE lazybatch_requests_total counter" in text
-    got = dict((lab["outcome"], v) for lab, v in M.parse_samples(text, "lazybatch_requests_total"))
+    got = dict((lab["outcome"], v) for lab, v in parse_samples(text, "lazybatch_requests_total"))
     assert got["ok"] == 2 and got["error"] == 0
 
 

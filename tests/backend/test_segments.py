@@ -1,4 +1,4 @@
-"""fuse_segments: consecutive stages merged into one onnxruntime session each (lazybatch/onnx_tools/segments.py,
+"""fuse_segments: consecutive stages merged into one onnxruntime session each (sessions/segments.py,
 backend/fusion.py ``segment``), with the stages' result, and served so by the backend."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from lazybatch.backend.fusion import segment, segment_table
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.latency_table import LatencyTable
-from lazybatch.onnx_tools.segments import SegmentError, balanced_cuts, merge_stages, segment_ranges
 from lazybatch.repo import add_model
+from lazybatch.sessions.segments import SegmentError, balanced_cuts, merge_stages, segment_ranges
 from lazybatch.staging import batchable_light_model, make_mlp, split_model
 from tests.backendhelpers import initialize_model
 from tests.onnx.onnx_graphs import shared_weight_mlp

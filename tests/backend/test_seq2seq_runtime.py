@@ -22,11 +22,11 @@ from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies import parse_policy
 from lazybatch.client.seq2seq import LengthSampler, Seq2SeqInfo, make_request
-from lazybatch.onnx_tools.runtime import StageChain
 from lazybatch.onnx_tools.seq2seq import Seq2SeqRunner
 from lazybatch.onnx_tools.split import split_model
 from lazybatch.onnx_tools.zoo import export_model
 from lazybatch.repo import profile_seq2seq
+from lazybatch.sessions.chain import StageChain
 
 
 @pytest.fixture(scope="module", params=["gnmt", "transformer", "gpt2"])
@@ -348,7 +348,7 @@ def test_metrics_count_the_decoder_loop(split, policy):
     padding, equal to the runtime's statistics; a static model's metrics have none of the loop's families. The end
     token is set to a token the model does make, so that some sequences end early at it."""
     from lazybatch.backend import metrics as M
-    from lazybatch.backend.metrics import parse_samples
+    from lazybatch.formats.prometheus import parse_samples
 
     kind, runner, spec0, table, ref = split
     spec = Seq2SeqSpec(runner.manifest)  # a copy: the fixture's spec is shared
@@ -548,7 +548,7 @@ def test_eager_predicts_decode_lengths_from_the_models_histogram(split, tmp_path
     WMT-like one by default); a table whose histogram file is gone falls back to the shipped one, and a policy
     given dec_timesteps keeps it fixed."""
     from lazybatch.batcher.lengths import LengthHistogram
-    from lazybatch.client.seq2seq import shipped_histogram
+    from lazybatch.formats.histograms import shipped_histogram
 
     kind, runner, spec, table, ref = split
     hist = LengthHistogram.load(table.meta["length_histogram"])

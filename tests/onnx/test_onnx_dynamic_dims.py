@@ -19,12 +19,12 @@ from lazybatch.backend.config import load_config
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.latency_table import LatencyTable
-from lazybatch.onnx_tools.profile import profile_dir
 from lazybatch.onnx_tools.probe import parse_input_shapes
-from lazybatch.onnx_tools.runtime import StageChain
+from lazybatch.onnx_tools.profile import profile_dir
 from lazybatch.onnx_tools.split import split_model
 from lazybatch.onnx_tools.verify import verify_dir
 from lazybatch.repo import add_model
+from lazybatch.sessions.chain import StageChain
 
 
 def _save(model: onnx.ModelProto, path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""In-place residual stages (lazybatch/onnx_tools/inplace.py) on a real ort-all split of the small ResNet-50:
+"""In-place residual stages (sessions/inplace.py) on a real ort-all split of the small ResNet-50:
 which stages qualify, that the chain computes the same bits with and without, and that the backend serves it."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lazybatch.onnx_tools import inplace as inplace_mod
-from lazybatch.onnx_tools.inplace import InPlace, inplace_plan, verified
 from lazybatch.onnx_tools.manifest import load_manifest
-from lazybatch.onnx_tools.runtime import StageChain, random_feeds
+from lazybatch.sessions import inplace as inplace_mod
+from lazybatch.sessions.chain import StageChain, random_feeds
+from lazybatch.sessions.inplace import InPlace, inplace_plan, verified
 from tests.backend.test_backend import Collector  # Triton's response senders stand-in
 
 
@@ -210,7 +210,7 @@ def test_backend_failed_inplace_run_fails_its_batch_without_rerun(split_all, mon
     from lazybatch.backend.stages import StageRunner
     from lazybatch.batcher.policies import parse_policy
     from lazybatch.batcher.request import Status
-    from lazybatch.onnx_tools.inplace import InPlaceRunError
+    from lazybatch.sessions.inplace import InPlaceRunError
 
     d, man = split_all
     runner = StageRunner(d, execution_provider="cpu")

@@ -52,7 +52,7 @@ def _check_contract(man: dict, d: Path) -> None:
 
 
 def _chain_by_hand(man: dict, d: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The manifest's chaining rule implemented independently of lazybatch.onnx_tools.runtime."""
+    """The manifest's chaining rule implemented independently of lazybatch.sessions.chain."""
     env = dict(feeds)
     for st in man["stages"]:
         s = ort.InferenceSession(str(d / st["file"]), providers=["CPUExecutionProvider"])

@@ -11,8 +11,8 @@ import onnx
 import pytest
 
 from lazybatch.batcher.errors import ConfigError
-from lazybatch.onnx_tools.ort_optimize import host_signature
-from lazybatch.onnx_tools.runtime import StageChain, random_feeds
+from lazybatch.sessions.chain import StageChain, random_feeds
+from lazybatch.sessions.ort_optimize import host_signature
 
 
 def _ops_after_ort(path: Path, tmp: Path) -> collections.Counter[str]:

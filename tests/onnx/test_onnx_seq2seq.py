@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lazybatch.onnx_tools.runtime import StageChain
 from lazybatch.onnx_tools.seq2seq import Seq2SeqRunner
+from lazybatch.sessions.chain import StageChain
 
 
 def _split(name: str, tmp_path: Path, cli) -> StageChain:

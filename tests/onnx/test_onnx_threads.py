@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lazybatch.onnx_tools.runtime import StageChain, random_feeds
-from lazybatch.onnx_tools.threads import global_thread_pool, session_options
+from lazybatch.sessions.chain import StageChain, random_feeds
+from lazybatch.sessions.threads import global_thread_pool, session_options
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +56,8 @@ def test_global_pool_gives_the_same_outputs_and_every_path_works(split_dir: Path
     got = _in_fresh_process(f"""
         import json, warnings
         import numpy as np
-        from lazybatch.onnx_tools.threads import use_global_thread_pool, global_thread_pool, session_options
-        from lazybatch.onnx_tools.runtime import StageChain
+        from lazybatch.sessions.threads import use_global_thread_pool, global_thread_pool, session_options
+        from lazybatch.sessions.chain import StageChain
         from lazybatch.onnx_tools.split import split_model
         use_global_thread_pool(1)
         with warnings.catch_warnings(record=True) as w:

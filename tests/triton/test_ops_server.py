@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from lazybatch.backend.metrics import parse_samples
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.lazy import useful_batch_size
 from lazybatch.client.api import Client, InferError
 from lazybatch.client.soak import OpenLoop, metric_total, process_tree_rss, scrape, wait_for
+from lazybatch.formats.prometheus import parse_samples
 from lazybatch.serving import TritonServer, free_port
 
 from triton_models import MAX_BATCH, build_prod_repository

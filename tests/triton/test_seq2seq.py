@@ -17,19 +17,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lazybatch.backend.metrics import parse_samples
 from lazybatch.backend.model import read_log
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.cli import main
 from lazybatch.client.api import Client, InferError
 from lazybatch.client.seq2seq import LengthSampler, Seq2SeqInfo, info_from_parameters, make_request
 from lazybatch.client.soak import metric_total, scrape, wait_for
-from lazybatch.onnx_tools.runtime import StageChain
+from lazybatch.formats.prometheus import parse_samples
 from lazybatch.onnx_tools.seq2seq import Seq2SeqRunner
 from lazybatch.onnx_tools.split import split_model
 from lazybatch.onnx_tools.zoo import export_model
 from lazybatch.repo import add_model
 from lazybatch.serving import TritonServer, free_port
+from lazybatch.sessions.chain import StageChain
 
 KINDS = ("gnmt", "transformer", "gpt2")
 # triton: Triton's own dynamic batcher forms the batches, the backend decodes each to its end in one execute

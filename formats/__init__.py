@@ -1,0 +1,7 @@
+"""What a served model, its clients and the simulator all read (installed as ``lazybatch.formats``).
+
+``dtypes``: Triton's datatype names as numpy dtypes (the config's ``TYPE_*`` and the wire's names); ``prometheus``:
+series out of a Prometheus text scrape; ``histograms``: the length histograms the project ships, which seq2seq
+requests are drawn from. Numpy and the standard library only, so that the backend, the client (no onnxruntime) and
+the simulator (no Triton) can all import it without importing each other.
+"""
