@@ -1,8 +1,8 @@
 """Where batching pays: every policy on a real tritonserver, per model, from light load to overload.
 
-    python benchmarks/bench_regimes.py                       # MLP, BERT-base seq 32, ResNet-50, GNMT (~70 min)
-    python benchmarks/bench_regimes.py --quick               # tiny MLP, two loads, ~2 min: a smoke test
-    python benchmarks/bench_regimes.py --models mlp --loads 0.4,0.9 --duration 6
+    python -m benchmarks.bench_regimes                       # MLP, BERT-base seq 32, ResNet-50, GNMT (~70 min)
+    python -m benchmarks.bench_regimes --quick               # tiny MLP, two loads, ~2 min: a smoke test
+    python -m benchmarks.bench_regimes --models mlp --loads 0.4,0.9 --duration 6
 
 Per model, in one run: build its model directories under every policy (lazy, oracle, serial, Triton's dynamic
 batcher at max_queue_delay 0/5/20 ms, BatchMonitor), profile its stages (the latency table the policies read) and
@@ -40,21 +40,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))  # harness.py, shared by the benchmarks
 
-from harness import geomean, held_out_ratios, machine_meta, seq2seq_requests, spread  # noqa: E402
-from harness import verdict as goal_verdict  # noqa: E402
+from benchmarks.harness import geomean, held_out_ratios, machine_meta, seq2seq_requests, served, spread
+from benchmarks.harness import verdict as goal_verdict
 
-from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
-from lazybatch.batcher.policies.lazy import DEFAULT_MIN_BATCH_GAIN, useful_batch_size  # noqa: E402
-from lazybatch.client.api import Client  # noqa: E402
-from lazybatch.client.load import LoadResult, run_load, summarize  # noqa: E402
-from lazybatch.repo import ALL_POLICIES, POLICY_PARAMETERS, SEQ2SEQ_BASELINES, build_default_repository  # noqa: E402
-from lazybatch.serving import TritonServer, free_port  # noqa: E402
-from lazybatch.simulator.loads_on_table import BASELINES as SIM_BASELINES  # noqa: E402
-from lazybatch.simulator.loads_on_table import VARIANTS as SIM_VARIANTS  # noqa: E402
-from lazybatch.simulator.loads_on_table import simulate_loads  # noqa: E402
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.policies.lazy import DEFAULT_MIN_BATCH_GAIN, useful_batch_size
+from lazybatch.client.api import Client
+from lazybatch.client.load import LoadResult, run_load, summarize
+from lazybatch.repo import ALL_POLICIES, POLICY_PARAMETERS, SEQ2SEQ_BASELINES, build_default_repository
+from lazybatch.simulator.loads_on_table import BASELINES as SIM_BASELINES
+from lazybatch.simulator.loads_on_table import VARIANTS as SIM_VARIANTS
+from lazybatch.simulator.loads_on_table import simulate_loads
 
 # eager: the default of `repo add` and the quickstart (batcher/policies/eager.py); lazy: the paper's algorithm
 POLICY_ORDER = ["eager", "lazy", "oracle", "serial", "triton_0us", "triton_5000us", "triton_20000us", "monitor"]
@@ -250,13 +247,11 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
     for f in stats_dir.glob("*.json"):
         f.unlink()
     names = {p: f"{kind}_{p}" for p in pols}
-    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=out / f"tritonserver_{kind}.log", env={"LAZYBATCH_STATS_DIR": str(stats_dir)})
     bar.write(f"[{kind}] starting tritonserver on {repo}")
     cells: list[dict] = []
     perf_cells: list[dict] = []
-    server.start(timeout=600)  # seven model directories of a large model load slowly on a busy machine
-    with server:
+    # seven model directories of a large model load slowly on a busy machine
+    with served(repo, out / f"tritonserver_{kind}.log", stats_dir=stats_dir, timeout=600) as server:
         url, http = server.endpoints.grpc, server.endpoints.http
         version = server_version(http)
         with Client(url) as c:
@@ -1195,7 +1190,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     meta = machine_meta()
     meta["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(st).items()}
-    meta["command"] = "python benchmarks/bench_regimes.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    meta["command"] = "python -m benchmarks.bench_regimes " + " ".join(sys.argv[1:] if argv is None else argv)
     meta["started"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     meta["alternating"] = True  # odd slices reverse the policies' order (runs before this key did not)
     t_start = time.monotonic()

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.benchhelpers import load_benchmark
+from benchmarks import bench_regimes
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_benchmark("bench_regimes")
+    return bench_regimes
 
 
 def _cell(policy: str, load: float, avg: float, thr: float, sent: float, viol: float = 0.0) -> dict:
