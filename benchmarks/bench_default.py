@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from benchmarks.harness import (add_perf_arrivals_arg, command_line, fmt, machine_meta, spread, start_server,
                                static_t1, verdict, write_json)
+from benchmarks.harness.plots import pyplot, save
 from lazybatch.client.load import run_load
 from lazybatch.repo import KIND_SLA_MS, build_default_repository
 from lazybatch.serving import TritonServer
@@ -369,12 +370,8 @@ def header(meta: dict) -> list[str]:
 
 def plot(results: list[dict], path: Path) -> None:
     """Best Triton / eager average latency per load: served (with its spread) beside the simulated ceiling."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.6), squeeze=False)
     for ax, res in zip(axes[0], results):
@@ -398,9 +395,7 @@ def plot(results: list[dict], path: Path) -> None:
         ax.set_ylabel("best Triton avg / eager avg")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, dpi=100)
 
 
 def rerender(paths: list[Path], out: Path, json_copy: str | None) -> int:

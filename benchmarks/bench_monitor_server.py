@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import start_server
+from benchmarks.harness.plots import pyplot, save
 from lazybatch.backend.model import read_log
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_schedule, schedule_from_rates
@@ -341,12 +342,8 @@ def bins(points: list[tuple[float, float]], width: float, end: float) -> tuple[l
 
 
 def plot(res: dict, path: Path, bin_s: float) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
     tr = res["trace"]
@@ -371,8 +368,7 @@ def plot(res: dict, path: Path, bin_s: float) -> None:
     axes[2].set_xlabel("trace time (s; wall time x compression)")
     axes[2].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, dpi=100)
 
 
 def main(argv: list[str] | None = None) -> int:

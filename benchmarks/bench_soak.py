@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import command_line, git_commit, machine_meta, start_server
+from benchmarks.harness.plots import pyplot, save
 
 from lazybatch.client.api import Client
 from lazybatch.client.soak import OpenLoop, metric_total, process_tree_rss, scrape, wait_for
@@ -68,12 +69,8 @@ def largest_batch(text: str) -> int:
 
 def plot(result: dict, path: Path) -> Path | None:
     """Memory of tritonserver + stubs and the samples held, over the run (matplotlib; None where it is missing)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     t = [p[0] / 60 for p in result["rss_samples"]]
     mem = [p[1] / 2**20 for p in result["rss_samples"]]
@@ -91,9 +88,7 @@ def plot(result: dict, path: Path) -> Path | None:
                  f"duplicated {result['duplicated']}", fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return path
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 
 
 from benchmarks.harness import command_line, geomean, held_out_ratios, served, spread, verdict as goal_verdict
+from benchmarks.harness.plots import pyplot, save
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_load, summarize
 from lazybatch.repo import COMPARISON, build_default_repository, default_build_dir
@@ -264,12 +265,8 @@ def level(ratios: list[float], short: bool = False) -> str:
 
 
 def plot(results: list[dict], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     slas = sorted({r["sla_ms"] for r in results})
     fig, axes = plt.subplots(2, len(slas), figsize=(6 * len(slas), 8), squeeze=False)
@@ -288,8 +285,7 @@ def plot(results: list[dict], path: Path) -> None:
             ax.set_xlabel("offered load (% of batch-1 service rate)")
             ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 if __name__ == "__main__":

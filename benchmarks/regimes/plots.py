@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmarks.harness.plots import pyplot, save
 from benchmarks.regimes.policies import ROW_ORDER, Settings
 
 
 def plot_scaling(results: list[dict], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for res in results:
@@ -30,17 +27,12 @@ def plot_scaling(results: list[dict], path: Path) -> None:
         ax.set_xscale("log", base=2)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, dpi=100)
 
 
 def plot_model(res: dict, path: Path, st: Settings) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     key = f"{st.sched_sla_multiple:g}x"
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
@@ -68,5 +60,4 @@ def plot_model(res: dict, path: Path, st: Settings) -> None:
         ax.legend(fontsize=7)
     fig.suptitle(f"{res['model']}: {res['description']} ({res['scaling']['regime']})")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save(fig, path, dpi=90)
