@@ -1,7 +1,7 @@
 """How soon a client's cancellation is answered, and how soon its compute stops, on a real tritonserver.
 
-    python benchmarks/bench_cancel.py                        # 40 trials per variant: fixed 50 ms poll vs auto
-    python benchmarks/bench_cancel.py --trials 10 --variants fixed50
+    python -m benchmarks.bench_cancel                        # 40 trials per variant: fixed 50 ms poll vs auto
+    python -m benchmarks.bench_cancel --trials 10 --variants fixed50
 
 The model is ``make_heavy`` made deeper (24 MatMul+Relu layers, a stage each: several ms a stage on one core),
 served under ``serial`` with ``fuse_stages: false`` so that one request runs at a time, stage by stage, and the
@@ -31,14 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import command_line, git_commit, machine_meta, write_json  # noqa: E402
+from benchmarks.harness import command_line, git_commit, machine_meta, write_json, start_server
 
-from lazybatch.backend.model import read_log  # noqa: E402
-from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
-from lazybatch.repo import add_model  # noqa: E402
-from lazybatch.serving import TritonServer, free_port  # noqa: E402
-from lazybatch.staging import make_heavy, split_model  # noqa: E402
+from lazybatch.backend.model import read_log
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.repo import add_model
+from lazybatch.staging import make_heavy, split_model
 
 DIM = 512
 VARIANTS = {"fixed50": {"cancel_poll_ms": "50"}, "auto": {}}
@@ -150,10 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     for f in stats.glob("*.csv"):
         f.unlink()
     meta = machine_meta()
-    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=args.out / "tritonserver.log",
-                          env={"LAZYBATCH_STATS_DIR": str(stats), "OMP_NUM_THREADS": "1"})
-    server.start(timeout=240)
+    server = start_server(repo, args.out / "tritonserver.log", stats_dir=stats, env={"OMP_NUM_THREADS": "1"},
+                          timeout=240)
     import tritonclient.grpc as grpcclient
 
     rows: dict[str, list[dict]] = {v: [] for v in names}

@@ -1,9 +1,9 @@
 """Decoder models: step-level batching against Triton's own dynamic batcher, on a real tritonserver.
 
-    python benchmarks/bench_decoder.py                                  # the decoder LM, 70/100/150% load
-    python benchmarks/bench_decoder.py --models gnmt,transformer --loads 0.1,0.7,1.5,3 --reps 3 --duration 30
-    python benchmarks/bench_decoder.py --models gnmt --variants eager_join     # an opt-in rule beside the default
-    python benchmarks/bench_decoder.py --models gnmt --loads 0.7 --driver perf_analyzer   # the load from perf_analyzer
+    python -m benchmarks.bench_decoder                                  # the decoder LM, 70/100/150% load
+    python -m benchmarks.bench_decoder --models gnmt,transformer --loads 0.1,0.7,1.5,3 --reps 3 --duration 30
+    python -m benchmarks.bench_decoder --models gnmt --variants eager_join     # an opt-in rule beside the default
+    python -m benchmarks.bench_decoder --models gnmt --loads 0.7 --driver perf_analyzer   # the load from perf_analyzer
 
 Goal (issue "Decoder models"): on the decoder-only LM with long-tail lengths, at 70-150% of the batch-1 rate, best
 Triton dynamic-batcher config (0/5/20 ms queue delay) average and p99 latency / lazybatch's >= 3, and lazybatch's peak
@@ -37,19 +37,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from tqdm import tqdm  # noqa: E402
+from tqdm import tqdm
 
-from harness import (add_perf_arrivals_arg, add_sweep_args, command_line, fmt, machine_meta,  # noqa: E402
-                     parse_sweep_args, perf_row, seq2seq_t1, served_table, spread, turns, verdict, write_json)
-from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
-from lazybatch.batcher.lengths import LengthHistogram  # noqa: E402
-from lazybatch.client.load import run_load  # noqa: E402
-from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
-from lazybatch.serving import TritonServer, free_port  # noqa: E402
-from lazybatch.simulator.loads_on_table import simulate_loads, single_request_ms  # noqa: E402
+from benchmarks.harness import (add_perf_arrivals_arg, add_sweep_args, command_line, fmt, machine_meta,
+                               parse_sweep_args, perf_row, seq2seq_t1, served, served_table, spread, turns, verdict,
+                               write_json)
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.lengths import LengthHistogram
+from lazybatch.client.load import run_load
+from lazybatch.repo import KIND_SLA_MS, build_default_repository
+from lazybatch.simulator.loads_on_table import simulate_loads, single_request_ms
 
 POLICIES = {"eager": "eager", "triton_0us": "triton:0", "triton_5000us": "triton:5000",
             "triton_20000us": "triton:20000"}
@@ -69,18 +67,16 @@ GOALS = {"lm": (3.0, 3.0, 2.0)}  # (avg, p99, peak throughput) at 70-150%; seq2s
 
 
 def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
-    served = {**POLICIES, **{v: VARIANTS[v] for v in args.variants}}
-    repo = build_default_repository(out / "repos" / kind, kind=kind, work=out / "build" / kind, policies=served,
+    policies = {**POLICIES, **{v: VARIANTS[v] for v in args.variants}}
+    repo = build_default_repository(out / "repos" / kind, kind=kind, work=out / "build" / kind, policies=policies,
                                     profile_reps=5, seq2seq_baselines=False)
-    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=out / f"tritonserver_{kind}.log", env={"LAZYBATCH_STATS_DIR": str(out / "stats")})
     sla_ms = KIND_SLA_MS[kind]
     cells = []
-    with server:
+    with served(repo, out / f"tritonserver_{kind}.log", stats_dir=out / "stats") as server:
         url, http = server.endpoints.grpc, server.endpoints.http
         t1 = seq2seq_t1(url, http, f"{kind}_triton_0us", 20)
         tqdm.write(f"[{kind}] t1 {t1 * 1e3:.1f} ms (batch-1 rate {1 / t1:.2f}/s), SLA {sla_ms:g} ms")
-        for f, k, pol in turns(args.loads, args.reps, served, kind):
+        for f, k, pol in turns(args.loads, args.reps, policies, kind):
             # light loads run long enough to hold --min-requests arrivals (10% of the LM's rate: about 0.5/s)
             duration = max(args.duration, args.min_requests * t1 / f)
             if args.driver == "perf_analyzer":

@@ -1,7 +1,7 @@
 """The default policy (eager) against Triton's own dynamic batcher at its best, on a real tritonserver.
 
-    python benchmarks/bench_default.py                                 # MLP, BERT, ResNet-50, MobileNet-v1
-    python benchmarks/bench_default.py --models mlp --reps 3 --driver both --out lazybatch-results/default
+    python -m benchmarks.bench_default                                 # MLP, BERT, ResNet-50, MobileNet-v1
+    python -m benchmarks.bench_default --models mlp --reps 3 --driver both --out lazybatch-results/default
 
 Goal (issue "Never slower than Triton's own batcher"): best Triton dynamic-batcher config (0/5/20 ms queue delay)
 average latency / eager's >= 1.00 at every load from 10% to 300% of the batch-1 rate, p99 and 5x-SLA violations no
@@ -32,16 +32,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from tqdm import tqdm  # noqa: E402
+from tqdm import tqdm
 
-from harness import (add_perf_arrivals_arg, command_line, fmt, machine_meta, spread, static_t1,  # noqa: E402
-                     verdict, write_json)
-from lazybatch.client.load import run_load  # noqa: E402
-from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
-from lazybatch.serving import TritonServer, free_port  # noqa: E402
+from benchmarks.harness import (add_perf_arrivals_arg, command_line, fmt, machine_meta, spread, start_server,
+                               static_t1, verdict, write_json)
+from benchmarks.harness.plots import pyplot, save
+from lazybatch.client.load import run_load
+from lazybatch.repo import KIND_SLA_MS, build_default_repository
+from lazybatch.serving import TritonServer
 
 POLICIES = {"eager": "eager", "triton_0us": "triton:0", "triton_5000us": "triton:5000",
             "triton_20000us": "triton:20000", "triton_0us_twin": "triton:0"}
@@ -114,8 +113,7 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
                     old.unlink()
                 seen = {}
                 log = f"tritonserver_{kind}_{driver}_rep{k}.log" if args.restart else f"tritonserver_{kind}.log"
-                server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                                      log_file=out / log, env={"LAZYBATCH_STATS_DIR": str(stats_dir)}).start()
+                server = start_server(repo, out / log, stats_dir=stats_dir)
                 started = (driver, k)
                 url = server.endpoints.grpc
                 if math.isnan(t1):  # measured once: every repetition offers the same request rates
@@ -372,12 +370,8 @@ def header(meta: dict) -> list[str]:
 
 def plot(results: list[dict], path: Path) -> None:
     """Best Triton / eager average latency per load: served (with its spread) beside the simulated ceiling."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.6), squeeze=False)
     for ax, res in zip(axes[0], results):
@@ -401,9 +395,7 @@ def plot(results: list[dict], path: Path) -> None:
         ax.set_ylabel("best Triton avg / eager avg")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, dpi=100)
 
 
 def rerender(paths: list[Path], out: Path, json_copy: str | None) -> int:

@@ -1,7 +1,7 @@
 """Memory through a burst: does the server give back what a 5x overload made it take?
 
-    python benchmarks/bench_memory.py                       # with and without memory release, 3 runs each
-    python benchmarks/bench_memory.py --variants release --reps 1 --env MALLOC_ARENA_MAX=2   # one look, other env
+    python -m benchmarks.bench_memory                       # with and without memory release, 3 runs each
+    python -m benchmarks.bench_memory --variants release --reps 1 --env MALLOC_ARENA_MAX=2   # one look, other env
 
 The model is the burst test's (tests/triton/test_ops_server.py): ``make_heavy``, a compute-bound graph whose
 intermediate tensors are 2 MiB a sample, under ``lazy`` with ``max_queue_size`` 32 and ``timeout_action REJECT``
@@ -23,14 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import command_line, git_commit, machine_meta, write_json  # noqa: E402
+from benchmarks.harness import command_line, git_commit, machine_meta, write_json, start_server
 
-from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
-from lazybatch.client.soak import OpenLoop, process_label, process_rss, process_tree  # noqa: E402
-from lazybatch.repo import add_model  # noqa: E402
-from lazybatch.serving import TritonServer, free_port  # noqa: E402
-from lazybatch.staging import make_heavy  # noqa: E402
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.client.soak import OpenLoop, process_label, process_rss, process_tree
+from lazybatch.repo import add_model
+from lazybatch.staging import make_heavy
 
 MODEL = "heavy"
 MiB = 2**20
@@ -84,9 +82,7 @@ def one_run(out: Path, params: dict[str, str], env: dict[str, str], args: argpar
     repo = build(out, params, args.policy)
     table = LatencyTable.load(repo / MODEL / "1" / "latency.json")
     capacity = max(b / table.whole_graph_latency(b) for b in table.batch_sizes)
-    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=out / "tritonserver.log", env={"OMP_NUM_THREADS": "1", **env})
-    server.start(timeout=240)
+    server = start_server(repo, out / "tritonserver.log", env={"OMP_NUM_THREADS": "1", **env}, timeout=240)
     xs = np.random.default_rng(0).standard_normal((64, 512)).astype(np.float32)
     loop = OpenLoop(server.endpoints.grpc, MODEL, lambda i: {"x": xs[i % 64:i % 64 + 1]})
     sampler = Sampler(server.proc.pid)

@@ -1,8 +1,8 @@
 """Mixed traffic on one model: interactive requests beside bulk ones, the default policy against Triton's own dynamic
 batcher with priority levels and queue timeouts, on a real tritonserver.
 
-    python benchmarks/bench_mixed.py                                   # MLP and ResNet-50, 70/100/120% load
-    python benchmarks/bench_mixed.py --models resnet50 --loads 0.7,1.2 --reps 3 --duration 10
+    python -m benchmarks.bench_mixed                                   # MLP and ResNet-50, 70/100/120% load
+    python -m benchmarks.bench_mixed --models resnet50 --loads 0.7,1.2 --reps 3 --duration 10
 
 Goal (issue "Mixed traffic on one model"): 20% interactive requests (SLA 2 x t1, priority level 1) and 80% bulk
 (SLA 20 x t1, level 2) at 70-120% of the batch-1 rate: the interactive class misses its SLA at least 5x less often
@@ -43,22 +43,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from tqdm import tqdm  # noqa: E402
+from tqdm import tqdm
 
-from harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args, seq2seq_t1,  # noqa: E402
-                     served_table, spread, static_t1, turns, write_json)
-from lazybatch.backend.fusion import segment_table  # noqa: E402
-from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
-from lazybatch.client.load import run_load  # noqa: E402
-from lazybatch.repo import KIND_MAX_BATCH, SEQ2SEQ_KINDS, build_default_repository, set_priority_timeouts  # noqa: E402
-from lazybatch.serving import TritonServer, free_port  # noqa: E402
-from lazybatch.sessions.segments import balanced_cuts, segment_ranges  # noqa: E402
-from lazybatch.simulator.loads_on_table import single_request_ms  # noqa: E402
-from lazybatch.simulator.mixed import simulate_mixed  # noqa: E402
-from lazybatch.traffic import TrafficClass  # noqa: E402
+from benchmarks.harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args, seq2seq_t1,
+                               served, served_table, spread, static_t1, turns, write_json)
+from lazybatch.backend.fusion import segment_table
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.client.load import run_load
+from lazybatch.sessions.segments import balanced_cuts, segment_ranges
+from lazybatch.repo import KIND_MAX_BATCH, SEQ2SEQ_KINDS, build_default_repository, set_priority_timeouts
+from lazybatch.simulator.loads_on_table import single_request_ms
+from lazybatch.simulator.mixed import simulate_mixed
+from lazybatch.traffic import TrafficClass
 
 # eager_seg4: the same rule on the model's stages merged into 4 segments (config fuse_segments: 4,
 # lazybatch/repo.py VARIANT_POLICIES): boundaries only every quarter of a pass, each segment one onnxruntime call
@@ -90,11 +87,9 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         table, hist = LatencyTable.load(work / f"{kind}_latency_b{KIND_MAX_BATCH[kind]}.json"), None
     for pol in TRITON:  # a repository kept from an earlier run has its timeouts: t1 is measured without any
         set_priority_timeouts(repo / f"{kind}_{pol}", {})
-    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=out / f"tritonserver_{kind}.log",
-                          extra_args=["--model-control-mode=explicit", "--load-model=*"])
     cells = []
-    with server:
+    with served(repo, out / f"tritonserver_{kind}.log",
+                extra_args=["--model-control-mode=explicit", "--load-model=*"]) as server:
         url = server.endpoints.grpc
         if decoder:
             t1 = seq2seq_t1(url, server.endpoints.http, f"{kind}_triton_0us", 20)

@@ -1,6 +1,6 @@
 """BatchMonitor/BatchDispatcher against its seed's baselines, in the simulator, on a 300 s rate trace.
 
-    python benchmarks/bench_monitor.py [--seed 0] [--sla-ms 100] [--out benchmarks/out/monitor]
+    python -m benchmarks.bench_monitor [--seed 0] [--sla-ms 100] [--out benchmarks/out/monitor]
 
 Reproduces the evaluation shape of seed 002: a request rate that moves between 1 and 240 requests/s over 300 s,
 ResNet-50, VGG-19 and BERT-base-like models (the shipped synthetic tables), average latency and executed batch

@@ -1,8 +1,8 @@
 """BatchMonitor on the real Triton server: seed 002's evaluation shape, scaled to what this machine serves.
 
-    python benchmarks/bench_monitor_server.py                       # ResNet-50, VGG-19, BERT-base (~25 min, 2 cores)
-    python benchmarks/bench_monitor_server.py --models resnet50 --duration 30 --slices 1    # a shorter look
-    python benchmarks/bench_monitor_server.py --quick               # a tiny MLP, ~1 minute (what the test runs)
+    python -m benchmarks.bench_monitor_server                       # ResNet-50, VGG-19, BERT-base (~25 min, 2 cores)
+    python -m benchmarks.bench_monitor_server --models resnet50 --duration 30 --slices 1    # a shorter look
+    python -m benchmarks.bench_monitor_server --quick               # a tiny MLP, ~1 minute (what the test runs)
 
 For every model: one tritonserver serves it under BatchMonitor (``monitor``), ad-hoc batching (``adhoc``),
 max-batch-under-deadline (``deadline``), Triton's own dynamic batcher on the whole graph (``triton:N``) and
@@ -40,11 +40,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness import start_server
+from benchmarks.harness.plots import pyplot, save
 from lazybatch.backend.model import read_log
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_schedule, schedule_from_rates
 from lazybatch.repo import add_model, split_into
-from lazybatch.serving import TritonServer, free_port
 from lazybatch.simulator.workload import rate_trace
 
 POLICY_LABELS = {"monitor": "BatchMonitor", "adhoc": "AdHoc", "deadline": "MaxBatchDeadline", "triton": "Triton",
@@ -149,10 +150,8 @@ def run_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     stats_dir = (out / f"stats-{kind}").resolve()
     if stats_dir.exists():
         shutil.rmtree(stats_dir)
-    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=out / f"tritonserver-{kind}.log", env={"LAZYBATCH_STATS_DIR": str(stats_dir)})
     print(f"{kind}: starting tritonserver ({', '.join(names.values())}) ...", flush=True)
-    server.start(timeout=600)
+    server = start_server(repo, out / f"tritonserver-{kind}.log", stats_dir=stats_dir, timeout=600)
     try:
         url = server.endpoints.grpc
         with Client(url) as c:
@@ -343,12 +342,8 @@ def bins(points: list[tuple[float, float]], width: float, end: float) -> tuple[l
 
 
 def plot(res: dict, path: Path, bin_s: float) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
     tr = res["trace"]
@@ -373,8 +368,7 @@ def plot(res: dict, path: Path, bin_s: float) -> None:
     axes[2].set_xlabel("trace time (s; wall time x compression)")
     axes[2].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, dpi=100)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -433,8 +427,7 @@ def main(argv: list[str] | None = None) -> int:
                                  out))
     meta = {"machine": f"{os.cpu_count()} CPU cores, {os.uname().machine}, shared with other sessions",
             "loadavg": " ".join(f"{v:.1f}" for v in os.getloadavg()), "wall_s": time.time() - t_start,
-            "command": " ".join(["python", *([sys.argv[0]] if argv is None else ["bench_monitor_server.py"]),
-                                 *(sys.argv[1:] if argv is None else argv)]),
+            "command": " ".join(["python -m benchmarks.bench_monitor_server", *(sys.argv[1:] if argv is None else argv)]),
             "policies": args.policies, "durations": {r["model"]: r["duration_s"] for r in results}, "load": args.load, "sla_x": args.sla_x, "slices": args.slices,
             "max_batch_size": args.max_batch_size, "intra_op_threads": args.intra_op_threads,
             "triton_delay_us": args.triton_delay_us}

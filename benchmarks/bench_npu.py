@@ -1,8 +1,8 @@
 """NPU timing model vs SCALE-Sim 3.0.0 on ResNet-50 (224x224) convolution layers.
 
     pip install -e '.[npu-validate]'                 # scalesim==3.0.0
-    python benchmarks/bench_npu.py                   # both dataflows, all 23 distinct layer shapes (~5 min)
-    python benchmarks/bench_npu.py --dataflow ws --limit 5
+    python -m benchmarks.bench_npu                   # both dataflows, all 23 distinct layer shapes (~5 min)
+    python -m benchmarks.bench_npu --dataflow ws --limit 5
 
 Same array (128x128), SRAM sizes (Table I) and dataflow in both. Prints, per distinct layer shape: our compute
 cycles, SCALE-Sim's, the error, the wall time of one latency query (one layer, one batch size) and of SCALE-Sim's

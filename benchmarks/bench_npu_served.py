@@ -1,8 +1,8 @@
 """One arrival trace, simulated on the NPU table and served by a real Triton server on NPU time, side by side.
 
-    python benchmarks/bench_npu_served.py                         # MLP 8 x 1024, 3 NPU rates, lazy + graph (~4 min)
-    python benchmarks/bench_npu_served.py --rates 2000 --requests 200 --policies lazy   # a quick look
-    python benchmarks/bench_npu_served.py --trace my_trace.csv    # arrival_s in NPU time (lazybatch simulate format)
+    python -m benchmarks.bench_npu_served                         # MLP 8 x 1024, 3 NPU rates, lazy + graph (~4 min)
+    python -m benchmarks.bench_npu_served --rates 2000 --requests 200 --policies lazy   # a quick look
+    python -m benchmarks.bench_npu_served --trace my_trace.csv    # arrival_s in NPU time (lazybatch simulate format)
 
 The served deployment is a lazybatch model with ``executor: npu`` (backend/npu_executor.py): onnxruntime computes
 the outputs on this CPU, each stage is released at ``k x`` its modelled NPU time, and the scheduler reads the NPU
@@ -140,7 +140,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/npu_served"))
     ap.add_argument("--plot", type=Path, default=None, help="plot path (default OUT/npu_served_vs_sim.png)")
     args = ap.parse_args()
-    from lazybatch.serving import TritonServer, free_port
+    from benchmarks.harness import start_server
 
     k = args.npu_time_scale
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -159,10 +159,8 @@ def main() -> int:
 
         sess = ort.InferenceSession(str(mlp), providers=["CPUExecutionProvider"])
         stats_dir = root / "stats"
-        server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                              log_file=root / "tritonserver.log",
-                              env={"LAZYBATCH_STATS_DIR": str(stats_dir), "OMP_NUM_THREADS": "1"})
-        server.start(timeout=240)
+        server = start_server(repo, root / "tritonserver.log", stats_dir=stats_dir, env={"OMP_NUM_THREADS": "1"},
+                              timeout=240)
         try:
             for rate in rates:
                 arrivals = (workload.load_trace(args.trace) if args.trace else

@@ -1,7 +1,7 @@
 """The backend's own cost per request, against the whole graph's batch-1 time measured in the same run.
 
-    python benchmarks/bench_overhead.py                      # the 8-stage MLP (8 x 2048), 7 rounds x 2000 turns
-    python benchmarks/bench_overhead.py --json docs/data/overhead_mlp.json     # about 5 minutes on 2 cores
+    python -m benchmarks.bench_overhead                      # the 8-stage MLP (8 x 2048), 7 rounds x 2000 turns
+    python -m benchmarks.bench_overhead --json docs/data/overhead_mlp.json     # about 5 minutes on 2 cores
 
 Goal (issue "Never slower than Triton's own batcher", item 4): on the 8-stage MLP, what lazybatch adds to a request
 served alone (its scheduler thread, the hand-off, tensors joined and split, the response) is at most 3% of the whole
@@ -31,18 +31,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import numpy as np
+from tqdm import tqdm
 
-from harness import command_line, fmt, machine_meta, spread, write_json  # noqa: E402
-from lazybatch.backend.config import RequestOptions  # noqa: E402
-from lazybatch.backend.fusion import fuse, measure_fused_ratio  # noqa: E402
-from lazybatch.backend.runtime import BackendRuntime  # noqa: E402
-from lazybatch.backend.stages import StageRunner, profile_batch_sizes  # noqa: E402
-from lazybatch.batcher.policies import parse_policy  # noqa: E402
+from benchmarks.harness import command_line, fmt, machine_meta, spread, write_json
+from lazybatch.backend.config import RequestOptions
+from lazybatch.backend.fusion import fuse, measure_fused_ratio
+from lazybatch.backend.runtime import BackendRuntime
+from lazybatch.backend.stages import StageRunner, profile_batch_sizes
+from lazybatch.batcher.policies import parse_policy
 
 # name -> policy spec; "eager" runs inline (BackendRuntime.run_inline), the rest through the scheduler thread
 POLICIES = {"eager": "eager", "eager (scheduler)": "eager", "eager:spans=false": "eager:spans=false",

@@ -1,8 +1,8 @@
 """Scheduler-core speed: decision cost, simulator throughput, and the paper-sized sweep.
 
-    python benchmarks/bench_scheduler.py            # all three parts (the sweep takes a few minutes)
-    python benchmarks/bench_scheduler.py --quick    # decision cost and simulator throughput only
-    python benchmarks/bench_scheduler.py --json docs/data/bench_scheduler.json   # also write every figure as JSON
+    python -m benchmarks.bench_scheduler            # all three parts (the sweep takes a few minutes)
+    python -m benchmarks.bench_scheduler --quick    # decision cost and simulator throughput only
+    python -m benchmarks.bench_scheduler --json docs/data/bench_scheduler.json   # also write every figure as JSON
 
 Each figure is printed next to a baseline measured in the same run, and as a ratio to the goal of issue 2:
 decision <= 20 us with 64 requests queued; >= 100,000 simulated stage executions/s on one core; the paper-sized
@@ -21,8 +21,7 @@ import sys
 import time
 
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness.py, shared by the benchmarks
-from harness import git_commit  # noqa: E402
+from benchmarks.harness import git_commit
 from lazybatch.batcher import GraphBatching, LazyBatching, OracleLazyBatching, Request, Scheduler
 from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.batcher.interfaces import StageJob

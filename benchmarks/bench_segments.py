@@ -1,8 +1,8 @@
 """What merging stages into segments (config ``fuse_segments``) saves: one pass over a model stage by stage, over N
 merged segments, and as the whole graph, at one batch size, in one process (no server).
 
-    python benchmarks/bench_segments.py                                   # ResNet-50 (20 stages), 2/4/8 segments
-    python benchmarks/bench_segments.py --segments 4 --batch 8 --json docs/data/segments_resnet50.json
+    python -m benchmarks.bench_segments                                   # ResNet-50 (20 stages), 2/4/8 segments
+    python -m benchmarks.bench_segments --segments 4 --batch 8 --json docs/data/segments_resnet50.json
 
 How: the default repository's ResNet-50 (lazybatch/repo.py: split into at most 20 stages, profiled) is built once
 under --work; the stages, each segment count, and the whole graph run in turns, --rounds rounds of --reps passes
@@ -21,12 +21,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from tqdm import tqdm  # noqa: E402
+from tqdm import tqdm
 
-from harness import command_line, fmt, machine_meta, spread, write_json  # noqa: E402
+from benchmarks.harness import command_line, fmt, machine_meta, spread, write_json
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,9 @@
 """Soak run: steady open-loop load on a real tritonserver, counting lost responses and watching memory.
 
-    python benchmarks/bench_soak.py                        # 5 minutes at 80% of the batch-1 service rate
-    python benchmarks/bench_soak.py --duration 60          # a shorter look
-    python benchmarks/bench_soak.py --timeout-action REJECT --max-queue-size 64
-    python benchmarks/bench_soak.py --from-json docs/data/soak_1800s.json --plot docs/img/soak_1800s.png  # re-plot
+    python -m benchmarks.bench_soak                        # 5 minutes at 80% of the batch-1 service rate
+    python -m benchmarks.bench_soak --duration 60          # a shorter look
+    python -m benchmarks.bench_soak --timeout-action REJECT --max-queue-size 64
+    python -m benchmarks.bench_soak --from-json docs/data/soak_1800s.json --plot docs/img/soak_1800s.png  # re-plot
 
 One model: an 8-layer MLP of width 1024 cut after every Relu (``lazybatch.staging.make_mlp``, the regime where
 batching pays), served by the lazybatch backend under ``--policy`` (lazy). The batch-1 service rate mu is measured
@@ -26,14 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import command_line, git_commit, machine_meta  # noqa: E402
+from benchmarks.harness import command_line, git_commit, machine_meta, start_server
+from benchmarks.harness.plots import pyplot, save
 
-from lazybatch.client.api import Client  # noqa: E402
-from lazybatch.client.soak import OpenLoop, metric_total, process_tree_rss, scrape, wait_for  # noqa: E402
-from lazybatch.repo import add_model  # noqa: E402
-from lazybatch.serving import TritonServer, free_port  # noqa: E402
-from lazybatch.staging import make_mlp, split_model  # noqa: E402
+from lazybatch.client.api import Client
+from lazybatch.client.soak import OpenLoop, metric_total, process_tree_rss, scrape, wait_for
+from lazybatch.repo import add_model
+from lazybatch.staging import make_mlp, split_model
 
 MODEL = "soak_mlp"
 
@@ -70,12 +69,8 @@ def largest_batch(text: str) -> int:
 
 def plot(result: dict, path: Path) -> Path | None:
     """Memory of tritonserver + stubs and the samples held, over the run (matplotlib; None where it is missing)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     t = [p[0] / 60 for p in result["rss_samples"]]
     mem = [p[1] / 2**20 for p in result["rss_samples"]]
@@ -93,9 +88,7 @@ def plot(result: dict, path: Path) -> Path | None:
                  f"duplicated {result['duplicated']}", fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return path
 
 
@@ -127,9 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     repo = build(args.out, args)
     log = args.out / "tritonserver.log"
-    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log,
-                          env={"OMP_NUM_THREADS": "1"})
-    server.start(timeout=240)
+    server = start_server(repo, log, env={"OMP_NUM_THREADS": "1"}, timeout=240)
     try:
         url = server.endpoints.grpc
         mu = service_rate(url)

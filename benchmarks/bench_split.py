@@ -7,10 +7,10 @@ background load hits both alike. Variants (--variants): how the model is split a
 all are timed in the same rounds against the same whole-graph session. Overhead ratio = sum of per-stage median latencies / whole-graph median latency (what the latency
 table's sum-of-stages would charge against the unsplit model). Also reports the time `lazybatch split` takes.
 
-    .venv/bin/python benchmarks/bench_split.py                       # default model set, batch 1, 8, 32
-    .venv/bin/python benchmarks/bench_split.py --models resnet50 light_resnet50 --repeat 20
-    .venv/bin/python benchmarks/bench_split.py --models resnet50 --batch-sizes 1 --variants plain,ortvalue,ort-extended,ort-all
-    .venv/bin/python benchmarks/bench_split.py --models resnet50 --variants plain,ort-all,ort-all-noinplace --repeat 15 \
+    .venv/bin/python -m benchmarks.bench_split                       # default model set, batch 1, 8, 32
+    .venv/bin/python -m benchmarks.bench_split --models resnet50 light_resnet50 --repeat 20
+    .venv/bin/python -m benchmarks.bench_split --models resnet50 --batch-sizes 1 --variants plain,ortvalue,ort-extended,ort-all
+    .venv/bin/python -m benchmarks.bench_split --models resnet50 --variants plain,ort-all,ort-all-noinplace --repeat 15 \
         --json docs/data/bench_split_resnet50_run1.json          # the figures docs/onnx.md and README quote
 Model names: a zoo name (full size), NAME:small, or light_NAME (from onnx/backend/test/data/light/); append @K
 to split into K stages (--max-stages K), e.g. resnet50@6.
@@ -23,15 +23,13 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness.py, shared by the benchmarks
-from harness import git_commit  # noqa: E402
+from benchmarks.harness import git_commit
 import numpy as np
 
 DEFAULT_MODELS = ["resnet50", "light_resnet50", "mobilenet_v1", "vgg16:small", "bert:small", "gnmt", "transformer"]

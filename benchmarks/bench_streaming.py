@@ -1,9 +1,9 @@
 """Token streaming: time to first token under load against its unloaded value, on a real tritonserver.
 
-    python benchmarks/bench_streaming.py                       # the LM: loads 50/90/120%, 2 repetitions of 20 s
-    python benchmarks/bench_streaming.py --model gnmt --loads 0.9 --reps 3 --duration 12   # GNMT (or transformer)
-    python benchmarks/bench_streaming.py --loads 0.9 --reps 3 --duration 30
-    python benchmarks/bench_streaming.py --driver perf_analyzer --loads 0.9 --reps 3   # the load from perf_analyzer
+    python -m benchmarks.bench_streaming                       # the LM: loads 50/90/120%, 2 repetitions of 20 s
+    python -m benchmarks.bench_streaming --model gnmt --loads 0.9 --reps 3 --duration 12   # GNMT (or transformer)
+    python -m benchmarks.bench_streaming --loads 0.9 --reps 3 --duration 30
+    python -m benchmarks.bench_streaming --driver perf_analyzer --loads 0.9 --reps 3   # the load from perf_analyzer
 
 Goal (issue "Decoder models"): time to first token (TTFT) at 90% of the batch-1 rate <= 2x its unloaded value, under
 lazybatch's default policy (eager), with the model decoupled (`repo add --decoupled`: each token is sent as it is
@@ -38,17 +38,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from tqdm import tqdm  # noqa: E402
+from tqdm import tqdm
 
-from harness import (add_perf_arrivals_arg, add_sweep_args, command_line, fmt, machine_meta,  # noqa: E402
-                     parse_sweep_args, perf_row, seq2seq_requests, spread, verdict, write_json)
-from lazybatch.client.load import run_load  # noqa: E402
-from lazybatch.client.stream import StreamClient  # noqa: E402
-from lazybatch.repo import KIND_SLA_MS, build_default_repository  # noqa: E402
-from lazybatch.serving import TritonServer, free_port  # noqa: E402
+from benchmarks.harness import (add_perf_arrivals_arg, add_sweep_args, command_line, fmt, machine_meta,
+                               parse_sweep_args, perf_row, seq2seq_requests, served, spread, verdict, write_json)
+from lazybatch.client.load import run_load
+from lazybatch.client.stream import StreamClient
+from lazybatch.repo import KIND_SLA_MS, build_default_repository
 
 MODELS = ("lm", "gnmt", "transformer")  # the models that generate tokens (repo kinds)
 POLICIES = {"eager": "eager", "eager_curves": "eager:admission=curves", "triton_0us": "triton:0",
@@ -89,11 +86,9 @@ def run(args: argparse.Namespace, out: Path) -> dict:
     repo = build_default_repository(out / "repos" / kind, kind=kind, work=out / "build" / kind, policies=POLICIES,
                                     profile_reps=5, seq2seq_baselines=False, decoupled=True,
                                     stream_interval_tokens=args.stream_interval_tokens)
-    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=out / "tritonserver.log", env={"LAZYBATCH_STATS_DIR": str(out / "stats")})
     sla_ms = KIND_SLA_MS[kind]
     cells, base = [], []
-    with server:
+    with served(repo, out / "tritonserver.log", stats_dir=out / "stats") as server:
         url, http = server.endpoints.grpc, server.endpoints.http
         bar = tqdm(total=args.reps * (1 + len(args.loads)), desc="streaming", unit="cell")
         t1 = None

@@ -1,8 +1,8 @@
 """Real-server benchmark: lazybatch's default policy (eager) vs Triton's dynamic batcher (0/5/20 ms) vs serial.
 
-    python benchmarks/bench_triton.py                    # the issue's Speed experiment on ResNet-50 (~12 minutes)
-    python benchmarks/bench_triton.py --model mlp        # the same where batching pays (8 x 2048 MLP, SLA 10/25 ms)
-    python benchmarks/bench_triton.py --duration 5 --fractions 0.1,0.9   # a quick look
+    python -m benchmarks.bench_triton                    # the issue's Speed experiment on ResNet-50 (~12 minutes)
+    python -m benchmarks.bench_triton --model mlp        # the same where batching pays (8 x 2048 MLP, SLA 10/25 ms)
+    python -m benchmarks.bench_triton --duration 5 --fractions 0.1,0.9   # a quick look
 
 One tritonserver serves the default repository (`lazybatch repo default`). The batch-1 service rate mu is measured
 first (sequential whole-graph requests); then open-loop Poisson load at fractions of mu, every configuration one
@@ -39,13 +39,12 @@ from collections import Counter
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared harness
 
-from harness import geomean, held_out_ratios, spread, verdict as goal_verdict  # noqa: E402
-from lazybatch.client.api import Client  # noqa: E402
-from lazybatch.client.load import LoadResult, run_load, summarize  # noqa: E402
-from lazybatch.repo import COMPARISON, build_default_repository, default_build_dir  # noqa: E402
-from lazybatch.serving import TritonServer, free_port  # noqa: E402
+from benchmarks.harness import command_line, geomean, held_out_ratios, served, spread, verdict as goal_verdict
+from benchmarks.harness.plots import pyplot, save
+from lazybatch.client.api import Client
+from lazybatch.client.load import LoadResult, run_load, summarize
+from lazybatch.repo import COMPARISON, build_default_repository, default_build_dir
 
 OURS = "eager"  # the default policy (batcher/policies/eager.py)
 BASELINE_SUFFIXES = [k for k in COMPARISON if k != OURS]
@@ -123,12 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(out / "twin_repository", ignore_errors=True)
     twin_repo = build_default_repository(out / "twin_repository", kind=args.model,
                                          work=default_build_dir(args.repository), policies={TWIN_SUFFIX: "triton:0"})
-    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=out / "tritonserver.log", env={"LAZYBATCH_STATS_DIR": str(stats_dir.resolve())},
-                          extra_args=[f"--model-repository={twin_repo.resolve()}"])
     print(f"starting tritonserver on {repo} ...", flush=True)
     results: list[dict] = []
-    with server:
+    with served(repo, out / "tritonserver.log", stats_dir=stats_dir.resolve(),
+                extra_args=[f"--model-repository={twin_repo.resolve()}"]) as server:
         url = server.endpoints.grpc
         with Client(url) as c:
             n_cal = 15 if args.model == "resnet50" else 200
@@ -184,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"model": args.model, "slices": args.slices, "t_whole_ms": t_whole * 1e3, "t_lazy_ms": t_lazy * 1e3, "mu": mu, "duration_s": args.duration,
             "min_requests": args.min_requests,
             "fractions": fractions, "slas": slas, "cpu_count": os.cpu_count(),
-            "command": " ".join([sys.executable, *sys.argv]),
+            "command": command_line(),
             "loadavg": " ".join(f"{v:.1f}" for v in os.getloadavg()),
             # where batching buys nothing lazy runs whole passes (backend/fusion.py): its "stage" is then the graph
             "lazy_fused": read_stats(stats_dir, lazy, timeout=1.0).get("fused")}
@@ -268,12 +265,8 @@ def level(ratios: list[float], short: bool = False) -> str:
 
 
 def plot(results: list[dict], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     slas = sorted({r["sla_ms"] for r in results})
     fig, axes = plt.subplots(2, len(slas), figsize=(6 * len(slas), 8), squeeze=False)
@@ -292,8 +285,7 @@ def plot(results: list[dict], path: Path) -> None:
             ax.set_xlabel("offered load (% of batch-1 service rate)")
             ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 if __name__ == "__main__":

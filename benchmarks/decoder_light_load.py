@@ -1,6 +1,6 @@
 """Light-load cells of a bench_decoder run, request by request: what 10% load can resolve on this machine.
 
-    python benchmarks/decoder_light_load.py docs/data/decoder.json --load 0.1
+    python -m benchmarks.decoder_light_load docs/data/decoder.json --load 0.1
 
 Every policy of a repetition gets the same requests at the same send times (bench_decoder seeds each repetition),
 so requests pair across policies. A request is *alone* where, under both eager and Triton's batcher at 0 ms, no

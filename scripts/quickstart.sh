@@ -6,7 +6,7 @@
 # open-loop Poisson load against every model and print the comparison table. The server is stopped at
 # the end. Results: lazybatch-results/triton-quick/ (bench.md, bench.json, bench.png, tritonserver.log).
 #
-# Longer, the issue's full experiment: .venv/bin/python benchmarks/bench_triton.py   (about 15 minutes)
+# Longer, the issue's full experiment: .venv/bin/python -m benchmarks.bench_triton   (about 15 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${LAZYBATCH_VENV:-.venv}"
@@ -16,5 +16,5 @@ PY="${PYTHON:-python3}"
 "$VENV/bin/python" -m pip install -q -e ".[plots,serve]"
 "$VENV/bin/lazybatch" repo default
 # --min-requests: the 10% cell runs until it expects 60 requests per configuration (5 s would hold about 20)
-exec "$VENV/bin/python" benchmarks/bench_triton.py --duration 5 --min-requests 60 --fractions 0.1,0.7,1.2 \
+exec "$VENV/bin/python" -m benchmarks.bench_triton --duration 5 --min-requests 60 --fractions 0.1,0.7,1.2 \
   --out lazybatch-results/triton-quick "$@"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.benchhelpers import load_benchmark
+from benchmarks import bench_overhead
 
-bo = load_benchmark("bench_overhead")
+bo = bench_overhead
 
 
 class _Stats:

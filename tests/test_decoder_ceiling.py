@@ -1,4 +1,4 @@
-"""benchmarks/probe_decoder_ceiling.py: a request's run alone and the figures it derives from a replay."""
+"""benchmarks/probes/probe_decoder_ceiling.py: a request's run alone and the figures it derives from a replay."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import json
 from types import SimpleNamespace
 
 from lazybatch.batcher import LatencyTable, ModelGraph, StageType
-from tests.benchhelpers import ROOT, load_benchmark
+from benchmarks.harness import ROOT
+from benchmarks.probes import probe_decoder_ceiling
 
 
 def _seq2seq_table() -> LatencyTable:
@@ -16,7 +17,7 @@ def _seq2seq_table() -> LatencyTable:
 
 
 def test_alone_counts_every_visit_at_batch_1() -> None:
-    probe = load_benchmark("probe_decoder_ceiling")
+    probe = probe_decoder_ceiling
     table = _seq2seq_table()
     # 1 static stage, 4 encoder steps of 2, 3 decoder steps of (3 + 5)
     assert probe.alone_s(table, SimpleNamespace(enc_steps=4, dec_steps=3)) == 1.0 + 4 * 2.0 + 3 * 8.0
@@ -24,7 +25,7 @@ def test_alone_counts_every_visit_at_batch_1() -> None:
 
 def test_no_policy_beats_its_own_run_alone(tmp_path) -> None:
     """The ceiling the probe states rests on this: in a replay, every request's latency is at least its run alone."""
-    probe = load_benchmark("probe_decoder_ceiling")
+    probe = probe_decoder_ceiling
     out = tmp_path / "c.json"
     assert probe.main(["--table", str(ROOT / "docs/data/gnmt_latency_7e215ec.json"), "--loads", "0.7",
                        "--seeds", "1", "--requests", "60", "--out", str(out)]) == 0

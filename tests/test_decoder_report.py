@@ -11,12 +11,12 @@ import pytest
 from lazybatch.batcher.lengths import LengthHistogram
 from lazybatch.formats.histograms import shipped_histogram
 from lazybatch.simulator import paper_tables
-from tests.benchhelpers import load_benchmark
+from benchmarks import bench_decoder
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_benchmark("bench_decoder")
+    return bench_decoder
 
 
 def _cells(load: float, eager: float, triton: dict[str, float], reps: int = 2) -> list[dict]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.benchhelpers import load_benchmark
+from benchmarks import bench_default
 
 
 def cell(load, rep, policy, avg, p99, thr=10.0, viol=0.0):
@@ -16,7 +16,7 @@ def cell(load, rep, policy, avg, p99, thr=10.0, viol=0.0):
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_benchmark("bench_default")
+    return bench_default
 
 
 def test_best_triton_is_the_lowest_mean_configuration_and_ratios_spread(bench):
@@ -65,7 +65,7 @@ def test_route_counts_are_per_cell_differences(bench, tmp_path):
 
 
 def test_verdicts(bench):
-    from harness import verdict
+    from benchmarks.harness import verdict
 
     assert verdict({"min": 1.01, "max": 1.2}, 1.0) == "met"
     assert verdict({"min": 0.95, "max": 1.2}, 1.0).startswith("tie")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.benchhelpers import load_benchmark
+from benchmarks import bench_triton
 
 
 def row(model, avg, slices, sla=200.0, p99=50.0):
@@ -16,7 +16,7 @@ def row(model, avg, slices, sla=200.0, p99=50.0):
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_benchmark("bench_triton")
+    return bench_triton
 
 
 def verdict_row(bench, rows):
@@ -41,7 +41,7 @@ def test_held_out_choice_removes_the_bias_against_a_copy_of_triton():
     """Two Triton configurations with the same mean whose noise takes turns, and eager equal to their mean in
     every slice: chosen on the scored slice, the lower of the two wins every slice and eager can never be ahead;
     held out, the choice does not see the scored slice's noise."""
-    bench = load_benchmark("bench_triton")
+    bench = bench_triton
     a = row("triton_0us", 30.0, [25.0, 35.0, 30.0])
     b = row("triton_5000us", 30.0, [35.0, 25.0, 30.0])
     eager = row("eager", 30.0, [30.0, 30.0, 30.0])

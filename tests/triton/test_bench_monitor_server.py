@@ -7,7 +7,6 @@ side: no error, no timeout; server side: the first stage ran each request once).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -15,19 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks import bench_monitor_server
 from lazybatch.backend.model import BatchLog, read_log
 from lazybatch.client.load import schedule_from_rates
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_monitor_server",
-                                                  ROOT / "benchmarks" / "bench_monitor_server.py")
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_schedule_from_rates_follows_the_trace() -> None:
@@ -66,7 +56,7 @@ def test_read_log_leaves_a_line_still_being_written(tmp_path: Path) -> None:
 
 
 def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    bench = _bench()
+    bench = bench_monitor_server
     with pytest.raises(SystemExit) as e:
         bench.main(["--policies", "monitor,nope"])
     assert e.value.code == 2 and "unknown policy 'nope'" in capsys.readouterr().err
@@ -76,7 +66,7 @@ def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_quick_mode_on_a_real_server(tmp_path: Path) -> None:
-    bench = _bench()
+    bench = bench_monitor_server
     out = tmp_path / "out"
     assert bench.main(["--quick", "--duration", "4", "--out", str(out), "--work", str(tmp_path / "work")]) == 0
     data = json.loads((out / "bench.json").read_text())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchhelpers import load_benchmark
+from benchmarks import bench_regimes
 
 POLICIES = ["lazy", "serial", "triton_0us", "monitor"]
 
@@ -20,7 +20,7 @@ POLICIES = ["lazy", "serial", "triton_0us", "monitor"]
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str, Path]:
     out = tmp_path_factory.mktemp("regimes")
-    bench = load_benchmark("bench_regimes")
+    bench = bench_regimes
     rc = bench.main(["--quick", "--models", "tiny", "--loads", "0.3", "--perf-loads", "0.3", "--duration", "1.5",
                      "--perf-measurement-ms", "500", "--policies", ",".join(POLICIES), "--out", str(out),
                      "--page", str(out / "page.md"), "--img-dir", str(out / "img")])
@@ -68,7 +68,7 @@ def test_scaling_curve_is_from_the_profiled_table(quick_run):
 def test_page_tables_are_well_formed(quick_run):
     data, page, _ = quick_run
     meta = data["meta"]
-    assert meta["command"].startswith("python benchmarks/bench_regimes.py --quick")
+    assert meta["command"].startswith("python -m benchmarks.bench_regimes --quick")
     assert meta["command"] in page and meta["onnxruntime"] in page and "tritonserver 2." in page
     assert "shared with other jobs" in page
     tables: list[list[str]] = []

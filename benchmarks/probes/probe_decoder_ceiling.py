@@ -12,7 +12,7 @@ served 2.8x, docs/results/mixed.md). This replays the table and says where eager
   stalls every row in flight), on the histogram's expected remaining lengths, and told the true output lengths
   (clairvoyant: the rule's ceiling).
 
-    python benchmarks/probe_decoder_ceiling.py --table docs/data/gnmt_latency_7e215ec.json \\
+    python -m benchmarks.probes.probe_decoder_ceiling --table docs/data/gnmt_latency_7e215ec.json \\
         --out docs/data/decoder_ceiling_gnmt.json
 
 docs/data/gnmt_latency_7e215ec.json is the table bench_regimes.py profiled for the regimes page (commit 7e215ec);
@@ -26,22 +26,21 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT)]
+ROOT = Path(__file__).resolve().parents[2]
 
-from harness import command_line, git_commit, write_json  # noqa: E402
+from benchmarks.harness import command_line, git_commit, write_json
 
-from lazybatch.batcher.decisions import DecisionLog  # noqa: E402
-from lazybatch.batcher.latency_table import LatencyTable  # noqa: E402
-from lazybatch.batcher.lengths import LengthHistogram  # noqa: E402
-from lazybatch.batcher.policies.eager import EagerBatching  # noqa: E402
-from lazybatch.batcher.policies.spec import parse_policy  # noqa: E402
-from lazybatch.formats.histograms import shipped_histogram  # noqa: E402
-from lazybatch.simulator import workload  # noqa: E402
-from lazybatch.simulator.engine import Simulation  # noqa: E402
-from lazybatch.simulator.loads_on_table import single_request_ms  # noqa: E402
-from lazybatch.simulator.mixed import simulate_mixed  # noqa: E402
-from lazybatch.traffic import TrafficClass  # noqa: E402
+from lazybatch.batcher.decisions import DecisionLog
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.lengths import LengthHistogram
+from lazybatch.batcher.policies.eager import EagerBatching
+from lazybatch.batcher.policies.spec import parse_policy
+from lazybatch.formats.histograms import shipped_histogram
+from lazybatch.simulator import workload
+from lazybatch.simulator.engine import Simulation
+from lazybatch.simulator.loads_on_table import single_request_ms
+from lazybatch.simulator.mixed import simulate_mixed
+from lazybatch.traffic import TrafficClass
 
 POLICIES = {"eager": "eager", "eager (Eq. 2 admission)": "eager:admission=eq2",
             "eager (admit up to the cap)": "eager:admission=first_token",

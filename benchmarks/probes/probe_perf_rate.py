@@ -1,7 +1,7 @@
 """What perf_analyzer offers when asked for a Poisson rate: its own send times (--profile-export-file), against
 one model of a built repository, with that model's valid seq2seq input data where it has one.
 
-    python benchmarks/probe_perf_rate.py --repo lazybatch-results/decoder-load70/repos/gnmt --model gnmt_triton_0us
+    python -m benchmarks.probes.probe_perf_rate --repo lazybatch-results/decoder-load70/repos/gnmt --model gnmt_triton_0us
 
 Per asked rate, perf_analyzer's own schedule, then the same rate drawn with a seed here and handed over as
 --request-intervals (`lazybatch perf --poisson-seed`): the requests sent, the rate they make, and the coefficient of
@@ -18,12 +18,11 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lazybatch import perf as pa  # noqa: E402
-from lazybatch.client.api import Client  # noqa: E402
-from lazybatch.client.seq2seq import info_from_parameters, perf_input_data  # noqa: E402
-from lazybatch.serving import TritonServer, free_port  # noqa: E402
+from benchmarks.harness import served
+from lazybatch import perf as pa
+from lazybatch.client.api import Client
+from lazybatch.client.seq2seq import info_from_parameters, perf_input_data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,10 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    server = TritonServer(Path(args.repo), http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=out / "tritonserver.log",
-                          extra_args=["--model-control-mode=explicit", f"--load-model={args.model}"])
-    with server:
+    with served(Path(args.repo), out / "tritonserver.log",
+                extra_args=["--model-control-mode=explicit", f"--load-model={args.model}"]) as server:
         url = server.endpoints.grpc
         with Client(url) as c:
             info = info_from_parameters(c.model_parameters(args.model))

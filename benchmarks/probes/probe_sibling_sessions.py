@@ -1,6 +1,6 @@
 """Does the whole-graph session run slower beside the stage sessions? A diagnostic, not a benchmark.
 
-    python benchmarks/probe_sibling_sessions.py --model-dir lazybatch-results/default/repos/bert/bert_eager/1 \\
+    python -m benchmarks.probes.probe_sibling_sessions --model-dir lazybatch-results/default/repos/bert/bert_eager/1 \\
         --json docs/data/sibling_sessions_bert.json
 
 Eager's stub holds the model twice: the stage sessions (one per stage, for the passes that keep boundaries) and the
@@ -23,16 +23,14 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
 
-from harness import command_line, machine_meta, write_json  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from benchmarks.harness import command_line, machine_meta, write_json
+from tqdm import tqdm
 
-from lazybatch.backend.fusion import fused_manifest  # noqa: E402
-from lazybatch.backend.stages import StageRunner, load_manifest  # noqa: E402
-from lazybatch.sessions.threads import use_global_thread_pool  # noqa: E402
+from lazybatch.backend.fusion import fused_manifest
+from lazybatch.backend.stages import StageRunner, load_manifest
+from lazybatch.sessions.threads import use_global_thread_pool
 
 
 def timed(whole: StageRunner, samples: dict, runs: int) -> dict[int, float]:

@@ -1,6 +1,6 @@
 """Which route eager's requests take under load: a diagnostic, not a benchmark (one run, no repetitions).
 
-    python benchmarks/probe_routes.py lazybatch-results/default/repos/mobilenet --loads 1.2,2.0 --models eager,triton_0us
+    python -m benchmarks.probes.probe_routes lazybatch-results/default/repos/mobilenet --loads 1.2,2.0 --models eager,triton_0us
 
 Serves a repository that bench_default.py built (KIND_eager beside KIND_triton_0us, ...) with the backend's statistics
 on (``LAZYBATCH_STATS_DIR``), drives each model with `lazybatch load`'s open-loop Poisson client at each load (a
@@ -24,9 +24,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from benchmarks.harness import served
 from lazybatch.client.api import Client
 from lazybatch.client.load import run_load
-from lazybatch.serving import TritonServer, free_port
 
 KEYS = ("requests", "inline_runs", "inline_groups", "inline_waits", "inline_refused", "span_runs", "batch_hist",
         "host_per_job_ms")
@@ -76,10 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     kind = args.repo.name
     stats = Path(tempfile.mkdtemp(prefix="lazybatch-stats-"))
-    server = TritonServer(args.repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=stats / "tritonserver.log", env={"LAZYBATCH_STATS_DIR": str(stats)})
     seen: dict[str, dict[str, float]] = {}
-    with server:
+    with served(args.repo, stats / "tritonserver.log", stats_dir=stats) as server:
         url = server.endpoints.grpc
         ref = f"{kind}_triton_0us"
         with Client(url) as c:

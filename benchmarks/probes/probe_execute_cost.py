@@ -1,6 +1,6 @@
 """What eager's ``execute`` costs besides the pass, in-process: a diagnostic, not a benchmark.
 
-    python benchmarks/probe_execute_cost.py --model mobilenet --calls 800 --group 4 --gap-ms 0 \
+    python -m benchmarks.probes.probe_execute_cost --model mobilenet --calls 800 --group 4 --gap-ms 0 \
         --json docs/data/execute_cost_mobilenet.json
 
 Under load a small cost per pass in eager's ``execute`` is magnified by queueing (docs/results/default.md). This
@@ -24,16 +24,13 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.append(str(ROOT / "tests"))  # backendhelpers; last: tests/onnx is not the onnx package
+ROOT = Path(__file__).resolve().parents[2]
 
-import numpy as np  # noqa: E402
-from harness import command_line, machine_meta, write_json  # noqa: E402
+import numpy as np
+from benchmarks.harness import command_line, machine_meta, write_json
 
-import lazybatch.backend.model as model_mod  # noqa: E402
-from lazybatch import repo as repo_mod  # noqa: E402
+import lazybatch.backend.model as model_mod
+from lazybatch import repo as repo_mod
 
 
 class _Tensor:
@@ -126,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="lazybatch-results/execute-cost")
     ap.add_argument("--json", default=None, help="also write the figures here (raw data for the docs)")
     args = ap.parse_args(argv)
-    from backendhelpers import initialize_model
+    from tests.backendhelpers import initialize_model
 
     model_mod.pb_utils = PB_UTILS
     out = Path(args.out)

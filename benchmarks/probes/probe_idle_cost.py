@@ -1,6 +1,6 @@
 """What eager costs over Triton's batcher at light load, and which of its parts costs it: a diagnostic, not a benchmark.
 
-    python benchmarks/probe_idle_cost.py --model mlp --rounds 6 --requests 150
+    python -m benchmarks.probes.probe_idle_cost --model mlp --rounds 6 --requests 150
 
 At 10% load eager serves every request inline, on the same whole graph as Triton's batcher (docs/results/default.md),
 yet measured 0.91x of it on the MLP and MobileNet. This probe serves one repository with Triton's batcher at 0 ms
@@ -26,16 +26,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
 
-from harness import command_line, fmt, machine_meta, seq2seq_requests, spread, write_json  # noqa: E402
-from probe_routes import cpu_seconds, processes  # noqa: E402
+from benchmarks.harness import command_line, fmt, machine_meta, seq2seq_requests, spread, write_json, served
+from benchmarks.probes.probe_routes import cpu_seconds, processes
 
-from lazybatch import repo as repo_mod  # noqa: E402
-from lazybatch.client.api import Client  # noqa: E402
-from lazybatch.serving import TritonServer, free_port  # noqa: E402
+from lazybatch import repo as repo_mod
+from lazybatch.client.api import Client
 
 # suffix -> (policy, parameters switched from the default)
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
@@ -80,14 +77,12 @@ def main(argv: list[str] | None = None) -> int:
                                              work=out / "build" / args.model,
                                              policies={n: VARIANTS[n][0] for n in names}, profile_reps=5,
                                              seq2seq_baselines=False)  # triton_<us>: Triton's own batcher
-    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=out / f"tritonserver_{args.model}.log")
     rng = random.Random(0)
     lat: dict[str, list[float]] = {n: [] for n in names}
     ratio: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
     cpu_server: dict[str, list[float]] = {}
-    with server, Client(server.endpoints.grpc) as c:
+    with served(repo, out / f"tritonserver_{args.model}.log") as server, Client(server.endpoints.grpc) as c:
         ref = f"{args.model}_triton_0us"
         x = c.random_inputs(ref, 1, seed=0)
         # seq2seq models: one request of histogram lengths per cycle, the same one to every model (paired)

@@ -2,17 +2,16 @@
 hand-off to the first part sent) and Triton's queue before execute, for the decoupled LM under eager at 90% load,
 with the cancellation watcher asking at a given ``cancel_poll_ms``.
 
-    python benchmarks/probe_first_part.py lazybatch-results/streaming-r3/repos/lm/lm_eager --cancel-poll-ms 100
+    python -m benchmarks.probes.probe_first_part lazybatch-results/streaming-r3/repos/lm/lm_eager --cancel-poll-ms 100
 
 Serves a hard-linked copy of the given model folder (bench_streaming.py's repo) with ``cancel_poll_ms`` set, and
 two 25 s cells of Poisson load at ``--load`` x 1/``--t1-ms`` after a 5 s warm-up; the backend's figures come from
 its stats file (LAZYBATCH_STATS_DIR), Triton's from its metrics."""
-import argparse, json, os, re, shutil, sys, tempfile, urllib.request
+import argparse, json, os, re, shutil, tempfile, urllib.request
 from pathlib import Path
-sys.path[:0] = ["."]
 from lazybatch.backend.config import config_to_text, load_config
 from lazybatch.client.load import run_load
-from lazybatch.serving import TritonServer, free_port
+from benchmarks.harness import served
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("model_dir", type=Path)
@@ -35,9 +34,7 @@ def queue_ms(url: str) -> tuple[float, float]:
     return get("nv_inference_queue_duration_us") / 1e3, get("nv_inference_request_success")
 
 
-srv = TritonServer(work / "repo", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                   log_file=work / "server.log", env={"LAZYBATCH_STATS_DIR": str(work / "stats")})
-with srv:
+with served(work / "repo", work / "server.log", stats_dir=work / "stats") as srv:
     run_load(srv.endpoints.grpc, name, 2.0, 5, sla_ms=5000, seed=7, streaming=True, timeout_s=600)  # warm-up
     for rep in range(2):
         q0, n0 = queue_ms(srv.endpoints.metrics)

@@ -2,8 +2,8 @@
 stage runs, onnxruntime time, cancellation asks, batch sizes). docs/data/mixed_probe_resnet50_120pct.txt holds the
 runs docs/results/mixed.md quotes.
 
-    python benchmarks/probe_mixed.py resnet50_eager --load 1.2 --t1-ms 22.36
-    python benchmarks/probe_mixed.py resnet50_eager --load 1.2 --t1-ms 22.36 --one-class
+    python -m benchmarks.probes.probe_mixed resnet50_eager --load 1.2 --t1-ms 22.36
+    python -m benchmarks.probes.probe_mixed resnet50_eager --load 1.2 --t1-ms 22.36 --one-class
 
 The repository is the one benchmarks/bench_mixed.py builds (``--repo``); a model's policy is whatever its
 config.pbtxt says (eager:urgency=true there).
@@ -19,12 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-from lazybatch.client.load import format_table, run_load  # noqa: E402
-from lazybatch.serving import TritonServer, free_port  # noqa: E402
-from lazybatch.traffic import TrafficClass  # noqa: E402
+from benchmarks.harness import served
+from lazybatch.client.load import format_table, run_load
+from lazybatch.traffic import TrafficClass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,10 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     classes = None if args.one_class else [TrafficClass("interactive", 0.2, 2 * t1, 1),
                                             TrafficClass("bulk", 0.8, 20 * t1, 2)]
     stats = Path(tempfile.mkdtemp(prefix="probe_mixed_"))
-    server = TritonServer(Path(args.repo), http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=stats / "tritonserver.log", env={"LAZYBATCH_STATS_DIR": str(stats)},
-                          extra_args=["--model-control-mode=explicit", f"--load-model={args.model}"])
-    with server:
+    with served(Path(args.repo), stats / "tritonserver.log", stats_dir=stats,
+                extra_args=["--model-control-mode=explicit", f"--load-model={args.model}"]) as server:
         r = run_load(server.endpoints.grpc, args.model, args.load / (t1 / 1e3), args.duration, classes=classes,
                      sla_ms=20 * t1, seed=0)
         print(format_table([r]))

@@ -1,6 +1,6 @@
 """Median onnxruntime time per pass, by batch size, from the batch logs a benchmark's server wrote.
 
-    python benchmarks/probe_pass_times.py docs/data/default_restart_batches --batches 1,8
+    python -m benchmarks.probes.probe_pass_times docs/data/default_restart_batches --batches 1,8
 
 Every benchmark sets ``LAZYBATCH_STATS_DIR``; each model's stub then appends one line per pass to
 ``<model>.batches.csv`` (time, stage, batch size, seconds: backend/model.py ``BatchLog``). Eager's inline passes and
@@ -17,10 +17,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-from lazybatch.backend.model import read_log  # noqa: E402
+from lazybatch.backend.model import read_log
 
 
 def medians(path: Path) -> dict[int, tuple[int, float]]:

@@ -1,6 +1,6 @@
 """How far apart identical onnxruntime sessions of one model run: a diagnostic, not a benchmark.
 
-    python benchmarks/probe_session_spread.py --models mlp,mobilenet,resnet50 --json docs/data/session_spread.json
+    python -m benchmarks.probes.probe_session_spread --models mlp,mobilenet,resnet50 --json docs/data/session_spread.json
 
 A served comparison loads each policy's model once, in its own stub process, and measures it for minutes: if two
 sessions of the same file on the same machine ran at different speeds, each model's figures would carry one draw of
@@ -20,17 +20,15 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
 
-import numpy as np  # noqa: E402
-from harness import command_line, machine_meta, write_json  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import numpy as np
+from benchmarks.harness import command_line, machine_meta, write_json
+from tqdm import tqdm
 
-from lazybatch import repo as repo_mod  # noqa: E402
-from lazybatch.backend.stages import make_session  # noqa: E402
-from lazybatch.sessions.threads import use_global_thread_pool  # noqa: E402
+from lazybatch import repo as repo_mod
+from lazybatch.backend.stages import make_session
+from lazybatch.sessions.threads import use_global_thread_pool
 
 ROUNDS = {"mlp": 30, "mobilenet": 20, "resnet50": 4, "bert": 4, "tiny": 60}
 

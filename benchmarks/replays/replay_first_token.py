@@ -2,14 +2,14 @@
 (no serving cost): ``first_token`` (the decoupled models' default: admit up to the batch cap) beside ``curves``
 (every deadline that can still be met must hold) and ``eq2``.
 
-    python benchmarks/replay_first_token.py --out docs/data/first_token_replay.json
+    python -m benchmarks.replays.replay_first_token --out docs/data/first_token_replay.json
 
 The table is the one the streaming run of docs/results/decoder.md served (profiled by its repo at commit f0559c9);
 lengths from the shipped chat-like histogram; 3 seeds x 400 Poisson requests per cell, SLA 5 s as served. Loads are
 fractions of the table's batch-1 rate (the served runs' labels use the served t1, a little lower). Unloaded TTFT:
 50 requests at 1% load. TPOT: (finish - first token) / (tokens - 1)."""
-import argparse, json, statistics, sys
-sys.path[:0] = ["benchmarks", "."]
+import argparse, json, statistics
+from benchmarks.harness import command_line
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.lengths import LengthHistogram
 from lazybatch.batcher.policies import parse_policy
@@ -38,7 +38,7 @@ def pct(xs: list[float], q: float) -> float:
     return sorted(xs)[int(q * len(xs))]
 
 
-out = {"table": args.table, "t1_ms": t1 * 1e3, "sla_s": 5.0, "cells": [], "command": " ".join(["python"] + sys.argv)}
+out = {"table": args.table, "t1_ms": t1 * 1e3, "sla_s": 5.0, "cells": [], "command": command_line()}
 print(f"t1 {t1 * 1e3:.1f} ms, batch cap {table.max_batch_size}")
 print(f"{'rule':12s} {'load':>5s} {'TTFT ms':>8s} {'/unloaded':>9s} {'p99':>8s} {'TPOT ms':>8s} {'avg ms':>8s} "
       f"{'p99 ms':>8s} {'>SLA':>6s}")

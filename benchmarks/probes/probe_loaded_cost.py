@@ -1,6 +1,6 @@
 """What eager costs over Triton's batcher under load, and which of its parts costs it: a diagnostic, not a benchmark.
 
-    python benchmarks/probe_loaded_cost.py --model mobilenet --loads 0.7,0.9 --reps 3 --driver perf
+    python -m benchmarks.probes.probe_loaded_cost --model mobilenet --loads 0.7,0.9 --reps 3 --driver perf
 
 The loaded counterpart of probe_idle_cost.py. Where eager answers every request inline (docs/results/default.md:
 the same whole-graph passes on the same groups as Triton's batcher at 0 ms), what it loses under load is what its
@@ -19,17 +19,14 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
 
-from bench_default import PERF_INPUT_DATA, SLA_MULTIPLE, drive_load, drive_perf  # noqa: E402
-from harness import command_line, fmt, machine_meta, spread, static_t1, write_json  # noqa: E402
-from probe_idle_cost import VARIANTS  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from benchmarks.bench_default import PERF_INPUT_DATA, SLA_MULTIPLE, drive_load, drive_perf
+from benchmarks.harness import command_line, fmt, machine_meta, spread, static_t1, write_json, served
+from benchmarks.probes.probe_idle_cost import VARIANTS
+from tqdm import tqdm
 
-from lazybatch import repo as repo_mod  # noqa: E402
-from lazybatch.serving import TritonServer, free_port  # noqa: E402
+from lazybatch import repo as repo_mod
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,11 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     repo = repo_mod.build_default_repository(out / "repos" / args.model, kind=args.model,
                                              work=out / "build" / args.model,
                                              policies={n: VARIANTS[n][0] for n in names}, profile_reps=5)
-    server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=out / f"tritonserver_{args.model}.log")
     loads = [float(v) for v in args.loads.split(",")]
     cells = []
-    with server:
+    with served(repo, out / f"tritonserver_{args.model}.log") as server:
         url = server.endpoints.grpc
         t1 = static_t1(url, args.model)
         sla_ms = SLA_MULTIPLE * t1 * 1e3

@@ -1,0 +1,53 @@
+"""Repetitions of a figure summarised with their spread, and the ratios and verdicts the results pages quote."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Sequence
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """Repetitions of one figure: mean, min, max and their count (the docs quote mean [min-max])."""
+    v = [float(x) for x in values]
+    return {"mean": statistics.fmean(v), "min": min(v), "max": max(v), "n": len(v)}
+
+
+def fmt(s: dict[str, float], digits: int = 2, unit: str = "") -> str:
+    """``1.23x [1.10-1.31]`` style: the mean and the range over repetitions."""
+    return f"{s['mean']:.{digits}f}{unit} [{s['min']:.{digits}f}-{s['max']:.{digits}f}]"
+
+
+def verdict(s: dict[str, float], at_least: float) -> str:
+    """met / tie / missed for a ratio goal: a range that straddles the goal is a tie, not a win."""
+    if s["min"] >= at_least:
+        return "met"
+    if s["max"] >= at_least:
+        return "tie (the spread straddles the goal)"
+    return "missed"
+
+
+def held_out_ratios(baselines: dict[str, Sequence[float]], ours: Sequence[float]) -> tuple[list[float], list[str]]:
+    """The best baseline's figure / ours, repetition by repetition (e.g. average latencies, lower is better), where
+    repetition k's best is the baseline with the lowest mean over the other repetitions. Chosen on repetition k
+    itself, the lowest of several noisy figures is biased low, against ours: a policy identical to one baseline
+    would often come out behind. Also returns the baseline chosen for each repetition."""
+    n = min([len(v) for v in baselines.values()] + [len(ours)]) if baselines else 0
+    ratios, picks = [], []
+    for k in range(n):
+        def others(name: str) -> float:
+            vals = baselines[name][:n]
+            rest = [a for j, a in enumerate(vals) if j != k and a > 0 and math.isfinite(a)] or list(vals)
+            return statistics.fmean(rest)
+
+        best = min(baselines, key=others)
+        t, o = baselines[best][k], ours[k]
+        if o > 0 and t > 0 and math.isfinite(t / o):
+            ratios.append(t / o)
+            picks.append(best)
+    return ratios, picks
+
+
+def geomean(values: Sequence[float]) -> float:
+    """The mean of ratios: 2x and 0.5x average to 1x (an arithmetic mean would call that 1.25x)."""
+    return math.exp(statistics.fmean(math.log(v) for v in values))
