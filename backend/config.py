@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from lazybatch.batcher.errors import ConfigError
+from lazybatch.batcher.policies.registry import DEFAULT_POLICY as REPO_DEFAULT_POLICY, policy_choices
 
 from .stages import TRITON_TO_NUMPY, TensorSpec
 
@@ -33,10 +34,13 @@ DEFAULT_CANCEL_POLL_MS = 0.0
 # answered within about 100 ms; an explicit cancel_poll_ms wins.
 DECOUPLED_CANCEL_POLL_MS = 100.0
 WHOLE_GRAPH = "whole_graph"  # the model runs the whole ONNX graph on what Triton batched (dynamic_batching)
+DEFAULT_POLICY = "lazy"  # a config.pbtxt without a policy parameter
 
 PARAMETERS = {
-    "policy": "lazy | lazy:preempt=benefit | oracle | serial | graph:<ms> | graph:max_queue_delay_microseconds=..,preferred_batch_size=4/8 "
-              f"| {WHOLE_GRAPH} (no scheduler: Triton's own dynamic_batching forms the batches)",
+    "policy": f"{policy_choices()} (parameters as policy:key=value,..., e.g. lazy:preempt=benefit, "
+              "graph:max_queue_delay_microseconds=..,preferred_batch_size=4/8; batcher/policies/registry.py) "
+              f"| {WHOLE_GRAPH} (no scheduler: Triton's own dynamic_batching forms the batches); default "
+              f"{DEFAULT_POLICY} where the parameter is absent (`lazybatch repo add` writes {REPO_DEFAULT_POLICY})",
     "sla_ms": "default SLA target of a request in ms (a request may override it with its own sla_ms parameter)",
     "stage_dir": "stage directory (manifest.json + stage ONNX files), relative to the version folder",
     "latency_table": "latency table (JSON/CSV), relative to the version folder",
@@ -246,7 +250,7 @@ class BackendSettings:
         outputs = [_spec(t, "output") for t in cfg.output]
         if not inputs or not outputs:
             raise ConfigError("the config needs input and output sections", field="input/output")
-        policy = (_param(cfg, "policy", "lazy") or "lazy").lower()
+        policy = (_param(cfg, "policy", DEFAULT_POLICY) or DEFAULT_POLICY).lower()
         smbs = _number(_param(cfg, "scheduler_max_batch_size"), "scheduler_max_batch_size", int)
         dts = _number(_param(cfg, "dec_timesteps"), "dec_timesteps", int)
         cov = _number(_param(cfg, "dec_timesteps_coverage"), "dec_timesteps_coverage")
