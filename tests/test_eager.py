@@ -1,4 +1,4 @@
-"""The default policy, eager (batcher/policies/eager.py): work-conserving like Triton's dynamic batcher, preempting
+"""The default policy, eager (batcher/policies/eager/): work-conserving like Triton's dynamic batcher, preempting
 only where the latency table predicts a lower mean latency, with spans of stages where no boundary pays."""
 
 from __future__ import annotations

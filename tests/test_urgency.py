@@ -1,4 +1,4 @@
-"""Urgency preemption in the default policy (batcher/policies/eager.py, rule 5): a request of an outranking class
+"""Urgency preemption in the default policy (batcher/policies/eager/urgency.py, rule 5): a request of an outranking class
 (priority level, then SLA) that would miss its deadline behind the running batch preempts it at the next stage
 boundary, runs ahead or merges, and the set-aside work resumes where it stopped. Worked examples on a virtual clock."""
 

@@ -103,6 +103,18 @@ def useful_batch_size(table: LatencyTable, max_batch_size: int, min_gain: float 
     return cap
 
 
+def prefix_sums(table: LatencyTable) -> list[list[float]]:
+    """[batch][stage]: the table's time of stages 0..stage-1 at that batch size (the benefit rules' O(1) sums)."""
+    dense = table.dense
+    out = []
+    for b in range(len(dense[0])):
+        acc = [0.0]
+        for row in dense:
+            acc.append(acc[-1] + row[b])
+        out.append(acc)
+    return out
+
+
 class LazyBatching(Policy):
     name = "lazy"
 
@@ -141,13 +153,7 @@ class LazyBatching(Policy):
         self._lat1 = self.table.single
         self.batch_cap = useful_batch_size(self.table, self.max_batch_size, self.min_batch_gain)
         if self.preempt == "benefit" and not self.graph.is_seq2seq:
-            dense = self.table.dense
-            self.prefix = []
-            for b in range(len(dense[0])):
-                acc = [0.0]
-                for row in dense:
-                    acc.append(acc[-1] + row[b])
-                self.prefix.append(acc)
+            self.prefix = prefix_sums(self.table)
 
     def describe(self) -> str:
         dec = f", dec_timesteps={self.dec_timesteps}" if self.graph.is_seq2seq else ""

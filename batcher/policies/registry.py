@@ -57,24 +57,16 @@ class PolicyEntry:
 
 
 # ------------------------------------------------------------------ labels
-def _batch_label(base: str) -> Callable[[Mapping[str, Any]], str]:
-    def label(p: Mapping[str, Any]) -> str:
-        extra = [f"b{p['max_batch_size']}"] if "max_batch_size" in p else []
-        if "window_ms" in p:
-            extra.append(f"{p['window_ms']:g}ms")
-        if "rate_sigma" in p:
-            extra.append(f"sigma{p['rate_sigma']:g}")
-        return base + (f"({','.join(extra)})" if extra else "")
-    return label
+_Extras = tuple[tuple[str, Callable[[Any], str]], ...]
+_BATCH: _Extras = (("max_batch_size", lambda v: f"b{v}"),)
+_WINDOW: _Extras = (("window_ms", lambda v: f"{v:g}ms"), ("rate_sigma", lambda v: f"sigma{v:g}"))
+_DEC: _Extras = (("dec_timesteps", lambda v: f"dec{v}"),)
 
 
-def _stack_label(base: str) -> Callable[[Mapping[str, Any]], str]:
+def _label(base: str, extras: _Extras = _BATCH) -> Callable[[Mapping[str, Any]], str]:
+    """``Base(b8,...)``: the parameters in ``extras`` that the spec sets, in that order; ``Base`` without any."""
     def label(p: Mapping[str, Any]) -> str:
-        extra = []
-        if "max_batch_size" in p:
-            extra.append(f"b{p['max_batch_size']}")
-        if "dec_timesteps" in p:
-            extra.append(f"dec{p['dec_timesteps']}")
+        extra = [fmt(p[k]) for k, fmt in extras if k in p]
         return base + (f"({','.join(extra)})" if extra else "")
     return label
 
@@ -113,7 +105,7 @@ ENTRIES: tuple[PolicyEntry, ...] = (
                 {**_STACK, "min_gain": FLOAT, "boundary_cost_us": FLOAT, "spans": FLAG, "urgency": FLAG,
                  "admission": WORD, "join": WORD},
                 _stack(EagerBatching, ("min_gain", "boundary_cost_us", "spans", "urgency", "admission", "join")),
-                _stack_label("Eager"), sla_aware=True),
+                _label("Eager", _BATCH + _DEC), sla_aware=True),
     PolicyEntry("serial", "one request at a time, whole graph", {}, lambda p, a: Serial(), lambda p: "Serial"),
     PolicyEntry("graph", "GraphB(N): graph:5 is a max_queue_delay of 5 ms (the paper's batching time-window); "
                 "graph:max_queue_delay_microseconds=5000,max_batch_size=64,preferred_batch_size=4/8",
@@ -123,23 +115,23 @@ ENTRIES: tuple[PolicyEntry, ...] = (
                                            preferred_batch_sizes=p.get("preferred_batch_size", ()), **a.batch),
                 _graph_label, aliases=("graphb", "dynamic"), bare_value="max_queue_delay_ms"),
     PolicyEntry("adhoc", "serve what has arrived when the device frees (GraphBatching, no window)", _MBS, _adhoc,
-                _batch_label("AdHoc"), aliases=("ad-hoc",)),
+                _label("AdHoc"), aliases=("ad-hoc",)),
     PolicyEntry("monitor", "BatchMonitor/BatchDispatcher: monitor:window_ms=1000,max_batch_size=32,rate_sigma=1",
                 {"max_batch_size": INT, "window_ms": FLOAT, "rate_sigma": FLOAT},
                 lambda p, a: BatchMonitor(window=p.get("window_ms", 1000.0) / 1e3, rate_sigma=p.get("rate_sigma", 1.0),
                                           **a.batch),
-                _batch_label("BatchMonitor"), aliases=("batchmonitor",)),
+                _label("BatchMonitor", _BATCH + _WINDOW), aliases=("batchmonitor",)),
     PolicyEntry("deadline", "the largest batch that still meets the oldest request's deadline", _MBS,
-                lambda p, a: MaxBatchUnderDeadline(**a.batch), _batch_label("MaxBatchDeadline"),
+                lambda p, a: MaxBatchUnderDeadline(**a.batch), _label("MaxBatchDeadline"),
                 aliases=("maxbatch",)),
     PolicyEntry("cellular", "cell-level batching (BatchMaker): cellular:max_batch_size=32", _MBS,
-                lambda p, a: CellularBatching(**a.batch), _batch_label("Cellular"), aliases=("cell", "batchmaker")),
+                lambda p, a: CellularBatching(**a.batch), _label("Cellular"), aliases=("cell", "batchmaker")),
     PolicyEntry("lazy", "the paper's LazyBatching: lazy:max_batch_size=32,dec_timesteps=10,min_batch_gain=0.2; "
                 "lazy:preempt=benefit preempts only where it also lowers the summed latency (not the paper's rule)",
-                _LAZY, _stack(LazyBatching, ("min_batch_gain", "preempt")), _stack_label("LazyB"), sla_aware=True,
+                _LAZY, _stack(LazyBatching, ("min_batch_gain", "preempt")), _label("LazyB", _BATCH + _DEC), sla_aware=True,
                 aliases=("lazyb", "lazybatching")),
     PolicyEntry("oracle", "LazyBatching whose slack test knows the batched latencies: oracle:dec_timesteps_coverage=0.8",
-                _LAZY, _stack(OracleLazyBatching, ("min_batch_gain", "preempt")), _stack_label("Oracle"),
+                _LAZY, _stack(OracleLazyBatching, ("min_batch_gain", "preempt")), _label("Oracle", _BATCH + _DEC),
                 sla_aware=True),
 )
 BY_NAME: dict[str, PolicyEntry] = {e.name: e for e in ENTRIES}

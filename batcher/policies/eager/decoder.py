@@ -61,7 +61,7 @@ class DecoderAdmission:
         self.histogram = histogram
         self.curves: CurveAdmission | None = None
         self._left: dict[int, int] = {}  # steps_left's answers by steps done (the histogram does not change)
-        self._step: list[float] = []  # [batch]: a decoder step's table time (join="benefit")
+        self.dec_step: list[float] = []  # [batch]: a decoder step's table time (join="benefit")
         self._enc_step = self._once = 0.0
         self._curve_answer: tuple[tuple, tuple[int, float]] | None = None  # (state key, answer): admissible_curves
 
@@ -75,7 +75,7 @@ class DecoderAdmission:
         # step and its stages outside loops, at batch 1
         g, dense, lat1 = pol.graph, pol.table.dense, pol.table.single
         dec = [s for s in range(g.n) if g.loop_type[s] is StageType.DECODER]
-        self._step = [sum(dense[s][b] for s in dec) for b in range(len(dense[0]))]
+        self.dec_step = [sum(dense[s][b] for s in dec) for b in range(len(dense[0]))]
         self._enc_step = sum(lat1[s] for s in range(g.n) if g.loop_type[s] is StageType.ENCODER)
         self._once = sum(lat1[s] for s in range(g.n) if g.loop_type[s] is None)
 
@@ -116,7 +116,7 @@ class DecoderAdmission:
 
     def decode_together(self, rows: Sequence[int]) -> tuple[float, float]:
         """Summed completion times and span (table seconds) of ``rows`` (steps left each) decoding as one batch."""
-        step = self._step
+        step = self.dec_step
         max_batch_size = self.policy.max_batch_size
         t = total = 0.0
         done = 0

@@ -67,7 +67,7 @@ from ...lengths import LengthHistogram
 from ...request import Request
 from ...slack import DEFAULT_COVERAGE
 from ..base import DEFAULT_MAX_BATCH_SIZE
-from ..lazy import LazyBatching
+from ..lazy import LazyBatching, prefix_sums
 from .decoder import ADMISSION_RULES, JOIN_RULES, DecoderAdmission
 from .preemption import DEFAULT_MIN_GAIN, PreemptionRule
 from .rates import ArrivalRates
@@ -145,12 +145,7 @@ class EagerBatching(LazyBatching):
             self.decoder.table_changed()
             return
         dense = self.table.dense
-        self.prefix = []
-        for b in range(len(dense[0])):
-            acc = [0.0]
-            for row in dense:
-                acc.append(acc[-1] + row[b])
-            self.prefix.append(acc)
+        self.prefix = prefix_sums(self.table)
         self.whole = [p[-1] for p in self.prefix]
         self.longest = [max(row[b] for row in dense) for b in range(len(dense[0]))]  # [batch]: the longest stage
         self.rates.table_changed(self.whole[1])
