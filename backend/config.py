@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from lazybatch.batcher.errors import ConfigError
+from lazybatch.batcher.policies.registry import DEFAULT_POLICY as REPO_DEFAULT_POLICY, policy_choices
 from lazybatch.formats.dtypes import TRITON_TO_NUMPY
 
 from .stages import TensorSpec
@@ -30,14 +31,17 @@ DEFAULT_CANCEL_POLL_MS = 0.0
 # the asks, and asks paced by stage times (the LM's are under 1 ms: about 1000 asks a second) held the parts back:
 # served at 90% load the LM's mean time to first token at the client was 48-250 ms (p99 0.3-1.6 s) while its parts
 # left the backend 24.5 ms after arrival on average; at a fixed 100 ms the client saw 19-21 ms (p99 39-45 ms), at
-# 1000 ms 22-23 ms (benchmarks/probe_first_part.py, docs/data/first_part_probe.txt). A cancel on a stream is then
+# 1000 ms 22-23 ms (benchmarks/probes/probe_first_part.py, docs/data/first_part_probe.txt). A cancel on a stream is then
 # answered within about 100 ms; an explicit cancel_poll_ms wins.
 DECOUPLED_CANCEL_POLL_MS = 100.0
 WHOLE_GRAPH = "whole_graph"  # the model runs the whole ONNX graph on what Triton batched (dynamic_batching)
+DEFAULT_POLICY = "lazy"  # a config.pbtxt without a policy parameter
 
 PARAMETERS = {
-    "policy": "lazy | lazy:preempt=benefit | oracle | serial | graph:<ms> | graph:max_queue_delay_microseconds=..,preferred_batch_size=4/8 "
-              f"| {WHOLE_GRAPH} (no scheduler: Triton's own dynamic_batching forms the batches)",
+    "policy": f"{policy_choices()} (parameters as policy:key=value,..., e.g. lazy:preempt=benefit, "
+              "graph:max_queue_delay_microseconds=..,preferred_batch_size=4/8; batcher/policies/registry.py) "
+              f"| {WHOLE_GRAPH} (no scheduler: Triton's own dynamic_batching forms the batches); default "
+              f"{DEFAULT_POLICY} where the parameter is absent (`lazybatch repo add` writes {REPO_DEFAULT_POLICY})",
     "sla_ms": "default SLA target of a request in ms (a request may override it with its own sla_ms parameter)",
     "stage_dir": "stage directory (manifest.json + stage ONNX files), relative to the version folder",
     "latency_table": "latency table (JSON/CSV), relative to the version folder",
@@ -247,7 +251,7 @@ class BackendSettings:
         outputs = [_spec(t, "output") for t in cfg.output]
         if not inputs or not outputs:
             raise ConfigError("the config needs input and output sections", field="input/output")
-        policy = (_param(cfg, "policy", "lazy") or "lazy").lower()
+        policy = (_param(cfg, "policy", DEFAULT_POLICY) or DEFAULT_POLICY).lower()
         smbs = _number(_param(cfg, "scheduler_max_batch_size"), "scheduler_max_batch_size", int)
         dts = _number(_param(cfg, "dec_timesteps"), "dec_timesteps", int)
         cov = _number(_param(cfg, "dec_timesteps_coverage"), "dec_timesteps_coverage")

@@ -491,7 +491,7 @@ class BackendRuntime:
         """One inline pass of ``requests`` answered (and ``failed`` that failed alone), ``n`` samples in all, that
         took ``took`` seconds (0: it failed). The counters are kept now; the metrics and the calibration of the
         table are left to the scheduler thread (``_apply_deferred``): done here they delayed the answer, which
-        Triton sends when ``execute`` returns, by 4% of a 3.5 ms MobileNet pass (benchmarks/probe_idle_cost.py)."""
+        Triton sends when ``execute`` returns, by 4% of a 3.5 ms MobileNet pass (benchmarks/probes/probe_idle_cost.py)."""
         stats = self.stats
         stats.requests += requests + failed
         stats.samples += n

@@ -12,7 +12,7 @@ from lazybatch.batcher.graph import ModelGraph, StageType
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.lengths import LengthHistogram
 from lazybatch.batcher.policies import parse_policy
-from lazybatch.batcher.policies.lazy import _Entry
+from lazybatch.batcher.policies.lazy import Entry
 from lazybatch.batcher.request import Request
 from lazybatch.simulator.engine import Simulation
 
@@ -73,7 +73,7 @@ def test_the_shadow_run_predicts_the_schedule_exactly_when_lengths_are_as_predic
     def observe(t: float, job) -> None:
         if t > 12.0 * MS and not policy.infq:
             inflight = [r for e in policy.stack for r in e.reqs]
-            slacks = policy._curves.slacks(t, policy.stack, (), policy.batch_cap, policy.time_scale)
+            slacks = policy.decoder.curves.slacks(t, policy.stack, (), policy.batch_cap, policy.time_scale)
             predictions.append({r.id: r.deadline - s for r, s in zip(inflight, slacks)})
 
     Simulation(table, policy, on_job=observe).run(reqs)
@@ -92,7 +92,7 @@ def lost_and_newcomer(hist: LengthHistogram) -> tuple[int, float]:
     r0 = Request(0, 0.0, sla=2 * MS, dec_steps=20)
     r0.loop_iter = 3
     r1 = Request(1, 4 * MS, sla=1.0, dec_steps=20)
-    return adm.admissible(5 * MS, [_Entry(1, [r0], 0.0, r0.deadline)], [r1], room=7, cap=8, scale=1.0)
+    return adm.admissible(5 * MS, [Entry(1, [r0], 0.0, r0.deadline)], [r1], room=7, cap=8, scale=1.0)
 
 
 def test_a_lost_deadline_blocks_admission_only_where_lengths_vary_little():

@@ -1,4 +1,4 @@
-"""The default policy, eager (batcher/policies/eager.py): work-conserving like Triton's dynamic batcher, preempting
+"""The default policy, eager (batcher/policies/eager/): work-conserving like Triton's dynamic batcher, preempting
 only where the latency table predicts a lower mean latency, with spans of stages where no boundary pays."""
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ def test_a_saturated_device_never_serves_its_queue_in_smaller_batches():
     whole = 4 * MS
     pol.inline_done(0.0, whole, 1)
     t = 10.0  # a quiet spell: the last pass long gone
-    assert pol.busy_fraction(t) == 0.0 and pol._batch_size(t, 4) == 1
+    assert pol.busy_fraction(t) == 0.0 and pol.idle.batch_size(t, 4) == 1
     assert pol.inline_batch(t, 4) == 4
     # then passes of 4 back to back, 4 handed to each: the device always busy. The passes take 25% longer than
     # the table says, so the rate served looks like room to split: 4 per 20 ms, and one by one the table predicts
@@ -262,7 +262,7 @@ def test_a_saturated_device_never_serves_its_queue_in_smaller_batches():
         t += 5 * whole
     assert pol.rate(t) * 4 * whole < 0.85 * 4  # the rate test alone would split (4 one by one: 16 ms busy)
     assert pol.busy_fraction(t) > 0.95
-    assert pol._batch_size(t, 4) == 4
+    assert pol.idle.batch_size(t, 4) == 4
     assert pol.inline_batch(t, 4) == 4
 
 
@@ -311,22 +311,22 @@ def test_inline_answers_are_the_benefit_rules_at_every_rate():
             pol.inline_done(start, start + whole, 1)
             if gap_passes <= 1.0:
                 for k in range(int(round(1 / gap_passes))):
-                    pol._busy_arrivals.append(start + whole * (k + 0.5) / round(1 / gap_passes))
+                    pol.rates.busy_arrivals.append(start + whole * (k + 0.5) / round(1 / gap_passes))
             t = start + whole + (gap_passes - 1.0) * whole if gap_passes > 1.0 else start + whole
             for n in (1, 2, 4):
                 got = pol.inline_batch(t, n)
                 lam = pol.busy_rate(t)
-                near = {n if pol._stop_benefit(t, 0, n, lam=lam * f) >= pol.graph.n else 0 for f in (1 / 1.05, 1.05)}
-                want = n if pol._stop_benefit(t, 0, n, lam=lam) >= pol.graph.n else 0
+                near = {n if pol.preemption.stop_benefit(t, 0, n, lam=lam * f) >= pol.graph.n else 0 for f in (1 / 1.05, 1.05)}
+                want = n if pol.preemption.stop_benefit(t, 0, n, lam=lam) >= pol.graph.n else 0
                 assert got == want or got in near, (gap_passes, n, lam)
                 exact += got == want
                 total += 1
                 seen.add(got > 0)
     assert seen == {True, False}, "the sweep should reach both answers"
     assert exact >= 0.98 * total, f"{total - exact} of {total} answers differ from the uncached rule's"
-    assert pol._inline_answers
+    assert pol.inline_answers
     pol.table_changed()
-    assert not pol._inline_answers
+    assert not pol.inline_answers
 
 
 def test_inline_hooks_are_offered_by_eager_only():

@@ -1,4 +1,4 @@
-"""Urgency preemption in the default policy (batcher/policies/eager.py, rule 5): a request of an outranking class
+"""Urgency preemption in the default policy (batcher/policies/eager/urgency.py, rule 5): a request of an outranking class
 (priority level, then SLA) that would miss its deadline behind the running batch preempts it at the next stage
 boundary, runs ahead or merges, and the set-aside work resumes where it stopped. Worked examples on a virtual clock."""
 
@@ -243,15 +243,15 @@ def test_the_urgent_batch_cap_gives_way_to_the_arrival_rate_only_where_batching_
     def cap_after(per_sample: float, rate_per_ms: float) -> list[int]:
         pol = parse_policy("eager:urgency=true").build(max_batch_size=8)
         Simulation(table(per_sample), pol)  # attaches the policy to the table
-        caps = [pol._urgent_batch(0.0)]  # no class seen
+        caps = [pol.urgent.batch(0.0)]  # no class seen
         pol.enqueue(urgent(0, 0.0, 12.0), 0.0)
         pol.enqueue(bulk(1, 0.0), 0.0)
-        caps.append(pol._urgent_batch(0.0))
+        caps.append(pol.urgent.batch(0.0))
         t = 0.0
         for i in range(2, 20):  # within the rate window (0.51 s): the urgent class is still seen
             t += MS / rate_per_ms
             pol.enqueue(bulk(i, t / MS), t)
-        caps.append(pol._urgent_batch(t))
+        caps.append(pol.urgent.batch(t))
         return caps
 
     caps = cap_after(0.5, 2.0)  # 7: a sample costs 4.57 ms there, within min_gain of batch 8's 4.5 ms

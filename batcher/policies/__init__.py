@@ -7,8 +7,9 @@ from .eager import EagerBatching
 from .graph_batching import GraphBatching, Serial
 from .lazy import LazyBatching, OracleLazyBatching
 from .monitor import BatchLatencyModel, BatchMonitor, MaxBatchUnderDeadline, preferred_batch_size
-from .spec import POLICY_NAMES, parse_policy
+from .registry import DEFAULT_POLICY, sla_aware
+from .spec import POLICY_NAMES, PolicySpec, parse_policy
 
 __all__ = ["DEFAULT_MAX_BATCH_SIZE", "Policy", "InlineHooks", "inline_hooks", "CellularBatching", "EagerBatching", "GraphBatching", "Serial", "LazyBatching", "OracleLazyBatching",
            "BatchLatencyModel", "BatchMonitor", "MaxBatchUnderDeadline", "preferred_batch_size", "POLICY_NAMES",
-           "parse_policy"]
+           "PolicySpec", "parse_policy", "DEFAULT_POLICY", "sla_aware"]

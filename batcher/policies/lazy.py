@@ -56,7 +56,7 @@ from ..slack import DEFAULT_COVERAGE, SlackPredictor, resolve_dec_timesteps
 from .base import DEFAULT_MAX_BATCH_SIZE, Policy, enqueue_by_priority
 
 
-class _Entry:
+class Entry:
     """One BatchTable entry: a sub-batch and the stage it runs next."""
 
     __slots__ = ("node", "reqs", "rem", "dmin", "urgent")
@@ -103,6 +103,18 @@ def useful_batch_size(table: LatencyTable, max_batch_size: int, min_gain: float 
     return cap
 
 
+def prefix_sums(table: LatencyTable) -> list[list[float]]:
+    """[batch][stage]: the table's time of stages 0..stage-1 at that batch size (the benefit rules' O(1) sums)."""
+    dense = table.dense
+    out = []
+    for b in range(len(dense[0])):
+        acc = [0.0]
+        for row in dense:
+            acc.append(acc[-1] + row[b])
+        out.append(acc)
+    return out
+
+
 class LazyBatching(Policy):
     name = "lazy"
 
@@ -117,7 +129,7 @@ class LazyBatching(Policy):
             raise ConfigError(f"preempt must be one of {', '.join(PREEMPT_RULES)}, got {preempt!r}", field="preempt")
         self.min_batch_gain = min_batch_gain
         self.preempt = preempt
-        self._prefix: list[list[float]] = []  # [batch][stage]: the table's time of stages 0..stage-1 (benefit rule)
+        self.prefix: list[list[float]] = []  # [batch][stage]: the table's time of stages 0..stage-1 (benefit rule)
         self.batch_cap = max_batch_size
         # How much longer stages take on the device now than the latency table says. An executor that measures
         # its stages (the Triton backend) keeps it current: a table profiled on a quiet machine underestimates a
@@ -127,7 +139,7 @@ class LazyBatching(Policy):
         self.dec_timesteps = resolve_dec_timesteps(dec_timesteps, length_histogram, dec_timesteps_coverage)
         self.dec_timesteps_coverage = dec_timesteps_coverage
         self.infq: deque[Request] = deque()
-        self.stack: list[_Entry] = []
+        self.stack: list[Entry] = []
         self.predictor: SlackPredictor
 
     def attach(self, scheduler) -> None:  # type: ignore[override]
@@ -141,13 +153,7 @@ class LazyBatching(Policy):
         self._lat1 = self.table.single
         self.batch_cap = useful_batch_size(self.table, self.max_batch_size, self.min_batch_gain)
         if self.preempt == "benefit" and not self.graph.is_seq2seq:
-            dense = self.table.dense
-            self._prefix = []
-            for b in range(len(dense[0])):
-                acc = [0.0]
-                for row in dense:
-                    acc.append(acc[-1] + row[b])
-                self._prefix.append(acc)
+            self.prefix = prefix_sums(self.table)
 
     def describe(self) -> str:
         dec = f", dec_timesteps={self.dec_timesteps}" if self.graph.is_seq2seq else ""
@@ -164,16 +170,16 @@ class LazyBatching(Policy):
         stack = self.stack
         if self.infq:
             if not stack:
-                e = self._take(now, self.batch_cap)
+                e = self.take(now, self.batch_cap)
                 if e is not None:
                     stack.append(e)
                     self.log.add(now, DISPATCH, 0, len(e.reqs), "device idle: queued requests start")
             else:
-                k, predicted_slack = self._admissible(now)
-                if k and self._prefix:
+                k, predicted_slack = self.admissible(now)
+                if k and self.prefix:
                     k = self._worth_preempting(k)
                 if k:
-                    self._preempt(now, k, "slack predictor allows lazy batching", predicted_slack)
+                    self.preempt_for(now, k, "slack predictor allows lazy batching", predicted_slack)
         if not stack:
             return None
         top = stack[-1]
@@ -181,7 +187,7 @@ class LazyBatching(Policy):
 
     def job_done(self, job: StageJob, result: StageResult | None, now: float) -> None:
         stack = self.stack
-        e: _Entry = job.token
+        e: Entry = job.token
         if not stack or stack[-1] is not e:
             raise RuntimeError("LazyBatching: a completed job is not the active BatchTable entry")
         stack.pop()
@@ -207,13 +213,13 @@ class LazyBatching(Policy):
         else:
             going = exiting = None
             if cont:
-                going = _Entry(node, cont, self._remaining(node, cont), min(r.deadline for r in cont))
+                going = Entry(node, cont, self._remaining(node, cont), min(r.deadline for r in cont))
             if exited:
                 if exit_node >= n:
                     for r in exited:
                         self._finish(r, Status.OK, None)
                 else:
-                    exiting = _Entry(exit_node, exited, self._remaining(exit_node, exited),
+                    exiting = Entry(exit_node, exited, self._remaining(exit_node, exited),
                                      min(r.deadline for r in exited))
             if going is not None and exiting is not None:
                 self.log.add(now, SPLIT, s, len(job.requests), f"{len(exited)} of {len(job.requests)} left the "
@@ -225,7 +231,7 @@ class LazyBatching(Policy):
             for x in order:
                 if x is not None:
                     stack.append(x)
-        self._merge_top(now)
+        self.merge_top(now)
 
     def held(self) -> list[Request]:
         return list(self.infq) + [r for e in self.stack for r in e.reqs]
@@ -234,12 +240,13 @@ class LazyBatching(Policy):
         self.infq.clear()
         self.stack.clear()
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ the BatchTable's moves (eager's parts use them too)
     def _remaining(self, node: int, reqs: Sequence[Request]) -> float:
         rem = self.predictor.remaining
         return sum(rem(node, r.loop_iter, r.enc_steps) for r in reqs)
 
-    def _take(self, now: float, k: int) -> _Entry | None:
+    def take(self, now: float, k: int) -> Entry | None:
+        """A new entry at stage 0 for up to ``k`` queued requests, in queue order (cancelled ones are answered)."""
         q = self.infq
         reqs: list[Request] = []
         rem = 0.0
@@ -254,21 +261,21 @@ class LazyBatching(Policy):
             rem += r.est
             if r.deadline < dmin:
                 dmin = r.deadline
-        return _Entry(0, reqs, rem, dmin) if reqs else None
+        return Entry(0, reqs, rem, dmin) if reqs else None
 
-    def _preempt(self, now: float, k: int, why: str, value: float) -> None:
+    def preempt_for(self, now: float, k: int, why: str, value: float) -> None:
         """Set the active sub-batch aside at its boundary for the first ``k`` queued requests (pushed at stage 0),
         and merge the top two where they already meet."""
         top = self.stack[-1]
-        e = self._take(now, k)
+        e = self.take(now, k)
         if e is None:  # every one of them was cancelled while queued
             return
         self.log.add(now, PREEMPT, top.node, len(top.reqs), why, value)
         self.stack.append(e)
         self.log.add(now, DISPATCH, 0, len(e.reqs), "lazily batched", value)
-        self._merge_top(now)
+        self.merge_top(now)
 
-    def _admissible(self, now: float) -> tuple[int, float]:
+    def admissible(self, now: float) -> tuple[int, float]:
         """How many queued requests (in arrival order) may join now, and the slack that leaves."""
         work = 0.0
         dmin = math.inf
@@ -298,7 +305,7 @@ class LazyBatching(Policy):
         Preempting: the k' newcomers run stages 0..s-1 (A), then merge with the top sub-batch of m for stages s..n-1
         (B); the p requests below wait for both. Not preempting: the top finishes (C), then the newcomers run the
         whole graph (D). Sum of completion times from now: (m + k' + p)(A + B) against m C + (k' + p)(C + D)."""
-        pre = self._prefix
+        pre = self.prefix
         top = self.stack[-1]
         s, m, n = top.node, len(top.reqs), self.graph.n
         p = sum(len(e.reqs) for e in self.stack[:-1])
@@ -310,7 +317,8 @@ class LazyBatching(Policy):
             k -= 1
         return 0
 
-    def _merge_top(self, now: float) -> None:
+    def merge_top(self, now: float) -> None:
+        """Merge the two topmost entries while they have reached the same stage and fit the batch cap."""
         stack = self.stack
         while len(stack) >= 2 and stack[-1].node == stack[-2].node:
             a = stack[-1]
@@ -337,7 +345,7 @@ class OracleLazyBatching(LazyBatching):
 
     name = "oracle"
 
-    def _admissible(self, now: float) -> tuple[int, float]:
+    def admissible(self, now: float) -> tuple[int, float]:
         q = self.infq
         hi = min(len(q), self.batch_cap - (len(self.stack[-1].reqs) if self.stack else 0))
         base = self._worst_slack(now, 0)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from lazybatch.batcher.policies.registry import DEFAULT_POLICY, policy_choices, policy_help
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("repo", help="build model directories for a Triton model repository")
@@ -15,10 +17,8 @@ def register(sub: Any) -> None:
     a.add_argument("model", nargs="?", default=None, help="the whole-graph ONNX model (batch dimension symbolic)")
     a.add_argument("--repository", "--model-repository", dest="repository", default="model_repository")
     a.add_argument("--name", default=None, help="model name (default: the ONNX file's stem + _ + policy)")
-    a.add_argument("--policy", default="eager", help="eager (default: work-conserving, preempts at stage "
-                   "boundaries where the latency table says it pays) | lazy (the paper's LazyBatching) | oracle | "
-                   "serial | graph:<ms> | triton:<us> (the whole graph under Triton's dynamic_batching with that "
-                   "max_queue_delay_microseconds)")
+    a.add_argument("--policy", default=DEFAULT_POLICY, help=f"{policy_choices(triton=True)} (default "
+                   f"{DEFAULT_POLICY}; parameters as policy:key=value,...). {policy_help(triton=True)}")
     a.add_argument("--sla-ms", type=float, default=100.0, help="default SLA target per request (default 100)")
     a.add_argument("--max-batch-size", type=int, default=16)
     a.add_argument("--scheduler-max-batch-size", type=int, default=None, help="largest sub-batch the scheduler "

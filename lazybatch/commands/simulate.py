@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from lazybatch.batcher.errors import ConfigError
+from lazybatch.batcher.policies.registry import policy_choices
 from lazybatch.commands import comma_list
 
 DEFAULT_RATES = "16,128,500,1000,2000"
@@ -26,9 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a shipped model (resnet50, gnmt, transformer, vgg19, bert_base) or a latency table .json/.csv; repeatable "
                         "(default: the paper's three: resnet50, gnmt, transformer)")
     p.add_argument("--policy", action="append", metavar="SPEC",
-                   help="serial | lazy | oracle | graph:N (GraphB(N), N ms window) | graph:max_queue_delay_"
-                        "microseconds=U,preferred_batch_size=4/8; repeatable (default: Serial, GraphB(5,25,50,75,95), "
-                        "LazyB, Oracle)")
+                   help=f"{policy_choices()} (graph:N: GraphB(N), N ms window; parameters as policy:key=value,..., "
+                        "e.g. graph:max_queue_delay_microseconds=U,preferred_batch_size=4/8); repeatable (default: "
+                        "Serial, GraphB(5,25,50,75,95), LazyB, Oracle)")
     p.add_argument("--rate", default=DEFAULT_RATES, help="arrival rates, requests/s, comma-separated")
     p.add_argument("--sla-ms", default="100", help="SLA targets in ms, comma-separated (several: Fig. 15)")
     p.add_argument("--seeds", type=int, default=3, help="runs per point, averaged (the paper uses 20)")

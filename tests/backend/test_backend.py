@@ -640,15 +640,15 @@ def test_eager_keeps_boundaries_when_arrivals_come_mid_pass(mlp):
             row[1:] = [2e-6 if s == 0 else 10e-6] * (len(row) - 1)
         pol.table_changed()
         now = time.monotonic()
-        whole = pol._whole[1]
+        whole = pol.whole[1]
         t = now - 200 * whole
         for _ in range(150):  # passes back to back, 3 arrivals handed to each
             pol.inline_done(t, t + whole, 3)
             t += whole + 1e-5
         assert pol.busy_rate(t) > 0.0
         assert pol.inline_batch(t, 1) == 0
-        pol._busy_arrivals.clear()
-        pol._arrivals.clear()
+        pol.rates.busy_arrivals.clear()
+        pol.rates.arrivals.clear()
         assert pol.inline_batch(t + 10.0, 1) == 1  # nothing arrives mid-pass: no boundary can pay
     finally:
         rt.close()

@@ -555,7 +555,7 @@ def test_eager_predicts_decode_lengths_from_the_models_histogram(split, tmp_path
     assert hist.to_dict() == LengthHistogram.load(shipped_histogram(spec.length_histogram)).to_dict()
     pol = build_policy(parse_policy("eager"), spec, table, max_batch_size=8, dec_timesteps=None, coverage=0.9)
     Seq2SeqRuntime(runner, table, pol, lambda *a: None, spec=spec).close()
-    lengths = pol._curves.lengths
+    lengths = pol.decoder.curves.lengths
     assert pol.dec_timesteps == lengths.target(0) == hist.coverage_length(0.9)
     assert lengths.target(pol.dec_timesteps) == hist.conditional_length(pol.dec_timesteps, 0.9) > pol.dec_timesteps
     assert lengths.lost_block == (kind != "gpt2")  # WMT-like lengths vary little; the LM's chat lengths do
@@ -564,12 +564,12 @@ def test_eager_predicts_decode_lengths_from_the_models_histogram(split, tmp_path
     moved.meta["length_histogram"] = str(tmp_path / "gone.json")
     pol = build_policy(parse_policy("eager"), spec, moved, max_batch_size=8, dec_timesteps=None, coverage=0.9)
     Seq2SeqRuntime(runner, moved, pol, lambda *a: None, spec=spec).close()
-    assert pol._curves.lengths.target(0) == hist.coverage_length(0.9)
+    assert pol.decoder.curves.lengths.target(0) == hist.coverage_length(0.9)
 
     pol = build_policy(parse_policy("eager:dec_timesteps=5"), spec, table, max_batch_size=8, dec_timesteps=None,
                        coverage=0.9)
     Seq2SeqRuntime(runner, table, pol, lambda *a: None, spec=spec).close()
-    assert pol._curves.lengths.target(0) == 5 and pol._curves.lengths.target(7) == 8
+    assert pol.decoder.curves.lengths.target(0) == 5 and pol.decoder.curves.lengths.target(7) == 8
 
 
 def test_decoupled_models_default_to_first_token_admission(split):

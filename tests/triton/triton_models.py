@@ -17,7 +17,7 @@ from lazybatch.staging import make_heavy, make_mlp, split_model
 
 # policy name in the test repository -> `lazybatch repo add --policy`
 POLICIES = {
-    "mlp_eager": "eager",  # the default policy (batcher/policies/eager.py)
+    "mlp_eager": "eager",  # the default policy (batcher/policies/eager/)
     "mlp_lazy": "lazy",
     "mlp_oracle": "oracle",
     "mlp_serial": "serial",
