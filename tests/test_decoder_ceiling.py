@@ -36,3 +36,26 @@ def test_no_policy_beats_its_own_run_alone(tmp_path) -> None:
         assert c["latency_over_alone"] >= 1.0 - 1e-9
         assert c["wait_to_start_ms"] >= 0.0
     assert cell["ratio_best_triton_over_eager"] <= cell["ratio_ceiling_any_policy"] + 1e-9
+
+
+def test_the_clairvoyant_policy_is_told_each_true_length() -> None:
+    """The probe's join-or-wait ceiling must use every request's true output length, not the histogram's
+    prediction: its decoder admission answers the steps left from ``dec_steps`` (this went silently stale once,
+    when eager's parts moved into their own modules)."""
+    from lazybatch.batcher import Request
+    from lazybatch.batcher.lengths import LengthHistogram
+    from lazybatch.batcher.scheduler import Scheduler
+
+    from .test_eager import _HeldExecutor
+    from .test_scheduler_core import ManualClock
+
+    table = _seq2seq_table()
+    hist = LengthHistogram([2], [1.0])  # predicts 2 steps for everyone
+    pol = probe_decoder_ceiling.Clairvoyant(8, length_histogram=hist, join="benefit")
+    Scheduler(table, pol, _HeldExecutor(), ManualClock())
+    r = Request(0, 0.0, enc_steps=1, dec_steps=30)
+    assert pol.decoder.steps_left(r, 0) == 30
+    assert pol.decoder.steps_left(r, 29) == 1
+    plain = probe_decoder_ceiling.EagerBatching(8, length_histogram=hist, join="benefit")
+    Scheduler(table, plain, _HeldExecutor(), ManualClock())
+    assert plain.decoder.steps_left(r, 0) != 30  # the servable rule predicts instead

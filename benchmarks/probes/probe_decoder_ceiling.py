@@ -33,7 +33,7 @@ from benchmarks.harness import command_line, git_commit, write_json
 from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.lengths import LengthHistogram
-from lazybatch.batcher.policies.eager import EagerBatching
+from lazybatch.batcher.policies.eager import DecoderAdmission, EagerBatching
 from lazybatch.batcher.policies.spec import parse_policy
 from lazybatch.formats.histograms import shipped_histogram
 from lazybatch.simulator import workload
@@ -54,11 +54,17 @@ def alone_s(table: LatencyTable, r) -> float:
     return sum(table.single[s] for s in table.graph.stage_visits(r.enc_steps, r.dec_steps))
 
 
+class KnownLengths(DecoderAdmission):
+    """Decoder admission told every request's true output length instead of predicting it from the histogram."""
+
+    def steps_left(self, r, done: int) -> int:
+        return max(1, r.dec_steps - done)
+
+
 class Clairvoyant(EagerBatching):
     """``eager:join=benefit`` told every request's true output length: the rule's ceiling, not a servable policy."""
 
-    def _steps_left(self, r, done: int) -> int:
-        return max(1, r.dec_steps - done)
+    decoder_admission = KnownLengths
 
 
 def replay(table: LatencyTable, hist: LengthHistogram, load: float, t1: float, seeds: int, n: int) -> dict:
