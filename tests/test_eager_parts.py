@@ -15,6 +15,8 @@ from lazybatch.batcher.policies.eager import (BACK_TO_BACK_S, RATE_MIN_PASSES, R
                                               WorkConserving)
 from lazybatch.batcher.policies.lazy import Entry
 from lazybatch.batcher.request import Request
+from lazybatch.batcher.lengths import LengthHistogram
+from lazybatch.formats.histograms import shipped_histogram
 from lazybatch.simulator import paper_tables
 from lazybatch.simulator.engine import Simulation
 
@@ -38,7 +40,7 @@ def test_the_policy_holds_one_of_each_part_and_a_decoder_admission_only_for_loop
     assert isinstance(static.rates, ArrivalRates) and isinstance(static.idle, WorkConserving)
     assert isinstance(static.preemption, PreemptionRule) and isinstance(static.urgent, UrgencyRule)
     assert static.decoder is None and static.whole[1] == pytest.approx(8 * MS)
-    loops = attached(paper_tables.gnmt(), length_histogram=paper_tables.shipped_histogram())
+    loops = attached(paper_tables.gnmt(), length_histogram=LengthHistogram.load(shipped_histogram()))
     assert isinstance(loops.decoder, DecoderAdmission) and loops.decoder.curves is not None
     assert "admission=curves" in loops.describe() and "admission" not in static.describe()
 

@@ -12,6 +12,8 @@ from lazybatch.batcher.policies import registry
 from lazybatch.batcher.policies.graph_batching import Serial
 from lazybatch.cli import build_parser
 from lazybatch.repo import TritonPolicy, parse_repo_policy
+from lazybatch.batcher.lengths import LengthHistogram
+from lazybatch.formats.histograms import shipped_histogram
 from lazybatch.simulator import paper_tables
 from lazybatch.simulator.engine import Simulation
 from lazybatch.simulator.workload import poisson, requests
@@ -30,9 +32,9 @@ def test_every_entry_parses_builds_labels_and_runs(entry: registry.PolicyEntry) 
         assert sla_aware(name) is entry.sla_aware
     assert parse_policy(entry.name).label == entry.label({})
     for table in (paper_tables.resnet50(), paper_tables.gnmt()):
-        policy = parse_policy(entry.name).build(max_batch_size=8, length_histogram=paper_tables.shipped_histogram())
+        policy = parse_policy(entry.name).build(max_batch_size=8, length_histogram=LengthHistogram.load(shipped_histogram()))
         assert isinstance(policy, Policy)
-        reqs = requests(poisson(200.0, 20, 0, graph=table.graph, lengths=paper_tables.shipped_histogram()), 1.0)
+        reqs = requests(poisson(200.0, 20, 0, graph=table.graph, lengths=LengthHistogram.load(shipped_histogram())), 1.0)
         Simulation(table, policy).run(reqs)
         assert all(r.status is not None for r in reqs)
     if "max_batch_size" in entry.params:
