@@ -2,20 +2,15 @@
 
 Nothing here imports Triton. The Triton model (``model.py``) hands requests in through ``submit`` from Triton's
 ``execute`` thread and gets answers back through the ``respond`` callback, so the same runtime can be driven by a
-plain test without a server.
+plain test without a server. ``BackendRuntime`` composes its parts: ``inbox.py`` (the scheduler thread's loop: one
+thread calls into the ``Scheduler``, ``submit`` only puts requests on its inbox; and the idle hooks), ``clock.py``
+(the wall clock and its timers), ``rows.py`` (a Triton request of batch b is b scheduler requests, one per sample,
+as the latency table, the slack predictor and max_batch_size count samples; it is answered once all are done, or at
+once when one fails, its siblings then leaving at the next stage boundary) and ``inline.py`` (whole-graph passes
+run in ``execute`` where the scheduler would run them whole). Here: admission, stage runs, calibration of the
+table, cancellation, answers and shutdown.
 
-``BackendRuntime`` is the composition of its parts, each in a module of its own:
-
-- ``inbox.py``: the scheduler thread's loop. Exactly one thread calls into the ``Scheduler``; ``submit`` only puts
-  the request on its inbox. The thread also runs the idle hooks (metrics, statistics file, memory given back).
-- ``clock.py``: the wall clock the scheduler runs on (``now``, ``call_at`` timers fired between stages).
-- ``rows.py``: a Triton request with batch size b becomes b scheduler requests (one per sample): the latency table,
-  the slack predictor and max_batch_size all count samples. The Triton request is answered once all its samples are
-  done, or at once when one fails (its siblings are then cancelled and leave at the next stage boundary).
-- ``inline.py``: the inline route, whole-graph passes run in ``execute`` where the scheduler would run them whole.
-
-What stays here: admission, the stage runs, calibration of the table, cancellation, answers and shutdown. The
-executor does not run a stage inside ``Executor.submit``: it parks the job, the thread runs it, then drains the
+The executor does not run a stage inside ``Executor.submit``: it parks the job, the thread runs it, then drains the
 inbox *before* reporting completion. That way the policy sees every request that arrived during the stage at the
 stage boundary, which is where LazyBatching decides to preempt.
 """
