@@ -18,12 +18,10 @@ Two modes:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,19 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from lazybatch.batcher.errors import ConfigError
-from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
 from lazybatch.batcher.admission import QueuePolicy
 
-from .config import (BackendSettings, TensorSpec, parse_config_json, parse_request_parameters, validate_request)
+from .config import BackendSettings, parse_config_json, parse_request_parameters, validate_request
 from .faults import FaultInjector
 from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
-from .npu_executor import maybe_wrap
+from .model_kinds import MODEL_KINDS, model_kind
 from .responder import ResponseThread
-from .fusion import measure_fused_ratio
-from .stages import StageRunner, available_providers, make_session, profile_batch_sizes
+from .stages import StageRunner
 
 try:  # only importable inside the Triton Python backend stub
     import triton_python_backend_utils as pb_utils  # type: ignore
@@ -63,42 +58,6 @@ def _error_response(message: str, code_name: str = "INVALID_ARG") -> Any:
     code = getattr(te, code_name, None)
     err = te(message, code) if code is not None else te(message)
     return pb_utils.InferenceResponse(output_tensors=[], error=err)
-
-
-def check_against_manifest(settings: BackendSettings, manifest_inputs: list[TensorSpec],
-                           manifest_outputs: list[TensorSpec]) -> None:
-    """config.pbtxt and the stage manifest must describe the same tensors."""
-    for kind, cfg, man in (("input", settings.inputs, manifest_inputs), ("output", settings.outputs,
-                                                                         manifest_outputs)):
-        a = {t.name: (t.dtype, t.dims) for t in cfg}
-        b = {t.name: (t.dtype, t.dims) for t in man}
-        if a != b:
-            raise ConfigError(f"config.pbtxt {kind}s {a} differ from the stage manifest's {b}",
-                              field=kind, source=settings.name)
-
-
-def load_table(settings: BackendSettings, runner: StageRunner) -> LatencyTable:
-    """The model's latency table; profiled now (and saved) only when profile_on_load is set."""
-    path = settings.latency_table
-    if path.exists():
-        table = LatencyTable.load(path)
-    elif settings.profile_on_load:
-        table = runner.profile(profile_batch_sizes(settings.scheduler_max_batch_size), reps=3,
-                               provenance=f"profiled at load time by the lazybatch backend ({runner.providers[0]})")
-        try:
-            table.save(path)
-        except OSError:
-            pass
-    else:
-        raise ConfigError(f"no latency table at {path}: run `lazybatch repo add` (it profiles the stages) or "
-                          "`lazybatch profile`, or set parameter profile_on_load: \"true\" to profile at load time",
-                          field="parameters.latency_table", source=settings.name)
-    names = [s.name for s in runner.manifest.stages]
-    have = [s.name for s in table.graph.stages]
-    if have != names:
-        raise ConfigError(f"the latency table's stages {have[:5]}... ({len(have)}) do not match the stage "
-                          f"directory's {names[:5]}... ({len(names)}); re-profile the stages", source=str(path))
-    return table
 
 
 def read_log(path: Path) -> list[list[str]]:
@@ -183,9 +142,8 @@ class TritonPythonModel:
         self.seq2seq: Any = None  # a seq2seq.Seq2SeqSpec for encoder-decoder models
         self._responder: ResponseThread | None = None  # sends the answers (response_thread, backend/responder.py)
         self._latches: dict[int, _Latch] = {}  # batch_per_execute: request -> its execute call's latch
-        self.fused: str | None = None
-        self._segment_dir: Path | None = None  # fuse_segments: the merged segment files
-        whole: Any = None  # the whole graph for jobs that span every stage (eager's spans, backend/fusion.py)  # why the stages run as one whole-graph pass (fuse_stages), if they do
+        self.fused: str | None = None  # why the stages run as one whole-graph pass (fuse_stages), if they do
+        self.segment_dir: Path | None = None  # fuse_segments: the merged segment files
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
         self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
         self._batch_log = BatchLog(Path(stats_dir) / f"{s.name}.batches.csv") if stats_dir else None
@@ -201,48 +159,18 @@ class TritonPythonModel:
         plain, _ = parse_request_parameters("", s.sla_ms)  # no text: the model's SLA, never an error
         self._plain_options = dataclasses.replace(plain, priority=s.request_level(0)[0])
         if s.whole_graph:
-            self.session = make_session(s.whole_graph_model, available_providers(s.execution_provider),
-                                        s.intra_op_threads)
-            self.output_names = [o.name for o in s.outputs]
-            warm = {t.name: np.zeros((1, *[d if d > 0 else 1 for d in t.dims]), t.dtype) for t in s.inputs}
-            self.session.run(self.output_names, warm)
-            return
-        from .runtime import BackendRuntime
-
-        spec = parse_policy(s.policy)
-        if spec.kind == "serial" and s.scheduler_max_batch_size != 1:
-            s.scheduler_max_batch_size = 1
-        runner = StageRunner(s.stage_dir, execution_provider=s.execution_provider,
-                             intra_op_threads=s.intra_op_threads, inplace_residuals=s.inplace_residuals)
-        runtime_cls: Any = BackendRuntime
-        if "seq2seq" in runner.manifest.raw:  # encoder + decoder-step loop: backend/seq2seq.py
-            from . import seq2seq
-
-            executor = cfg.parameters["executor"].string_value if "executor" in cfg.parameters else ""
-            if executor.lower() == "npu":
-                raise ConfigError("executor npu (NPU-timed stages) is not available for seq2seq models yet: the "
-                                  "encoder/decoder loop runs its own stage calls; use executor onnxruntime",
-                                  field="parameters.executor")
-            self.seq2seq = seq2seq.Seq2SeqSpec(runner.manifest, str(runner.dir / "manifest.json"))
-            self.seq2seq.check_config(s.inputs, s.outputs, {k: v.string_value for k, v in cfg.parameters.items()},
-                                      s.name)
-            table = load_table(s, runner)
-            policy = seq2seq.build_policy(spec, self.seq2seq, table, coverage=s.dec_timesteps_coverage,
-                                          max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size,
-                                          dec_timesteps=s.dec_timesteps, decoupled=s.decoupled)
-            seq2seq.warm_up(runner, self.seq2seq)
-            runtime_cls = functools.partial(seq2seq.Seq2SeqRuntime, spec=self.seq2seq,
-                                            stream_every=s.stream_interval_tokens if s.decoupled else 0)
+            kind, spec, runner = "whole_graph", None, None
         else:
-            check_against_manifest(s, runner.manifest.inputs, runner.manifest.outputs)
-            table = load_table(s, runner)
-            policy = spec.build(max_batch_size=None if spec.kind == "serial" else s.scheduler_max_batch_size)
-            runner, table = self._maybe_segment(cfg, runner, table)
-            whole = self._whole_graph_for_spans(cfg, policy, runner, table)
-            if whole is None:
-                runner, table = self._maybe_fuse(cfg, policy, runner, table)
-            runner, table = maybe_wrap(cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (issue 5)
-            runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
+            spec = parse_policy(s.policy)
+            if spec.kind == "serial" and s.scheduler_max_batch_size != 1:
+                s.scheduler_max_batch_size = 1
+            runner = StageRunner(s.stage_dir, execution_provider=s.execution_provider,
+                                 intra_op_threads=s.intra_op_threads, inplace_residuals=s.inplace_residuals)
+            kind = model_kind(cfg, runner)
+        built = MODEL_KINDS[kind](self, cfg, spec, runner)  # backend/model_kinds.py
+        if built is None:  # no scheduler
+            return
+        runner, table, policy, runtime_cls, whole = built
         self._responder = ResponseThread(self._respond, name=f"{s.name}-responder") if s.response_thread else None
         try:
             self.runtime = runtime_cls(runner, table, policy, self._responder or self._respond,
@@ -261,44 +189,6 @@ class TritonPythonModel:
             # started above, so that a model that did not load leaves nothing running in the stub.
             self.finalize()
             raise
-
-    def _maybe_segment(self, cfg: Any, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any]:
-        """The stages merged into ``fuse_segments`` segments (backend/fusion.py ``segment``), or as they are. The
-        merged files live in a temporary folder of this model instance (the repository may be read-only), removed
-        at finalize."""
-        s = self.settings
-        executor = cfg.parameters["executor"].string_value.lower() if "executor" in cfg.parameters else ""
-        if s.fuse_segments < 1 or s.fuse_stages == "false" or executor == "npu":
-            return runner, table
-        from .fusion import segment
-
-        self._segment_dir = Path(tempfile.mkdtemp(prefix=f"lazybatch-{s.name}-segments-"))
-        done = segment(runner, table, s.fuse_segments, self._segment_dir, execution_provider=s.execution_provider,
-                       intra_op_threads=s.intra_op_threads, name=s.name)
-        if done is None:
-            return runner, table
-        print(f"lazybatch: {s.name}: {runner.n_stages} stages served as {done[0].n_stages} segments "
-              f"({', '.join(st.name for st in done[0].manifest.stages)})", file=sys.stderr)
-        return done
-
-    def _whole_graph_for_spans(self, cfg: Any, policy: Any, runner: StageRunner, table: LatencyTable) -> Any:
-        """The verified whole-graph runner for a policy that runs spans of stages (backend/fusion.py
-        ``spans_whole_graph``), or None: the stages then stay as they are and fuse_stages decides as before."""
-        from .fusion import fuse, wants_whole_graph_spans
-
-        s = self.settings
-        executor = cfg.parameters["executor"].string_value.lower() if "executor" in cfg.parameters else ""
-        if executor == "npu" or not wants_whole_graph_spans(s.fuse_stages, policy):
-            return None
-        done = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,
-                    intra_op_threads=s.intra_op_threads, name=s.name)
-        if done is None:
-            return None
-        policy.fused_ratio = measure_fused_ratio(runner, done[0])
-        self.fused = (f"a job that spans all {table.graph.n} stages runs as one whole-graph pass "
-                      f"({policy.fused_ratio:.2f}x the stages' time); the scheduler keeps the stage boundaries where "
-                      "preempting may pay")
-        return done[0]
 
     def _inline_allowed(self, cfg: Any) -> bool:
         """Whether whole passes may run in execute (``BackendRuntime.run_inline``): only where Triton's dynamic
@@ -322,24 +212,6 @@ class TritonPythonModel:
             print(f"lazybatch: {s.name}: whole passes run through the scheduler thread, not inline ({why})",
                   file=sys.stderr)
         return why is None
-
-    def _maybe_fuse(self, cfg: Any, policy: Any, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any]:
-        """Whole passes where no stage boundary would be used (backend/fusion.py); the NPU executor times stages
-        from their table rows and keeps them."""
-        from .fusion import fuse, fuse_reason
-
-        s = self.settings
-        executor = cfg.parameters["executor"].string_value.lower() if "executor" in cfg.parameters else ""
-        reason = fuse_reason(s.fuse_stages, policy, table) if executor != "npu" else None
-        if reason is None:
-            return runner, table
-        done = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,
-                    intra_op_threads=s.intra_op_threads, name=s.name)
-        if done is None:
-            return runner, table
-        self.fused = f"{table.graph.n} stages run as one whole-graph pass ({reason})"
-        print(f"lazybatch: {s.name}: {self.fused}", file=sys.stderr)
-        return done
 
     def _configure_production(self, runtime: Any) -> None:
         """Admission control, metrics and fault injection (docs/operations.md), set before any request arrives
@@ -428,8 +300,8 @@ class TritonPythonModel:
             self._batch_log.close()
         if self._cancel_log is not None:
             self._cancel_log.close()
-        if self._segment_dir is not None:
-            shutil.rmtree(self._segment_dir, ignore_errors=True)
+        if self.segment_dir is not None:
+            shutil.rmtree(self.segment_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ helpers
     @staticmethod

@@ -43,7 +43,9 @@ from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.policies.spec import PolicySpec
 from lazybatch.batcher.request import Request, Status
 
-from .runtime import BackendRuntime, Row, RuntimeStats, _Parent, _Sample, join_rows
+from .rows import Parent, Row, Sample, join_rows
+from .runtime import BackendRuntime
+from .runtime_stats import RuntimeStats
 from .stages import Manifest, StageRunner, TensorSpec
 
 TOKENS = "src_tokens"
@@ -215,13 +217,13 @@ class Seq2SeqSpec:
         return out
 
 
-class _Seq(_Sample):
+class _Seq(Sample):
     """One sequence (a row of a client request) and everything it carries between steps."""
 
     __slots__ = ("inputs", "state", "enc_done", "enc_steps", "encoded", "enc_out", "tokens", "limit", "stop_at_eos",
                  "sent")
 
-    def __init__(self, parent: _Parent, row: int, spec: Seq2SeqSpec) -> None:
+    def __init__(self, parent: Parent, row: int, spec: Seq2SeqSpec) -> None:
         super().__init__(parent, row)
         t = parent.inputs
         tok = t[TOKENS][row]
@@ -293,7 +295,7 @@ class Seq2SeqRuntime(BackendRuntime):
         self.stream_every = stream_every
         super().__init__(runner, table, policy, respond, **kw)
 
-    def _sample_args(self, parent: _Parent, row: int) -> dict[str, Any]:
+    def _sample_args(self, parent: Parent, row: int) -> dict[str, Any]:
         seq = _Seq(parent, row, self.spec)
         return {"payload": seq, "enc_steps": seq.enc_steps}
 
@@ -410,7 +412,7 @@ class Seq2SeqRuntime(BackendRuntime):
         ends its last row: the final answer then carries them (one response fewer, and the final flag comes with
         data, which every client sees; an empty final response reaches gRPC clients only on request)."""
         ending: dict[int, int] = {}
-        parents: dict[int, _Parent] = {}
+        parents: dict[int, Parent] = {}
         for r in reqs:
             parent = r.payload.parent
             parents[id(parent)] = parent

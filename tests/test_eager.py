@@ -205,7 +205,7 @@ class _HeldExecutor:
 
 
 def test_inline_wait_where_newcomers_could_only_follow_the_work_held():
-    """A group that finds the scheduler busy waits in execute (backend/runtime.py) only where it could use no
+    """A group that finds the scheduler busy waits in execute (backend/inline.py) only where it could use no
     decision point of the work held: one sub-batch whose running job goes to the end of the graph, and a queue
     that starts when it ends. The answer is the predicted rest of that work; None where a boundary lies ahead,
     between jobs, or with sub-batches stacked."""

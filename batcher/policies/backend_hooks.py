@@ -1,6 +1,6 @@
 """What a policy may offer the Triton backend beyond the ``Policy`` interface: the inline route's three questions.
 
-The simulator never asks them; the backend (``backend/runtime.py``) asks only a policy that has them
+The simulator never asks them; the backend (``backend/inline.py``) asks only a policy that has them
 (``inline_hooks``), so ``Policy`` stays the five-method contract with the scheduler and a new policy owes nothing
 here. Today only the default (``eager``) implements them.
 """

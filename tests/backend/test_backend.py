@@ -275,17 +275,18 @@ def test_runtime_close_answers_everything_held_unavailable(mlp):
 def test_runtime_shutdown_answers_groups_still_in_the_inbox(mlp):
     """Items the scheduler thread had not taken when it stopped (a group of one execute call, a cancellation wake-up
     behind the close) are answered UNAVAILABLE: nothing is lost, and a wake-up is no request."""
-    from lazybatch.backend.runtime import _WAKE, _Group, _Parent
+    from lazybatch.backend.inbox import WAKE, Group
+    from lazybatch.backend.rows import Parent
 
     _, stages = mlp
     rt, c = _runtime(stages)
     x = np.ones((1, 16), np.float32)
-    with rt._busy_lock:  # the thread stops at the first item and finds the others behind it
-        rt._inbox.put(None)
-        rt._inbox.put(_WAKE)
-        rt._inbox.put(_Group([(_Parent(h, {"x": x}, 1), RequestOptions(), time.monotonic()) for h in (7, 8)]))
-    rt._thread.join(10)
-    assert not rt._thread.is_alive()
+    with rt.route.lock:  # the thread stops at the first item and finds the others behind it
+        rt.loop.queue.put(None)
+        rt.loop.queue.put(WAKE)
+        rt.loop.queue.put(Group([(Parent(h, {"x": x}, 1), RequestOptions(), time.monotonic()) for h in (7, 8)]))
+    rt.loop.thread.join(10)
+    assert not rt.loop.thread.is_alive()
     assert sorted(c.answers) == [7, 8]
     assert all(len(a) == 1 and a[0][1] is Status.UNAVAILABLE for a in c.answers.values())
 
@@ -380,7 +381,7 @@ def test_cancellation_is_asked_off_the_scheduler_thread_and_answered_at_once(mlp
         return c.is_cancelled(h)
 
     rt, _ = _runtime(stages, "graph:300", collector=c)  # a 300 ms window: the requests wait, queued
-    rt._watcher.is_cancelled = is_cancelled
+    rt.watcher.is_cancelled = is_cancelled
     for h in range(3):
         rt.submit(h, {"x": np.ones((1, 16), np.float32)}, 1, RequestOptions())
     t0 = time.monotonic()
@@ -393,7 +394,7 @@ def test_cancellation_is_asked_off_the_scheduler_thread_and_answered_at_once(mlp
     assert answered_after < 0.25, "the cancelled request waited for the batching window"
     assert c.answers[0][0][1] is Status.OK and c.answers[2][0][1] is Status.OK
     assert threads and all(name.endswith("cancel-watch") for name in threads), threads
-    assert rt._watcher.checks > 0
+    assert rt.watcher.checks > 0
 
 
 @pytest.mark.parametrize("factor, expect_above", [(0.05, True), (50.0, False)])
@@ -467,9 +468,9 @@ def test_cancel_watcher_asks_a_bounded_number_per_sweep_in_turn():
     """Each ask is a message to the Triton process: a sweep asks at most ``budget`` held requests, and the next
     sweep goes on where it stopped, so every held request is asked in turn."""
     from lazybatch.backend.cancel_watch import CancelWatcher
-    from lazybatch.backend.runtime import _Parent
+    from lazybatch.backend.rows import Parent
 
-    parents = [_Parent(h, {}, 1) for h in range(40)]
+    parents = [Parent(h, {}, 1) for h in range(40)]
     for p in parents:
         p.checked = -1e9  # never asked
     asked: list[int] = []
@@ -532,8 +533,8 @@ def test_idle_runtime_with_inline_passes_does_not_poll(mlp):
     a second in each idle eager stub, taken from the cores onnxruntime uses)."""
     rt, _ = _inline_runtime(mlp, on_idle=lambda r: None)
     wakes = []
-    wait = rt._wait
-    rt._wait = lambda timeout: (wakes.append(timeout), wait(timeout))[1]
+    wait = rt.loop.wait
+    rt.loop.wait = lambda timeout: (wakes.append(timeout), wait(timeout))[1]
     try:
         x = np.ones((1, 16), np.float32)
         assert rt.run_inline([({"x": x}, 1)]) is not None  # owes the hook once
@@ -554,7 +555,7 @@ def test_inline_pass_waits_out_the_scheduler_threads_bookkeeping(mlp):
         held = threading.Event()
 
         def bookkeeping() -> None:
-            with rt._busy_lock:
+            with rt.route.lock:
                 held.set()
                 time.sleep(0.02)
 
@@ -575,9 +576,9 @@ def test_inline_pass_is_refused_while_the_scheduler_holds_work_or_too_large(mlp)
     try:
         x = np.ones((1, 16), np.float32)
         assert rt.run_inline([({"x": np.ones((9, 16), np.float32)}, 9)]) is None  # above max_batch_size 8
-        rt._live[1] = object()  # the scheduler holds a request
+        rt.live[1] = object()  # the scheduler holds a request
         assert rt.run_inline([({"x": x}, 1)]) is None
-        rt._live.clear()
+        rt.live.clear()
         rt.inline = False
         assert rt.run_inline([({"x": x}, 1)]) is None
         rt.inline = True
@@ -611,10 +612,10 @@ def test_group_that_could_only_follow_a_whole_pass_waits_for_it_then_runs_inline
         x = np.ones((1, 16), np.float32)
         assert rt.submit("held", {"x": x}, 1, RequestOptions()) is None
         end = time.monotonic() + 5.0
-        while rt._running is None:
+        while rt.running is None:
             assert time.monotonic() < end, "the scheduler did not start the pass"
             time.sleep(0.001)
-        assert (rt._running.stage, rt._running.stop) == (0, rt.runner.n_stages)
+        assert (rt.running.stage, rt.running.stop) == (0, rt.runner.n_stages)
         outs = rt.run_inline([({"x": x}, 1)])
         assert outs is not None, rt.stats.inline_refused
         assert "held" in c.answers  # answered by the scheduler before the group ran
@@ -675,14 +676,14 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
     QUIET_S (the file at most STATS_MAX_AGE_S late): written at every idle hook, the file cost eager 0.8 ms of CPU
     ten times a second beside its passes, which Triton's own path never pays. The metrics' idle hook keeps its
     interval meanwhile."""
-    from lazybatch.backend import runtime as runtime_module
+    from lazybatch.backend import inbox
 
     writes: list[float] = []
     rt, _ = _inline_runtime(mlp, on_idle=lambda r: writes.append(time.monotonic()))
     rt.memory_release_s = 0.3  # under endless load, at the latest after 4 x 0.3 s: longer than the load below
     hooks: list[float] = []
-    idle_hook = rt._idle_hook
-    rt._idle_hook = lambda: (hooks.append(time.monotonic()), idle_hook())[1]
+    idle_hook = rt.loop.idle_hook
+    rt.loop.idle_hook = lambda: (hooks.append(time.monotonic()), idle_hook())[1]
     try:
         x = np.ones((1, 16), np.float32)
         assert rt.run_inline([({"x": x}, 1)]) is not None
@@ -704,7 +705,7 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
         while not writes or writes[-1] < end:
             assert time.monotonic() < deadline, "the statistics file was not written once the load stopped"
             time.sleep(0.01)
-        assert writes[-1] - end < runtime_module.QUIET_S + 0.2
+        assert writes[-1] - end < inbox.QUIET_S + 0.2
         assert rt.stats.memory_releases == released + 1, "memory not given back at the quiet moment"
     finally:
         rt.close()
@@ -713,9 +714,9 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
 def test_statistics_and_memory_under_endless_load(mlp, monkeypatch):
     """A load that never pauses still gets its statistics file at most STATS_MAX_AGE_S late, and its memory given
     back every MEMORY_RELEASE_UNDER_LOAD release intervals (a burst's high-water mark is not kept for good)."""
-    from lazybatch.backend import runtime as runtime_module
+    from lazybatch.backend import inbox
 
-    monkeypatch.setattr(runtime_module, "STATS_MAX_AGE_S", 0.3)
+    monkeypatch.setattr(inbox, "STATS_MAX_AGE_S", 0.3)
     writes: list[float] = []
     rt, _ = _inline_runtime(mlp, on_idle=lambda r: writes.append(time.monotonic()))
     rt.memory_release_s = 0.1  # at the latest every 0.4 s under load

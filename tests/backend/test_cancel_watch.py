@@ -1,6 +1,7 @@
 """The cancel watcher's rule (backend/cancel_watch.py): when it asks whom, and what bounds its round trips.
 
-No server: parents are the runtime's own ``_Parent`` objects, ``is_cancelled`` a function that records each ask.
+No server: parents are the runtime's own ``Parent`` objects (backend/rows.py), ``is_cancelled`` a function that
+records each ask.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 
 from lazybatch.backend import cancel_watch as cw
 from lazybatch.backend.cancel_watch import CancelWatcher, auto_interval, typical_stage_s
-from lazybatch.backend.runtime import _Parent, _Sample
+from lazybatch.backend.rows import Parent, Sample
 from lazybatch.batcher.request import Request
 
 
@@ -37,11 +38,11 @@ class Asks:
             return [h for _, h in self.log]
 
 
-def _parents(n: int, first: int = 0) -> list[_Parent]:
+def _parents(n: int, first: int = 0) -> list[Parent]:
     out = []
     for h in range(first, first + n):
-        p = _Parent(h, {}, 1)
-        p.samples.append(Request(h, 0.0, payload=_Sample(p, 0)))
+        p = Parent(h, {}, 1)
+        p.samples.append(Request(h, 0.0, payload=Sample(p, 0)))
         out.append(p)
     return out
 
@@ -154,7 +155,7 @@ def test_round_trips_stay_within_the_rate_bound_under_overload():
 def test_nothing_held_no_wake_ups_until_a_request_arrives():
     """An idle model costs nothing: with nothing held the watcher sleeps until a request is added."""
     asks = Asks()
-    held: list[_Parent] = []
+    held: list[Parent] = []
     sweeps = []
     w = CancelWatcher(lambda: held, asks, lambda p: None, interval=0.0, stage_s=0.001)
     real = w.sweep

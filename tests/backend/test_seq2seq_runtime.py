@@ -236,13 +236,13 @@ def _run_wave(rt: Seq2SeqRuntime, requests: list[dict[str, np.ndarray]], first_h
     (a poisoned sequence then fails a batched run first, and the rerun one by one must single it out)."""
     handles = range(first_handle, first_handle + len(requests))
     if together:
-        rt._busy_lock.acquire()
+        rt.route.lock.acquire()
     try:
         for h, feeds in zip(handles, requests):
             assert rt.submit(h, feeds, feeds["src_tokens"].shape[0], RequestOptions()) is None
     finally:
         if together:
-            rt._busy_lock.release()
+            rt.route.lock.release()
     end = time.monotonic() + 60
     while not all(h in answers for h in handles) and time.monotonic() < end:
         time.sleep(0.005)
@@ -374,7 +374,7 @@ def test_metrics_count_the_decoder_loop(split, policy):
     rt = Seq2SeqRuntime(runner, table, pol, respond, spec=spec, metrics=metrics)
     try:
         _run_wave(rt, requests, 0, answers, calls, together=True)
-        rt._sync_metrics()  # the scheduler thread's decisions into the metrics (it does so at every idle moment)
+        rt.sync_metrics()  # the scheduler thread's decisions into the metrics (it does so at every idle moment)
     finally:
         rt.close()
     for h, (toks, _) in enumerate(want):

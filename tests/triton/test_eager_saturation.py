@@ -1,10 +1,10 @@
-"""eager past capacity on a real tritonserver: groups stay on the inline route (backend/runtime.py).
+"""eager past capacity on a real tritonserver: groups stay on the inline route (backend/inline.py).
 
 Past capacity every group Triton hands ``execute`` finds the previous one still running. Before, a group that found
 the scheduler busy went to the scheduler thread, and from then on every next group found it busy too: the route,
 whose hand-offs and per-request answers cost several ms a job, was taken for good (211 of 492 jobs at 120% load on
 MobileNet, docs/results/default.md). Now a group that could only follow the work held waits in ``execute`` for it
-and runs inline (``BackendRuntime._await_idle``, ``EagerBatching.inline_wait``), as under Triton's own batcher.
+and runs inline (``InlineRoute._await_idle``, ``EagerBatching.inline_wait``), as under Triton's own batcher.
 """
 
 from __future__ import annotations

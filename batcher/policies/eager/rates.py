@@ -12,7 +12,7 @@ from collections import deque
 RATE_WINDOW_PASSES = 64
 RATE_WINDOW_MIN_S = 0.05
 RATE_MIN_PASSES = 8
-# Requests handed to an inline pass (backend/runtime.py) carry no arrival time; those handed over this soon after the
+# Requests handed to an inline pass (backend/inline.py) carry no arrival time; those handed over this soon after the
 # previous pass ended queued while it ran (Triton calls execute again at once when requests wait). Short, so that
 # an idle-time arrival is rarely taken for a busy-time one: an underestimate only keeps passes whole, as Triton's.
 BACK_TO_BACK_S = 0.0005

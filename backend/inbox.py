@@ -1,0 +1,226 @@
+"""The scheduler thread's loop: the inbox Triton's ``execute`` puts arrivals on, and the idle hooks it runs between.
+
+The ``Scheduler`` is single-threaded, so exactly one thread (this one) calls into it; ``execute`` only puts the
+requests of one call on a thread-safe queue (``Inbox.put``). The thread sleeps on that queue until an arrival, a
+timer (``backend/clock.py``) or a hook is due, takes what came, and runs the job the scheduler gave
+(``BackendRuntime.run_next``). At moments with nothing held it runs the idle hook (counters, metrics) and, once
+nothing has run for a while, the quiet hook (statistics file, memory given back), each at most at its interval.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import traceback
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .memory import malloc_trim
+
+if TYPE_CHECKING:
+    from .config import RequestOptions
+    from .rows import Parent
+    from .runtime import BackendRuntime
+
+# The idle hook (statistics file, metrics) runs at most this often: written at every idle moment it cost a JSON file
+# per request at low load, on the cores onnxruntime needs. Inline passes leave it to the scheduler thread, which
+# wakes this often to see whether they did.
+IDLE_HOOK_INTERVAL_S = 0.1
+# The statistics file (``on_idle``) and the memory release wait for a quiet moment: nothing run for this long. Under
+# steady load there is none, and there they cost eager alone (Triton's path has neither): the file took about 1 ms
+# of the scheduler thread at each hook in-process (ad hoc), ten hooks a second beside the passes, on the cores
+# onnxruntime needs (docs/triton.md, "Bookkeeping at quiet moments"). Under a load that never pauses the file is
+# still written every STATS_MAX_AGE_S, and memory given back every MEMORY_RELEASE_UNDER_LOAD release intervals.
+QUIET_S = 0.1
+STATS_MAX_AGE_S = 2.0
+MEMORY_RELEASE_UNDER_LOAD = 4
+# Arena and heap memory is given back (backend/memory.py) at an idle moment at most this often (config
+# memory_release_ms; 0: never): a burst's largest batches then hold their memory a few seconds, not for good.
+MEMORY_RELEASE_INTERVAL_S = 5.0
+
+
+class Group(NamedTuple):
+    """Inbox item: requests of one execute call, admitted together (``submit_group``)."""
+
+    items: list[tuple[Parent, RequestOptions, float]]
+
+
+WAKE = object()  # put on the inbox to wake the scheduler thread (a cancellation to answer)
+
+
+class InboxLoop:
+    """The inbox and the scheduler thread that empties it, for one ``BackendRuntime``."""
+
+    def __init__(self, rt: BackendRuntime, name: str) -> None:
+        self.rt = rt
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Group, WAKE, or None (close)
+        self.lock = threading.Lock()  # guards ``closed`` and ``pending`` (execute's threads and this one)
+        self.closed = False
+        self.pending = 0  # submitted, not yet admitted by the scheduler thread (under ``lock``)
+        self.dirty = False  # something was answered since the idle hook last ran
+        self.idle_hook_at = 0.0  # when the idle hook last ran (IDLE_HOOK_INTERVAL_S)
+        self.quiet_owed = False  # the statistics file and the memory release wait for a quiet moment (QUIET_S)
+        self.quiet_hook_at = 0.0  # when they last ran (STATS_MAX_AGE_S)
+        self.worked_at = 0.0  # when the last pass or job ended (monotonic)
+        self.released_at = time.monotonic()  # when memory was last given back (release_memory)
+        self.thread = threading.Thread(target=self.run, name=f"{name}-scheduler", daemon=True)
+
+    # ------------------------------------------------------------------ any thread
+    def wake(self) -> None:
+        self.queue.put(WAKE)
+
+    def close(self) -> None:
+        """No more arrivals; the thread answers what is left and stops."""
+        with self.lock:
+            self.closed = True
+            self.queue.put(None)
+
+    # ------------------------------------------------------------------ scheduler thread
+    def run(self) -> None:
+        rt = self.rt
+        route = rt.route
+        busy = route.lock
+        live = rt.live
+        clock = rt.clock
+        stats = rt.stats
+        try:
+            while True:
+                if rt.job is None:
+                    due = clock.next_due()
+                    if (self.dirty or self.quiet_owed) and not live:  # about to wait with nothing held
+                        now = time.monotonic()
+                        if self.dirty and now - self.idle_hook_at >= IDLE_HOOK_INTERVAL_S:
+                            with busy:
+                                self.dirty = False
+                                self.quiet_owed = True
+                                self.idle_hook_at = now
+                                route.apply_deferred()
+                                self.idle_hook()
+                        if self.quiet_owed and not self.dirty and (
+                                now - self.worked_at >= QUIET_S or now - self.quiet_hook_at >= STATS_MAX_AGE_S):
+                            with busy:
+                                self.quiet_owed = False
+                                self.quiet_hook_at = now
+                                self.quiet_hook(now)
+                    hook = None
+                    if self.dirty:  # the hook is owed: at its interval
+                        hook = max(self.idle_hook_at + IDLE_HOOK_INTERVAL_S, time.monotonic() + 1e-3)
+                    elif self.quiet_owed:  # ... and then the quiet one, once nothing has run for QUIET_S
+                        hook = max(min(self.worked_at + QUIET_S, self.quiet_hook_at + STATS_MAX_AGE_S),
+                                   time.monotonic() + 1e-3)
+                    elif route.on:
+                        # inline passes, which never wake this thread, may make it owed (their metrics and
+                        # calibration are applied by it, InlineRoute.apply_deferred): look in once an interval.
+                        # (Not "at the interval after the last hook": with nothing owed that moment is past, and
+                        # the thread woke every millisecond, 25 ms of CPU a second in an idle stub.)
+                        hook = time.monotonic() + IDLE_HOOK_INTERVAL_S
+                    if hook is not None:
+                        due = hook if due is None else min(due, hook)
+                    timeout = None if due is None else max(0.0, due - time.monotonic())
+                    with self.lock:
+                        if not live and not self.pending:
+                            route.idle.set()  # a group waiting in execute runs inline now
+                    item = self.wait(timeout)
+                    with busy:
+                        if item is None or not self.drain(first=item):
+                            break
+                        t0 = time.perf_counter()
+                        clock.fire_due()
+                        stats.sched_s += time.perf_counter() - t0
+                    continue
+                with busy:
+                    if not rt.run_next(stats):
+                        break
+        except Exception:  # pragma: no cover - a bug; make it loud and answer what is held
+            traceback.print_exc()
+        finally:
+            with busy:
+                rt.answer_leftovers(self._leftovers())
+                route.apply_deferred()
+                self.idle_hook()
+                self.write_statistics()
+
+    def wait(self, timeout: float | None) -> Any:
+        """The next inbox item, or WAKE when ``timeout`` (a timer) passes first; None once close() was called."""
+        try:
+            return self.queue.get(timeout=timeout) if timeout is None or timeout > 0 else self.queue.get_nowait()
+        except queue.Empty:
+            return WAKE
+
+    def drain(self, *, first: Any = None) -> bool:
+        """Submit every queued arrival to the scheduler (``first``: one already taken off the inbox); False once
+        close() was called."""
+        rt = self.rt
+        while True:
+            if first is not None:
+                item, first = first, None
+            else:
+                try:
+                    item = self.queue.get_nowait()
+                except queue.Empty:
+                    return True
+            if item is None:
+                return False
+            if item is WAKE:
+                rt.answer_cancelled()
+                continue
+            with rt.scheduler.deferred_dispatch():  # the requests of one execute call: one arrival
+                for one in item.items:
+                    rt.admit(*one)
+
+    def _leftovers(self) -> list[Parent]:
+        """The requests still on the inbox once the thread stops (None, the close, and WAKE, a cancellation to
+        look at, hold none)."""
+        out: list[Parent] = []
+        while True:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                return out
+            if isinstance(item, Group):
+                out += [parent for parent, _, _ in item.items]
+
+    # ------------------------------------------------------------------ hooks (scheduler thread, busy lock held)
+    def idle_hook(self) -> None:
+        """At most once an IDLE_HOOK_INTERVAL_S with nothing held: the counters the metrics read."""
+        rt = self.rt
+        watcher = rt.watcher
+        if watcher is not None:
+            rt.stats.cancel_checks = watcher.checks
+            rt.stats.cancel_check_s = watcher.check_s
+            rt.stats.cancel_slip = watcher.slip
+        if rt.metrics is not None:
+            rt.sync_metrics()
+
+    def quiet_hook(self, now: float) -> None:
+        """After an idle hook, once nothing has run for QUIET_S (or the file is STATS_MAX_AGE_S old): the statistics
+        file, and the memory given back (at most once a ``memory_release_s``)."""
+        # memory at rest, or (load that never pauses) at the latest every MEMORY_RELEASE_UNDER_LOAD intervals: a
+        # burst's high-water mark is not kept for good by the steady load after it
+        every = self.rt.memory_release_s
+        since = now - self.released_at
+        if every and since >= every and (now - self.worked_at >= QUIET_S or since >= MEMORY_RELEASE_UNDER_LOAD * every):
+            self.release_memory(now)
+        self.write_statistics()
+
+    def release_memory(self, now: float) -> None:
+        """Nothing held and something ran since the last release: the sessions' next runs shrink their arenas,
+        and glibc returns its free heap pages now (a few ms at most, on this otherwise idle thread)."""
+        rt = self.rt
+        self.released_at = now
+        for runner in (rt.runner, rt.whole_runner):
+            release = getattr(runner, "release_arenas", None)  # executor wrappers (npu) may have no arenas
+            if release is not None:
+                release()
+        t0 = time.perf_counter()
+        if malloc_trim():
+            rt.stats.memory_releases += 1
+            rt.stats.memory_release_s += time.perf_counter() - t0
+
+    def write_statistics(self) -> None:
+        on_idle = self.rt.on_idle
+        if on_idle is not None:
+            try:
+                on_idle(self.rt)
+            except Exception:  # statistics are best effort
+                traceback.print_exc()

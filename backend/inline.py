@@ -1,0 +1,235 @@
+"""The inline route: whole-graph passes run in Triton's ``execute`` call, beside the scheduler thread.
+
+Why: a request that goes through the scheduler costs a hand-off to its thread, another to the response thread and a
+response round trip of its own, on the cores onnxruntime needs (docs/results/default.md: the served gap to Triton's
+batcher was that cost, not the decisions). Passes run inline only where they are the ones the scheduler would run:
+nothing held, and the policy would start these requests so, with no decision point in their passes
+(``InlineHooks.inline_batch``, batcher/policies/backend_hooks.py). Triton's dynamic batcher queues what arrives
+meanwhile and hands it to the next ``execute`` as one group: its own behaviour with no queue delay.
+
+The route owns the lock the scheduler thread holds whenever it is awake (``lock``): an inline pass holds it
+throughout, so that the policy and the table are only ever touched by one thread at a time.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import numpy as np
+
+from lazybatch.batcher.policies.backend_hooks import inline_hooks
+from lazybatch.batcher.policies.base import Policy
+
+from .config import RequestOptions
+from .stages import StageRunner
+
+if TYPE_CHECKING:
+    from .runtime import BackendRuntime
+
+# An inline pass waits at most this long for the scheduler thread to finish the bookkeeping of its last job (it
+# answered everything and holds nothing, but has not gone back to sleep): longer, and the requests go to it instead.
+INLINE_LOCK_WAIT_S = 0.002
+# ... and, where it holds no job, this long for its idle hook (statistics, metrics, memory given back: a few ms,
+# longer on a busy core): a group refused for it went through the scheduler, whose answers cost a response round
+# trip each and whose jobs made the next groups follow (4-7 refusals a probe cell, docs/data/probe_routes_mobilenet.txt)
+INLINE_BOOKKEEPING_WAIT_S = 0.05
+# A group that finds the scheduler busy with work it could only follow (InlineHooks.inline_wait) waits in execute at
+# most twice the predicted rest of that work plus this, then runs inline; past that, it goes to the scheduler.
+INLINE_WAIT_SLACK_S = 0.005
+
+Outputs = dict[str, np.ndarray]
+Early = Callable[[int, "Outputs | str"], None]
+
+
+def classes(requests: Sequence[tuple[Outputs, int]], options: Sequence[RequestOptions]) -> list[tuple[float, int]]:
+    """(SLA in seconds, inf for none; priority level) per sample, for ``InlineHooks.inline_batch``."""
+    now = time.time()
+    out: list[tuple[float, int]] = []
+    for (_, batch), opts in zip(requests, options):
+        if opts.deadline_unix_s is not None:
+            sla = opts.deadline_unix_s - now
+        else:
+            sla = opts.sla_s if opts.sla_s is not None else math.inf
+        out += [(sla, opts.priority)] * batch
+    return out
+
+
+class InlineRoute:
+    """Runs groups that find the scheduler idle as whole-graph passes on the caller's thread (``run``)."""
+
+    def __init__(self, rt: BackendRuntime, policy: Policy) -> None:
+        self.rt = rt
+        self.hooks = inline_hooks(policy)  # the inline route's questions, where the policy answers them
+        self.on = False  # run allowed (BackendRuntime.inline)
+        # held by the scheduler thread whenever it is not asleep on the inbox; an inline pass holds it throughout,
+        # so that the policy and the table are only ever touched by one thread at a time
+        self.lock = threading.Lock()
+        self.idle = threading.Event()  # set while the scheduler holds nothing (an inline pass may wait for it)
+        # inline passes' metrics and calibration, applied by the scheduler thread at its idle hook (apply_deferred)
+        self.deferred: collections.deque[tuple[int, int, float, int, float]] = collections.deque()
+        self._loop = rt.loop
+        self._live = rt.live
+        self._stats = rt.stats
+
+    def run(self, requests: list[tuple[Outputs, int]], early: Early | None = None,
+            options: Sequence[RequestOptions] | None = None) -> list[Outputs | str | None] | None:
+        """Run these validated requests now, on the caller's thread (Triton's ``execute``), as whole-graph passes,
+        and return each one's outputs, or the error it failed with (a batch that fails is rerun request by
+        request, so that only the requests that fail alone get the error); None: they must all go to the
+        scheduler (``submit``). Where the policy serves the group in several passes one after the other, the
+        requests of all but the last pass are handed to ``early`` (index, outputs or error) as soon as their pass
+        ends, and their entries in the list are None.
+
+        ``options``: each request's scheduling options (SLA, priority level), which tell the policy the classes of
+        the traffic (an urgent member may need the scheduler, and boundaries kept for the next one)."""
+        rt = self.rt
+        whole = rt.whole_runner
+        hooks = self.hooks
+        if whole is None or not self.on or hooks is None:
+            return None
+        loop = self._loop
+        if (rt.job is not None or self._live or loop.pending) and not self._await_idle():
+            return None
+        if not self._acquire():
+            return self.refuse("scheduler thread's bookkeeping")
+        try:
+            if loop.closed or rt.job is not None or self._live or loop.pending or rt.scheduler.held:
+                return self.refuse("scheduler busy")
+            n = requests[0][1] if len(requests) == 1 else sum(b for _, b in requests)
+            start = time.monotonic()
+            k = hooks.inline_batch(start, n, classes(requests, options)
+                                   if options is not None and hooks.needs_classes else None)
+            if k <= 0 or (k < n and early is None):
+                return self.refuse("a boundary may pay")
+            self._stats.inline_groups += 1
+            if k >= n:  # one pass (the common case: spared the bookkeeping of several)
+                chunks: list[list[int]] = [list(range(len(requests)))]
+            else:
+                chunks = [[]]
+                size = 0
+                for i, (_, b) in enumerate(requests):  # whole requests, at most k samples a pass (or one larger)
+                    if chunks[-1] and size + b > k:
+                        chunks.append([])
+                        size = 0
+                    chunks[-1].append(i)
+                    size += b
+            results: list[Outputs | str | None] = [None] * len(requests)
+            names = whole.input_names
+            for c, idx in enumerate(chunks):
+                t0 = t1 = time.perf_counter()
+                try:
+                    feeds = {name: requests[idx[0]][0][name] if len(idx) == 1 else
+                             np.concatenate([requests[i][0][name] for i in idx]) for name in names}
+                    t1 = time.perf_counter()
+                    outs = whole.run(0, feeds)
+                except Exception as e:  # each request alone: only the ones that fail on their own get the error
+                    if rt.metrics is not None:
+                        rt.metrics.stage_failed(0)
+                    for i in idx:
+                        results[i] = self._run_alone(whole, names, requests[i][0]) if len(idx) > 1 else \
+                            f"{type(e).__name__}: {e}"
+                    failed = sum(1 for i in idx if isinstance(results[i], str))
+                    self._count(len(idx) - failed, sum(requests[i][1] for i in idx), 0.0, 0.0, start,
+                                failed=failed, took=0.0)
+                    if c < len(chunks) - 1:
+                        for i in idx:
+                            early(i, results[i])  # type: ignore[misc,arg-type]
+                            results[i] = None
+                    continue
+                t2 = time.perf_counter()
+                row = 0
+                for i in idx:
+                    b = requests[i][1]
+                    results[i] = outs if len(idx) == 1 else {o: v[row:row + b] for o, v in outs.items()}
+                    row += b
+                t3 = time.perf_counter()
+                m = n if len(chunks) == 1 else sum(requests[i][1] for i in idx)
+                self._count(len(idx), m, t1 - t0 + t3 - t2, t2 - t1, start, took=t3 - t0)
+                if c < len(chunks) - 1:
+                    for i in idx:
+                        early(i, results[i])  # type: ignore[misc,arg-type]
+                        results[i] = None
+            loop.worked_at = end = time.monotonic()
+            hooks.inline_done(start, end, n)
+            return results
+        finally:
+            self.lock.release()
+
+    def _acquire(self) -> bool:
+        """Take the scheduler thread's lock: briefly where it may be between jobs, longer where it holds no job
+        and can only be at its idle hook."""
+        if self.lock.acquire(timeout=INLINE_LOCK_WAIT_S):
+            return True
+        rt = self.rt
+        if rt.job is not None or rt.running is not None or self._live or self._loop.pending:
+            return False
+        return self.lock.acquire(timeout=INLINE_BOOKKEEPING_WAIT_S)
+
+    def _await_idle(self) -> bool:
+        """Wait (in execute) for the scheduler to hold nothing where these requests could only follow its work
+        (``InlineHooks.inline_wait``); True once it holds nothing."""
+        left = self.hooks.inline_wait(time.monotonic(), self.rt.running, self._loop.pending)  # type: ignore[union-attr]
+        if left is None:
+            self.refuse("scheduler busy")
+            return False
+        if not self.idle.wait(2.0 * left + INLINE_WAIT_SLACK_S):
+            self.refuse("scheduler busy past its predicted end")
+            return False
+        self._stats.inline_waits += 1
+        return True
+
+    def refuse(self, reason: str) -> None:
+        """Count why a group goes to the scheduler instead (statistics ``inline_refused``); ``run`` returns this
+        None."""
+        refused = self._stats.inline_refused
+        refused[reason] = refused.get(reason, 0) + 1
+
+    def _run_alone(self, whole: StageRunner, names: list[str], inputs: Outputs) -> Outputs | str:
+        try:
+            return whole.run(0, {name: inputs[name] for name in names})
+        except Exception as e:  # onnxruntime failure: this request fails, the server goes on
+            if self.rt.metrics is not None:
+                self.rt.metrics.stage_failed(0)
+            return f"{type(e).__name__}: {e}"
+
+    def _count(self, requests: int, n: int, io_s: float, ort_s: float, start: float, *,
+               failed: int = 0, took: float) -> None:
+        """One inline pass of ``requests`` answered (and ``failed`` that failed alone), ``n`` samples in all, that
+        took ``took`` seconds (0: it failed). The counters are kept now; the metrics and the calibration of the
+        table are left to the scheduler thread (``apply_deferred``): done here they delayed the answer, which
+        Triton sends when ``execute`` returns, by 4% of a 3.5 ms MobileNet pass (benchmarks/probes/probe_idle_cost.py)."""
+        stats = self._stats
+        stats.requests += requests + failed
+        stats.samples += n
+        stats.inline_runs += 1
+        stats.inline_requests += requests + failed
+        stats.stage_runs += 1
+        stats.batch_hist[n] = stats.batch_hist.get(n, 0) + 1
+        stats.ort_s += ort_s
+        stats.io_s += io_s
+        stats.answered["OK"] = stats.answered.get("OK", 0) + requests
+        if failed:
+            stats.answered["ERROR"] = stats.answered.get("ERROR", 0) + failed
+        self._loop.dirty = True
+        on_batch = self.rt.on_batch
+        if on_batch is not None and ort_s:
+            on_batch(0, n, ort_s)
+        # from execute: Triton's own queue time is in its nv_inference_*
+        self.deferred.append((n, requests, time.monotonic() - start, failed, took))
+
+    def apply_deferred(self) -> None:
+        """The inline passes' metrics and calibration (``_count``); scheduler thread, under ``lock`` (the
+        calibrator and the policy's table are this thread's)."""
+        rt = self.rt
+        deferred = self.deferred
+        n_stages = rt.runner.n_stages
+        while deferred:
+            n, ok, latency, failed, took = deferred.popleft()
+            if rt.metrics is not None:
+                rt.metrics.pass_done(n_stages, n, ok, latency, failed)
+            if took > 0.0:
+                rt.calibrate_span(0, n_stages, n, took)

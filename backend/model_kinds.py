@@ -1,0 +1,225 @@
+"""What a served model is made of, by kind: the table ``TritonPythonModel.initialize`` picks a builder from.
+
+A kind is one entry of ``MODEL_KINDS``: a function that builds the stage runner, the latency table, the policy and
+the runtime class a model of that kind is served with (``Built``), or sets up a model served without a scheduler
+(None). ``model_kind`` says which kind a model is from its config and its stage manifest.
+
+| kind | what is served |
+|---|---|
+| ``whole_graph`` | no scheduler: the whole ONNX graph on whatever Triton's own dynamic batcher grouped |
+| ``seq2seq`` | the encoder/decoder-step loop under the scheduler (backend/seq2seq.py) |
+| ``npu`` | the stages timed by the NPU model (backend/npu_executor.py) |
+| ``stages`` | the stages, merged into segments, with the whole graph for spans or fused (backend/fusion.py) |
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+import numpy as np
+
+from lazybatch.batcher.errors import ConfigError
+from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.policies.spec import PolicySpec
+
+from .config import BackendSettings, TensorSpec
+from .fusion import measure_fused_ratio
+from .npu_executor import maybe_wrap
+from .stages import StageRunner, available_providers, make_session, profile_batch_sizes
+
+if TYPE_CHECKING:
+    from .model import TritonPythonModel
+
+
+class Built(NamedTuple):
+    """What a model under the scheduler is served with."""
+
+    runner: Any  # a StageRunner, or a wrapper of one (segments, fused, NPU-timed)
+    table: LatencyTable
+    policy: Any
+    runtime_cls: Callable[..., Any]  # BackendRuntime, or one bound to its model (seq2seq)
+    whole: StageRunner | None = None  # the whole graph for jobs that span every stage (eager's spans)
+
+
+Builder = Callable[["TritonPythonModel", Any, "PolicySpec | None", "StageRunner | None"], "Built | None"]
+
+
+def executor_of(cfg: Any) -> str:
+    """The ``executor`` parameter, lower case ("" where not set)."""
+    return cfg.parameters["executor"].string_value.lower() if "executor" in cfg.parameters else ""
+
+
+def model_kind(cfg: Any, runner: StageRunner) -> str:
+    """The kind of a model served under the scheduler (``whole_graph`` is the settings' own switch)."""
+    if "seq2seq" in runner.manifest.raw:  # encoder + decoder-step loop
+        return "seq2seq"
+    return "npu" if executor_of(cfg) == "npu" else "stages"
+
+
+def check_against_manifest(settings: BackendSettings, manifest_inputs: list[TensorSpec],
+                           manifest_outputs: list[TensorSpec]) -> None:
+    """config.pbtxt and the stage manifest must describe the same tensors."""
+    for kind, cfg, man in (("input", settings.inputs, manifest_inputs), ("output", settings.outputs,
+                                                                         manifest_outputs)):
+        a = {t.name: (t.dtype, t.dims) for t in cfg}
+        b = {t.name: (t.dtype, t.dims) for t in man}
+        if a != b:
+            raise ConfigError(f"config.pbtxt {kind}s {a} differ from the stage manifest's {b}",
+                              field=kind, source=settings.name)
+
+
+def load_table(settings: BackendSettings, runner: StageRunner) -> LatencyTable:
+    """The model's latency table; profiled now (and saved) only when profile_on_load is set."""
+    path = settings.latency_table
+    if path.exists():
+        table = LatencyTable.load(path)
+    elif settings.profile_on_load:
+        table = runner.profile(profile_batch_sizes(settings.scheduler_max_batch_size), reps=3,
+                               provenance=f"profiled at load time by the lazybatch backend ({runner.providers[0]})")
+        try:
+            table.save(path)
+        except OSError:
+            pass
+    else:
+        raise ConfigError(f"no latency table at {path}: run `lazybatch repo add` (it profiles the stages) or "
+                          "`lazybatch profile`, or set parameter profile_on_load: \"true\" to profile at load time",
+                          field="parameters.latency_table", source=settings.name)
+    names = [s.name for s in runner.manifest.stages]
+    have = [s.name for s in table.graph.stages]
+    if have != names:
+        raise ConfigError(f"the latency table's stages {have[:5]}... ({len(have)}) do not match the stage "
+                          f"directory's {names[:5]}... ({len(names)}); re-profile the stages", source=str(path))
+    return table
+
+
+def _max_batch(m: TritonPythonModel, spec: PolicySpec) -> int | None:
+    return None if spec.kind == "serial" else m.settings.scheduler_max_batch_size
+
+
+# ---------------------------------------------------------------------- the kinds
+def whole_graph(m: TritonPythonModel, cfg: Any, spec: PolicySpec | None, runner: StageRunner | None) -> None:
+    """No scheduler: one session of the whole graph, warmed up (``TritonPythonModel._execute_whole_graph``)."""
+    s = m.settings
+    m.session = make_session(s.whole_graph_model, available_providers(s.execution_provider), s.intra_op_threads)
+    m.output_names = [o.name for o in s.outputs]
+    warm = {t.name: np.zeros((1, *[d if d > 0 else 1 for d in t.dims]), t.dtype) for t in s.inputs}
+    m.session.run(m.output_names, warm)
+    return None
+
+
+def seq2seq_model(m: TritonPythonModel, cfg: Any, spec: PolicySpec, runner: StageRunner) -> Built:
+    """The encoder/decoder-step loop (backend/seq2seq.py); its state and loop exits live in its runtime."""
+    from . import seq2seq
+
+    s = m.settings
+    if executor_of(cfg) == "npu":
+        raise ConfigError("executor npu (NPU-timed stages) is not available for seq2seq models yet: the "
+                          "encoder/decoder loop runs its own stage calls; use executor onnxruntime",
+                          field="parameters.executor")
+    m.seq2seq = seq2seq.Seq2SeqSpec(runner.manifest, str(runner.dir / "manifest.json"))
+    m.seq2seq.check_config(s.inputs, s.outputs, {k: v.string_value for k, v in cfg.parameters.items()}, s.name)
+    table = load_table(s, runner)
+    policy = seq2seq.build_policy(spec, m.seq2seq, table, coverage=s.dec_timesteps_coverage,
+                                  max_batch_size=_max_batch(m, spec), dec_timesteps=s.dec_timesteps,
+                                  decoupled=s.decoupled)
+    seq2seq.warm_up(runner, m.seq2seq)
+    runtime_cls = functools.partial(seq2seq.Seq2SeqRuntime, spec=m.seq2seq,
+                                    stream_every=s.stream_interval_tokens if s.decoupled else 0)
+    return Built(runner, table, policy, runtime_cls)
+
+
+def npu_model(m: TritonPythonModel, cfg: Any, spec: PolicySpec, runner: StageRunner) -> Built:
+    """Stages timed by the NPU model from their table rows (issue 5): kept as they are, never merged or fused."""
+    return _staged(m, cfg, spec, runner, merge=False)
+
+
+def stages_model(m: TritonPythonModel, cfg: Any, spec: PolicySpec, runner: StageRunner) -> Built:
+    """The stages, merged into segments where configured; beside them the whole graph for a policy that runs spans
+    of stages, or else one whole-graph pass where no stage boundary would be used."""
+    return _staged(m, cfg, spec, runner, merge=True)
+
+
+MODEL_KINDS: dict[str, Builder] = {
+    "whole_graph": whole_graph,
+    "seq2seq": seq2seq_model,
+    "npu": npu_model,
+    "stages": stages_model,
+}
+
+
+def _staged(m: TritonPythonModel, cfg: Any, spec: PolicySpec, runner: StageRunner, *, merge: bool) -> Built:
+    from .runtime import BackendRuntime
+
+    s = m.settings
+    check_against_manifest(s, runner.manifest.inputs, runner.manifest.outputs)
+    table = load_table(s, runner)
+    policy = spec.build(max_batch_size=_max_batch(m, spec))
+    whole = None
+    if merge:
+        runner, table = _segments(m, runner, table)
+        whole = _whole_graph_for_spans(m, policy, runner, table)
+        if whole is None:
+            runner, table = _fused(m, policy, runner, table)
+    runner, table = maybe_wrap(cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (issue 5)
+    runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
+    return Built(runner, table, policy, BackendRuntime, whole)
+
+
+def _segments(m: TritonPythonModel, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any]:
+    """The stages merged into ``fuse_segments`` segments (backend/fusion.py ``segment``), or as they are. The
+    merged files live in a temporary folder of this model instance (the repository may be read-only), removed
+    at finalize."""
+    s = m.settings
+    if s.fuse_segments < 1 or s.fuse_stages == "false":
+        return runner, table
+    from .fusion import segment
+
+    m.segment_dir = Path(tempfile.mkdtemp(prefix=f"lazybatch-{s.name}-segments-"))
+    done = segment(runner, table, s.fuse_segments, m.segment_dir, execution_provider=s.execution_provider,
+                   intra_op_threads=s.intra_op_threads, name=s.name)
+    if done is None:
+        return runner, table
+    print(f"lazybatch: {s.name}: {runner.n_stages} stages served as {done[0].n_stages} segments "
+          f"({', '.join(st.name for st in done[0].manifest.stages)})", file=sys.stderr)
+    return done
+
+
+def _whole_graph_for_spans(m: TritonPythonModel, policy: Any, runner: StageRunner, table: LatencyTable) -> Any:
+    """The verified whole-graph runner for a policy that runs spans of stages (backend/fusion.py
+    ``spans_whole_graph``), or None: the stages then stay as they are and fuse_stages decides as before."""
+    from .fusion import fuse, wants_whole_graph_spans
+
+    s = m.settings
+    if not wants_whole_graph_spans(s.fuse_stages, policy):
+        return None
+    done = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,
+                intra_op_threads=s.intra_op_threads, name=s.name)
+    if done is None:
+        return None
+    policy.fused_ratio = measure_fused_ratio(runner, done[0])
+    m.fused = (f"a job that spans all {table.graph.n} stages runs as one whole-graph pass "
+               f"({policy.fused_ratio:.2f}x the stages' time); the scheduler keeps the stage boundaries where "
+               "preempting may pay")
+    return done[0]
+
+
+def _fused(m: TritonPythonModel, policy: Any, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any]:
+    """Whole passes where no stage boundary would be used (backend/fusion.py); the NPU executor times stages
+    from their table rows and keeps them (the ``npu`` kind never comes here)."""
+    from .fusion import fuse, fuse_reason
+
+    s = m.settings
+    reason = fuse_reason(s.fuse_stages, policy, table)
+    if reason is None:
+        return runner, table
+    done = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,
+                intra_op_threads=s.intra_op_threads, name=s.name)
+    if done is None:
+        return runner, table
+    m.fused = f"{table.graph.n} stages run as one whole-graph pass ({reason})"
+    print(f"lazybatch: {s.name}: {m.fused}", file=sys.stderr)
+    return done
