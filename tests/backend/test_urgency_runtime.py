@@ -61,8 +61,11 @@ def test_a_late_urgent_request_overtakes_the_running_bulk_batch_which_then_finis
     # half a t1 and preempting (about t1) meets it by as much
     urgent = RequestOptions(sla_s=1.5 * t1, priority=URGENT)
 
+    submitted_at: dict[int, float] = {}
+
     def submit(h, opts):
         xs[h] = rng.standard_normal((1, 256)).astype(np.float32)
+        submitted_at[h] = time.monotonic()
         assert rt.submit(h, {"x": xs[h]}, 1, opts) is None
 
     def wait(n):
@@ -93,7 +96,19 @@ def test_a_late_urgent_request_overtakes_the_running_bulk_batch_which_then_finis
     why = "\n".join([f"answered, ms after the urgent one: {after}",
                      f"t1 {1e3 * t1:.3f} ms; stage 0 at batch 4 / batch 1: {table.dense[0][4] / table.dense[0][1]:.2f}",
                      "the scheduler's last decisions:", *(d.explain() for d in list(rt.scheduler.log)[-12:])])
-    assert at[100] < min(at[h] for h in range(4)), why
+    # The rule's promise (batcher/policies/eager/urgency.py): the urgent request runs ahead alone, and merges with the
+    # bulk batch it set aside only where the merged batch still meets its deadline (keeps_apart). Where the first
+    # boundary comes late (a job is cut at 1.5 t1 - 1.25 t1, about 3 of 13 stages) it catches the bulk batch up with
+    # few stages left, the merge keeps its deadline, and all five are answered from one pass: seen in CI (842c9d7)
+    # and here at ccdba33, the bulk rows answered 0.01-0.06 ms before the urgent one, all from the same pass, 14.8 ms after
+    # it came against a 18.7 ms SLA. Either it is answered first, or it merged at a boundary after running ahead, was
+    # answered with that one pass, and within its SLA.
+    decisions = list(rt.scheduler.log)
+    merged = any(d.kind == "merge" and d.stage > 0 and d.batch_size == 5 for d in decisions)
+    urgent_latency = at[100] - submitted_at[100]
+    same_pass = max(abs(at[100] - at[h]) for h in range(4)) < 0.25 * t1
+    assert at[100] < min(at[h] for h in range(4)) or (merged and same_pass and urgent_latency <= urgent.sla_s), \
+        f"{why}\nmerged {merged}, same pass {same_pass}, urgent latency {1e3 * urgent_latency:.2f} ms"
     assert rt.scheduler.log.counts.get("preempt", 0) >= 1, dict(rt.scheduler.log.counts)
     sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     for h, _, outputs, status in answered:
