@@ -77,3 +77,21 @@ def test_generators_call_the_rule():
     assert bench_mixed._verdict(spread([1.2, 1.3]), 1.1, at_most=True) == MISSED
     assert bench_mixed._verdict(spread([5.0, 7.0]), 5.0) == MET
     assert bench_mixed._verdict(spread([4.99, 7.0]), 5.0) == TIE
+
+
+def test_every_results_page_names_its_commands():
+    """benchmarks/pages.py: each page exists (co-location once built) and its commands name real modules."""
+    import importlib
+    from pathlib import Path
+
+    from benchmarks import pages
+
+    root = Path(__file__).resolve().parents[1]
+    for name, page in pages.PAGES.items():
+        assert page.commands and page.generated in ("whole", "tables", "by hand")
+        if name != "colocation":
+            assert (root / page.path.split("#")[0]).exists(), page.path
+        for cmd in page.commands:
+            if cmd.startswith("python -m "):
+                importlib.import_module(cmd.split()[2])
+    assert pages.main(["decoder"]) == 0
