@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from tqdm import tqdm
 
-from benchmarks.harness import (add_perf_arrivals_arg, command_line, fmt, machine_meta, spread, start_server,
-                               static_t1, verdict, write_json)
+from benchmarks.harness import (add_perf_arrivals_arg, command_line, count, fmt, judge, machine_meta, spread,
+                               start_server, static_t1, verdict, write_json)
 from benchmarks.harness.plots import pyplot, save
 from lazybatch.client.load import run_load
 from lazybatch.repo import KIND_SLA_MS, build_default_repository
@@ -217,9 +217,10 @@ def pooled(results: list[dict], driver: str, draws: int = BOOTSTRAP_DRAWS) -> di
     systematic cost shows in every cell: per cell, the mean log ratio of eager's goal ratio and of the twin's; their
     difference averaged over cells is how far eager is from a policy identical to Triton 0 ms (as a factor: below
     1, eager is behind), with a 90% bootstrap interval from resampling the cells. Also how many cells the per-cell
-    range rule calls missed and met for eager and for the twin: the twin's count is that rule's false verdicts."""
+    range rule (harness.verdict) calls met, tie and missed for eager and for the twin: the twin's met and missed are
+    that rule's false verdicts. The pooled verdict is the same rule on the pooled interval against 1.00."""
     diffs, goal, twin, models = [], [], [], []
-    counts = {"eager": {"met": 0, "missed": 0}, "twin": {"met": 0, "missed": 0}}
+    said: dict[str, list[str]] = {"eager": [], "twin": []}
     for res in results:
         if not any(c["driver"] == driver for c in res["cells"]):
             continue
@@ -232,9 +233,7 @@ def pooled(results: list[dict], driver: str, draws: int = BOOTSTRAP_DRAWS) -> di
             twin.append(t)
             diffs.append(g - t)
             for who, s in (("eager", r["avg"]), ("twin", r["twin"])):
-                v = verdict(s, 1.0)
-                if v in counts[who]:
-                    counts[who][v] += 1
+                said[who].append(verdict(s, 1.0))
     if not diffs:
         return None
     rng = random.Random(0)
@@ -242,8 +241,9 @@ def pooled(results: list[dict], driver: str, draws: int = BOOTSTRAP_DRAWS) -> di
     boots = sorted(sum(rng.choices(diffs, k=n)) / n for _ in range(draws))
     lo, hi = math.exp(boots[int(0.05 * draws)]), math.exp(boots[int(0.95 * draws) - 1])
     return {"cells": n, "models": models, "eager": math.exp(sum(goal) / n), "twin": math.exp(sum(twin) / n),
-            "ratio": math.exp(sum(diffs) / n), "lo": lo, "hi": hi, "counts": counts,
-            "verdict": "ahead" if lo > 1.0 else "behind" if hi < 1.0 else "level (the interval straddles 1.00)"}
+            "ratio": math.exp(sum(diffs) / n), "lo": lo, "hi": hi, "counts": {w: count(v) for w, v in said.items()},
+            "verdict": {"met": "ahead", "missed": "behind"}.get(judge(lo, hi, 1.0),
+                                                                "level (the interval straddles 1.00)")}
 
 
 def pooled_line(results: list[dict], driver: str) -> list[str]:

@@ -46,8 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from tqdm import tqdm
 
-from benchmarks.harness import (add_sweep_args, command_line, fmt, machine_meta, parse_sweep_args, seq2seq_t1,
-                               served, served_table, spread, static_t1, turns, write_json)
+from benchmarks.harness import (add_sweep_args, command_line, fmt, judge_spread, machine_meta, parse_sweep_args,
+                               seq2seq_t1, served, served_table, spread, static_t1, turns, write_json)
 from lazybatch.backend.fusion import segment_table
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.client.load import run_load
@@ -155,9 +155,8 @@ def ratios(m: dict, load: float, ours: str = "eager") -> dict:
 
 
 def _verdict(s: dict, goal: float, at_most: bool = False) -> str:
-    lo, hi = (s["min"], s["max"]) if not at_most else (-s["max"], -s["min"])
-    g = goal if not at_most else -goal
-    return "met" if lo >= g else "tie" if hi >= g else "missed"
+    """The one rule (harness.verdict) on the range over repetitions; ``at_most``: lower is better."""
+    return judge_spread(s, goal, lower_is_better=at_most)
 
 
 def _fmt(s: dict, none: str = "") -> str:

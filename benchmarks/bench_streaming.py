@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from tqdm import tqdm
 
-from benchmarks.harness import (add_perf_arrivals_arg, add_sweep_args, command_line, fmt, machine_meta,
+from benchmarks.harness import (add_perf_arrivals_arg, add_sweep_args, command_line, fmt, judge_spread, machine_meta,
                                parse_sweep_args, perf_row, seq2seq_requests, served, spread, verdict, write_json)
 from lazybatch.client.load import run_load
 from lazybatch.client.stream import StreamClient
@@ -156,7 +156,7 @@ def report(res: dict) -> list[str]:
         curves = spread([by[k, "eager_curves"]["ttft_avg_ms"] / base[k]["eager_curves"]["ttft_ms"] for k in reps])
         triton = [p for p in TRITON if all((k, p) in by for k in reps)]  # none under perf_analyzer
         best = min(triton, key=lambda p: sum(by[k, p]["ttft_avg_ms"] for k in reps)) if triton else None
-        goal = (f"<= {GOAL:g}: " + ("met" if ratio["max"] <= GOAL else "missed" if ratio["min"] > GOAL else "tie")
+        goal = (f"<= {GOAL:g}: " + judge_spread(ratio, GOAL, lower_is_better=True)
                 if abs(f - GOAL_LOAD) < 1e-9 else "-")
 
         def mean(p: str, key: str) -> float:

@@ -1,8 +1,8 @@
 """Redraw the NPU Fig. 12/13 plots from several sweeps' summary.csv files (e.g. the 7-policy sweep and a separate
 Oracle + LazyB sweep of the same tables, rates and seeds), so the Oracle joins the curves without re-running the rest.
 
-    python -m benchmarks.npu_merge_plots docs/results/npu_sim_paperscale_summary.csv \
-        docs/results/npu_sim_paperscale_oracle_summary.csv --out docs/img --prefix npu_
+    python -m benchmarks.npu_merge_plots docs/data/npu_sim_paperscale_summary.csv \
+        docs/data/npu_sim_paperscale_oracle_summary.csv --out docs/img --prefix npu_
 
 Rows of a later file replace equal (model, policy, rate, SLA) rows of an earlier one (LazyB appears in both; with
 the same seeds its figures are the same).

@@ -6,6 +6,8 @@ import math
 import statistics
 from typing import Sequence
 
+from benchmarks.harness.verdict import TIE, judge_spread
+
 
 def spread(values: Sequence[float]) -> dict[str, float]:
     """Repetitions of one figure: mean, min, max and their count (the docs quote mean [min-max])."""
@@ -19,12 +21,10 @@ def fmt(s: dict[str, float], digits: int = 2, unit: str = "") -> str:
 
 
 def verdict(s: dict[str, float], at_least: float) -> str:
-    """met / tie / missed for a ratio goal: a range that straddles the goal is a tie, not a win."""
-    if s["min"] >= at_least:
-        return "met"
-    if s["max"] >= at_least:
-        return "tie (the spread straddles the goal)"
-    return "missed"
+    """met / tie / missed for a ratio goal of at least ``at_least`` by the one rule (harness.verdict): a range that
+    straddles the goal is a tie, not a win; the tie says so in the pages' words."""
+    said = judge_spread(s, at_least)
+    return "tie (the spread straddles the goal)" if said == TIE else said
 
 
 def held_out_ratios(baselines: dict[str, Sequence[float]], ours: Sequence[float]) -> tuple[list[float], list[str]]:

@@ -7,7 +7,8 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from benchmarks.harness import geomean, held_out_ratios, spread, verdict as goal_verdict
+from benchmarks.harness import count, geomean, held_out_ratios, judge_value, spread, verdict as goal_verdict
+from benchmarks.harness.verdict import MET, MISSED
 from benchmarks.regimes.policies import GRAPH, ROW_ORDER, SEQ2SEQ_KINDS, Settings, TRITON, VARIANT_WHY, VARIANTS
 from benchmarks.regimes.replay import batch_cap, sim_best
 from lazybatch.batcher.policies.lazy import DEFAULT_MIN_BATCH_GAIN
@@ -45,7 +46,7 @@ def simulated_goals(res: dict) -> list[str]:
         best = sim_best(by, f)
         ratio = by[(best, f)]["avg_ms"] / by[("lazy", f)]["avg_ms"]
         parts.append(f"{f:.0%}: {ratio:.2f}x vs {best}")
-        if ratio < 2.0:
+        if judge_value(ratio, 2.0) == MISSED:  # one simulated figure per load (seeds averaged): no spread
             miss.append(f"{f:.0%}")
     over = [f for f in loads if f > 1.0 + 1e-9]
     beyond = ", ".join(f"{f:.0%}: {by[(sim_best(by, f), f)]['avg_ms'] / by[('lazy', f)]['avg_ms']:.2f}x" for f in over)
@@ -119,7 +120,7 @@ def goals(res: dict) -> list[str]:
         for f in loads:
             a, s = by[("lazy", f)]["avg_ms"], by[("serial", f)]["avg_ms"]
             worst.append((a / s if s else math.nan, f))
-        ok = all(r <= 1.1 for r, _ in worst)
+        ok = all(judge_value(r, 1.1, lower_is_better=True) == MET for r, _ in worst)  # one figure per load
         lower = sum(1 for r, _ in worst if r < 1.0)
         cap = batch_cap(res["scaling"], res["max_batch_size"])
         lines.append(f"No batching gain on this model: lazy's average latency / serial's at each load: "
@@ -136,7 +137,7 @@ def goals(res: dict) -> list[str]:
         kept = [(r, f) for r, f in worst if f not in past]
         if past:
             cap_ratio = [(by[("serial", f)]["throughput"] / by[("lazy", f)]["throughput"], f) for f in past]
-            ok2 = all(r <= 1.1 for r, _ in kept) and all(r <= 1.1 for r, _ in cap_ratio)
+            ok2 = all(judge_value(r, 1.1, lower_is_better=True) == MET for r, _ in kept + cap_ratio)
             lines.append("The same goal judged where each figure is defined: average latency where serial keeps "
                          "up (" + (", ".join(f"{f:.0%}: {r:.2f}" for r, f in kept) or "no load")
                          + "), capacity where serial is past it (its throughput below 95% of the rate sent; "
@@ -151,7 +152,7 @@ def goals(res: dict) -> list[str]:
         for f in mid:
             best = best_of(by, tri, f)
             ratio = by[(best, f)]["avg_ms"] / by[("lazy", f)]["avg_ms"]
-            ok &= ratio >= 2.0
+            ok &= judge_value(ratio, 2.0) == MET  # lazy's pooled average per load: one figure, no spread
             parts.append(f"{f:.0%}: {ratio:.2f}x vs {best}")
             ceil.append((by[(best, f)]["avg_ms"] / t1l, f))
         what = "graph-batching config (graph:0/5/20 in the backend)" if tri[0] in GRAPH else \
@@ -193,7 +194,7 @@ def goals(res: dict) -> list[str]:
         pl = max(by[("lazy", f)]["throughput"] for f in loads)
         ps = max(by[("serial", f)]["throughput"] for f in loads)
         lines.append(f"Peak throughput (highest over the loads): lazy {pl:.1f}/s, serial {ps:.1f}/s, ratio "
-                     f"{pl / ps:.2f}x (goal >= 1.2x) -> {'met' if pl >= 1.2 * ps else 'NOT met'}"
+                     f"{pl / ps:.2f}x (goal >= 1.2x) -> {'met' if judge_value(pl / ps, 1.2) == MET else 'NOT met'}"
                      + (f" (bounded by the highest offered load: lazy kept up with the {top['send_rate']:.1f}/s the "
                         f"client sent there, {top['send_rate'] / res['mu']:.0%} of mu, so the ratio is a lower bound)"
                         if (top := by[("lazy", loads[-1])])["throughput"] >= 0.95 * top["send_rate"]
@@ -223,7 +224,7 @@ def default_vs_best(res: dict) -> list[str]:
          "repetitions (every policy sees the same seeded arrivals in a slice); geometric mean [min-max] over them; "
          "slice k's best is the configuration with the lowest mean over the other slices, so that its own noise "
          "does not choose it.", "", head, "| --- " * (3 + 2 * len(pols)) + "|"]
-    counts = {p: {"met": 0, "tie": 0, "missed": 0} for p in pols}
+    said: dict[str, list[str]] = {p: [] for p in pols}
     for f in sorted({c["load"] for c in cells}):
         if not all((p, f) in by for p in pols + base):
             continue
@@ -236,13 +237,14 @@ def default_vs_best(res: dict) -> list[str]:
             if not ratios:
                 row += ["-", "-"]
                 continue
-            said = goal_verdict(spread(ratios), 1.0)
-            counts[p][said.split(" ")[0]] += 1
-            row += [f"{geomean(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]", said.split(" (")[0]]
+            v = goal_verdict(spread(ratios), 1.0)
+            said[p].append(v)
+            row += [f"{geomean(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]", v.split(" (")[0]]
         p99, _ = held_out_ratios({b: by[(b, f)]["slice_p99_ms"] for b in base}, by[(pols[0], f)]["slice_p99_ms"])
         row.append(f"{geomean(p99):.2f}x [{min(p99):.2f}-{max(p99):.2f}]" if p99 else "-")
         row.append(", ".join(f"{b} x{n}" for b, n in Counter(picks).most_common()))
         L.append("| " + " | ".join(row) + " |")
+    counts = {p: count(v) for p, v in said.items()}
     L += ["", "Per load, " + "; ".join(f"{p}: {n['met']} met, {n['tie']} tie, {n['missed']} missed"
                                        for p, n in counts.items()) + "."]
     return L

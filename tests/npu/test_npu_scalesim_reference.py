@@ -1,7 +1,7 @@
 """Our cycle counts against SCALE-Sim 3.0.0's, as recorded by benchmarks/bench_npu.py (real SCALE-Sim runs).
 
 SCALE-Sim is a heavy extra (numba, pandas), so the suite checks the model against its recorded output instead of
-running it: docs/results/npu_scalesim_resnet50.json holds SCALE-Sim's cycles for ResNet-50's 23 distinct
+running it: docs/data/npu_scalesim_resnet50.json holds SCALE-Sim's cycles for ResNet-50's 23 distinct
 convolution shapes in both dataflows. Rerun the benchmark to refresh it.
 """
 
@@ -17,7 +17,7 @@ from lazybatch.npu_model.scalesim_ref import conv_layers, unique_layers
 
 from .npuhelpers import conv_mlp
 
-REF = Path(__file__).resolve().parents[2] / "docs" / "results" / "npu_scalesim_resnet50.json"
+REF = Path(__file__).resolve().parents[2] / "docs" / "data" / "npu_scalesim_resnet50.json"
 
 
 def _layer(row: dict) -> ConvLayer:

@@ -1,0 +1,100 @@
+"""One command per results page (issue 52 item 1): what re-runs each page at the current commit, with the
+repetitions and the noise floor it needs, and what regenerates it from the raw data.
+
+    python -m benchmarks.pages                 # every page: its commands and how much of it is generated
+    python -m benchmarks.pages decoder         # one page
+
+This prints; it runs nothing (the runs need a quiet machine for hours; run the printed lines there, in order, from
+the repository root). Where a page is generated whole (regimes) the last command rewrites it; where only its tables
+are (default, decoder, streaming, mixed), paste them and rewrite the prose from the new run; the rest are written by
+hand from the printed figures. Every run writes its raw data with the commit, a dirty tree flagged, the machine and
+the load average (harness.meta), and every verdict comes from harness.verdict. tests/test_docs_data.py lists the
+pages whose data is not yet from one clean commit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Page:
+    path: str
+    generated: str  # "whole", "tables" or "by hand": how much of the page its commands write
+    floor: str      # the noise floor the verdicts stand beside
+    commands: tuple[str, ...]
+
+
+PAGES: dict[str, Page] = {
+    "default": Page(
+        "docs/results/default.md", "tables", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
+        ("python -m benchmarks.bench_default --models mlp,bert,resnet50,mobilenet --reps 5 --duration 3 "
+         "--driver both --perf-arrivals seeded --out lazybatch-results/default --json docs/data/default.json",
+         "python -m benchmarks.bench_default --from-results docs/data/default.json --out lazybatch-results/default")),
+    "decoder": Page(
+        "docs/results/decoder.md", "tables", "the spread over repetitions; Triton 0 ms at 10% load",
+        ("python -m benchmarks.bench_decoder --models lm,gnmt,transformer --loads 0.1,0.7,1.5,3 --reps 3 "
+         "--duration 15 --min-requests 40 --variants eager_join --out lazybatch-results/decoder "
+         "--data docs/data/decoder.json",
+         "python -m benchmarks.bench_decoder --models lm,gnmt,transformer --loads 0.7 --reps 3 --duration 30 "
+         "--driver perf_analyzer --perf-arrivals seeded --out lazybatch-results/decoder-perf "
+         "--data docs/data/decoder_perf_analyzer_seeded.json")),
+    "streaming": Page(
+        "docs/results/decoder.md#streaming-time-to-first-token", "tables", "the unloaded TTFT of the same run",
+        tuple(f"python -m benchmarks.bench_streaming --model {m} --loads 0.5,0.9,1.2 --reps 3 --duration 12 "
+              f"--out lazybatch-results/streaming-{m} --data docs/data/streaming{'' if m == 'lm' else '_' + m}.json"
+              for m in ("lm", "gnmt", "transformer"))
+        + tuple(f"python -m benchmarks.bench_streaming --model {m} --driver perf_analyzer --perf-arrivals seeded "
+                f"--loads 0.9 --reps 3 --duration 12 --out lazybatch-results/streaming-perf-{m} "
+                f"--data docs/data/streaming_perf_analyzer{'' if m == 'lm' else '_' + m}.json"
+                for m in ("lm", "gnmt", "transformer"))),
+    "mixed": Page(
+        "docs/results/mixed.md", "tables", "the spread over repetitions (no identical copy yet)",
+        ("python -m benchmarks.bench_mixed --models gnmt,resnet50,mlp --loads 0.7,1.2 --reps 5 --duration 30 "
+         "--out lazybatch-results/mixed --data docs/data/mixed.json",
+         "python -m benchmarks.bench_mixed --rerender docs/data/mixed.json --out lazybatch-results/mixed")),
+    "regimes": Page(
+        "docs/results/regimes.md", "whole", "the spread over 3 slices per cell",
+        ("python -m benchmarks.bench_regimes --quiet-machine",
+         "python -m benchmarks.bench_regimes --from-results docs/data/regimes.json")),
+    "simulator": Page(
+        "docs/simulator.md", "by hand", "20 seeds per point",
+        ("lazybatch simulate --paper --out lazybatch-results/paper",
+         "lazybatch simulate --rate 1000 --sla-ms 20,40,60,80,100 --seeds 20 --out lazybatch-results/fig15")),
+    "npu": Page(
+        "docs/npu.md", "by hand", "none needed: cycle counts are deterministic",
+        ("python -m benchmarks.bench_npu --json docs/data/npu_scalesim_resnet50.json",
+         "python -m benchmarks.bench_npu_served --out lazybatch-results/npu-served")),
+    "onnx": Page(
+        "docs/onnx.md", "by hand", "paired chain / whole-graph passes in the same rounds",
+        tuple(f"python -m benchmarks.bench_split --models resnet50 --variants plain,ort-all,ort-all-noinplace "
+              f"--repeat 15 --json docs/data/bench_split_resnet50_run{k}.json" for k in (1, 2, 3))),
+    "operations": Page(
+        "docs/operations.md", "by hand", "the spread over repetitions",
+        ("python -m benchmarks.bench_cancel --help", "python -m benchmarks.bench_memory --help",
+         "python -m benchmarks.bench_soak --help")),
+    "colocation": Page("docs/colocation.md", "by hand", "-", ("not built yet; see issue 50",)),
+}
+
+
+def describe(name: str, page: Page) -> str:
+    head = {"whole": "generated whole by the last command",
+            "tables": "its tables generated; prose by hand from the new run",
+            "by hand": "written by hand from the printed figures"}[page.generated]
+    return "\n".join([f"# {name}: {page.path} ({head}; noise floor: {page.floor})", *page.commands])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pages", nargs="*", help=f"pages to show (default all): {', '.join(PAGES)}")
+    args = ap.parse_args(argv)
+    unknown = [p for p in args.pages if p not in PAGES]
+    if unknown:
+        ap.error(f"unknown page(s) {unknown}; choose from {', '.join(PAGES)}")
+    print("\n\n".join(describe(n, PAGES[n]) for n in (args.pages or PAGES)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
