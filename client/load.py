@@ -358,9 +358,11 @@ def format_table(results: Sequence[LoadResult]) -> str:
     head = (f"{'model':<22} {'rate/s':>7} {'sent/s':>7} {'sent':>6} {'ok':>6} {'err':>5} {'thr/s':>7} "
             f"{'avg ms':>8} {'p50':>8} {'p90':>8} {'p99':>8} {'SLA viol':>8}")
     lines = [head, "-" * len(head)]
-    for r in results:
-        if r.model == AGGREGATE:  # models driven together: their pooled row under them
+    for k, r in enumerate(results):
+        if r.model == AGGREGATE:  # models driven together: their pooled row under them, a group a rate
             lines.append("-" * len(head))
+        elif k and results[k - 1].model == AGGREGATE:
+            lines.append("")
         lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {r.send_rate:>7.1f} {r.sent:>6d} {r.ok:>6d} "
                      f"{r.errors:>5d} {r.throughput:>7.1f} {r.avg_ms:>8.1f} {r.p50_ms:>8.1f} {r.p90_ms:>8.1f} "
                      f"{r.p99_ms:>8.1f} {r.sla_violation_rate * 100 if r.sent else math.nan:>7.1f}%")

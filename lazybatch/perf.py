@@ -288,6 +288,7 @@ def run_together(perf: Path, shares: Mapping[str, float], url: str, rates: Seque
     from lazybatch.client.together import split_rate
 
     kw |= {"measurement_ms": measurement_ms, "max_trials": max_trials}
+    out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[PerfRow] = []
     texts: list[str] = []
     for i, rate in enumerate(rates):
