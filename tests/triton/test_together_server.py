@@ -6,6 +6,7 @@ statistics agree), the two models are served over the same time, and a bad mix i
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import tritonclient.grpc as grpcclient
@@ -27,23 +28,30 @@ def _successes(served) -> dict[str, tuple[int, int]]:
     return out
 
 
-def test_load_together_drives_both_models_at_once_and_answers_every_request_once(served, tmp_path, capsys):
-    out = tmp_path / "load"
+def _drive(served, argv: list[str], capsys) -> tuple[dict, dict, str, list[dict], dict]:
+    """Run the command; Triton's counts before and after, its printout, and its rows (a row per model, in the order
+    given, at its share of the aggregate 60/s, then the aggregate row)."""
     before = _successes(served)
-    rc = main(["load", *MODELS, "--together", "--rate", "60", "--mix", MIX, "--duration", "2",
-               "--sla-ms", "mlp_lazy=200,mlp_triton0=300", "--url", served.grpc, "--out", str(out)])
-    assert rc == 0
+    assert main([*argv, "--together", "--mix", MIX, "--url", served.grpc]) == 0
     after = _successes(served)
     text = capsys.readouterr().out
-    rows = json.loads((out / "load.json").read_text())
+    out = argv[argv.index("--out") + 1]
+    rows = json.loads((Path(out) / f"{argv[0]}.json").read_text())
     assert [r["model"] for r in rows] == [*MODELS, AGGREGATE]
-    each, agg = rows[:2], rows[2]
-    assert [r["offered_rate"] for r in rows] == pytest.approx([42.0, 18.0, 60.0])
+    rate = "offered_rate" if argv[0] == "load" else "request_rate"
+    assert [r[rate] for r in rows] == pytest.approx([42.0, 18.0, 60.0])
+    return before, after, text, rows[:2], rows[2]
+
+
+def test_load_together_drives_both_models_at_once_and_answers_every_request_once(served, tmp_path, capsys):
+    out = tmp_path / "load"
+    before, after, text, each, agg = _drive(served, ["load", *MODELS, "--rate", "60", "--duration", "2", "--sla-ms",
+                                                     "mlp_lazy=200,mlp_triton0=300", "--out", str(out)], capsys)
     assert [r["sla_ms"] for r in each] == [200.0, 300.0]
     for key in ("sent", "ok", "errors", "lost", "duplicated"):
         assert agg[key] == sum(r[key] for r in each), key
     assert agg["throughput"] == pytest.approx(sum(r["throughput"] for r in each))
-    for r in rows:
+    for r in [*each, agg]:
         assert r["sent"] > 10 and r["ok"] == r["sent"] and r["errors"] == r["lost"] == r["duplicated"] == 0, r
     # the server answered each request once: its successes are the client's answers, plus one warm-up a model
     for m, r in zip(MODELS, each):
@@ -57,17 +65,9 @@ def test_load_together_drives_both_models_at_once_and_answers_every_request_once
 
 def test_perf_together_runs_one_perf_analyzer_per_model_at_once(served, tmp_path, capsys):
     out = tmp_path / "perf"
-    before = _successes(served)
-    rc = main(["perf", *MODELS, "--together", "--rates", "60", "--mix", MIX, "--url", served.grpc,
-               "--measurement-ms", "1500", "--max-trials", "3", "--stability-percentage", "1000",
-               "--poisson-seed", "3", "--sla-ms", "200", "--out", str(out)])
-    assert rc == 0
-    after = _successes(served)
-    text = capsys.readouterr().out
-    rows = json.loads((out / "perf.json").read_text())
-    assert [r["model"] for r in rows] == [*MODELS, AGGREGATE]
-    each, agg = rows[:2], rows[2]
-    assert [r["request_rate"] for r in rows] == pytest.approx([42.0, 18.0, 60.0])
+    before, after, text, each, agg = _drive(
+        served, ["perf", *MODELS, "--rates", "60", "--measurement-ms", "1500", "--max-trials", "3",
+                 "--stability-percentage", "1000", "--poisson-seed", "3", "--sla-ms", "200", "--out", str(out)], capsys)
     for key in ("throughput", "requests", "unanswered_requests", "duplicated_requests"):
         assert agg[key] == pytest.approx(sum(r[key] for r in each)), key
     spans = []
