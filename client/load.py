@@ -14,7 +14,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -42,7 +42,10 @@ class LoadResult:
     p90_ms: float = math.nan
     p99_ms: float = math.nan
     max_ms: float = math.nan
-    sla_violation_rate: float = math.nan  # (late + failed) / sent
+    sla_violation_rate: float = math.nan  # (late + failed) / sent; failed: errors and requests never answered
+    lost: int = 0  # requests with no answer by the drain timeout
+    duplicated: int = 0  # requests answered more than once
+    p99_alone_ms: float = math.nan  # `load --together --alone`: this model's p99 at its own rate with nothing beside it
     error_kinds: dict[str, int] = field(default_factory=dict)
     latencies_ms: list[float] = field(default_factory=list, repr=False)
     # per request, in send order: (scheduled send offset s, latency ms or NaN, answered ok); time series need these
@@ -101,7 +104,7 @@ def summarize(res: LoadResult, latencies_s: list[float], ok_flags: list[bool], e
         res.latencies_ms = [float(v) for v in lat]
     if res.sent:
         late = int((lat > res.sla_ms).sum()) if res.sla_ms is not None else 0
-        res.sla_violation_rate = (late + res.errors) / res.sent
+        res.sla_violation_rate = (late + res.sent - res.ok) / res.sent  # failed: errors and lost alike
     return res
 
 
@@ -148,7 +151,9 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
                         batch: int, seed: int, max_requests: int, timeout_s: float,
                         send_sla: bool, length_histogram: str | None = None, ignore_eos: bool = True,
                         offsets: Sequence[float] | None = None, streaming: bool = False,
-                        classes: Sequence[Any] | None = None) -> LoadResult:
+                        classes: Sequence[Any] | None = None, start_gate: Any = None) -> LoadResult:
+    """One model's open loop. ``start_gate``: awaited after the warm-up, before the first request (several models
+    driven at once start their schedules together, client/together.py)."""
     import tritonclient.grpc as grpcmod
     import tritonclient.grpc.aio as aio
 
@@ -201,7 +206,10 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
                                    client_timeout=timeout_s)
         except Exception:
             pass
+        if start_gate is not None:
+            await start_gate.wait()
         latencies: list[float] = [math.nan] * len(offsets)
+        answers = [0] * len(offsets)  # answers per request: exactly one each, or it is lost or duplicated
         ok_flags = [False] * len(offsets)
         errors: list[str] = []
         done_times: list[float] = []
@@ -231,6 +239,7 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
                     m = getattr(e, "message", None)
                     errors.append(str(m() if callable(m) else e))
             t1 = time.perf_counter()
+            answers[i] += 1
             latencies[i] = t1 - t0
             done_times.append(t1)
 
@@ -254,6 +263,7 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
         res.records = [(float(o), float(l) * 1e3, ok) for o, l, ok in zip(offsets, latencies, ok_flags)]
         if streamer is not None:
             summarize_stream(res, [s for s in streamed if s is not None and s.ok])
+        res.lost, res.duplicated = sum(a == 0 for a in answers), sum(a > 1 for a in answers)
         summarize(res, latencies, ok_flags, errors, start, last)
         if classes:
             span = max(last - start, res.duration_s, 1e-9)
@@ -320,14 +330,16 @@ def run_schedule(url: str, model: str, offsets: Sequence[float], *, sla_ms: floa
 
 
 def sweep(url: str, models: Sequence[str], rates: Sequence[float], duration_s: float = 10.0, *,
-          sla_ms: float | None = 100.0, batch: int = 1, seed: int = 0, timeout_s: float = 30.0,
-          pause_s: float = 0.5, progress: Any = None, length_histogram: str | None = None,
+          sla_ms: float | None | Mapping[str, float | None] = 100.0, batch: int = 1, seed: int = 0,
+          timeout_s: float = 30.0, pause_s: float = 0.5, progress: Any = None, length_histogram: str | None = None,
           ignore_eos: bool = True, streaming: bool = False, classes: Sequence[Any] | None = None) -> list[LoadResult]:
-    """Every model at every rate, one after the other (models never share the CPU during a measurement)."""
+    """Every model at every rate, one after the other (models never share the CPU during a measurement).
+    ``sla_ms``: one SLA for all, or one per model (a mapping)."""
     out = []
     for rate in rates:
         for model in models:
-            r = run_load(url, model, rate, duration_s, sla_ms=sla_ms, batch=batch, seed=seed, timeout_s=timeout_s,
+            sla = sla_ms.get(model) if isinstance(sla_ms, Mapping) else sla_ms
+            r = run_load(url, model, rate, duration_s, sla_ms=sla, batch=batch, seed=seed, timeout_s=timeout_s,
                          length_histogram=length_histogram, ignore_eos=ignore_eos, streaming=streaming,
                          classes=classes)
             out.append(r)
@@ -337,6 +349,7 @@ def sweep(url: str, models: Sequence[str], rates: Sequence[float], duration_s: f
     return out
 
 
+AGGREGATE = "(all)"  # the model column of the aggregate row of models driven together (client/together.py)
 COLUMNS = ("model", "offered_rate", "send_rate", "sent", "ok", "errors", "throughput", "avg_ms", "p50_ms",
            "p90_ms", "p99_ms", "sla_violation_rate")
 
@@ -345,10 +358,16 @@ def format_table(results: Sequence[LoadResult]) -> str:
     head = (f"{'model':<22} {'rate/s':>7} {'sent/s':>7} {'sent':>6} {'ok':>6} {'err':>5} {'thr/s':>7} "
             f"{'avg ms':>8} {'p50':>8} {'p90':>8} {'p99':>8} {'SLA viol':>8}")
     lines = [head, "-" * len(head)]
-    for r in results:
+    for k, r in enumerate(results):
+        if r.model == AGGREGATE:  # models driven together: their pooled row under them, a group a rate
+            lines.append("-" * len(head))
+        elif k and results[k - 1].model == AGGREGATE:
+            lines.append("")
         lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {r.send_rate:>7.1f} {r.sent:>6d} {r.ok:>6d} "
                      f"{r.errors:>5d} {r.throughput:>7.1f} {r.avg_ms:>8.1f} {r.p50_ms:>8.1f} {r.p90_ms:>8.1f} "
                      f"{r.p99_ms:>8.1f} {r.sla_violation_rate * 100 if r.sent else math.nan:>7.1f}%")
+    if any(r.model == AGGREGATE for r in results):  # models driven together: each one's SLA, share, answers
+        lines += ["", together_table(results)]
     mixed = [r for r in results if r.classes]
     if mixed:  # traffic classes: each class's own figures, against its own SLA
         head = (f"{'model':<22} {'rate/s':>7} {'class':<12} {'SLA ms':>7} {'sent':>6} {'ok':>6} {'thr/s':>7} "
@@ -368,6 +387,30 @@ def format_table(results: Sequence[LoadResult]) -> str:
         for r in streamed:
             lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {r.tokens:>7d} {r.ttft_avg_ms:>9.1f} "
                          f"{r.ttft_p50_ms:>8.1f} {r.ttft_p99_ms:>8.1f} {r.tpot_avg_ms:>9.2f} {r.tpot_p99_ms:>8.2f}")
+    return "\n".join(lines)
+
+
+def shares_in_groups(models: Sequence[str], rates: Sequence[float]) -> list[float]:
+    """Rows of models driven together, each group closed by its ``AGGREGATE`` row: each row's rate as a share of
+    its group's aggregate rate (1 for the aggregate row; NaN for a row with no aggregate after it)."""
+    out, agg = [], math.nan
+    for model, rate in zip(reversed(models), reversed(rates)):
+        agg = rate if model == AGGREGATE else agg
+        out.append(rate / agg if agg else math.nan)
+    return out[::-1]
+
+
+def together_table(results: Sequence[LoadResult]) -> str:
+    """Models driven together (``load --together``): each model's share of the aggregate rate, its SLA, requests
+    lost or answered twice (both must be 0), and its p99 against its p99 alone (``--alone``)."""
+    head = (f"{'together':<22} {'rate/s':>7} {'share':>6} {'SLA ms':>7} {'lost':>5} {'dup':>5} "
+            f"{'p99 alone':>9} {'p99/alone':>9}")
+    lines = [head, "-" * len(head)]
+    share = shares_in_groups([r.model for r in results], [r.offered_rate for r in results])
+    for k, r in enumerate(results):
+        sla = "each" if r.model == AGGREGATE else "-" if r.sla_ms is None else f"{r.sla_ms:g}"
+        lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {share[k]:>6.2f} {sla:>7} {r.lost:>5d} "
+                     f"{r.duplicated:>5d} {r.p99_alone_ms:>9.1f} {r.p99_ms / r.p99_alone_ms:>9.2f}")
     return "\n".join(lines)
 
 

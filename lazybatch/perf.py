@@ -24,9 +24,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from lazybatch.batcher.errors import ConfigError
 
@@ -123,6 +123,17 @@ class PerfRow:
     tpot_p99_ms: float = math.nan
     streamed_requests: int = 0
     unanswered_requests: int = 0  # in its export with no response at all
+    # where its export was kept (streamed, or `perf --together`): the requests in it, those answered more than once
+    # (a model that does not stream answers each request once), and the latency of each answered one (ms)
+    requests: int = 0
+    duplicated_requests: int = 0
+    latencies_ms: list[float] = field(default_factory=list, repr=False)
+
+    def row(self) -> dict[str, Any]:
+        """The row as perf.json keeps it (without the per-request latencies)."""
+        d = asdict(self)
+        d.pop("latencies_ms")
+        return d
 
 
 def poisson_intervals(rate: float, count: int, seed: int | Sequence[int]) -> list[int]:
@@ -222,6 +233,22 @@ def stream_timing(export_path: Path) -> dict[float, dict[str, float]]:
     return out
 
 
+def request_counts(export_path: Path, *, streamed: bool = False) -> dict[float, dict[str, Any]]:
+    """Per request rate (experiment) of perf_analyzer's ``--profile-export-file``: the requests it sent, those with
+    no response, those with more than one (not streamed: a duplicate answer), and each answered request's latency
+    (sent to last response, ms): what `perf --together` counts and pools across models."""
+    data = json.loads(Path(export_path).read_text())
+    out: dict[float, dict[str, Any]] = {}
+    for exp in data.get("experiments", []):
+        reqs = exp.get("requests", [])
+        answered = [r for r in reqs if r.get("response_timestamps")]
+        out[float(exp["experiment"]["value"])] = {
+            "requests": len(reqs), "unanswered_requests": len(reqs) - len(answered),
+            "duplicated_requests": 0 if streamed else sum(len(r["response_timestamps"]) > 1 for r in answered),
+            "latencies_ms": [(r["response_timestamps"][-1] - r["timestamp"]) / 1e6 for r in answered]}
+    return out
+
+
 def run(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path, *,
         poisson_seed: int | None = None, measurement_ms: int = 4000, max_trials: int = 6,
         **kw: object) -> tuple[list[PerfRow], str]:
@@ -247,33 +274,134 @@ def run(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path,
     return rows, "\n".join(texts)
 
 
+def run_together(perf: Path, shares: Mapping[str, float], url: str, rates: Sequence[float], out_dir: Path, *,
+                 poisson_seed: int | None = None, measurement_ms: int = 4000, max_trials: int = 6,
+                 per_model: Mapping[str, Mapping[str, Any]] | None = None,
+                 **kw: Any) -> tuple[list[PerfRow], str]:
+    """One perf_analyzer per model, started at once and waited for together, at each aggregate rate of ``rates``
+    split by ``shares`` (client/together.py): each process its model's share as its Poisson rate, or with
+    ``poisson_seed`` its own seeded gaps (``write_intervals``, seed ``[poisson_seed, rate index, model index]``).
+    ``per_model``: a model's own arguments of ``command`` (its ``sla_ms``, ``input_data``, ``extra``). Every
+    process keeps its per-request export, so that each row counts its requests, and a row per rate, model
+    ``AGGREGATE``, pools them (``aggregate_rows``). Files: ``perf_<model>.*``, or ``perf_<model>_<its rate>.*``
+    where there are several aggregate rates."""
+    from lazybatch.client.together import split_rate
+
+    kw |= {"measurement_ms": measurement_ms, "max_trials": max_trials}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[PerfRow] = []
+    texts: list[str] = []
+    for i, rate in enumerate(rates):
+        started: list[tuple[float, _Started]] = []
+        try:
+            for k, (model, r) in enumerate(split_rate(rate, shares).items()):
+                stem = f"perf_{model}" if len(rates) == 1 else f"perf_{model}_{r:g}"
+                mine = kw | dict((per_model or {}).get(model, {}))
+                if poisson_seed is not None:
+                    mine["request_intervals"] = write_intervals(
+                        out_dir / f"{stem}_intervals.txt", r, [poisson_seed, i, k], measurement_ms=measurement_ms,
+                        max_trials=max_trials)
+                started.append((r, _start(perf, model, url, [r], out_dir, stem, export_requests=True, **mine)))
+            group: list[PerfRow] = []
+            while started:
+                r, run = started[0]
+                got, text = _finish(run)
+                started.pop(0)
+                for row in got:
+                    row.request_rate = r  # the asked rate (perf_analyzer prints a file's rounded down)
+                group += got
+                texts.append(text)
+        finally:
+            for _, run in started:  # one failed: stop the others, which would otherwise run on unwaited
+                run.proc.kill()
+                run.proc.wait()
+                run.console.close()
+        rows += group + [aggregate_rows(group, rate)]
+    return rows, "\n".join(texts)
+
+
+def aggregate_rows(rows: Sequence[PerfRow], rate: float) -> PerfRow:
+    """The aggregate row of models measured together: throughput summed; the average latency and the server's
+    queue/compute/client times weighted by each model's throughput; p50/p90/p99 over every answered request in the
+    models' exports (NaN without them); requests, unanswered and duplicated summed."""
+    import numpy as np
+
+    from lazybatch.client.load import AGGREGATE
+
+    thr = sum(r.throughput for r in rows)
+
+    def weighted(key: str) -> float:
+        return sum(r.throughput * getattr(r, key) for r in rows) / thr if thr > 0 else math.nan
+
+    lat = np.array([v for r in rows for v in r.latencies_ms], dtype=float)
+    p50, p90, p99 = (float(v) for v in np.percentile(lat, [50, 90, 99])) if lat.size else (math.nan,) * 3
+    return PerfRow(AGGREGATE, float(rate), thr, weighted("avg_ms"), p50, p90, p99, weighted("client_send_recv_ms"),
+                   weighted("server_queue_ms"), weighted("server_compute_ms"),
+                   unanswered_requests=sum(r.unanswered_requests for r in rows),
+                   requests=sum(r.requests for r in rows),
+                   duplicated_requests=sum(r.duplicated_requests for r in rows), latencies_ms=[float(v) for v in lat])
+
+
 def _run_once(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path, stem: str,
               **kw: object) -> tuple[list[PerfRow], str]:
+    return _finish(_start(perf, model, url, rates, out_dir, stem, **kw))
+
+
+@dataclass
+class _Started:
+    """A perf_analyzer process under way (``_start``), read by ``_finish``."""
+
+    proc: subprocess.Popen
+    cmd: list[str]
+    console: Any  # a temporary file: its stdout and stderr (a pipe would fill while another process is waited on)
+    model: str
+    out_dir: Path
+    stem: str
+    kw: dict[str, Any]
+
+
+def _start(perf: Path, model: str, url: str, rates: Sequence[float], out_dir: Path, stem: str, *,
+           export_requests: bool = False, **kw: Any) -> _Started:
+    """Start perf_analyzer without waiting for it. ``export_requests``: keep its per-request timestamps
+    (``--profile-export-file``) as a streamed run does, for requests counted and pooled across models."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path = out_dir / f"{stem}.csv"
     export = out_dir / f"{stem}_export.json"
-    if "--streaming" in kw.get("extra", ()):  # type: ignore[operator]
-        kw["extra"] = [*kw["extra"], "--profile-export-file", str(export)]  # type: ignore[misc]
+    if "--streaming" in kw.get("extra", ()) or export_requests:
+        kw["extra"] = [*kw.get("extra", ()), "--profile-export-file", str(export)]
     elif export.exists():
         export.unlink()  # an earlier streamed run's: not this one
-    cmd = command(perf, model, url, rates, csv_path=csv_path, **kw)  # type: ignore[arg-type]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
-    text = r.stdout + r.stderr
-    (out_dir / f"{stem}.log").write_text(" ".join(cmd) + "\n\n" + text)
-    if r.returncode != 0 or not csv_path.exists():
+    cmd = command(perf, model, url, rates, csv_path=out_dir / f"{stem}.csv", **kw)
+    console = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+    return _Started(proc, cmd, console, model, out_dir, stem, kw)
+
+
+def _finish(run: _Started) -> tuple[list[PerfRow], str]:
+    """Wait for a started perf_analyzer; its rows and console output, or a ConfigError where it failed."""
+    model, kw = run.model, run.kw
+    csv_path, export = run.out_dir / f"{run.stem}.csv", run.out_dir / f"{run.stem}_export.json"
+    run.proc.wait()
+    run.console.seek(0)
+    text = run.console.read()
+    run.console.close()
+    (run.out_dir / f"{run.stem}.log").write_text(" ".join(run.cmd) + "\n\n" + text)
+    if run.proc.returncode != 0 or not csv_path.exists():
         tail = "\n".join(text.strip().splitlines()[-15:])
         hint = ""
         if kw.get("input_data") is None and "out of data bounds" in text:  # e.g. BERT's Gather on token ids
             hint = ("\nperf_analyzer's default input data is random bytes, which are not valid indices (token ids) "
                     "for this model: pass --input-data zero, or a JSON file of valid inputs (perf_analyzer's format)")
-        raise ConfigError(f"perf_analyzer failed on {model} (exit {r.returncode}):\n{tail}{hint}")
+        raise ConfigError(f"perf_analyzer failed on {model} (exit {run.proc.returncode}):\n{tail}{hint}")
     rows = parse_csv(csv_path, model, text)
     if export.exists():
-        timing = stream_timing(export)
+        streamed = "--streaming" in kw.get("extra", ())
+        timing = stream_timing(export) if streamed else {}
+        counts = request_counts(export, streamed=streamed)
         for row in rows:  # the experiment at the row's rate (both written by perf_analyzer from one value)
-            t = next((v for rate, v in timing.items() if math.isclose(rate, row.request_rate, rel_tol=1e-6)), {})
-            if not t and kw.get("request_intervals") is not None and len(timing) == 1:
-                t = next(iter(timing.values()))  # one run of a file's arrivals: its one experiment
-            for k, v in t.items():
-                setattr(row, k, v)
+            for found in (timing, counts):
+                t = next((v for rate, v in found.items() if math.isclose(rate, row.request_rate, rel_tol=1e-6)), {})
+                if not t and kw.get("request_intervals") is not None and len(found) == 1:
+                    t = next(iter(found.values()))  # one run of a file's arrivals: its one experiment
+                for k, v in t.items():
+                    setattr(row, k, v)
     return rows, text

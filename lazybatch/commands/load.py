@@ -18,6 +18,18 @@ def _rates(text: str) -> list[float]:
     return rates
 
 
+def add_together_arguments(p: Any, *, sla_default: str | None, how: str) -> None:
+    """--sla-ms (one or per model), --together and --mix: `load` and `perf` take them alike."""
+    p.add_argument("--sla-ms", default=sla_default, metavar="MS|MODEL=MS,...", help="SLA target sent with each "
+                   "request as its sla_ms parameter (and, under `load`, used for the violation rate): one for every "
+                   "model, or one per model, e.g. m1=20,m2=200" + (f" (default {sla_default})" if sla_default else ""))
+    p.add_argument("--together", action="store_true", help=f"drive all the models at once (co-located load): each "
+                   f"rate is the aggregate rate, split by --mix, {how}; a row per model and an aggregate row "
+                   f"'(all)' per rate (default: the models one after the other, each at the full rate)")
+    p.add_argument("--mix", default=None, metavar="MODEL=SHARE,...", help="--together: each model's share of the "
+                   "aggregate rate, adding up to 1, e.g. m1=0.7,m2=0.1,m3=0.1,m4=0.1 (default equal shares)")
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("load", help="open-loop Poisson load against served models; latency/SLA report")
     p.add_argument("models", nargs="+", help="model names on the server")
@@ -26,8 +38,9 @@ def register(sub: Any) -> None:
     g.add_argument("--rate", type=float, help="requests per second")
     g.add_argument("--rates", help="a sweep, e.g. 5,10,20")
     p.add_argument("--duration", type=float, default=10.0, help="seconds per rate and model (default 10)")
-    p.add_argument("--sla-ms", type=float, default=100.0, help="SLA target sent with each request and used for the "
-                   "violation rate (default 100)")
+    add_together_arguments(p, sla_default="100", how="one open-loop Poisson stream per model, all started together")
+    p.add_argument("--alone", action="store_true", help="--together: first measure each model alone at its own "
+                   "share of the rate (the same arrivals), and report its p99 together / p99 alone")
     p.add_argument("--batch", type=int, default=1, help="samples per request")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=30.0, help="per-request client timeout in s")
@@ -52,6 +65,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from lazybatch.batcher.errors import ConfigError
     from lazybatch.client.load import format_table, sweep, write_reports
+    from lazybatch.client.together import parse_mix, parse_sla, sweep_together
 
     classes = None
     if args.classes:
@@ -63,15 +77,25 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--rate must be positive")
     if args.duration <= 0 or args.duration > 3600:
         raise ConfigError("--duration must be in (0, 3600] seconds")
+    if (args.mix is not None or args.alone) and not args.together:
+        raise ConfigError("--mix and --alone split an aggregate rate across models driven at once: add --together")
+    if args.together and classes:
+        raise ConfigError("--class is for one model's callers; with --together each model has its own --sla-ms")
+    slas = parse_sla(args.sla_ms, args.models)
+    shares = parse_mix(args.mix, args.models) if args.together else None
 
-    def progress(r: Any) -> None:
-        print(f"  {r.model} @ {r.offered_rate:g}/s: {r.ok}/{r.sent} ok, p50 {r.p50_ms:.1f} ms, "
+    def progress(r: Any, where: str = "") -> None:
+        print(f"  {r.model}{f' ({where})' if where else ''} @ {r.offered_rate:g}/s: {r.ok}/{r.sent} ok, p50 {r.p50_ms:.1f} ms, "
               f"p99 {r.p99_ms:.1f} ms", flush=True)
 
-    results = sweep(args.url, args.models, rates, args.duration, sla_ms=args.sla_ms, batch=args.batch,
-                    seed=args.seed, timeout_s=args.timeout, progress=progress,
-                    length_histogram=args.length_histogram, ignore_eos=not args.stop_at_eos,
-                    streaming=args.streaming, classes=classes)
+    common = dict(batch=args.batch, timeout_s=args.timeout, length_histogram=args.length_histogram,
+                  ignore_eos=not args.stop_at_eos, streaming=args.streaming)
+    if shares is not None:
+        results = sweep_together(args.url, shares, rates, args.duration, sla_ms=slas, seed=args.seed,
+                                 alone=args.alone, progress=progress, **common)
+    else:
+        results = sweep(args.url, args.models, rates, args.duration, sla_ms=slas, seed=args.seed,
+                        progress=progress, classes=classes, **common)
     print(format_table(results))
     if args.out:
         from lazybatch.client.report import write_combined

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,10 @@ def register(sub: Any) -> None:
     p.add_argument("--rates", default="10", help="request rates, one or evenly spaced (5,10,15) (default 10)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--measurement-ms", type=int, default=4000, help="perf_analyzer measurement window")
-    p.add_argument("--sla-ms", type=float, default=None, help="send sla_ms as a request parameter")
+    from lazybatch.commands.load import add_together_arguments
+
+    add_together_arguments(p, sla_default=None, how="one perf_analyzer per model, all started at once and waited "
+                           "for together")
     p.add_argument("--stability-percentage", type=float, default=50.0, help="perf_analyzer's stability threshold "
                    "(raise it on a busy machine, where windows vary more)")
     p.add_argument("--max-trials", type=int, default=6)
@@ -43,6 +45,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from lazybatch import perf
     from lazybatch.batcher.errors import ConfigError
+    from lazybatch.client.load import AGGREGATE, shares_in_groups
+    from lazybatch.client.together import parse_mix, parse_sla
     from lazybatch.commands.load import _rates
 
     if args.install:
@@ -50,26 +54,36 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.models:
         raise ConfigError("name at least one model (or pass --install)")
+    if args.mix is not None and not args.together:
+        raise ConfigError("--mix splits an aggregate rate across models driven at once: add --together")
+    slas = parse_sla(args.sla_ms, args.models)
+    shares = parse_mix(args.mix, args.models) if args.together else None
+    rates = _rates(args.rates)
     binary = perf.find_perf_analyzer(args.perf_analyzer)
     if binary is None:
         if args.perf_analyzer:
             raise ConfigError(f"no perf_analyzer at {args.perf_analyzer}")
         print("perf_analyzer not found: installing it from the tritonclient 2.41.0 wheel ...", flush=True)
         binary = perf.install()
-    rates = _rates(args.rates)
     out = Path(args.out)
+    own = {m: {"sla_ms": slas[m], "input_data": args.input_data or _seq2seq_input_data(args, m, out),
+               "extra": ["--streaming"] if args.streaming or _decoupled(args.url, m) else []} for m in args.models}
+    common = dict(batch=args.batch, measurement_ms=args.measurement_ms, max_trials=args.max_trials,
+                  stability_percentage=args.stability_percentage, poisson_seed=args.poisson_seed)
     all_rows = []
-    for model in args.models:
-        rows, _ = perf.run(binary, model, args.url, rates, out, batch=args.batch,
-                           measurement_ms=args.measurement_ms, sla_ms=args.sla_ms,
-                           stability_percentage=args.stability_percentage, max_trials=args.max_trials,
-                           input_data=args.input_data or _seq2seq_input_data(args, model, out),
-                           extra=["--streaming"] if args.streaming or _decoupled(args.url, model) else [],
-                           poisson_seed=args.poisson_seed)
+    if shares is not None:
+        if args.poisson_seed is None and len(set(shares.values())) < len(shares):
+            print("note: perf_analyzer's own Poisson schedule is one fixed sequence scaled by the rate, so models at "
+                  "equal rates get the same arrival times; --poisson-seed N gives each its own", flush=True)
+        all_rows, _ = perf.run_together(binary, shares, args.url, rates, out, per_model=own, **common)
+    for model in args.models if shares is None else ():
+        rows, _ = perf.run(binary, model, args.url, rates, out, **own[model], **common)
         all_rows += rows
     print(f"{'model':<22} {'rate/s':>7} {'infer/s':>8} {'avg ms':>8} {'p50':>8} {'p90':>8} {'p99':>8} "
           f"{'queue':>7} {'compute':>8}")
     for r in all_rows:
+        if r.model == AGGREGATE:  # models driven together: their pooled row under them
+            print("-" * 93)
         print(f"{r.model:<22} {r.request_rate:>7.1f} {r.throughput:>8.1f} {r.avg_ms:>8.2f} {r.p50_ms:>8.2f} "
               f"{r.p90_ms:>8.2f} {r.p99_ms:>8.2f} {r.server_queue_ms:>7.2f} {r.server_compute_ms:>8.2f}")
     streamed = [r for r in all_rows if r.streamed_requests]
@@ -78,7 +92,13 @@ def run(args: argparse.Namespace) -> int:
         for r in streamed:
             print(f"{r.model:<22} {r.request_rate:>7.1f} {r.ttft_avg_ms:>9.2f} {r.ttft_p50_ms:>8.2f} "
                   f"{r.ttft_p99_ms:>8.2f} {r.tpot_avg_ms:>9.2f} {r.tpot_p99_ms:>8.2f}")
-    (out / "perf.json").write_text(json.dumps([asdict(r) for r in all_rows], indent=1))
+    if shares is not None:  # every request answered once: perf_analyzer's own export, per model
+        print(f"\n{'together':<22} {'rate/s':>7} {'share':>6} {'requests':>9} {'unanswered':>10} {'dup':>5}")
+        share = shares_in_groups([r.model for r in all_rows], [r.request_rate for r in all_rows])
+        for r, s in zip(all_rows, share):
+            print(f"{r.model:<22} {r.request_rate:>7.1f} {s:>6.2f} {r.requests:>9d} "
+                  f"{r.unanswered_requests:>10d} {r.duplicated_requests:>5d}")
+    (out / "perf.json").write_text(json.dumps([r.row() for r in all_rows], indent=1))
     print(f"wrote {out / 'perf.json'} and perf_<model>.csv/.log"
           + (" (streamed: perf_<model>_export.json, perf_analyzer's timestamps)" if streamed else ""))
     from lazybatch.client.report import write_combined
