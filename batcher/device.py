@@ -258,7 +258,7 @@ class SharedDevice:
                         winner.grants += 1
                         if winner.vt > self.vnow:
                             self.vnow = winner.vt
-                        winner.scheduler._dispatch()  # it asks its policy now (or later, if inside a dispatch)
+                        winner.scheduler.granted()
                         self._again = True
                 if not self._again:
                     return

@@ -153,6 +153,12 @@ class Scheduler:
     def idle(self) -> bool:
         return not self.busy and self.outstanding == self.completed
 
+    def granted(self) -> None:
+        """The shared device granted this model a lane (batcher/device.py): ask the policy now. Inside a dispatch
+        (the grant answered this scheduler's own ``acquire``) nothing more is needed: that dispatch goes on."""
+        if not self._in_dispatch:
+            self._dispatch()
+
     # ------------------------------------------------------------------ used by policies
     def finish(self, request: Request, status: Status, error: str | None) -> None:
         if request.status is not None:
