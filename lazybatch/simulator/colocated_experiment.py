@@ -169,7 +169,8 @@ def mean_of(runs: Sequence[dict[str, Any]], who: str, metric: str) -> float:
 def ratios(result: dict[str, Any], mix: str, load: float, metric: str, *,
            baselines: Sequence[str] = GRAPH_BASELINES) -> list[float]:
     """Seed by seed: the best baseline's aggregate ``metric`` over ours (throughput: ours over the best), so > 1
-    favours the co-located default. The best is taken on each seed (no baseline is our own policy)."""
+    favours the co-located default. The best is taken on each seed (no baseline is our own policy). Violation
+    rates are floored at one request of the run, so that none against none reads 1x, not 0/0."""
     cells = {c["config"]: c["runs"] for c in result["cells"] if c["mix"] == mix and abs(c["load"] - load) < 1e-9}
     if OURS not in cells:
         return []
@@ -179,10 +180,63 @@ def ratios(result: dict[str, Any], mix: str, load: float, metric: str, *,
         if not theirs:
             continue
         o = ours["all"][metric]
+        if metric == "violations":
+            floor = 1.0 / result["requests"]
+            o, theirs = max(o, floor), [max(t, floor) for t in theirs]
         if metric == "throughput":
             best = max(theirs)
             out.append(o / best if best > 0 else math.nan)
         else:
             best = min(theirs)
-            out.append(best / o if o > 0 else (math.inf if best > 0 else 1.0))
+            out.append(best / o if o > 0 else math.nan)
     return out
+
+
+def headline(result: dict[str, Any], loads: Sequence[float] | None = None, *,
+             baselines: Sequence[str] = GRAPH_BASELINES) -> dict[str, dict[str, Any]]:
+    """Per mix and metric: the seed-by-seed ratios best of ``baselines`` / co-located (``ratios``) at ``loads``
+    (default every load swept), pooled: mean, min, max and count."""
+    out: dict[str, dict[str, Any]] = {}
+    swept = sorted({c["load"] for c in result["cells"]})
+    use = [x for x in swept if loads is None or any(abs(x - l) < 1e-9 for l in loads)]
+    for mix in result["shares"]:
+        out[mix] = {}
+        for metric in METRICS:
+            vals = [v for load in use for v in ratios(result, mix, load, metric, baselines=baselines)
+                    if math.isfinite(v)]
+            if vals:
+                out[mix][metric] = {"mean": statistics.fmean(vals), "min": min(vals), "max": max(vals),
+                                    "n": len(vals)}
+    return out
+
+
+def format_tables(result: dict[str, Any]) -> str:
+    """Markdown tables: per mix and load, every configuration's aggregate and per-model figures (means over
+    seeds), then the headline ratios."""
+    names = result["models"]
+    lines = [f"models: {', '.join(f'{n} (t1 {t:.3g} ms)' for n, t in zip(names, result['t1_ms']))}; SLA "
+             f"{result['sla_multiple']:g} x t1 each; {result['requests']} requests/run, {result['seeds']} seed(s); "
+             f"fairness lag {result['lag_ms']:g} ms"]
+    for cell_mix in result["shares"]:
+        shares = ", ".join(f"{n} {s:.0%}" for n, s in zip(names, result["shares"][cell_mix]))
+        for load in sorted({c["load"] for c in result["cells"] if c["mix"] == cell_mix}):
+            cells = [c for c in result["cells"] if c["mix"] == cell_mix and abs(c["load"] - load) < 1e-9]
+            lines += ["", f"### {cell_mix} mix ({shares}), load {load:.0%} of batch-1 capacity", "",
+                      "| config | avg ms | p99 ms | SLA viol | req/s | " +
+                      " | ".join(f"{n} avg / p99 ms (p99 / alone)" for n in names) + " |",
+                      "|---" * (5 + len(names)) + "|"]
+            for c in cells:
+                runs = c["runs"]
+                per = " | ".join(f"{mean_of(runs, n, 'avg_ms'):.2f} / {mean_of(runs, n, 'p99_ms'):.2f} "
+                                 f"({mean_of(runs, n, 'p99_norm'):.2f}x)" for n in names)
+                lines.append(f"| {c['config']} | {mean_of(runs, 'all', 'avg_ms'):.2f} | "
+                             f"{mean_of(runs, 'all', 'p99_ms'):.2f} | {mean_of(runs, 'all', 'violations'):.2%} | "
+                             f"{mean_of(runs, 'all', 'throughput'):.0f} | {per} |")
+    for title, base in (("the best graph baseline (Triton's batcher, PS or token)", GRAPH_BASELINES),
+                        ("eager per model without the shared device (PS)", ("eager_ps",))):
+        lines += ["", f"{title} / co-located, seed by seed over every load (throughput: co-located / it), "
+                      "mean [min-max]:"]
+        for mix, metrics in headline(result, baselines=base).items():
+            lines.append(f"  {mix}: " + ", ".join(f"{m} {s['mean']:.2f}x [{s['min']:.2f}-{s['max']:.2f}]"
+                                                  for m, s in metrics.items()))
+    return "\n".join(lines)
