@@ -21,15 +21,17 @@ The cross-model rule, at every stage boundary and every arrival that finds a lan
    still be kept (plain least-slack-first lets one overloaded model's late backlog hold every other model off the
    device up to the fairness bound: 94 ms for a 1.4 ms model beside a 20 ms one at 110% load, in a test).
 2. **Weighted fair share (the starvation guarantee)**: each member has a virtual time, its device time divided by
-   its ``weight``; a member that starts waiting after being idle is brought up to the least virtual time of the
-   members then active (no credit banked while idle). If the member rule 1 picks is more than ``lag`` seconds of
-   weighted device time ahead of the waiting member furthest behind, the one furthest behind goes instead.
+   its ``weight``; a member that starts waiting after holding nothing is brought up to the least virtual time of
+   the members then active (no credit banked while idle; a backlogged member keeps its own). If the member rule 1
+   picks is more than ``lag`` seconds of weighted device time ahead of the waiting member furthest behind, the one
+   furthest behind goes instead.
 
 The guarantee (tests/test_device_fairness.py checks it): **whenever the device is granted to member i while member j
 waits, vt_i <= vt_j + lag**. Hence, while i and j both stay waiting, i's weighted device time never runs ahead of
 j's by more than ``lag`` plus one job of i (divided by its weight), whatever their deadlines, priorities or loads;
-and a member that starts waiting beside one backlogged member h waits at most the job in flight plus
-``weight_h x lag`` plus one job of h. The bound holds across priority levels: priority and slack order the device
+and a member j that starts waiting beside one backlogged member h waits at most the job in flight, one job of h and
+``weight_h x (2 x lag + one job of j / weight_j)`` of h's device time (j's own virtual time may be ahead of h's by
+lag and a job when it starts waiting). The bound holds across priority levels: priority and slack order the device
 within it (a model that should take more of the device gets a larger weight).
 
 Boundaries: while two or more models share the device, a member's job spans one stage (a policy's span of several
@@ -67,7 +69,7 @@ class DeviceMember:
     ``finished``/``admit``/``leave``) and its device metrics."""
 
     __slots__ = ("device", "scheduler", "name", "weight", "priority", "state", "vt", "slack", "since", "began",
-                 "device_time", "waited", "waits", "max_wait", "grants", "left")
+                 "device_time", "waited", "waits", "max_wait", "grants", "left", "drained")
 
     def __init__(self, device: "SharedDevice", scheduler: "Scheduler", name: str, weight: float,
                  priority: int) -> None:
@@ -87,6 +89,7 @@ class DeviceMember:
         self.max_wait = 0.0
         self.grants = 0
         self.left = False
+        self.drained = True  # it held nothing when it last asked: its virtual time catches up when it next waits
 
     # ------------------------------------------------------------------ the scheduler's side
     def acquire(self, wants: bool) -> bool:
@@ -100,6 +103,8 @@ class DeviceMember:
             self.device._wait(self)
         elif not wants and self.state == WAITING:
             self.state = IDLE
+        if not wants:
+            self.drained = True
         self.device._grant()
         return self.state == GRANTED
 
@@ -220,9 +225,11 @@ class SharedDevice:
         return self.vnow if v == math.inf else v
 
     def _wait(self, m: DeviceMember) -> None:
-        v = self._active_vt(m)
-        if m.vt < v:
-            m.vt = v  # no credit banked while idle
+        if m.drained:  # back from holding nothing: no credit banked while idle (a backlogged member keeps its vt)
+            v = self._active_vt(m)
+            if m.vt < v:
+                m.vt = v
+            m.drained = False
         m.state = WAITING
         m.since = m.scheduler.clock.now()
 
