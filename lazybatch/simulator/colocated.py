@@ -84,7 +84,10 @@ class ProcessorSharing:
         self.peak = 0  # most jobs in service at once
 
     def start(self, work: float, job: StageJob, done: DoneCallback, model: int) -> None:
-        self._charge(self.sim.t)
+        sim = self.sim
+        if sim.on_job is not None:
+            sim.on_job(sim.t, model, job)
+        self._charge(sim.t)
         self.jobs.append(_Job(work, job, done, model))
         if len(self.jobs) > self.peak:
             self.peak = len(self.jobs)
@@ -164,10 +167,7 @@ class _TableExecutor:
         self.stage_execs += 1
         self.busy_time += work
         self.batch_hist[b] = self.batch_hist.get(b, 0) + 1
-        sim = self.sim
-        if sim.on_job is not None:
-            sim.on_job(sim.t, self.index, job)
-        sim._run(work, job, done, self.index)
+        self.sim._run(work, job, done, self.index)
 
 
 class ColocatedSimulation:
