@@ -39,6 +39,7 @@ from .engine import _COMPLETION, _TIMER, _Timer
 
 SHARING = ("device", "ps", "token")
 EPS = 1e-12  # seconds of work left that count as done (PS rounding)
+_ARRIVAL = 2  # after the engine's completions (0) and timers (1) at the same instant
 
 JobObserver = Callable[[float, int, StageJob], None]  # (now, model index, job) as each job starts its work
 ResultHook = Callable[[int, StageJob], "StageResult | None"]
@@ -220,32 +221,28 @@ class ColocatedSimulation:
         return None if self.result_for is None else self.result_for(model, job)
 
     def run(self, *, max_stage_execs: int | None = None) -> list[list[Request]]:
-        """Feed every tenant's requests and run until each is answered; returns them per tenant."""
-        arrivals = sorted(((r.arrival, i, k) for i, t in enumerate(self.tenants) for k, r in enumerate(t.requests)))
+        """Feed every tenant's requests and run until each is answered; returns them per tenant.
+
+        Arrivals wait in the event heap too, as the last kind of event at their instant (the engine's order)."""
+        for arrival, m, k in sorted((r.arrival, m, k) for m, t in enumerate(self.tenants)
+                                    for k, r in enumerate(t.requests)):
+            self._push(arrival, _ARRIVAL, m, self.tenants[m].requests[k])
         heap = self._heap
         pop = heapq.heappop
-        i, n = 0, len(arrivals)
-        inf = float("inf")
-        while True:
-            ta = arrivals[i][0] if i < n else inf
-            if heap and heap[0][0] <= ta:
-                when, kind, _, obj, arg = pop(heap)
-                if when < self.t:
-                    raise RuntimeError(f"virtual clock would run backwards: {when} < {self.t}")
-                self.t = when
-                if kind == _COMPLETION:
-                    obj.fire(arg)
-                    if max_stage_execs is not None and self.stage_execs > max_stage_execs:
-                        raise RuntimeError(f"more than {max_stage_execs} stage executions: no progress")
-                elif not obj.cancelled:
+        while heap:
+            when, kind, _, obj, arg = pop(heap)
+            if when < self.t:
+                raise RuntimeError(f"virtual clock would run backwards: {when} < {self.t}")
+            self.t = when
+            if kind == _ARRIVAL:
+                self.schedulers[obj].submit(arg)
+            elif kind == _TIMER:
+                if not obj.cancelled:
                     obj.callback()
-            elif i < n:
-                _, m, k = arrivals[i]
-                self.t = ta
-                self.schedulers[m].submit(self.tenants[m].requests[k])
-                i += 1
             else:
-                break
+                obj.fire(arg)
+                if max_stage_execs is not None and self.stage_execs > max_stage_execs:
+                    raise RuntimeError(f"more than {max_stage_execs} stage executions: no progress")
         return [t.requests for t in self.tenants]
 
     @property
