@@ -11,6 +11,9 @@ MERGE = "merge"  # the two topmost sub-batches reached the same stage and became
 SPLIT = "split"  # a sub-batch left a loop body partly (requests with different timestep counts)
 REJECT = "reject"  # a request was refused or dropped without running to the end
 KINDS = (DISPATCH, PREEMPT, MERGE, SPLIT, REJECT)
+# which co-located model got a shared device, and why (batcher/device.py); counted only in the logs of models that
+# share a device (SharedDevice.join adds the key), so a model alone reports exactly the kinds above
+DEVICE = "device"
 
 
 class Decision(NamedTuple):

@@ -9,7 +9,7 @@ It is single-threaded: the driver (the simulator's event loop, or the backend's 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from .admission import CLOSED, Admission, QueuePolicy
 from .decisions import REJECT, DecisionLog
@@ -17,6 +17,9 @@ from .interfaces import Clock, Executor, StageJob, StageResult, Timer
 from .latency_table import LatencyTable
 from .policies.base import Policy
 from .request import Request, Status
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .device import DeviceMember
 
 ResponseCallback = Callable[[Request], None]
 
@@ -42,6 +45,9 @@ class Scheduler:
         self.outstanding = 0
         self.rejected: dict[str, int] = {}  # refused at arrival, by reason (admission.QUEUE_FULL, ...), in samples
         self.last_rejection: str | None = None
+        # the device this model shares with co-located models (batcher/device.py: SharedDevice.join sets it); None:
+        # the model has the device to itself and nothing below asks anyone
+        self.gate: DeviceMember | None = None
         policy.attach(self)
         self.admission: Admission | None = None
         if queue_policy is not None:
@@ -67,6 +73,8 @@ class Scheduler:
         elif self.admission is not None:
             deadline = min(r.deadline for r in requests)
             refused = self.admission.check(n, self.outstanding - self.completed - n, now, deadline)
+        if refused is None and self.gate is not None:
+            refused = self.gate.admit(n)  # the shared device's bound across models
         if refused is not None:
             reason, message = refused
             self.rejected[reason] = self.rejected.get(reason, 0) + n
@@ -118,6 +126,8 @@ class Scheduler:
             raise RuntimeError(f"completion for {job!r}, which is not the job in flight")
         self.running = None
         self.busy = False
+        if self.gate is not None:
+            self.gate.finished(job)
         if self.closed:
             return
         self.policy.job_done(job, result, self.clock.now())
@@ -135,11 +145,19 @@ class Scheduler:
         for r in held:
             self.finish(r, Status.UNAVAILABLE, message)
         self.policy.clear()
+        if self.gate is not None:
+            self.gate.leave()
         return held
 
     @property
     def idle(self) -> bool:
         return not self.busy and self.outstanding == self.completed
+
+    def granted(self) -> None:
+        """The shared device granted this model a lane (batcher/device.py): ask the policy now. Inside a dispatch
+        (the grant answered this scheduler's own ``acquire``) nothing more is needed: that dispatch goes on."""
+        if not self._in_dispatch:
+            self._dispatch()
 
     # ------------------------------------------------------------------ used by policies
     def finish(self, request: Request, status: Status, error: str | None) -> None:
@@ -170,7 +188,11 @@ class Scheduler:
         try:
             while True:
                 self._again = False
-                if not self.busy and not self.closed:
+                gate = self.gate
+                # with a shared device, the policy is asked only once the device is granted to this model (the
+                # device calls _dispatch back when it grants it), so it decides with the latest arrivals
+                if not self.busy and not self.closed and (
+                        gate is None or gate.acquire(self.outstanding != self.completed)):
                     now = self.clock.now()
                     nxt = self.policy.next_job(now)
                     if isinstance(nxt, StageJob):
@@ -180,12 +202,17 @@ class Scheduler:
                         for r in nxt.requests:
                             if r.start is None:
                                 r.start = now
+                        if gate is not None:
+                            gate.started(nxt)
                         self.executor.submit(nxt, self.complete)
-                    elif nxt is not None and nxt != self._timer_at:
-                        if self._timer is not None:
-                            self._timer.cancel()
-                        self._timer_at = nxt
-                        self._timer = self.clock.call_at(nxt, self._on_timer)
+                    else:
+                        if gate is not None:
+                            gate.release()
+                        if nxt is not None and nxt != self._timer_at:
+                            if self._timer is not None:
+                                self._timer.cancel()
+                            self._timer_at = nxt
+                            self._timer = self.clock.call_at(nxt, self._on_timer)
                 if not self._again:
                     return
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections import deque
 from typing import TYPE_CHECKING, Callable
@@ -84,6 +85,16 @@ class Policy(ABC):
 
     def describe(self) -> str:
         return f"{self.name}(max_batch_size={self.max_batch_size})"
+
+    def least_slack(self, now: float) -> float:
+        """How much at risk the requests held are, for a device shared with other models (batcher/device.py): the
+        least, over the requests held, of deadline - now - the predicted remaining single-input time (the
+        LazyBatching paper's check of co-located models' on-going requests); inf without deadlines.
+
+        This default walks every request held and counts each as not started (its ``est``, else the whole graph
+        at batch 1); LazyBatching (and eager) answer from their BatchTable in O(sub-batches)."""
+        whole = sum(self.table.single)
+        return min((r.deadline - (r.est or whole) for r in self.held()), default=math.inf) - now
 
     # ------------------------------------------------------------------ shared bookkeeping
     def advance(self, job: StageJob, result: StageResult | None, now: float) -> tuple[int, list[Request],

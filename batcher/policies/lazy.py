@@ -236,6 +236,25 @@ class LazyBatching(Policy):
     def held(self) -> list[Request]:
         return list(self.infq) + [r for e in self.stack for r in e.reqs]
 
+    def least_slack(self, now: float) -> float:
+        """``Policy.least_slack`` from the BatchTable: per sub-batch its earliest deadline less its requests' mean
+        remaining single-input time (the sum ``rem`` it keeps), and the queue's head (the most urgent level, the
+        oldest: the earliest deadline where a model has one SLA) less its whole estimate. O(sub-batches)."""
+        scale = self.time_scale
+        least = math.inf
+        for e in self.stack:
+            n = len(e.reqs)
+            if n:
+                s = e.dmin - scale * e.rem / n
+                if s < least:
+                    least = s
+        if self.infq:
+            r = self.infq[0]
+            s = r.deadline - scale * r.est
+            if s < least:
+                least = s
+        return least - now
+
     def clear(self) -> None:
         self.infq.clear()
         self.stack.clear()

@@ -56,6 +56,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--explain", type=int, default=0, metavar="N",
                    help="instead of a sweep, run the first model/policy/rate once and print its first N decisions")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    c = p.add_argument_group("co-located models (--colocate)")
+    c.add_argument("--colocate", action="store_true",
+                   help="instead of a sweep, the paper's co-location experiment: the --model models (default "
+                        "resnet50, bert_base, gnmt, transformer) on one device, lazybatch's default on the shared "
+                        "device against per-model graph batching (processor sharing, and Triton's rate-limiter "
+                        "token) and per-model eager without it; --requests per run across models, --seeds runs")
+    c.add_argument("--load", default="0.4,0.7,1.0,1.2",
+                   help="aggregate loads, fractions of the device's batch-1 capacity (sum of rate x t1)")
+    c.add_argument("--mix", default="equal,skewed", help="request shares: equal, skewed (the first model 70%%)")
+    c.add_argument("--sla-multiple", type=float, default=10.0, help="each model's SLA, a multiple of its t1")
+    c.add_argument("--lag-ms", type=float, default=20.0,
+                   help="the shared device's fairness bound: weighted device time one model may run ahead of a "
+                        "waiting one (batcher/device.py)")
     p.set_defaults(func=run)
 
 
@@ -74,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
     for r in rates:
         if not r > 0:
             raise ConfigError(f"arrival rates must be positive, got {r:g}", field="rate")
+    if args.colocate:
+        return _colocate(args)
     if args.explain:
         return _explain(args, models[0], policies[0], rates[0], slas[0])
     cdf_rate = args.cdf_rate
@@ -136,4 +151,34 @@ def _explain(args: argparse.Namespace, model: str, policy: str, rate: float, sla
           f"{', '.join(f'{k} {v}' for k, v in log.counts.items())}")
     for d in list(log)[:args.explain]:
         print("  " + d.explain())
+    return 0
+
+
+def _colocate(args: argparse.Namespace) -> int:
+    import json
+
+    from lazybatch.simulator import colocated_experiment as co
+
+    if args.seeds < 1:
+        raise ConfigError(f"--seeds must be at least 1, got {args.seeds}", field="seeds")
+    loads = comma_list(args.load, "load")
+    for x in loads:
+        if not x > 0:
+            raise ConfigError(f"loads must be positive, got {x:g}", field="load")
+    mix = [m.strip() for m in args.mix.split(",") if m.strip()]
+    hist = None
+    if args.length_histogram:
+        from lazybatch.simulator import sweep
+
+        hist = sweep.load_histogram(args.length_histogram)
+    exp = co.Experiment(args.model or list(co.PAPER_FOUR), requests=args.requests, sla_multiple=args.sla_multiple,
+                        max_batch_size=args.max_batch_size, lag=args.lag_ms / 1e3, histogram=hist)
+    t0 = time.perf_counter()
+    result = exp.sweep(loads, mix, 20 if args.paper else args.seeds)
+    result["wall_s"] = time.perf_counter() - t0
+    print(co.format_tables(result))
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "colocation.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"\n{len(result['cells'])} cells in {result['wall_s']:.1f} s; wrote {path}")
     return 0
