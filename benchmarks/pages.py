@@ -74,7 +74,8 @@ PAGES: dict[str, Page] = {
         "docs/operations.md", "by hand", "the spread over repetitions",
         ("python -m benchmarks.bench_cancel --help", "python -m benchmarks.bench_memory --help",
          "python -m benchmarks.bench_soak --help")),
-    "colocation": Page("docs/colocation.md", "by hand", "-", ("not built yet; see issue 50",)),
+    "colocation": Page("docs/colocation.md", "by hand", "the spread over seeds (simulated; the served benchmark is "
+                       "not built yet, issue 50)", ("python -m benchmarks.sim_colocation",)),
 }
 
 
