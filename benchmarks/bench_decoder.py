@@ -43,6 +43,7 @@ from tqdm import tqdm
 from benchmarks.harness import (add_perf_arrivals_arg, add_sweep_args, command_line, fmt, machine_meta,
                                parse_sweep_args, perf_row, seq2seq_t1, served, served_table, spread, turns, verdict,
                                write_json)
+from benchmarks.harness.page import table_head
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.lengths import LengthHistogram
 from lazybatch.client.load import run_load
@@ -137,9 +138,9 @@ def report(res: dict) -> list[str]:
              + (", load from perf_analyzer" if driver == "perf_analyzer" else "")
              + (" (Poisson arrivals drawn with each repetition's seed)" if res.get("perf_arrivals") == "seeded"
                 else ""), "",
-             "| load | best Triton (by mean) | best Triton avg / eager avg | goal | best Triton p99 / eager p99 | "
-             "goal | eager avg / p99 ms | best Triton avg / p99 ms | throughput eager / best Triton (/s) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             *table_head(["load", "best Triton (by mean)", "best Triton avg / eager avg", "goal",
+                          "best Triton p99 / eager p99", "goal", "eager avg / p99 ms", "best Triton avg / p99 ms",
+                          "throughput eager / best Triton (/s)"])]
     for f, reps, by, best in by_load(cells):
         avg = spread([by[k, best]["avg_ms"] / by[k, "eager"]["avg_ms"] for k in reps])
         p99 = spread([by[k, best]["p99_ms"] / by[k, "eager"]["p99_ms"] for k in reps])
@@ -176,9 +177,8 @@ def variant_report(res: dict, variant: str) -> list[str]:
     requests at the same send times), served and on the replay."""
     cells, sim = res["cells"], {(c["load"], c["policy"]): c for c in res.get("simulated", {}).get("cells", [])}
     lines = [f"Variant `{variant}` ({VARIANTS[variant]}), same turns as the table above:", "",
-             "| load | best Triton avg / variant avg | eager avg / variant avg | eager p99 / variant p99 | "
-             "variant avg / p99 ms | simulated: best Triton / variant, eager / variant |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             *table_head(["load", "best Triton avg / variant avg", "eager avg / variant avg", "eager p99 / variant p99",
+                          "variant avg / p99 ms", "simulated: best Triton / variant, eager / variant"])]
     for f, reps, by, best in by_load(cells):
         v = [by[k, variant] for k in reps]
         ratio = lambda pol, key: spread([by[k, pol][key] / by[k, variant][key] for k in reps])  # noqa: E731
@@ -198,10 +198,9 @@ def simulated_report(sim: dict) -> list[str]:
     by = {(c["load"], c["policy"]): c for c in sim["cells"]}
     lines = [f"Simulated on this run's latency table (no serving cost; t1 {sim['t1_ms']:.1f} ms, {sim['seeds']} seeds "
              f"x {sim['requests']} requests per cell; Triton's batcher at N ms is graph:N):", "",
-             "| load | best Triton (by mean) | best Triton avg / eager avg | best Triton p99 / eager p99 | "
-             "eager avg / p99 ms | eager with Eq. 2 admission avg / p99 ms | best Triton avg / p99 ms | "
-             "throughput eager / best Triton (/s) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             *table_head(["load", "best Triton (by mean)", "best Triton avg / eager avg", "best Triton p99 / eager p99",
+                          "eager avg / p99 ms", "eager with Eq. 2 admission avg / p99 ms", "best Triton avg / p99 ms",
+                          "throughput eager / best Triton (/s)"])]
     for f in sorted({c["load"] for c in sim["cells"]}):
         best = min(TRITON, key=lambda p: by[f, p]["avg_ms"])
         e, b, q = by[f, "eager"], by[f, best], by.get((f, "eager_eq2"))

@@ -38,6 +38,7 @@ from tqdm import tqdm
 from benchmarks.harness import (add_perf_arrivals_arg, command_line, count, fmt, judge, machine_meta, spread,
                                start_server, static_t1, verdict, write_json)
 from benchmarks.harness.plots import pyplot, save
+from benchmarks.harness.page import table_head, write_page
 from lazybatch.client.load import run_load
 from lazybatch.repo import KIND_SLA_MS, build_default_repository
 from lazybatch.serving import TritonServer
@@ -267,10 +268,10 @@ def report(res: dict, driver: str) -> list[str]:
                    for f in {c["load"] for c in cells}) for p in POLICIES}
     sim = res.get("simulated") or {"avg": {}, "p99": {}}
     lines = [f"### {res['model']} ({driver} driver): t1 {res['t1_ms']:.2f} ms, SLA 5 x t1 = {res['sla_ms']:.1f} ms",
-             "", "| load | best Triton (by mean) | best Triton avg / eager avg | avg goal >= 1.00 | noise floor: "
-             "best Triton avg / twin avg | best Triton p99 / eager p99 | 5x-SLA violations: best Triton - eager (points) "
-             "| Triton 0 ms avg / eager avg | eager requests inline | simulated ceiling avg / p99 |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "", *table_head(["load", "best Triton (by mean)", "best Triton avg / eager avg", "avg goal >= 1.00",
+                              "noise floor: best Triton avg / twin avg", "best Triton p99 / eager p99",
+                              "5x-SLA violations: best Triton - eager (points)", "Triton 0 ms avg / eager avg",
+                              "eager requests inline", "simulated ceiling avg / p99"])]
     for r in rows:
         v = r["viol_diff"]
         vs = fmt({k: x * 100 for k, x in v.items()}, 1) if v else "-"
@@ -332,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     drivers = ["load", "perf"] if args.driver == "both" else [args.driver]
     lines = [line for res in results for d in drivers for line in report(res, d) + [""]]
     lines += [line for d in drivers for line in pooled_line(results, d)]
-    (out / "default.md").write_text("\n".join(lines))
+    write_page(out / "default.md", lines)
     print("\n".join(lines))
     if args.json:
         write_json(args.json, {"meta": meta, "results": results})
@@ -418,7 +419,7 @@ def rerender(paths: list[Path], out: Path, json_copy: str | None) -> int:
     img = out / "img" / "default_ratio.png" if out.name != "results" else out.parent / "img" / "default_ratio.png"
     plot([res for data in runs for res in data["results"]], img)
     lines += [f"![best Triton / eager average latency per load]({Path('..') / 'img' / img.name if out.name == 'results' else 'img/' + img.name})", ""]
-    (out / "default.md").write_text("\n".join(lines))
+    write_page(out / "default.md", lines)
     print("\n".join(lines))
     if json_copy:
         write_json(json_copy, {"runs": runs})

@@ -48,6 +48,7 @@ from tqdm import tqdm
 
 from benchmarks.harness import (add_sweep_args, command_line, fmt, judge_spread, machine_meta, parse_sweep_args,
                                seq2seq_t1, served, served_table, spread, static_t1, turns, write_json)
+from benchmarks.harness.page import table_head
 from lazybatch.backend.fusion import segment_table
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.client.load import run_load
@@ -170,8 +171,8 @@ def _fmt(s: dict, none: str = "") -> str:
 def report(m: dict) -> list[str]:
     lines = [f"### {m['model']}: t1 {m['t1_ms']:.2f} ms; interactive SLA {m['classes'][0]['sla_ms']:.1f} ms, "
              f"bulk SLA {m['classes'][1]['sla_ms']:.1f} ms", "",
-             "| load | policy | interactive misses | interactive avg / p99 ms | bulk misses | bulk avg ms | "
-             "bulk throughput /s | errors |", "|---|---|---|---|---|---|---|---|"]
+             *table_head(["load", "policy", "interactive misses", "interactive avg / p99 ms", "bulk misses",
+                          "bulk avg ms", "bulk throughput /s", "errors"], compact=True)]
     cells = m["cells"]
     loads = sorted({c["load"] for c in cells})
     present = [p for p in POLICIES if any(c["policy"] == p for c in cells)]  # an older run may lack a variant
@@ -185,9 +186,9 @@ def report(m: dict) -> list[str]:
                 f"{_mean(cells, pol, f, 'bulk', 'sla_violation_rate'):.1%} | "
                 f"{_mean(cells, pol, f, 'bulk', 'avg_ms'):.1f} | {_mean(cells, pol, f, 'bulk', 'throughput'):.1f} | "
                 f"{sum(c['errors'] for c in mine)} |")
-    lines += ["", "| load | ours | best Triton | interactive misses, Triton / ours (goal >= 5) | bulk throughput, "
-              "ours / Triton (>= 0.9) | bulk misses, ours / Triton (<= 1.1) | simulated: interactive / bulk misses |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", *table_head(["load", "ours", "best Triton", "interactive misses, Triton / ours (goal >= 5)",
+                               "bulk throughput, ours / Triton (>= 0.9)", "bulk misses, ours / Triton (<= 1.1)",
+                               "simulated: interactive / bulk misses"], compact=True)]
     sim = m["simulated"]
     for f, ours in ((f, o) for f in loads for o in OURS if o in present):
         r = ratios(m, f, ours)

@@ -42,6 +42,7 @@ from typing import Any
 
 from benchmarks.harness import start_server
 from benchmarks.harness.plots import pyplot, save
+from benchmarks.harness.page import table_head
 from lazybatch.backend.model import read_log
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_schedule, schedule_from_rates
@@ -302,9 +303,9 @@ def markdown(results: list[dict], meta: dict) -> str:
                   f"{res['time_compression']:g}x ({res['duration_s']:g} s per policy, {res['requests']} requests); "
                   f"SLA {ms(res['sla_ms'])} ms" + (f"; the latency table's batch-1 time {ms(res['table_t1_ms'])} ms"
                                                    if "table_t1_ms" in res else ""), "",
-                  "| policy | sent | ok | err | executed | avg ms | p50 ms | p99 ms | SLA viol | mean batch "
-                  "| device ms/request | busy | sim avg ms | sim p99 ms | sim SLA viol | sim mean batch |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  *table_head(["policy", "sent", "ok", "err", "executed", "avg ms", "p50 ms", "p99 ms", "SLA viol",
+                               "mean batch", "device ms/request", "busy", "sim avg ms", "sim p99 ms", "sim SLA viol",
+                               "sim mean batch"])]
         for p, r in res["rows"].items():
             sm = res.get("sim", {}).get(p)
             simcols = (f"{ms(sm['avg_ms'])} | {ms(sm['p99_ms'])} | {sm['sla_violation']:.1%} | "

@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 from benchmarks.harness import (add_perf_arrivals_arg, add_sweep_args, command_line, fmt, judge_spread, machine_meta,
                                parse_sweep_args, perf_row, seq2seq_requests, served, spread, verdict, write_json)
+from benchmarks.harness.page import table_head
 from lazybatch.client.load import run_load
 from lazybatch.client.stream import StreamClient
 from lazybatch.repo import KIND_SLA_MS, build_default_repository
@@ -145,10 +146,10 @@ def report(res: dict) -> list[str]:
              f"t1 {res['t1_ms']:.1f} ms (batch-1 rate {1e3 / res['t1_ms']:.2f}/s), a response every "
              f"{res.get('stream_interval_tokens', 1)} token(s). Unloaded TTFT / time per "
              "output token (ms): " + "; ".join(f"{p} {unl(p, 'ttft_ms')} / {unl(p, 'tpot_ms', 2)}" for p in POLICIES),
-             "", "| load | eager TTFT / unloaded | goal | eager TTFT avg / p99 ms | eager TPOT ms | eager_curves TTFT "
-             "/ unloaded | its TTFT avg / p99 ms | its TPOT ms | best Triton (by TTFT) | its TTFT avg / p99 ms | its "
-             "TPOT ms | best Triton TTFT / eager TTFT |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "", *table_head(["load", "eager TTFT / unloaded", "goal", "eager TTFT avg / p99 ms", "eager TPOT ms",
+                              "eager_curves TTFT / unloaded", "its TTFT avg / p99 ms", "its TPOT ms",
+                              "best Triton (by TTFT)", "its TTFT avg / p99 ms", "its TPOT ms",
+                              "best Triton TTFT / eager TTFT"])]
     for f in sorted({c["load"] for c in cells}):
         reps = sorted({c["rep"] for c in cells if c["load"] == f})
         by = {(c["rep"], c["policy"]): c for c in cells if c["load"] == f}

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from benchmarks.harness import command_line, geomean, held_out_ratios, served, spread, verdict as goal_verdict
 from benchmarks.harness.plots import pyplot, save
+from benchmarks.harness.page import table_head
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_load, summarize
 from lazybatch.repo import COMPARISON, build_default_repository, default_build_dir
@@ -202,8 +203,8 @@ def markdown(results: list[dict], meta: dict) -> str:
              "Triton configuration is chosen on the other slices; the noise floor scores an identical copy of Triton "
              "0 ms by the same rule.", "",
              *verdict(results, meta), "",
-             "| load | rate/s | SLA ms | model | sent | err | thr/s | avg ms | p50 | p99 | SLA viol | overhead/stage |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             *table_head(["load", "rate/s", "SLA ms", "model", "sent", "err", "thr/s", "avg ms", "p50", "p99",
+                          "SLA viol", "overhead/stage"])]
     for r in sorted(results, key=lambda r: (r["fraction"], r["sla_ms"], r["model"])):
         ov = r["overhead"]
         ovs = f"{ov['per_stage_ms']:.3f} ms ({ov['fraction']:.1%}), b̄={ov['mean_batch']:.2f}" if ov else ""
@@ -219,10 +220,9 @@ def verdict(results: list[dict], meta: dict) -> list[str]:
     a range across 1.00 a tie. Beside it the same ratio and verdict for the twin in eager's place: the noise floor."""
     model = meta["model"]
     ours, twin = f"{model}_{OURS}", f"{model}_{TWIN_SUFFIX}"
-    out = ["| load | best Triton avg / eager avg [range over slices] | verdict | noise floor: best Triton / "
-           "identical copy of Triton 0 ms | best Triton p99 / eager p99 | best Triton config (slices) | "
-           "requests per configuration |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+    out = table_head(["load", "best Triton avg / eager avg [range over slices]", "verdict",
+                      "noise floor: best Triton / identical copy of Triton 0 ms", "best Triton p99 / eager p99",
+                      "best Triton config (slices)", "requests per configuration"])
     for f in sorted({r["fraction"] for r in results}):
         sla = max(r["sla_ms"] for r in results if r["fraction"] == f)
         cell = {r["model"]: r for r in results if r["fraction"] == f and r["sla_ms"] == sla}

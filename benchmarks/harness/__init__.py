@@ -1,7 +1,7 @@
 """What the benchmarks share, so each stays a short script that reads like its experiment: the machine and commit a
 figure comes from (meta), repetitions summarised with their spread (stats), the sweeps' common options (cli), a
 tritonserver started and stopped for a run and its counters (served), what is measured on it (measure), plots
-(plots), and the one verdict rule every page uses (verdict). The names are re-exported here: ``from
+(plots), markdown tables and pages (page), and the one verdict rule every page uses (verdict). The names are re-exported here: ``from
 benchmarks.harness import ...``."""
 
 from benchmarks.harness.cli import add_perf_arrivals_arg, add_sweep_args, parse_sweep_args, turns

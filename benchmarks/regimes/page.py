@@ -13,6 +13,7 @@ from benchmarks.regimes.policies import NOT_SERVED, ROW_ORDER, SEQ2SEQ_KINDS, Se
 from benchmarks.regimes.replay import regime_of
 from benchmarks.regimes.verdicts import (default_vs_best, fmt, goals, max_rate, min_rate, simulated_goals,
                                         simulated_table, why)
+from benchmarks.harness.page import table_head
 from lazybatch.repo import ALL_POLICIES
 
 
@@ -66,9 +67,8 @@ def model_section(res: dict, img_rel: str, st: Settings) -> list[str]:
           "", "asked/s: offered rate; sent/s: what the client sent; server/s: requests Triton counted for the "
           "model in the cell (warm-up excluded) over the cell's time. b̄: mean executed batch (samples per stage run "
           "for our scheduler; inferences per execution for Triton's batcher). pre/mrg: preemptions and merges.", "",
-          "| load | policy | asked/s | sent/s | server/s | thr/s | avg ms | p50 | p99 | "
-          + " | ".join(f"viol {m:g}x" for m in st.sla_multiples) + " | b̄ | pre | mrg | err |",
-          "| --- " * (13 + len(st.sla_multiples)) + "|"]
+          *table_head(["load", "policy", "asked/s", "sent/s", "server/s", "thr/s", "avg ms", "p50", "p99",
+                       *(f"viol {m:g}x" for m in st.sla_multiples), "b̄", "pre", "mrg", "err"])]
     for c in sorted(res["cells"], key=lambda c: (c["load"], ROW_ORDER.index(c["policy"]))):
         L.append(f"| {c['load']:.0%} | {c['policy']} | {c['rate']:.1f} | {c['send_rate']:.1f} | "
                  f"{c['server_rate']:.1f} | {c['throughput']:.1f} | {fmt(c['avg_ms'])} | {fmt(c['p50_ms'])} | "
@@ -89,8 +89,8 @@ def model_section(res: dict, img_rel: str, st: Settings) -> list[str]:
               "includes its start-up and the wait for the last answers (for slow models a large share): a lower "
               "bound of the rate it sent; thr/s is what it measured inside its windows. Δavg: perf_analyzer's "
               "average latency / the load driver's in the same cell.", "",
-              "| load | policy | asked/s | server/s | thr/s | avg ms | p50 | p99 | Δavg | note |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+              *table_head(["load", "policy", "asked/s", "server/s", "thr/s", "avg ms", "p50", "p99", "Δavg",
+                           "note"])]
         by = {(c["policy"], c["load"]): c for c in res["cells"]}
         for pc in sorted(res["perf"], key=lambda c: (c["load"], ROW_ORDER.index(c["policy"]))):
             c = by.get((pc["policy"], pc["load"]))
@@ -167,8 +167,7 @@ def write_page(results: list[dict], meta: dict, st: Settings, page: Path, img_di
          "Per-sample latency vs batch size from each model's profiled latency table (sum of its stages, "
          "onnxruntime CPU, this run).", "",
          f"![per-sample latency vs batch size]({rel}/regimes_scaling.png)", "",
-         "| model | stages | batch-1 ms | per-sample ms at each batch size | gain | regime |",
-         "| --- | --- | --- | --- | --- | --- |"]
+         *table_head(["model", "stages", "batch-1 ms", "per-sample ms at each batch size", "gain", "regime"])]
     for res in results:
         sc = res["scaling"]
         L.append(f"| {res['model']} | {res['stages']} | {sc['t1_ms']:.2f} | "
