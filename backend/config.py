@@ -90,6 +90,9 @@ PARAMETERS = {
 }
 # production knobs (docs/operations.md); queue names follow Triton's ModelQueuePolicy
 PARAMETERS.update({
+    "device_group": "opt-in (absent or empty: the model has the device to itself, as before): models of one server "
+                    "that name the same group share one device through an arbiter process, which picks the next "
+                    "stage job across them (docs/colocation.md, \"Served: the arbiter\"); turns the inline route off",
     "max_queue_size": "most samples the scheduler holds (queued or in flight); more are rejected UNAVAILABLE "
                       "(default 0: unbounded)",
     "timeout_action": "REJECT: refuse a request whose deadline the predictor says cannot be met | DELAY: serve it "
@@ -220,6 +223,7 @@ class BackendSettings:
     fault_injection: str = ""
     priority_levels: int = 0
     default_priority_level: int = 0
+    device_group: str = ""  # co-located models' shared device (backend/arbiter); "" : none
 
     def request_level(self, priority: int) -> tuple[int, str | None]:
         """The scheduler's priority level for a request's ``request_priority`` (0 or absent: the default level),
@@ -292,6 +296,7 @@ class BackendSettings:
             batch_per_execute=per_execute,
             decoupled=decoupled,
             stream_interval_tokens=int(interval or 1),
+            device_group=_param(cfg, "device_group", "") or "",
             **_production_settings(cfg),
         )
 

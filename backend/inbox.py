@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from .memory import malloc_trim
 
@@ -48,6 +48,13 @@ class Group(NamedTuple):
 WAKE = object()  # put on the inbox to wake the scheduler thread (a cancellation to answer)
 
 
+class Call(NamedTuple):
+    """Inbox item: a call to make on the scheduler thread (a grant from the device group's arbiter, which only
+    that thread may hand to the scheduler)."""
+
+    fn: Callable[[], None]
+
+
 class InboxLoop:
     """The inbox and the scheduler thread that empties it, for one ``BackendRuntime``."""
 
@@ -68,6 +75,10 @@ class InboxLoop:
     # ------------------------------------------------------------------ any thread
     def wake(self) -> None:
         self.queue.put(WAKE)
+
+    def post(self, fn: Callable[[], None]) -> None:
+        """Have the scheduler thread call ``fn`` at its next turn (backend/arbiter/client.py: grants)."""
+        self.queue.put(Call(fn))
 
     def close(self) -> None:
         """No more arrivals; the thread answers what is left and stops."""
@@ -163,6 +174,9 @@ class InboxLoop:
                 return False
             if item is WAKE:
                 rt.answer_cancelled()
+                continue
+            if type(item) is Call:
+                item.fn()
                 continue
             with rt.scheduler.deferred_dispatch():  # the requests of one execute call: one arrival
                 for one in item.items:

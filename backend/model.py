@@ -138,6 +138,7 @@ class TritonPythonModel:
         self.metrics: ModelMetrics | None = None
         self.exporter: TritonMetricsExporter | None = None
         self.runtime = None
+        self.gate: Any = None  # device_group: the arbiter gate (backend/arbiter/client.py)
         self.session = None
         self.seq2seq: Any = None  # a seq2seq.Seq2SeqSpec for encoder-decoder models
         self._responder: ResponseThread | None = None  # sends the answers (response_thread, backend/responder.py)
@@ -184,6 +185,10 @@ class TritonPythonModel:
             if "boundary_cost_us" in spec.params:  # fixed by the config: not measured
                 self.runtime.measure_boundary_cost = False
             self._configure_production(self.runtime)
+            if s.device_group:  # co-located models: the device's decisions are the group's arbiter's
+                from .arbiter.client import attach
+
+                self.gate = attach(self.runtime, s.device_group, Path(args["model_repository"]).parent, s.name)
         except BaseException:
             # A bad admission or fault-injection parameter fails the load: stop the scheduler and responder threads
             # started above, so that a model that did not load leaves nothing running in the stub.
@@ -208,6 +213,8 @@ class TritonPythonModel:
             why = "fault_injection is set"
         elif s.decoupled:
             why = "the model is decoupled (execute may not return responses)"
+        elif s.device_group:
+            why = "device_group is set (an inline pass would take the device without asking the group's arbiter)"
         if why:
             print(f"lazybatch: {s.name}: whole passes run through the scheduler thread, not inline ({why})",
                   file=sys.stderr)

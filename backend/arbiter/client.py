@@ -1,0 +1,252 @@
+"""The stub's side of the arbiter: the gate a co-located model's ``Scheduler`` asks, over the arbiter's socket.
+
+``ArbiterGate`` has the five calls of ``batcher.device.DeviceMember`` (``acquire``, ``started``, ``release``,
+``finished``, ``admit``, and ``leave``), each a few bytes or nothing on the socket, so the scheduler core does not
+know the device is in another process. Grants come back asynchronously: a reader thread puts them on the scheduler
+thread's inbox (``post``), and that thread delivers ``Scheduler.granted()``, so the scheduler stays single-threaded.
+
+Faults: a send that fails, or the socket closing under the reader (the arbiter was killed), turns the gate into
+"always granted": the scheduler is detached from it and schedules alone, as a model without ``device_group`` does,
+within one inbox turn. Nothing it holds is lost: a grant it was waiting for is replaced by a dispatch of its own.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from lazybatch.batcher.interfaces import StageJob
+
+from . import protocol as P
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lazybatch.batcher.scheduler import Scheduler
+
+CONNECT_TIMEOUT_S = 20.0  # the first stub starts the arbiter and waits this long for its socket
+IDLE, WAITING, GRANTED, RUNNING = 0, 1, 2, 3
+# an acquire while already waiting is sent again only when the most urgent request must start this much earlier
+SLACK_RESEND_S = 1e-4
+
+
+def _python() -> str:
+    """The interpreter to start the arbiter with: inside Triton's stub, ``sys.executable`` may be the stub."""
+    exe = sys.executable or ""
+    if "python" in Path(exe).name:
+        return exe
+    return shutil.which("python3") or shutil.which("python") or "python3"
+
+
+def _try_connect(path: Path) -> socket.socket | None:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(str(path))
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def connect(path: Path, lock: Path, *, lanes: int = 1, timeout: float = CONNECT_TIMEOUT_S) -> socket.socket:
+    """A socket to the group's arbiter, starting it first when none answers. The lock file makes sure that of the
+    stubs that load at once, one starts it and the others connect to it."""
+    s = _try_connect(path)
+    if s is not None:
+        return s
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            s = _try_connect(path)
+            if s is not None:
+                return s
+            # its own session: unloading the model whose stub started it must not take it down
+            proc = subprocess.Popen([_python(), "-m", "lazybatch.backend.arbiter.server", str(path), str(lanes)],
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                s = _try_connect(path)
+                if s is not None:
+                    return s
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the device group's arbiter exited with {proc.returncode} at start")
+                time.sleep(0.01)
+            raise RuntimeError(f"the device group's arbiter did not open {path} within {timeout:g} s")
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class ArbiterGate:
+    """A ``Scheduler``'s gate whose device lives in the arbiter process (module docstring). Every call but the
+    reader thread's is made on the scheduler thread."""
+
+    def __init__(self, sock: socket.socket, scheduler: "Scheduler", post: Callable[[Callable[[], None]], None],
+                 name: str, *, weight: float = 1.0, priority: int = 0) -> None:
+        self.sock = sock
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
+        self.scheduler = scheduler
+        self.post = post
+        self.name = name
+        self.state = IDLE
+        self.shared = False  # the last grant said other models share the device: cut spans at every stage
+        self.sent_start = 0.0  # the latest start sent with the pending acquire
+        self.drained = True  # the arbiter was told this model holds nothing
+        self.owed = b""  # a FINISHED sent with the next message (one write per stage boundary)
+        self.began = 0.0
+        self.dead = False
+        self.left = False
+        self.grants = 0
+        self.fallbacks = 0
+        self._send(P.join_message(name, weight, priority))
+        self.reader = threading.Thread(target=self._read, name=f"{name}-arbiter", daemon=True)
+        scheduler.gate = self  # type: ignore[assignment]
+        self.reader.start()
+
+    # ------------------------------------------------------------------ the Scheduler's gate
+    def acquire(self, wants: bool) -> bool:
+        if self.dead:
+            return True
+        if self.state == GRANTED:
+            if wants:
+                return True
+            self.state = IDLE
+            self.drained = True
+            return not self._send(P.NOTHING)
+        if wants:
+            now = self.scheduler.clock.now()
+            start = now + self.scheduler.policy.least_slack(now)
+            if self.state == IDLE or start < self.sent_start - SLACK_RESEND_S:
+                self.state = WAITING
+                self.drained = False
+                self.sent_start = start
+                return not self._send(P.ACQUIRE + P.F64.pack(start))
+        elif self.state == IDLE and not self.drained:
+            self.drained = True
+            return not self._send(P.NOTHING)
+        return False  # waiting: the grant comes through the inbox (on_grant)
+
+    def started(self, job: StageJob) -> None:
+        if self.dead:
+            return
+        self.state = RUNNING
+        self.began = time.monotonic()
+        if self.shared and job.stop > job.stage + 1:
+            job.stop = job.stage + 1
+
+    def release(self) -> None:
+        if self.state == GRANTED and not self.dead:
+            self.state = IDLE
+            self._send(P.RELEASE)
+
+    def finished(self, job: StageJob) -> None:
+        if self.state == RUNNING and not self.dead:
+            self.state = IDLE
+            self.owed = P.FINISHED + P.F64.pack(time.monotonic() - self.began)  # sent with the next acquire
+
+    def admit(self, n: int) -> None:
+        """The device's global bound is not served across processes in this step: only the model's own bound."""
+        return None
+
+    def leave(self) -> None:
+        self.left = True
+        if not self.dead:
+            self._send(P.LEAVE)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------------ the scheduler thread, from the inbox
+    def on_grant(self, shared: bool) -> None:
+        if self.dead or self.left:
+            return
+        if self.state != WAITING:  # not asked for (cannot happen by the protocol): hand it back
+            self._send(P.RELEASE)
+            return
+        self.grants += 1
+        self.state = GRANTED
+        self.shared = shared
+        self.scheduler.granted()
+
+    def on_lost(self) -> None:
+        """The arbiter's socket closed: schedule alone from now on; a grant waited for is not waited for."""
+        if self.dead or self.left:
+            return
+        self._fail()
+        sched = self.scheduler
+        if not sched.busy and not sched.closed:
+            sched.granted()
+
+    # ------------------------------------------------------------------ internals
+    def _send(self, msg: bytes) -> bool:
+        """Send ``msg`` (after a FINISHED owed); False, and detached from the scheduler, when the arbiter is gone."""
+        if self.owed:
+            msg, self.owed = self.owed + msg, b""
+        try:
+            self.sock.sendall(msg)
+            return True
+        except OSError:
+            if not self.left:
+                self._fail()
+            return False
+
+    def _fail(self) -> None:
+        if not self.dead:
+            self.dead = True
+            self.fallbacks += 1
+            print(f"lazybatch: {self.name}: the device group's arbiter is gone; scheduling alone from now on",
+                  file=sys.stderr)
+        if self.scheduler.gate is self:
+            self.scheduler.gate = None
+
+    def _read(self) -> None:
+        """Reader thread: each grant onto the scheduler thread's inbox; the socket closing, a fallback."""
+        sock = self.sock
+        buf = b""
+        try:
+            while True:
+                data = sock.recv(256)
+                if not data:
+                    break
+                buf += data
+                whole = len(buf) & ~1  # grants are two bytes; nothing else is sent to a member
+                for i in range(0, whole, 2):
+                    if buf[i:i + 1] == P.GRANT:
+                        self.post(functools.partial(self.on_grant, bool(buf[i + 1])))
+                buf = buf[whole:]
+        except OSError:
+            pass
+        if not self.left:
+            self.post(self.on_lost)
+
+
+def attach(runtime: Any, group: str, repository: str | Path, name: str, *, weight: float = 1.0,
+           priority: int = 0) -> ArbiterGate:
+    """Put a ``BackendRuntime``'s scheduler on its device group's arbiter (started here when none runs)."""
+    path, lock = P.group_paths(repository, group)
+    sock = connect(path, lock)
+    return ArbiterGate(sock, runtime.scheduler, runtime.loop.post, name, weight=weight, priority=priority)
+
+
+def query(path: Path, timeout: float = 5.0) -> dict[str, Any]:
+    """The arbiter's figures (``Arbiter.stats``): members, grants, device shares, cross-model decisions."""
+    import json
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(path))
+        s.sendall(P.QUERY)
+        buf = b""
+        while len(buf) < 5 or len(buf) < 5 + P.U32.unpack_from(buf, 1)[0]:
+            data = s.recv(65536)
+            if not data:
+                raise ConnectionError("the arbiter closed the connection before answering")
+            buf += data
+        return json.loads(buf[5:5 + P.U32.unpack_from(buf, 1)[0]])

@@ -1,0 +1,46 @@
+"""The arbiter's wire protocol: one-byte codes, a few bytes each, over a Unix stream socket.
+
+Why this small: a message crosses at most once per stage boundary in each direction, and the device scheduler's
+own cost must stay near 2% of a small model's batch-1 time (issue 50), so nothing is shipped that the arbiter does
+not need to decide: a stub sends when its most urgent request must start (``least_slack`` turned into an absolute
+``time.monotonic()`` instant, which every process on the host shares) and how long its job ran; the arbiter answers
+with a grant.
+
+stub -> arbiter                                     arbiter -> stub
+  J weight:f64 priority:i16 len:u16 name   join       G shared:u8     the device is granted (shared: cut spans)
+  A latest_start:f64                       acquire    Q len:u32 json  the answer to Q
+  N                                        acquire(False): holds nothing (frees a grant)
+  R                                        release: granted, but the policy has nothing to run now
+  F ran:f64                                the job in flight finished after ``ran`` seconds
+  L                                        leave (the model is unloaded)
+  Q                                        stats query (tests, operators; any connection, no join needed)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import tempfile
+from pathlib import Path
+
+JOIN, ACQUIRE, NOTHING, RELEASE, FINISHED, LEAVE, QUERY, GRANT = b"J", b"A", b"N", b"R", b"F", b"L", b"Q", b"G"
+F64 = struct.Struct("<d")
+JOIN_HEAD = struct.Struct("<dhH")
+U32 = struct.Struct("<I")
+# the size of each fixed-size message from a stub, code byte included (JOIN is JOIN_HEAD + its name)
+SIZES = {ACQUIRE: 1 + F64.size, NOTHING: 1, RELEASE: 1, FINISHED: 1 + F64.size, LEAVE: 1, QUERY: 1}
+
+
+def join_message(name: str, weight: float, priority: int) -> bytes:
+    raw = name.encode()[:1024]
+    return JOIN + JOIN_HEAD.pack(weight, priority, len(raw)) + raw
+
+
+def group_paths(repository: str | os.PathLike[str], group: str) -> tuple[Path, Path]:
+    """(socket, lock file) of one device group of one model repository: every stub of that server's group derives
+    the same pair, and nothing else does (a Unix socket path must stay under 108 bytes, hence the digest)."""
+    key = f"{os.path.realpath(repository)}\0{group}".encode()
+    digest = hashlib.sha1(key).hexdigest()[:16]
+    base = Path(os.environ.get("LAZYBATCH_ARBITER_DIR") or tempfile.gettempdir()) / f"lazybatch-arbiter-{digest}"
+    return base.with_suffix(".sock"), base.with_suffix(".lock")

@@ -1,0 +1,235 @@
+"""The arbiter process: a ``SharedDevice`` whose members stand for co-located stubs' schedulers.
+
+One process per device group and server, started by the first stub that needs it (``client.connect``). It is
+single-threaded: one ``selectors`` loop reads every stub's socket and runs the device's decisions, so the device is
+only ever touched by one thread, as the scheduler core requires. A member's "scheduler" is a ``StubProxy``: its
+clock is the host's monotonic clock, its policy's ``least_slack`` comes from the instant the stub sent with its
+acquire, and ``granted`` writes a grant to the stub's socket.
+
+A stub whose socket closes (unloaded, crashed, ``kill -9``) leaves the device at once: a lane it held is freed and
+handed on in the same loop turn, so the other models wait for nothing it left behind. The process exits once it
+has had no member for ``IDLE_EXIT_S``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import selectors
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lazybatch.batcher.decisions import DEVICE, DecisionLog
+from lazybatch.batcher.device import GRANTED, RUNNING, DeviceMember, SharedDevice
+
+from . import protocol as P
+
+IDLE_EXIT_S = 60.0  # no member for this long: the server it served is gone (or has no group model loaded)
+LOG_RECORDS = 256  # decision records kept per member (the query returns the newest)
+
+
+class _Clock:
+    @staticmethod
+    def now() -> float:
+        return time.monotonic()
+
+
+class _Slack:
+    """The member's policy as the device sees it: only ``least_slack``, from the stub's last acquire."""
+
+    __slots__ = ("latest_start",)
+
+    def __init__(self) -> None:
+        self.latest_start = math.inf
+
+    def least_slack(self, now: float) -> float:
+        return self.latest_start - now
+
+
+class _Table:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class StubProxy:
+    """What ``SharedDevice`` reads of a ``Scheduler``, for a stub at the other end of a socket."""
+
+    clock = _Clock()
+
+    def __init__(self, conn: socket.socket, name: str) -> None:
+        self.conn = conn
+        self.policy = _Slack()
+        self.table = _Table(name)
+        self.log = DecisionLog(LOG_RECORDS)
+        self.gate: DeviceMember | None = None
+        self.held = 0  # samples are counted in the stubs; the global bound is not served in this step
+        self.device: SharedDevice | None = None
+        self.lost = False
+
+    def granted(self) -> None:
+        shared = 1 if self.device is not None and self.device.shared else 0
+        try:
+            self.conn.sendall(P.GRANT + bytes((shared,)))
+        except OSError:  # its socket closed: the loop sees it and the member leaves (freeing this grant)
+            self.lost = True
+
+
+class Arbiter:
+    """The loop: accept stubs, read their messages, run the device."""
+
+    def __init__(self, path: Path, *, lanes: int = 1) -> None:
+        self.path = path
+        self.device = SharedDevice(lanes=lanes)
+        self.sel = selectors.DefaultSelector()
+        self.buffers: dict[socket.socket, bytearray] = {}
+        self.proxies: dict[socket.socket, StubProxy] = {}
+        self.joined = 0  # members that ever joined (stats)
+        self.left = 0
+        self.departed: list[dict[str, Any]] = []  # the last figures of members that left
+        self.last_member_at = time.monotonic()
+        if path.exists():
+            path.unlink()  # a stale socket of a dead arbiter (the caller holds the group's lock)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen(64)
+        self.sel.register(self.listener, selectors.EVENT_READ)
+
+    def serve(self) -> None:
+        try:
+            while True:
+                for key, _ in self.sel.select(timeout=1.0):
+                    if key.fileobj is self.listener:
+                        conn, _ = self.listener.accept()
+                        self.buffers[conn] = bytearray()
+                        self.sel.register(conn, selectors.EVENT_READ)
+                    else:
+                        self._read(key.fileobj)  # type: ignore[arg-type]
+                for conn, proxy in list(self.proxies.items()):
+                    if proxy.lost:
+                        self._drop(conn)
+                if self.device.members:
+                    self.last_member_at = time.monotonic()
+                elif time.monotonic() - self.last_member_at > IDLE_EXIT_S:
+                    return
+        finally:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+
+    def _read(self, conn: socket.socket) -> None:
+        try:
+            data = conn.recv(4096)
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(conn)
+            return
+        buf = self.buffers[conn]
+        buf += data
+        while buf:
+            code = bytes(buf[:1])
+            if code == P.JOIN:
+                if len(buf) < 1 + P.JOIN_HEAD.size:
+                    return
+                weight, priority, n = P.JOIN_HEAD.unpack_from(buf, 1)
+                end = 1 + P.JOIN_HEAD.size + n
+                if len(buf) < end:
+                    return
+                self._join(conn, bytes(buf[1 + P.JOIN_HEAD.size:end]).decode(errors="replace"), weight, priority)
+            else:
+                end = P.SIZES.get(code, 0)
+                if not end:
+                    print(f"lazybatch arbiter: unknown message {code!r}; dropping that connection", file=sys.stderr)
+                    self._drop(conn)
+                    return
+                if len(buf) < end:
+                    return
+                self._handle(conn, code, buf, end)
+            del buf[:end]
+
+    def _handle(self, conn: socket.socket, code: bytes, buf: bytearray, end: int) -> None:
+        if code == P.QUERY:
+            body = json.dumps(self.stats()).encode()
+            conn.sendall(P.QUERY + P.U32.pack(len(body)) + body)
+            return
+        proxy = self.proxies.get(conn)
+        if proxy is None or proxy.gate is None:
+            return  # not joined: ignore
+        m = proxy.gate
+        if code == P.ACQUIRE:
+            proxy.policy.latest_start = P.F64.unpack_from(buf, 1)[0]
+            m.acquire(True)
+        elif code == P.NOTHING:
+            m.acquire(False)
+        elif code == P.RELEASE:
+            m.release()
+        elif code == P.FINISHED:
+            if m.state == GRANTED:  # the arbiter sees no start: the job ran from its grant to now
+                m.state = RUNNING
+                m.began = time.monotonic() - P.F64.unpack_from(buf, 1)[0]
+                m.finished(None)  # type: ignore[arg-type]
+        elif code == P.LEAVE:
+            self._leave(conn)
+
+    def _join(self, conn: socket.socket, name: str, weight: float, priority: int) -> None:
+        if conn in self.proxies:
+            return
+        proxy = StubProxy(conn, name)
+        proxy.device = self.device
+        self.device.join(proxy, name, weight=weight, priority=priority)  # type: ignore[arg-type]
+        self.proxies[conn] = proxy
+        self.joined += 1
+
+    def _leave(self, conn: socket.socket) -> None:
+        """The member leaves the device (unloaded, or its socket closed): a lane it holds is freed and handed on."""
+        proxy = self.proxies.pop(conn, None)
+        if proxy is None or proxy.gate is None:
+            return
+        m = proxy.gate
+        if m.state == RUNNING:
+            m.state = GRANTED
+        self.device.members.remove(m)
+        m.leave()  # frees a lane it was granted, then grants the next waiting member
+        self.left += 1
+        self.departed.append(m.stats() | {"decisions": proxy.log.counts.get(DEVICE, 0)})
+
+    def _drop(self, conn: socket.socket) -> None:
+        self._leave(conn)
+        self.buffers.pop(conn, None)
+        try:
+            self.sel.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
+
+    def stats(self) -> dict[str, Any]:
+        """Per member: device time and share, grants, wait at the device, and its cross-model (``device``)
+        decisions; members that left keep their last figures under ``departed``."""
+        members = []
+        for proxy in self.proxies.values():
+            m = proxy.gate
+            if m is None:
+                continue
+            recent = [r.reason for r in list(proxy.log)[-5:]]
+            members.append(m.stats() | {"decisions": proxy.log.counts.get(DEVICE, 0), "recent": recent})
+        return {"pid": os.getpid(), "lanes": self.device.lanes, "joined": self.joined, "left": self.left,
+                "members": members, "departed": self.departed[-16:]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    path = Path(args[0])
+    lanes = int(args[1]) if len(args) > 1 else 1
+    Arbiter(path, lanes=lanes).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""The device group's arbiter in-process: two ``BackendRuntime``s on one real arbiter process (backend/arbiter).
+
+The real-server tests (tests/triton/test_arbiter_server.py) load co-located models in one tritonserver; here the
+same gate, protocol and arbiter run with the scheduler threads in this process, so the faults can be timed and
+counted exactly: a member killed with ``kill -9`` while it holds the device, the arbiter killed under load, a
+member leaving and a new one joining under load.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from lazybatch.backend.arbiter import protocol as P
+from lazybatch.backend.arbiter.client import attach, query
+from lazybatch.backend.runtime import BackendRuntime
+from lazybatch.backend.config import RequestOptions
+from lazybatch.backend.stages import StageRunner
+from lazybatch.batcher.policies import parse_policy
+from lazybatch.batcher.request import Status
+from lazybatch.staging import make_mlp, split_model
+
+from test_backend import Collector
+
+GROUP = "g"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    import onnx
+
+    root = tmp_path_factory.mktemp("arbiter_models")
+    out = {}
+    for name, width, depth in (("small", 32, 4), ("large", 512, 6)):
+        model = make_mlp(root / f"{name}.onnx", in_dim=16, width=width, depth=depth, out_dim=8, seed=len(name))
+        relus = [i for i, n in enumerate(onnx.load(str(model)).graph.node) if n.op_type == "Relu"]
+        out[name] = (model, split_model(model, root / f"{name}_stages", cut_after=relus))
+    return out
+
+
+@pytest.fixture
+def group(tmp_path, monkeypatch):
+    """A fresh arbiter directory per test (its socket and lock); the arbiter it starts is killed at the end."""
+    monkeypatch.setenv("LAZYBATCH_ARBITER_DIR", str(tmp_path))
+    repo = tmp_path / "repo"
+    yield repo
+    path, _ = P.group_paths(repo, GROUP)
+    try:
+        os.kill(query(path)["pid"], signal.SIGKILL)
+    except (OSError, ConnectionError):
+        pass
+
+
+def _runtime(stages, repo, name, policy="eager"):
+    runner = StageRunner(stages, execution_provider="cpu", intra_op_threads=1)
+    table = runner.profile([1, 2, 4, 8], reps=1)
+    c = Collector()
+    rt = BackendRuntime(runner, table, parse_policy(policy).build(max_batch_size=8), c.respond, name=name)
+    gate = attach(rt, GROUP, repo, name)
+    return rt, c, gate
+
+
+def _drive(rt, c, model, n, *, seed=0, gap=0.002, base=0):
+    """``n`` requests of batch 1-2 at ``gap`` apart; returns what each must answer."""
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(seed)
+    want = {}
+    for i in range(n):
+        x = rng.standard_normal((1 + i % 2, 16)).astype(np.float32)
+        want[base + i] = sess.run(None, {"x": x})[0]
+        assert rt.submit(base + i, {"x": x}, x.shape[0], RequestOptions(sla_s=1.0)) is None
+        time.sleep(gap)
+    return want
+
+
+def _check_once(c, want, *, ok=True):
+    for h in want:
+        answers = c.answers[h]
+        assert len(answers) == 1, f"request {h} answered {len(answers)} times"
+        if ok:
+            outputs, status, err = answers[0]
+            assert status is Status.OK, err
+            np.testing.assert_allclose(outputs["y"], want[h], rtol=1e-4, atol=1e-5)
+
+
+def _load_both(small, large, n=60):
+    """Both models under load at once; returns (want_small, want_large)."""
+    (rs, cs, ms), (rl, cl, ml) = small, large
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("l", _drive(rl, cl, ml, n // 2, seed=1, gap=0.004)))
+    t.start()
+    out["s"] = _drive(rs, cs, ms, n, seed=2)
+    t.join()
+    cs.wait(len(out["s"]))
+    cl.wait(len(out["l"]))
+    return out["s"], out["l"]
+
+
+def test_two_models_share_the_device_through_the_arbiter(models, group):
+    rs, cs, gs = _runtime(models["small"][1], group, "small")
+    rl, cl, gl = _runtime(models["large"][1], group, "large")
+    try:
+        ws, wl = _load_both((rs, cs, models["small"][0]), (rl, cl, models["large"][0]))
+        _check_once(cs, ws)
+        _check_once(cl, wl)
+        stats = query(P.group_paths(group, GROUP)[0])
+        by = {m["model"]: m for m in stats["members"]}
+        assert set(by) == {"small", "large"} and stats["joined"] == 2
+        assert by["small"]["grants"] > 0 and by["large"]["grants"] > 0
+        assert gs.grants == by["small"]["grants"] and gl.grants == by["large"]["grants"]
+        # contended grants were decided across the models, and logged with both names
+        assert by["small"]["decisions"] + by["large"]["decisions"] > 0
+        assert any("device to" in r for m in by.values() for r in m["recent"])
+        assert abs(by["small"]["share"] + by["large"]["share"] - 1.0) < 1e-6
+        assert not gs.dead and not gl.dead and rs.scheduler.gate is gs
+    finally:
+        rs.close()
+        rl.close()
+
+
+HOLDER = r"""
+import socket, sys, time
+from lazybatch.backend.arbiter import protocol as P
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.sendall(P.join_message("holder", 1.0, 0) + P.ACQUIRE + P.F64.pack(0.0))
+assert s.recv(2)[:1] == P.GRANT
+print("granted", flush=True)
+time.sleep(600)  # holds the device until killed
+"""
+
+
+def test_a_member_killed_while_it_holds_the_device_frees_it(models, group):
+    rs, cs, gs = _runtime(models["small"][1], group, "small")
+    path = P.group_paths(group, GROUP)[0]
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "granted"
+        want = _drive(rs, cs, models["small"][0], 10)
+        time.sleep(0.3)
+        assert not cs.answers, "the small model ran while another member held the only lane"
+        t0 = time.monotonic()
+        os.kill(holder.pid, signal.SIGKILL)
+        cs.wait(len(want), timeout=10)
+        released = time.monotonic() - t0
+        _check_once(cs, want)
+        assert released < 5.0, f"the device came back {released:.2f} s after the holder died"
+        stats = query(path)
+        assert [m["model"] for m in stats["members"]] == ["small"] and stats["left"] == 1
+        assert not gs.dead  # the arbiter lives on
+    finally:
+        holder.kill()
+        holder.wait()
+        rs.close()
+
+
+def test_the_arbiter_killed_under_load_falls_back_to_scheduling_alone(models, group):
+    rs, cs, gs = _runtime(models["small"][1], group, "small")
+    rl, cl, gl = _runtime(models["large"][1], group, "large")
+    pid = query(P.group_paths(group, GROUP)[0])["pid"]
+    try:
+        killer = threading.Timer(0.05, os.kill, (pid, signal.SIGKILL))
+        killer.start()
+        ws, wl = _load_both((rs, cs, models["small"][0]), (rl, cl, models["large"][0]))
+        killer.join()
+        _check_once(cs, ws)
+        _check_once(cl, wl)
+        end = time.monotonic() + 5
+        while not (gs.dead and gl.dead) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert gs.dead and gl.dead and rs.scheduler.gate is None and rl.scheduler.gate is None
+        # and they keep serving alone
+        more = _drive(rs, cs, models["small"][0], 5, seed=9, base=1000)
+        cs.wait(len(ws) + len(more))
+        _check_once(cs, more)
+    finally:
+        rs.close()
+        rl.close()
+
+
+def test_a_member_leaves_and_another_joins_under_load(models, group):
+    rs, cs, gs = _runtime(models["small"][1], group, "small")
+    rl, cl, gl = _runtime(models["large"][1], group, "large")
+    path = P.group_paths(group, GROUP)[0]
+    try:
+        t = threading.Thread(target=lambda: _drive(rl, cl, models["large"][0], 30, seed=1, gap=0.004))
+        t.start()
+        want = _drive(rs, cs, models["small"][0], 20)
+        rs.close()  # unloaded with requests held: each answered once (OK or UNAVAILABLE)
+        for h in want:
+            assert len(cs.answers[h]) == 1
+            assert cs.answers[h][0][1] in (Status.OK, Status.UNAVAILABLE)
+        rs2, cs2, gs2 = _runtime(models["small"][1], group, "small")  # reloaded
+        want2 = _drive(rs2, cs2, models["small"][0], 20, seed=3)
+        t.join()
+        cs2.wait(len(want2))
+        cl.wait(30)
+        _check_once(cs2, want2)
+        assert all(len(a) == 1 and a[0][1] is Status.OK for a in cl.answers.values())
+        stats = query(path)
+        assert stats["joined"] == 3 and stats["left"] == 1
+        assert sorted(m["model"] for m in stats["members"]) == ["large", "small"]
+        rs2.close()
+    finally:
+        rl.close()
