@@ -93,6 +93,11 @@ PARAMETERS.update({
     "device_group": "opt-in (absent or empty: the model has the device to itself, as before): models of one server "
                     "that name the same group share one device through an arbiter process, which picks the next "
                     "stage job across them (docs/colocation.md, \"Served: the arbiter\"); turns the inline route off",
+    "device_weight": "device_group models: the model's weight in the device's fair share (a number > 0, default 1): "
+                     "while models wait for the device, their device time is shared in proportion to their weights",
+    "device_priority_level": "device_group models: the model's priority level at the device (an integer >= 0, "
+                             "default 0; smaller is more urgent, as Triton's priority levels): a waiting model of a "
+                             "more urgent level gets the device first, within the fair share's bound",
     "max_queue_size": "most samples the scheduler holds (queued or in flight); more are rejected UNAVAILABLE "
                       "(default 0: unbounded)",
     "timeout_action": "REJECT: refuse a request whose deadline the predictor says cannot be met | DELAY: serve it "
@@ -224,6 +229,8 @@ class BackendSettings:
     priority_levels: int = 0
     default_priority_level: int = 0
     device_group: str = ""  # co-located models' shared device (backend/arbiter); "" : none
+    device_weight: float = 1.0  # its weight in the device's fair share
+    device_priority_level: int = 0  # its priority at the device (smaller: more urgent)
 
     def request_level(self, priority: int) -> tuple[int, str | None]:
         """The scheduler's priority level for a request's ``request_priority`` (0 or absent: the default level),
@@ -296,7 +303,7 @@ class BackendSettings:
             batch_per_execute=per_execute,
             decoupled=decoupled,
             stream_interval_tokens=int(interval or 1),
-            device_group=_param(cfg, "device_group", "") or "",
+            **_device_settings(cfg),
             **_production_settings(cfg),
         )
 
@@ -324,6 +331,43 @@ def _fuse_segments(text: str | None) -> int:
         raise ConfigError(f"fuse_segments must be 0 (off) or a number of segments >= 1, got {text!r}",
                           field="parameters.fuse_segments")
     return n
+
+
+MAX_DEVICE_PRIORITY_LEVEL = 32767  # the arbiter's protocol carries it as a signed 16-bit integer
+
+
+def _device_settings(cfg: Any) -> dict[str, Any]:
+    """``device_group`` and the parameters that only mean something with it (``device_weight``,
+    ``device_priority_level``), checked here so that a typo fails the load with the parameter's name."""
+    group = _param(cfg, "device_group", "") or ""
+    out: dict[str, Any] = {"device_group": group}
+    weight = _param(cfg, "device_weight")
+    if weight:
+        try:
+            w = float(weight)
+        except ValueError:
+            w = math.nan
+        if not (math.isfinite(w) and w > 0):
+            raise ConfigError(f"device_weight must be a number > 0 (the model's weight in the device's fair share, "
+                              f"default 1), got {weight!r}", field="parameters.device_weight")
+        out["device_weight"] = w
+    level = _param(cfg, "device_priority_level")
+    if level:
+        try:
+            p = int(level)
+        except ValueError:
+            p = -1
+        if not 0 <= p <= MAX_DEVICE_PRIORITY_LEVEL:
+            raise ConfigError(f"device_priority_level must be an integer in 0..{MAX_DEVICE_PRIORITY_LEVEL} (smaller "
+                              f"is more urgent, default 0), got {level!r}", field="parameters.device_priority_level")
+        out["device_priority_level"] = p
+    if not group:
+        given = [k for k in ("device_weight", "device_priority_level") if k in out]
+        if given:
+            raise ConfigError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to a model with a device_group (models that share "
+                              "one device through the group's arbiter); set device_group or remove it",
+                              field=f"parameters.{given[0]}")
+    return out
 
 
 def _production_settings(cfg: Any) -> dict[str, Any]:

@@ -188,7 +188,8 @@ class TritonPythonModel:
             if s.device_group:  # co-located models: the device's decisions are the group's arbiter's
                 from .arbiter.client import attach
 
-                self.gate = attach(self.runtime, s.device_group, Path(args["model_repository"]).parent, s.name)
+                self.gate = attach(self.runtime, s.device_group, Path(args["model_repository"]).parent, s.name,
+                                   weight=s.device_weight, priority=s.device_priority_level)
         except BaseException:
             # A bad admission or fault-injection parameter fails the load: stop the scheduler and responder threads
             # started above, so that a model that did not load leaves nothing running in the stub.

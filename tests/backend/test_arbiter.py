@@ -59,12 +59,12 @@ def group(tmp_path, monkeypatch):
         pass
 
 
-def _runtime(stages, repo, name, policy="eager"):
+def _runtime(stages, repo, name, policy="eager", **kw):
     runner = StageRunner(stages, execution_provider="cpu", intra_op_threads=1)
     table = runner.profile([1, 2, 4, 8], reps=1)
     c = Collector()
     rt = BackendRuntime(runner, table, parse_policy(policy).build(max_batch_size=8), c.respond, name=name)
-    gate = attach(rt, GROUP, repo, name)
+    gate = attach(rt, GROUP, repo, name, **kw)
     return rt, c, gate
 
 
@@ -211,3 +211,136 @@ def test_a_member_leaves_and_another_joins_under_load(models, group):
         rs2.close()
     finally:
         rl.close()
+
+
+# ---------------------------------------------------------------- per-model weight and priority (device_weight,
+# device_priority_level in config.pbtxt): raw protocol members, whose job times are what they report with F, so the
+# shares are exact whatever the machine's load
+
+
+class _Member:
+    """A member speaking the protocol itself: asks for the device, and reports each granted job as ``ran`` s."""
+
+    def __init__(self, path, name, weight=1.0, priority=0):
+        import socket
+
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(10)
+        self.s.connect(str(path))
+        self.s.sendall(P.join_message(name, weight, priority))
+
+    def acquire(self, latest_start=float("inf"), owed=b""):
+        self.s.sendall(owed + P.ACQUIRE + P.F64.pack(latest_start))
+
+    def granted(self):
+        got = b""
+        while len(got) < 2:
+            got += self.s.recv(2 - len(got))
+        assert got[:1] == P.GRANT
+        return True
+
+
+def _arbiter_path(group):
+    from lazybatch.backend.arbiter.client import connect
+
+    path, lock = P.group_paths(group, GROUP)
+    connect(path, lock).close()  # starts the group's arbiter
+    return path
+
+
+def test_a_weight_3_model_gets_3x_the_device_share_of_a_weight_1_model_under_saturation(group):
+    path = _arbiter_path(group)
+    heavy, light = _Member(path, "heavy", weight=3.0), _Member(path, "light", weight=1.0)
+    ran = P.F64.pack(0.001)
+    done = {"heavy": 0, "light": 0}
+
+    def loop(m, name, stop):
+        m.acquire()
+        try:
+            while not stop.is_set():
+                m.granted()
+                done[name] += 1
+                m.acquire(owed=P.FINISHED + ran)  # saturated: always asks again at once
+        except OSError:  # closed at the end while waiting for a grant
+            pass
+
+    stop = threading.Event()
+    threads = [threading.Thread(target=loop, args=a) for a in ((heavy, "heavy", stop), (light, "light", stop))]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)
+    stop.set()
+    for m in (heavy, light):
+        m.s.close()  # unblocks the one waiting for a grant
+    for t in threads:
+        t.join(5)
+    by = {d["model"]: d for d in query(path)["departed"]}
+    assert by["heavy"]["weight"] == 3.0 and by["light"]["weight"] == 1.0
+    assert by["heavy"]["device_s"] + by["light"]["device_s"] > 0.2, "too few jobs ran to judge the shares"
+    ratio = by["heavy"]["device_s"] / by["light"]["device_s"]
+    assert 2.5 < ratio < 3.5, f"device share heavy/light {ratio:.2f}, weights 3:1 ({by})"
+
+
+def test_a_more_urgent_device_priority_level_is_granted_first(group):
+    path = _arbiter_path(group)
+    holder = _Member(path, "holder")
+    low = _Member(path, "low", priority=1)
+    high = _Member(path, "high", priority=0)
+    holder.acquire()
+    holder.granted()
+    low.acquire(latest_start=0.0)  # its request is already late: least slack by far, but a less urgent level
+    high.acquire()  # no deadline at all
+    time.sleep(0.3)  # both wait at the arbiter
+    holder.s.sendall(P.FINISHED + P.F64.pack(0.0001) + P.NOTHING)
+    high.s.settimeout(5)
+    assert high.granted()
+    low.s.settimeout(0.3)
+    import socket
+
+    with pytest.raises(socket.timeout):
+        low.s.recv(2)  # the low level waits while the high level holds the device
+    high.s.sendall(P.FINISHED + P.F64.pack(0.0001) + P.NOTHING)
+    low.s.settimeout(5)
+    assert low.granted()
+    stats = {m["model"]: m for m in query(path)["members"]}
+    assert (stats["high"]["priority"], stats["low"]["priority"]) == (0, 1)
+    for m in (holder, low, high):
+        m.s.close()
+
+
+def test_device_weight_and_priority_level_reach_the_arbiter_from_the_gate(models, group):
+    rs, cs, gs = _runtime(models["small"][1], group, "small", weight=2.5, priority=3)
+    try:
+        by = {m["model"]: m for m in query(P.group_paths(group, GROUP)[0])["members"]}
+        assert (by["small"]["weight"], by["small"]["priority"]) == (2.5, 3)
+    finally:
+        rs.close()
+
+
+def test_device_weight_and_priority_level_parameters(tmp_path):
+    from lazybatch.backend.config import BackendSettings, parse_config_text
+    from lazybatch.batcher.errors import ConfigError
+
+    from test_backend import CONFIG
+
+    def settings(**params):
+        extra = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in params.items())
+        return BackendSettings.from_config(parse_config_text(CONFIG + extra), tmp_path)
+
+    s = settings(device_group="dev0", device_weight="3", device_priority_level="1")
+    assert (s.device_group, s.device_weight, s.device_priority_level) == ("dev0", 3.0, 1)
+    d = settings(device_group="dev0")
+    assert (d.device_weight, d.device_priority_level) == (1.0, 0)
+    for params, needle in [({"device_weight": "0"}, "parameters.device_weight.*number > 0"),
+                           ({"device_weight": "-1"}, "device_weight must be a number > 0"),
+                           ({"device_weight": "x"}, "device_weight must be a number > 0"),
+                           ({"device_weight": "inf"}, "device_weight must be a number > 0"),
+                           ({"device_priority_level": "-1"}, "parameters.device_priority_level.*integer in 0"),
+                           ({"device_priority_level": "1.5"}, "device_priority_level must be an integer"),
+                           ({"device_priority_level": "40000"}, "device_priority_level must be an integer")]:
+        with pytest.raises(ConfigError, match=needle):
+            settings(device_group="dev0", **params)
+    with pytest.raises(ConfigError, match="device_weight applies only to a model with a device_group"):
+        settings(device_weight="2")
+    with pytest.raises(ConfigError, match="device_priority_level applies only"):
+        settings(device_priority_level="1")
