@@ -104,6 +104,10 @@ class ArbiterGate:
         self.left = False
         self.grants = 0
         self.fallbacks = 0
+        # the model's use of the device, kept here (the Prometheus metrics read them: no round trip per job)
+        self.device_s = 0.0  # seconds its jobs ran on a grant
+        self.wait_s = 0.0  # seconds from asking to the grant
+        self.wait_since = 0.0
         self._send(P.join_message(name, weight, priority))
         self.reader = threading.Thread(target=self._read, name=f"{name}-arbiter", daemon=True)
         scheduler.gate = self  # type: ignore[assignment]
@@ -123,6 +127,8 @@ class ArbiterGate:
             now = self.scheduler.clock.now()
             start = now + self.scheduler.policy.least_slack(now)
             if self.state == IDLE or start < self.sent_start - SLACK_RESEND_S:
+                if self.state == IDLE:
+                    self.wait_since = time.monotonic()
                 self.state = WAITING
                 self.drained = False
                 self.sent_start = start
@@ -148,7 +154,9 @@ class ArbiterGate:
     def finished(self, job: StageJob) -> None:
         if self.state == RUNNING and not self.dead:
             self.state = IDLE
-            self.owed = P.FINISHED + P.F64.pack(time.monotonic() - self.began)  # sent with the next acquire
+            ran = time.monotonic() - self.began
+            self.device_s += ran
+            self.owed = P.FINISHED + P.F64.pack(ran)  # sent with the next acquire
 
     def admit(self, n: int) -> None:
         """The device's global bound is not served across processes in this step: only the model's own bound."""
@@ -171,6 +179,7 @@ class ArbiterGate:
             self._send(P.RELEASE)
             return
         self.grants += 1
+        self.wait_s += time.monotonic() - self.wait_since
         self.state = GRANTED
         self.shared = shared
         self.scheduler.granted()

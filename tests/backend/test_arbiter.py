@@ -344,3 +344,50 @@ def test_device_weight_and_priority_level_parameters(tmp_path):
         settings(device_weight="2")
     with pytest.raises(ConfigError, match="device_priority_level applies only"):
         settings(device_priority_level="1")
+
+
+# ---------------------------------------------------------------- per-model device metrics (Prometheus port)
+
+
+def test_device_time_and_wait_metrics_appear_per_model_and_grow(models, group):
+    """Each grouped model exports its device time, wait at the device and grants, from its gate's own bookkeeping
+    (no query to the arbiter); a model without a group exports none of these families."""
+    from lazybatch.backend import metrics as M
+
+    rs, cs, gs = _runtime(models["small"][1], group, "small")
+    rl, cl, gl = _runtime(models["large"][1], group, "large")
+    ms = M.ModelMetrics("small", ["s"], 8, device=True)
+    ml = M.ModelMetrics("large", ["s"], 8, device=True)
+    ms.device_source, ml.device_source = gs, gl
+
+    def values(m):
+        return {s.family: s.value for s in m.collect() if s.family in M.DEVICE_FAMILIES}
+
+    try:
+        assert set(M.DEVICE_FAMILIES) <= set(ms.family_names())
+        assert not set(M.DEVICE_FAMILIES) & set(M.ModelMetrics("alone", ["s"], 8).family_names())
+        assert "lazybatch_device_time_seconds_total" not in M.ModelMetrics("alone", ["s"], 8).to_prometheus()
+        ws, wl = _load_both((rs, cs, models["small"][0]), (rl, cl, models["large"][0]))
+        first = {"small": values(ms), "large": values(ml)}
+        for name, v in first.items():
+            assert set(v) == set(M.DEVICE_FAMILIES), name
+            assert v["lazybatch_device_time_seconds_total"] > 0 and v["lazybatch_device_grants_total"] > 0, name
+        # contended: at least one of them waited for the device
+        assert sum(v["lazybatch_device_wait_seconds_total"] for v in first.values()) > 0
+        text = ms.to_prometheus()
+        assert 'lazybatch_device_time_seconds_total{model="small"}' in text
+        assert "# TYPE lazybatch_device_wait_seconds_total counter" in text
+        # they agree with the arbiter's own figures (the same jobs, timed at either end of the socket)
+        by = {m["model"]: m for m in query(P.group_paths(group, GROUP)[0])["members"]}
+        assert by["small"]["grants"] == first["small"]["lazybatch_device_grants_total"]
+        assert by["large"]["device_s"] == pytest.approx(first["large"]["lazybatch_device_time_seconds_total"],
+                                                        rel=0.05, abs=0.005)
+        _load_both((rs, cs, models["small"][0]), (rl, cl, models["large"][0]))
+        for name, m in (("small", ms), ("large", ml)):
+            v = values(m)
+            assert v["lazybatch_device_time_seconds_total"] > first[name]["lazybatch_device_time_seconds_total"]
+            assert v["lazybatch_device_grants_total"] > first[name]["lazybatch_device_grants_total"]
+            assert v["lazybatch_device_wait_seconds_total"] >= first[name]["lazybatch_device_wait_seconds_total"]
+    finally:
+        rs.close()
+        rl.close()
