@@ -98,6 +98,9 @@ PARAMETERS.update({
     "device_priority_level": "device_group models: the model's priority level at the device (an integer >= 0, "
                              "default 0; smaller is more urgent, as Triton's priority levels): a waiting model of a "
                              "more urgent level gets the device first, within the fair share's bound",
+    "device_max_queue_size": "device_group models: most samples held across every model of the group (queued or in "
+                             "flight; default 0: unbounded); an arrival past it is rejected UNAVAILABLE, saying the "
+                             "shared device's queue is full (set it alike on the group's models: each checks its own)",
     "max_queue_size": "most samples the scheduler holds (queued or in flight); more are rejected UNAVAILABLE "
                       "(default 0: unbounded)",
     "timeout_action": "REJECT: refuse a request whose deadline the predictor says cannot be met | DELAY: serve it "
@@ -231,6 +234,7 @@ class BackendSettings:
     device_group: str = ""  # co-located models' shared device (backend/arbiter); "" : none
     device_weight: float = 1.0  # its weight in the device's fair share
     device_priority_level: int = 0  # its priority at the device (smaller: more urgent)
+    device_max_queue_size: int = 0  # samples held across the group's models (0: unbounded)
 
     def request_level(self, priority: int) -> tuple[int, str | None]:
         """The scheduler's priority level for a request's ``request_priority`` (0 or absent: the default level),
@@ -338,34 +342,41 @@ MAX_DEVICE_PRIORITY_LEVEL = 32767  # the arbiter's protocol carries it as a sign
 
 def _device_settings(cfg: Any) -> dict[str, Any]:
     """``device_group`` and the parameters that only mean something with it (``device_weight``,
-    ``device_priority_level``), checked here so that a typo fails the load with the parameter's name."""
+    ``device_priority_level``, ``device_max_queue_size``), checked here so that a typo fails the load with the
+    parameter's name."""
     group = _param(cfg, "device_group", "") or ""
     out: dict[str, Any] = {"device_group": group}
-    weight = _param(cfg, "device_weight")
-    if weight:
+    # parameter: (parse, valid, what the error says it must be)
+    checks = {
+        "device_weight": (float, lambda v: math.isfinite(v) and v > 0,
+                          "a number > 0 (the model's weight in the device's fair share, default 1)"),
+        "device_priority_level": (int, lambda v: 0 <= v <= MAX_DEVICE_PRIORITY_LEVEL,
+                                  f"an integer in 0..{MAX_DEVICE_PRIORITY_LEVEL} (smaller is more urgent, default 0)"),
+        "device_max_queue_size": (int, lambda v: 0 <= v <= 0xFFFFFFFF,
+                                  "an integer >= 0 (samples held across the group's models; 0: unbounded)"),
+    }
+    for key, (parse, valid, must) in checks.items():
+        text = _param(cfg, key)
+        if not text:
+            continue
         try:
-            w = float(weight)
+            value = parse(text)
         except ValueError:
-            w = math.nan
-        if not (math.isfinite(w) and w > 0):
-            raise ConfigError(f"device_weight must be a number > 0 (the model's weight in the device's fair share, "
-                              f"default 1), got {weight!r}", field="parameters.device_weight")
-        out["device_weight"] = w
-    level = _param(cfg, "device_priority_level")
-    if level:
-        try:
-            p = int(level)
-        except ValueError:
-            p = -1
-        if not 0 <= p <= MAX_DEVICE_PRIORITY_LEVEL:
-            raise ConfigError(f"device_priority_level must be an integer in 0..{MAX_DEVICE_PRIORITY_LEVEL} (smaller "
-                              f"is more urgent, default 0), got {level!r}", field="parameters.device_priority_level")
-        out["device_priority_level"] = p
+            value = None
+        if value is None or not valid(value):
+            raise ConfigError(f"{key} must be {must}, got {text!r}", field=f"parameters.{key}")
+        out[key] = value
+    cap = out.get("device_max_queue_size", 0)
+    if 0 < cap < cfg.max_batch_size:
+        raise ConfigError(f"device_max_queue_size {cap} is below max_batch_size {cfg.max_batch_size}: a full-size "
+                          "request could never be admitted; raise it (or 0 for unbounded)",
+                          field="parameters.device_max_queue_size")
     if not group:
-        given = [k for k in ("device_weight", "device_priority_level") if k in out]
+        given = [k for k in ("device_weight", "device_priority_level", "device_max_queue_size") if k in out]
         if given:
-            raise ConfigError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to a model with a device_group (models that share "
-                              "one device through the group's arbiter); set device_group or remove it",
+            verb = "apply" if len(given) > 1 else "applies"
+            raise ConfigError(f"{', '.join(given)} {verb} only to a model with a device_group (models that share one "
+                              "device through the group's arbiter); set device_group or remove it",
                               field=f"parameters.{given[0]}")
     return out
 

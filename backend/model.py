@@ -189,7 +189,8 @@ class TritonPythonModel:
                 from .arbiter.client import attach
 
                 self.gate = attach(self.runtime, s.device_group, Path(args["model_repository"]).parent, s.name,
-                                   weight=s.device_weight, priority=s.device_priority_level)
+                                   weight=s.device_weight, priority=s.device_priority_level,
+                                   max_queue_size=s.device_max_queue_size)
                 if self.metrics is not None:
                     self.metrics.device_source = self.gate  # its device time and wait, read at each push
         except BaseException:

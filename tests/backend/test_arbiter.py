@@ -131,7 +131,7 @@ import socket, sys, time
 from lazybatch.backend.arbiter import protocol as P
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
-s.sendall(P.join_message("holder", 1.0, 0) + P.ACQUIRE + P.F64.pack(0.0))
+s.sendall(P.join_message("holder", 1.0, 0) + P.acquire_message(0.0, 1))
 assert s.recv(2)[:1] == P.GRANT
 print("granted", flush=True)
 time.sleep(600)  # holds the device until killed
@@ -230,7 +230,7 @@ class _Member:
         self.s.sendall(P.join_message(name, weight, priority))
 
     def acquire(self, latest_start=float("inf"), owed=b""):
-        self.s.sendall(owed + P.ACQUIRE + P.F64.pack(latest_start))
+        self.s.sendall(owed + P.acquire_message(latest_start, 1))
 
     def granted(self):
         got = b""
@@ -391,3 +391,89 @@ def test_device_time_and_wait_metrics_appear_per_model_and_grow(models, group):
     finally:
         rs.close()
         rl.close()
+
+
+# ---------------------------------------------------------------- the device-wide bound (device_max_queue_size)
+
+
+def _admit(m, n, held, cap):
+    m.s.sendall(P.ADMIT + P.ADMIT_BODY.pack(n, held, cap))
+    got = b""
+    while len(got) < 1 + P.BOUND_BODY.size:
+        got += m.s.recv(1 + P.BOUND_BODY.size - len(got))
+    assert got[:1] == P.BOUND
+    full, before, members = P.BOUND_BODY.unpack_from(got, 1)
+    return bool(full), before, members
+
+
+def _held(path, n):
+    end = time.monotonic() + 5
+    while query(path)["held"] != n:
+        assert time.monotonic() < end, query(path)
+        time.sleep(0.01)
+
+
+def test_the_arbiter_sums_every_members_held_samples_for_the_device_bound(group):
+    path = _arbiter_path(group)
+    hog, other = _Member(path, "hog"), _Member(path, "other")
+    hog.acquire()  # holds 1 sample
+    hog.granted()
+    hog.s.sendall(P.FINISHED + P.F64.pack(0.0001) + P.acquire_message(float("inf"), 6))  # now 6
+    _held(path, 6)  # the arbiter read it (other's socket is another stream: no order between the two)
+    assert _admit(other, 2, 2, 8) == (False, 6, 2)  # 6 + 2 <= 8: admitted
+    assert _admit(other, 1, 3, 8) == (True, 8, 2)  # 6 + 3 > 8: refused, and not counted
+    assert query(path)["held"] == 8 and query(path)["refused"] == 1
+    assert _admit(other, 1, 3, 0) == (False, 8, 2)  # no bound: admitted
+    hog.s.sendall(P.NOTHING)  # the hog drained: it holds nothing
+    _held(path, 3)  # the other's 3 (its last admission, with no bound, counted)
+    assert _admit(other, 1, 4, 8) == (False, 3, 2)
+    for m in (hog, other):
+        m.s.close()
+
+
+def test_the_device_wide_queue_bound_refuses_with_the_shared_devices_message(models, group):
+    """A model with device_max_queue_size 8 beside a member holding 8 samples: its request is refused with the
+    shared device's message (not its own bound's); once the other drains, it is admitted and answered."""
+    rs, cs, gs = _runtime(models["small"][1], group, "small", max_queue_size=8)
+    path = P.group_paths(group, GROUP)[0]
+    hog = _Member(path, "hog")
+    try:
+        hog.s.sendall(P.acquire_message(float("inf"), 8))
+        hog.granted()  # it holds the device and 8 samples
+        _held(path, 8)
+        x = np.ones((1, 16), np.float32)
+        assert rs.submit(1, {"x": x}, 1, RequestOptions(sla_s=10.0)) is None
+        cs.wait(1)
+        _, status, err = cs.answers[1][0]
+        assert status is Status.REJECTED
+        assert "shared device's queue is full (8 samples held across 2 models, the device's max_queue_size 8" in err
+        assert rs.scheduler.rejected.get("device_queue_full") == 1
+        hog.s.sendall(P.FINISHED + P.F64.pack(0.0001) + P.NOTHING)  # drained, and the device is free
+        _held(path, 0)
+        assert rs.submit(2, {"x": x}, 1, RequestOptions(sla_s=10.0)) is None
+        cs.wait(2)
+        assert cs.answers[2][0][1] is Status.OK
+        assert query(path)["refused"] == 1
+    finally:
+        hog.s.close()
+        rs.close()
+
+
+def test_device_max_queue_size_parameter(tmp_path):
+    from lazybatch.backend.config import BackendSettings, parse_config_text
+    from lazybatch.batcher.errors import ConfigError
+
+    from test_backend import CONFIG
+
+    def settings(**params):
+        extra = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in params.items())
+        return BackendSettings.from_config(parse_config_text(CONFIG + extra), tmp_path)
+
+    assert settings(device_group="g", device_max_queue_size="64").device_max_queue_size == 64
+    assert settings(device_group="g").device_max_queue_size == 0
+    for bad, needle in [("-1", "parameters.device_max_queue_size.*integer >= 0"), ("x", "integer >= 0"),
+                        ("2", "device_max_queue_size 2 is below max_batch_size 4")]:
+        with pytest.raises(ConfigError, match=needle):
+            settings(device_group="g", device_max_queue_size=bad)
+    with pytest.raises(ConfigError, match="device_max_queue_size applies only to a model with a device_group"):
+        settings(device_max_queue_size="64")
