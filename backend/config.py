@@ -93,6 +93,14 @@ PARAMETERS.update({
     "device_group": "opt-in (absent or empty: the model has the device to itself, as before): models of one server "
                     "that name the same group share one device through an arbiter process, which picks the next "
                     "stage job across them (docs/colocation.md, \"Served: the arbiter\"); turns the inline route off",
+    "device_weight": "device_group models: the model's weight in the device's fair share (a number > 0, default 1): "
+                     "while models wait for the device, their device time is shared in proportion to their weights",
+    "device_priority_level": "device_group models: the model's priority level at the device (an integer >= 0, "
+                             "default 0; smaller is more urgent, as Triton's priority levels): a waiting model of a "
+                             "more urgent level gets the device first, within the fair share's bound",
+    "device_max_queue_size": "device_group models: most samples held across every model of the group (queued or in "
+                             "flight; default 0: unbounded); an arrival past it is rejected UNAVAILABLE, saying the "
+                             "shared device's queue is full (set it alike on the group's models: each checks its own)",
     "max_queue_size": "most samples the scheduler holds (queued or in flight); more are rejected UNAVAILABLE "
                       "(default 0: unbounded)",
     "timeout_action": "REJECT: refuse a request whose deadline the predictor says cannot be met | DELAY: serve it "
@@ -224,6 +232,9 @@ class BackendSettings:
     priority_levels: int = 0
     default_priority_level: int = 0
     device_group: str = ""  # co-located models' shared device (backend/arbiter); "" : none
+    device_weight: float = 1.0  # its weight in the device's fair share
+    device_priority_level: int = 0  # its priority at the device (smaller: more urgent)
+    device_max_queue_size: int = 0  # samples held across the group's models (0: unbounded)
 
     def request_level(self, priority: int) -> tuple[int, str | None]:
         """The scheduler's priority level for a request's ``request_priority`` (0 or absent: the default level),
@@ -296,7 +307,7 @@ class BackendSettings:
             batch_per_execute=per_execute,
             decoupled=decoupled,
             stream_interval_tokens=int(interval or 1),
-            device_group=_param(cfg, "device_group", "") or "",
+            **_device_settings(cfg),
             **_production_settings(cfg),
         )
 
@@ -324,6 +335,50 @@ def _fuse_segments(text: str | None) -> int:
         raise ConfigError(f"fuse_segments must be 0 (off) or a number of segments >= 1, got {text!r}",
                           field="parameters.fuse_segments")
     return n
+
+
+MAX_DEVICE_PRIORITY_LEVEL = 32767  # the arbiter's protocol carries it as a signed 16-bit integer
+
+
+def _device_settings(cfg: Any) -> dict[str, Any]:
+    """``device_group`` and the parameters that only mean something with it (``device_weight``,
+    ``device_priority_level``, ``device_max_queue_size``), checked here so that a typo fails the load with the
+    parameter's name."""
+    group = _param(cfg, "device_group", "") or ""
+    out: dict[str, Any] = {"device_group": group}
+    # parameter: (parse, valid, what the error says it must be)
+    checks = {
+        "device_weight": (float, lambda v: math.isfinite(v) and v > 0,
+                          "a number > 0 (the model's weight in the device's fair share, default 1)"),
+        "device_priority_level": (int, lambda v: 0 <= v <= MAX_DEVICE_PRIORITY_LEVEL,
+                                  f"an integer in 0..{MAX_DEVICE_PRIORITY_LEVEL} (smaller is more urgent, default 0)"),
+        "device_max_queue_size": (int, lambda v: 0 <= v <= 0xFFFFFFFF,
+                                  "an integer >= 0 (samples held across the group's models; 0: unbounded)"),
+    }
+    for key, (parse, valid, must) in checks.items():
+        text = _param(cfg, key)
+        if not text:
+            continue
+        try:
+            value = parse(text)
+        except ValueError:
+            value = None
+        if value is None or not valid(value):
+            raise ConfigError(f"{key} must be {must}, got {text!r}", field=f"parameters.{key}")
+        out[key] = value
+    cap = out.get("device_max_queue_size", 0)
+    if 0 < cap < cfg.max_batch_size:
+        raise ConfigError(f"device_max_queue_size {cap} is below max_batch_size {cfg.max_batch_size}: a full-size "
+                          "request could never be admitted; raise it (or 0 for unbounded)",
+                          field="parameters.device_max_queue_size")
+    if not group:
+        given = [k for k in ("device_weight", "device_priority_level", "device_max_queue_size") if k in out]
+        if given:
+            verb = "apply" if len(given) > 1 else "applies"
+            raise ConfigError(f"{', '.join(given)} {verb} only to a model with a device_group (models that share one "
+                              "device through the group's arbiter); set device_group or remove it",
+                              field=f"parameters.{given[0]}")
+    return out
 
 
 def _production_settings(cfg: Any) -> dict[str, Any]:

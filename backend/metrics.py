@@ -68,6 +68,16 @@ SEQ2SEQ_FAMILIES: dict[str, tuple[str, str]] = {
                                              "runs (seq2seq)"),
 }
 FAMILIES.update(SEQ2SEQ_FAMILIES)
+# device_group models only (backend/arbiter): the model's use of the shared device, from its gate's own bookkeeping
+# (no round trip to the arbiter). Its share of the device: rate(device_time) over the sum of every model's.
+DEVICE_FAMILIES: dict[str, tuple[str, str]] = {
+    "lazybatch_device_time_seconds_total": (COUNTER, "Seconds this model's stage jobs held the shared device "
+                                                     "(device_group); share = its rate over the group's sum"),
+    "lazybatch_device_wait_seconds_total": (COUNTER, "Seconds this model waited for the shared device between asking "
+                                                     "and its grant (device_group)"),
+    "lazybatch_device_grants_total": (COUNTER, "Grants of the shared device to this model (device_group)"),
+}
+FAMILIES.update(DEVICE_FAMILIES)
 
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 
@@ -120,8 +130,13 @@ def batch_buckets(max_batch_size: int) -> list[int]:
 class ModelMetrics:
     """The metrics of one model (see the module docstring); thread-safe, cheap to update."""
 
-    def __init__(self, model: str, stages: Sequence[str], max_batch_size: int, *, seq2seq: bool = False) -> None:
+    def __init__(self, model: str, stages: Sequence[str], max_batch_size: int, *, seq2seq: bool = False,
+                 device: bool = False) -> None:
         self.model = model
+        # device_group models: the families of DEVICE_FAMILIES, read from ``device_source`` (the arbiter gate, which
+        # keeps device_s, wait_s and grants) at each collect; set once the gate is attached
+        self.device = device
+        self.device_source: Any = None
         self.stages = list(stages)
         # the decoder loop's counters (SEQ2SEQ_FAMILIES), for encoder-decoder models only
         self.seq2seq: dict[str, int] | None = ({"decoder_steps": 0, "mixed_timestep_steps": 0, "tokens": 0, "eos": 0,
@@ -207,7 +222,8 @@ class ModelMetrics:
 
     def family_names(self) -> list[str]:
         """The metric families this model exports (the seq2seq ones only for a seq2seq model)."""
-        return [f for f in FAMILIES if self.seq2seq is not None or f not in SEQ2SEQ_FAMILIES]
+        return [f for f in FAMILIES if (self.seq2seq is not None or f not in SEQ2SEQ_FAMILIES)
+                and (self.device or f not in DEVICE_FAMILIES)]
 
     def sync_scheduler(self, log: Any, *, held: int, policy: Any = None, now: float | None = None,
                        min_interval: float = 0.0) -> None:
@@ -263,6 +279,11 @@ class ModelMetrics:
                         Sample("lazybatch_sequences_total", m + (("end", "eos"),), c["eos"]),
                         Sample("lazybatch_sequences_total", m + (("end", "length"),), c["length"]),
                         Sample("lazybatch_padded_rows_total", m, c["padded_rows"])]
+        g = self.device_source
+        if self.device and g is not None:
+            out += [Sample("lazybatch_device_time_seconds_total", m, g.device_s),
+                    Sample("lazybatch_device_wait_seconds_total", m, g.wait_s),
+                    Sample("lazybatch_device_grants_total", m, g.grants)]
         return out
 
     def to_prometheus(self) -> str:

@@ -188,7 +188,11 @@ class TritonPythonModel:
             if s.device_group:  # co-located models: the device's decisions are the group's arbiter's
                 from .arbiter.client import attach
 
-                self.gate = attach(self.runtime, s.device_group, Path(args["model_repository"]).parent, s.name)
+                self.gate = attach(self.runtime, s.device_group, Path(args["model_repository"]).parent, s.name,
+                                   weight=s.device_weight, priority=s.device_priority_level,
+                                   max_queue_size=s.device_max_queue_size)
+                if self.metrics is not None:
+                    self.metrics.device_source = self.gate  # its device time and wait, read at each push
         except BaseException:
             # A bad admission or fault-injection parameter fails the load: stop the scheduler and responder threads
             # started above, so that a model that did not load leaves nothing running in the stub.
@@ -230,7 +234,8 @@ class TritonPythonModel:
         runtime.memory_release_s = s.memory_release_ms / 1e3
         if s.metrics:
             self.metrics = ModelMetrics(s.name, stage_names, s.scheduler_max_batch_size,
-                                        seq2seq=self.seq2seq is not None)  # + the decoder loop's families
+                                        seq2seq=self.seq2seq is not None,  # + the decoder loop's families
+                                        device=bool(s.device_group))  # + the shared device's (arbiter gate)
             if pb_utils is not None:  # outside Triton (unit tests) the bookkeeping runs, nothing is exported
                 self.exporter = TritonMetricsExporter(self.metrics, pb_utils, s.metrics_interval_ms / 1e3)
             runtime.metrics = self.metrics

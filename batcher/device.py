@@ -239,10 +239,7 @@ class SharedDevice:
             return None
         held = self.held - n
         if held + n > cap:
-            return DEVICE_QUEUE_FULL, (f"rejected: the shared device's queue is full ({held} samples held across "
-                                       f"{len(self.members)} models, the device's max_queue_size {cap}; each "
-                                       "model's own max_queue_size is not the bound hit); retry later or on "
-                                       "another instance")
+            return DEVICE_QUEUE_FULL, device_queue_full_message(held, len(self.members), cap)
         return None
 
     def _grant(self) -> None:
@@ -317,6 +314,13 @@ class SharedDevice:
         value = winner.slack if math.isfinite(winner.slack) else None
         for m in waiting:
             m.scheduler.log.add(now, DEVICE, 0, winner.scheduler.held, reason, value)
+
+
+def device_queue_full_message(held: int, members: int, cap: int) -> str:
+    """The refusal of the device-wide bound (here and in the arbiter's stubs, backend/arbiter/client.py)."""
+    return (f"rejected: the shared device's queue is full ({held} samples held across {members} models, the "
+            f"device's max_queue_size {cap}; each model's own max_queue_size is not the bound hit); retry later or "
+            "on another instance")
 
 
 def _ms(seconds: float) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import queue
 import shutil
 import socket
 import subprocess
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from lazybatch.batcher.device import DEVICE_QUEUE_FULL, device_queue_full_message
 from lazybatch.batcher.interfaces import StageJob
 
 from . import protocol as P
@@ -34,6 +36,8 @@ CONNECT_TIMEOUT_S = 20.0  # the first stub starts the arbiter and waits this lon
 IDLE, WAITING, GRANTED, RUNNING = 0, 1, 2, 3
 # an acquire while already waiting is sent again only when the most urgent request must start this much earlier
 SLACK_RESEND_S = 1e-4
+# an admission asked of the arbiter (device_max_queue_size) waits this long for its answer, then admits
+ADMIT_TIMEOUT_S = 1.0
 
 
 def _python() -> str:
@@ -88,8 +92,10 @@ class ArbiterGate:
     reader thread's is made on the scheduler thread."""
 
     def __init__(self, sock: socket.socket, scheduler: "Scheduler", post: Callable[[Callable[[], None]], None],
-                 name: str, *, weight: float = 1.0, priority: int = 0) -> None:
+                 name: str, *, weight: float = 1.0, priority: int = 0, max_queue_size: int = 0) -> None:
         self.sock = sock
+        self.max_queue_size = max_queue_size  # the device-wide bound (0: none, no H message is ever sent)
+        self.answers: "queue.Queue[tuple[bool, int, int] | None]" = queue.Queue()  # B answers, from the reader
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
         self.scheduler = scheduler
         self.post = post
@@ -104,6 +110,10 @@ class ArbiterGate:
         self.left = False
         self.grants = 0
         self.fallbacks = 0
+        # the model's use of the device, kept here (the Prometheus metrics read them: no round trip per job)
+        self.device_s = 0.0  # seconds its jobs ran on a grant
+        self.wait_s = 0.0  # seconds from asking to the grant
+        self.wait_since = 0.0
         self._send(P.join_message(name, weight, priority))
         self.reader = threading.Thread(target=self._read, name=f"{name}-arbiter", daemon=True)
         scheduler.gate = self  # type: ignore[assignment]
@@ -123,10 +133,12 @@ class ArbiterGate:
             now = self.scheduler.clock.now()
             start = now + self.scheduler.policy.least_slack(now)
             if self.state == IDLE or start < self.sent_start - SLACK_RESEND_S:
+                if self.state == IDLE:
+                    self.wait_since = time.monotonic()
                 self.state = WAITING
                 self.drained = False
                 self.sent_start = start
-                return not self._send(P.ACQUIRE + P.F64.pack(start))
+                return not self._send(P.acquire_message(start, self.scheduler.held))
         elif self.state == IDLE and not self.drained:
             self.drained = True
             return not self._send(P.NOTHING)
@@ -148,11 +160,30 @@ class ArbiterGate:
     def finished(self, job: StageJob) -> None:
         if self.state == RUNNING and not self.dead:
             self.state = IDLE
-            self.owed = P.FINISHED + P.F64.pack(time.monotonic() - self.began)  # sent with the next acquire
+            ran = time.monotonic() - self.began
+            self.device_s += ran
+            self.owed = P.FINISHED + P.F64.pack(ran)  # sent with the next acquire
 
-    def admit(self, n: int) -> None:
-        """The device's global bound is not served across processes in this step: only the model's own bound."""
-        return None
+    def admit(self, n: int) -> tuple[str, str] | None:
+        """The device-wide bound (``device_max_queue_size``) for ``n`` new samples (already counted in this
+        scheduler's ``held``): one round trip to the arbiter, which sums every member's held samples. No bound, or
+        no arbiter (gone, or no answer within ``ADMIT_TIMEOUT_S``): admitted, the model's own bound still applies."""
+        cap = self.max_queue_size
+        if not cap or self.dead:
+            return None
+        while not self.answers.empty():  # a late answer of an admission that timed out
+            self.answers.get_nowait()
+        held = min(self.scheduler.held, 0xFFFFFFFF)
+        if not self._send(P.ADMIT + P.ADMIT_BODY.pack(min(n, held), held, cap)):
+            return None
+        try:
+            answer = self.answers.get(timeout=ADMIT_TIMEOUT_S)
+        except queue.Empty:
+            return None
+        if answer is None or not answer[0]:
+            return None
+        _, before, members = answer
+        return DEVICE_QUEUE_FULL, device_queue_full_message(before, members, cap)
 
     def leave(self) -> None:
         self.left = True
@@ -171,6 +202,7 @@ class ArbiterGate:
             self._send(P.RELEASE)
             return
         self.grants += 1
+        self.wait_s += time.monotonic() - self.wait_since
         self.state = GRANTED
         self.shared = shared
         self.scheduler.granted()
@@ -216,23 +248,35 @@ class ArbiterGate:
                 if not data:
                     break
                 buf += data
-                whole = len(buf) & ~1  # grants are two bytes; nothing else is sent to a member
-                for i in range(0, whole, 2):
-                    if buf[i:i + 1] == P.GRANT:
+                i = 0
+                while i < len(buf):
+                    code = buf[i:i + 1]
+                    size = P.REPLY_SIZES.get(code)
+                    if size is None:
+                        raise OSError(f"unknown message {code!r} from the arbiter")
+                    if len(buf) - i < size:
+                        break
+                    if code == P.GRANT:
                         self.post(functools.partial(self.on_grant, bool(buf[i + 1])))
-                buf = buf[whole:]
+                    else:  # BOUND: the answer to the admission the scheduler thread waits for
+                        full, held, members = P.BOUND_BODY.unpack_from(buf, i + 1)
+                        self.answers.put((bool(full), held, members))
+                    i += size
+                buf = buf[i:]
         except OSError:
             pass
+        self.answers.put(None)  # an admission waiting for an answer admits
         if not self.left:
             self.post(self.on_lost)
 
 
 def attach(runtime: Any, group: str, repository: str | Path, name: str, *, weight: float = 1.0,
-           priority: int = 0) -> ArbiterGate:
+           priority: int = 0, max_queue_size: int = 0) -> ArbiterGate:
     """Put a ``BackendRuntime``'s scheduler on its device group's arbiter (started here when none runs)."""
     path, lock = P.group_paths(repository, group)
     sock = connect(path, lock)
-    return ArbiterGate(sock, runtime.scheduler, runtime.loop.post, name, weight=weight, priority=priority)
+    return ArbiterGate(sock, runtime.scheduler, runtime.loop.post, name, weight=weight, priority=priority,
+                       max_queue_size=max_queue_size)
 
 
 def query(path: Path, timeout: float = 5.0) -> dict[str, Any]:

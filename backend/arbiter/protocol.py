@@ -8,12 +8,19 @@ with a grant.
 
 stub -> arbiter                                     arbiter -> stub
   J weight:f64 priority:i16 len:u16 name   join       G shared:u8     the device is granted (shared: cut spans)
-  A latest_start:f64                       acquire    Q len:u32 json  the answer to Q
-  N                                        acquire(False): holds nothing (frees a grant)
+  A latest_start:f64 held:u32              acquire    Q len:u32 json  the answer to Q
+  N                                        acquire(False): holds nothing (frees a grant; held 0)
+  H n:u32 held:u32 cap:u32                 admission  B full:u8 held:u32 members:u16  its answer
   R                                        release: granted, but the policy has nothing to run now
   F ran:f64                                the job in flight finished after ``ran`` seconds
   L                                        leave (the model is unloaded)
   Q                                        stats query (tests, operators; any connection, no join needed)
+
+``held`` is the samples the stub holds (queued or in flight). The arbiter keeps each member's last figure (from A,
+N and H: a completion lowers it at the member's next A or N, so the sum only ever overestimates) for the
+device-wide bound ``device_max_queue_size``: a stub with that bound sends H for each arrival of ``n`` samples (its
+held counting them) and waits for B; ``full`` says the device-wide held would pass ``cap`` (B's ``held`` is the
+samples held across the ``members`` before these n). A stub without the bound never sends H.
 """
 
 from __future__ import annotations
@@ -25,11 +32,22 @@ import tempfile
 from pathlib import Path
 
 JOIN, ACQUIRE, NOTHING, RELEASE, FINISHED, LEAVE, QUERY, GRANT = b"J", b"A", b"N", b"R", b"F", b"L", b"Q", b"G"
+ADMIT, BOUND = b"H", b"B"
 F64 = struct.Struct("<d")
+ACQUIRE_BODY = struct.Struct("<dI")
+ADMIT_BODY = struct.Struct("<III")
+BOUND_BODY = struct.Struct("<BIH")
 JOIN_HEAD = struct.Struct("<dhH")
 U32 = struct.Struct("<I")
 # the size of each fixed-size message from a stub, code byte included (JOIN is JOIN_HEAD + its name)
-SIZES = {ACQUIRE: 1 + F64.size, NOTHING: 1, RELEASE: 1, FINISHED: 1 + F64.size, LEAVE: 1, QUERY: 1}
+SIZES = {ACQUIRE: 1 + ACQUIRE_BODY.size, NOTHING: 1, RELEASE: 1, FINISHED: 1 + F64.size, LEAVE: 1, QUERY: 1,
+         ADMIT: 1 + ADMIT_BODY.size}
+# the size of each message from the arbiter to a member
+REPLY_SIZES = {GRANT: 2, BOUND: 1 + BOUND_BODY.size}
+
+
+def acquire_message(latest_start: float, held: int) -> bytes:
+    return ACQUIRE + ACQUIRE_BODY.pack(latest_start, min(max(held, 0), 0xFFFFFFFF))
 
 
 def join_message(name: str, weight: float, priority: int) -> bytes:

@@ -68,7 +68,7 @@ class StubProxy:
         self.table = _Table(name)
         self.log = DecisionLog(LOG_RECORDS)
         self.gate: DeviceMember | None = None
-        self.held = 0  # samples are counted in the stubs; the global bound is not served in this step
+        self.held = 0  # samples the stub last said it holds (A, N, H): the device-wide bound (device_max_queue_size)
         self.device: SharedDevice | None = None
         self.lost = False
 
@@ -91,6 +91,7 @@ class Arbiter:
         self.proxies: dict[socket.socket, StubProxy] = {}
         self.joined = 0  # members that ever joined (stats)
         self.left = 0
+        self.refused = 0  # admissions refused by the device-wide bound
         self.departed: list[dict[str, Any]] = []  # the last figures of members that left
         self.last_member_at = time.monotonic()
         if path.exists():
@@ -164,10 +165,22 @@ class Arbiter:
             return  # not joined: ignore
         m = proxy.gate
         if code == P.ACQUIRE:
-            proxy.policy.latest_start = P.F64.unpack_from(buf, 1)[0]
+            proxy.policy.latest_start, proxy.held = P.ACQUIRE_BODY.unpack_from(buf, 1)
             m.acquire(True)
         elif code == P.NOTHING:
+            proxy.held = 0
             m.acquire(False)
+        elif code == P.ADMIT:
+            n, held, cap = P.ADMIT_BODY.unpack_from(buf, 1)
+            others = sum(p.held for p in self.proxies.values() if p is not proxy)
+            before = others + held - n
+            full = bool(cap) and before + n > cap
+            proxy.held = held - n if full else held
+            self.refused += full
+            try:
+                conn.sendall(P.BOUND + P.BOUND_BODY.pack(full, max(before, 0), len(self.proxies)))
+            except OSError:
+                proxy.lost = True
         elif code == P.RELEASE:
             m.release()
         elif code == P.FINISHED:
@@ -220,7 +233,8 @@ class Arbiter:
             recent = [r.reason for r in list(proxy.log)[-5:]]
             members.append(m.stats() | {"decisions": proxy.log.counts.get(DEVICE, 0), "recent": recent})
         return {"pid": os.getpid(), "lanes": self.device.lanes, "joined": self.joined, "left": self.left,
-                "members": members, "departed": self.departed[-16:]}
+                "held": sum(p.held for p in self.proxies.values()), "refused": self.refused, "members": members,
+                "departed": self.departed[-16:]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,12 +59,12 @@ def group(tmp_path, monkeypatch):
         pass
 
 
-def _runtime(stages, repo, name, policy="eager"):
+def _runtime(stages, repo, name, policy="eager", **kw):
     runner = StageRunner(stages, execution_provider="cpu", intra_op_threads=1)
     table = runner.profile([1, 2, 4, 8], reps=1)
     c = Collector()
     rt = BackendRuntime(runner, table, parse_policy(policy).build(max_batch_size=8), c.respond, name=name)
-    gate = attach(rt, GROUP, repo, name)
+    gate = attach(rt, GROUP, repo, name, **kw)
     return rt, c, gate
 
 
@@ -131,7 +131,7 @@ import socket, sys, time
 from lazybatch.backend.arbiter import protocol as P
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
-s.sendall(P.join_message("holder", 1.0, 0) + P.ACQUIRE + P.F64.pack(0.0))
+s.sendall(P.join_message("holder", 1.0, 0) + P.acquire_message(0.0, 1))
 assert s.recv(2)[:1] == P.GRANT
 print("granted", flush=True)
 time.sleep(600)  # holds the device until killed
@@ -211,3 +211,269 @@ def test_a_member_leaves_and_another_joins_under_load(models, group):
         rs2.close()
     finally:
         rl.close()
+
+
+# ---------------------------------------------------------------- per-model weight and priority (device_weight,
+# device_priority_level in config.pbtxt): raw protocol members, whose job times are what they report with F, so the
+# shares are exact whatever the machine's load
+
+
+class _Member:
+    """A member speaking the protocol itself: asks for the device, and reports each granted job as ``ran`` s."""
+
+    def __init__(self, path, name, weight=1.0, priority=0):
+        import socket
+
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(10)
+        self.s.connect(str(path))
+        self.s.sendall(P.join_message(name, weight, priority))
+
+    def acquire(self, latest_start=float("inf"), owed=b""):
+        self.s.sendall(owed + P.acquire_message(latest_start, 1))
+
+    def granted(self):
+        got = b""
+        while len(got) < 2:
+            got += self.s.recv(2 - len(got))
+        assert got[:1] == P.GRANT
+        return True
+
+
+def _arbiter_path(group):
+    from lazybatch.backend.arbiter.client import connect
+
+    path, lock = P.group_paths(group, GROUP)
+    connect(path, lock).close()  # starts the group's arbiter
+    return path
+
+
+def test_a_weight_3_model_gets_3x_the_device_share_of_a_weight_1_model_under_saturation(group):
+    path = _arbiter_path(group)
+    heavy, light = _Member(path, "heavy", weight=3.0), _Member(path, "light", weight=1.0)
+    ran = P.F64.pack(0.001)
+    done = {"heavy": 0, "light": 0}
+
+    def loop(m, name, stop):
+        m.acquire()
+        try:
+            while not stop.is_set():
+                m.granted()
+                done[name] += 1
+                m.acquire(owed=P.FINISHED + ran)  # saturated: always asks again at once
+        except OSError:  # closed at the end while waiting for a grant
+            pass
+
+    stop = threading.Event()
+    threads = [threading.Thread(target=loop, args=a) for a in ((heavy, "heavy", stop), (light, "light", stop))]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)
+    stop.set()
+    for m in (heavy, light):
+        m.s.close()  # unblocks the one waiting for a grant
+    for t in threads:
+        t.join(5)
+    by = {d["model"]: d for d in query(path)["departed"]}
+    assert by["heavy"]["weight"] == 3.0 and by["light"]["weight"] == 1.0
+    assert by["heavy"]["device_s"] + by["light"]["device_s"] > 0.2, "too few jobs ran to judge the shares"
+    ratio = by["heavy"]["device_s"] / by["light"]["device_s"]
+    assert 2.5 < ratio < 3.5, f"device share heavy/light {ratio:.2f}, weights 3:1 ({by})"
+
+
+def test_a_more_urgent_device_priority_level_is_granted_first(group):
+    path = _arbiter_path(group)
+    holder = _Member(path, "holder")
+    low = _Member(path, "low", priority=1)
+    high = _Member(path, "high", priority=0)
+    holder.acquire()
+    holder.granted()
+    low.acquire(latest_start=0.0)  # its request is already late: least slack by far, but a less urgent level
+    high.acquire()  # no deadline at all
+    time.sleep(0.3)  # both wait at the arbiter
+    holder.s.sendall(P.FINISHED + P.F64.pack(0.0001) + P.NOTHING)
+    high.s.settimeout(5)
+    assert high.granted()
+    low.s.settimeout(0.3)
+    import socket
+
+    with pytest.raises(socket.timeout):
+        low.s.recv(2)  # the low level waits while the high level holds the device
+    high.s.sendall(P.FINISHED + P.F64.pack(0.0001) + P.NOTHING)
+    low.s.settimeout(5)
+    assert low.granted()
+    stats = {m["model"]: m for m in query(path)["members"]}
+    assert (stats["high"]["priority"], stats["low"]["priority"]) == (0, 1)
+    for m in (holder, low, high):
+        m.s.close()
+
+
+def test_device_weight_and_priority_level_reach_the_arbiter_from_the_gate(models, group):
+    rs, cs, gs = _runtime(models["small"][1], group, "small", weight=2.5, priority=3)
+    try:
+        by = {m["model"]: m for m in query(P.group_paths(group, GROUP)[0])["members"]}
+        assert (by["small"]["weight"], by["small"]["priority"]) == (2.5, 3)
+    finally:
+        rs.close()
+
+
+def test_device_weight_and_priority_level_parameters(tmp_path):
+    from lazybatch.backend.config import BackendSettings, parse_config_text
+    from lazybatch.batcher.errors import ConfigError
+
+    from test_backend import CONFIG
+
+    def settings(**params):
+        extra = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in params.items())
+        return BackendSettings.from_config(parse_config_text(CONFIG + extra), tmp_path)
+
+    s = settings(device_group="dev0", device_weight="3", device_priority_level="1")
+    assert (s.device_group, s.device_weight, s.device_priority_level) == ("dev0", 3.0, 1)
+    d = settings(device_group="dev0")
+    assert (d.device_weight, d.device_priority_level) == (1.0, 0)
+    for params, needle in [({"device_weight": "0"}, "parameters.device_weight.*number > 0"),
+                           ({"device_weight": "-1"}, "device_weight must be a number > 0"),
+                           ({"device_weight": "x"}, "device_weight must be a number > 0"),
+                           ({"device_weight": "inf"}, "device_weight must be a number > 0"),
+                           ({"device_priority_level": "-1"}, "parameters.device_priority_level.*integer in 0"),
+                           ({"device_priority_level": "1.5"}, "device_priority_level must be an integer"),
+                           ({"device_priority_level": "40000"}, "device_priority_level must be an integer")]:
+        with pytest.raises(ConfigError, match=needle):
+            settings(device_group="dev0", **params)
+    with pytest.raises(ConfigError, match="device_weight applies only to a model with a device_group"):
+        settings(device_weight="2")
+    with pytest.raises(ConfigError, match="device_priority_level applies only"):
+        settings(device_priority_level="1")
+
+
+# ---------------------------------------------------------------- per-model device metrics (Prometheus port)
+
+
+def test_device_time_and_wait_metrics_appear_per_model_and_grow(models, group):
+    """Each grouped model exports its device time, wait at the device and grants, from its gate's own bookkeeping
+    (no query to the arbiter); a model without a group exports none of these families."""
+    from lazybatch.backend import metrics as M
+
+    rs, cs, gs = _runtime(models["small"][1], group, "small")
+    rl, cl, gl = _runtime(models["large"][1], group, "large")
+    ms = M.ModelMetrics("small", ["s"], 8, device=True)
+    ml = M.ModelMetrics("large", ["s"], 8, device=True)
+    ms.device_source, ml.device_source = gs, gl
+
+    def values(m):
+        return {s.family: s.value for s in m.collect() if s.family in M.DEVICE_FAMILIES}
+
+    try:
+        assert set(M.DEVICE_FAMILIES) <= set(ms.family_names())
+        assert not set(M.DEVICE_FAMILIES) & set(M.ModelMetrics("alone", ["s"], 8).family_names())
+        assert "lazybatch_device_time_seconds_total" not in M.ModelMetrics("alone", ["s"], 8).to_prometheus()
+        ws, wl = _load_both((rs, cs, models["small"][0]), (rl, cl, models["large"][0]))
+        first = {"small": values(ms), "large": values(ml)}
+        for name, v in first.items():
+            assert set(v) == set(M.DEVICE_FAMILIES), name
+            assert v["lazybatch_device_time_seconds_total"] > 0 and v["lazybatch_device_grants_total"] > 0, name
+        # contended: at least one of them waited for the device
+        assert sum(v["lazybatch_device_wait_seconds_total"] for v in first.values()) > 0
+        text = ms.to_prometheus()
+        assert 'lazybatch_device_time_seconds_total{model="small"}' in text
+        assert "# TYPE lazybatch_device_wait_seconds_total counter" in text
+        # they agree with the arbiter's own figures (the same jobs, timed at either end of the socket)
+        by = {m["model"]: m for m in query(P.group_paths(group, GROUP)[0])["members"]}
+        assert by["small"]["grants"] == first["small"]["lazybatch_device_grants_total"]
+        assert by["large"]["device_s"] == pytest.approx(first["large"]["lazybatch_device_time_seconds_total"],
+                                                        rel=0.05, abs=0.005)
+        _load_both((rs, cs, models["small"][0]), (rl, cl, models["large"][0]))
+        for name, m in (("small", ms), ("large", ml)):
+            v = values(m)
+            assert v["lazybatch_device_time_seconds_total"] > first[name]["lazybatch_device_time_seconds_total"]
+            assert v["lazybatch_device_grants_total"] > first[name]["lazybatch_device_grants_total"]
+            assert v["lazybatch_device_wait_seconds_total"] >= first[name]["lazybatch_device_wait_seconds_total"]
+    finally:
+        rs.close()
+        rl.close()
+
+
+# ---------------------------------------------------------------- the device-wide bound (device_max_queue_size)
+
+
+def _admit(m, n, held, cap):
+    m.s.sendall(P.ADMIT + P.ADMIT_BODY.pack(n, held, cap))
+    got = b""
+    while len(got) < 1 + P.BOUND_BODY.size:
+        got += m.s.recv(1 + P.BOUND_BODY.size - len(got))
+    assert got[:1] == P.BOUND
+    full, before, members = P.BOUND_BODY.unpack_from(got, 1)
+    return bool(full), before, members
+
+
+def _held(path, n):
+    end = time.monotonic() + 5
+    while query(path)["held"] != n:
+        assert time.monotonic() < end, query(path)
+        time.sleep(0.01)
+
+
+def test_the_arbiter_sums_every_members_held_samples_for_the_device_bound(group):
+    path = _arbiter_path(group)
+    hog, other = _Member(path, "hog"), _Member(path, "other")
+    hog.acquire()  # holds 1 sample
+    hog.granted()
+    hog.s.sendall(P.FINISHED + P.F64.pack(0.0001) + P.acquire_message(float("inf"), 6))  # now 6
+    _held(path, 6)  # the arbiter read it (other's socket is another stream: no order between the two)
+    assert _admit(other, 2, 2, 8) == (False, 6, 2)  # 6 + 2 <= 8: admitted
+    assert _admit(other, 1, 3, 8) == (True, 8, 2)  # 6 + 3 > 8: refused, and not counted
+    assert query(path)["held"] == 8 and query(path)["refused"] == 1
+    assert _admit(other, 1, 3, 0) == (False, 8, 2)  # no bound: admitted
+    hog.s.sendall(P.NOTHING)  # the hog drained: it holds nothing
+    _held(path, 3)  # the other's 3 (its last admission, with no bound, counted)
+    assert _admit(other, 1, 4, 8) == (False, 3, 2)
+    for m in (hog, other):
+        m.s.close()
+
+
+def test_the_device_wide_queue_bound_refuses_with_the_shared_devices_message(models, group):
+    """A model with device_max_queue_size 8 beside a member holding 8 samples: its request is refused with the
+    shared device's message (not its own bound's); once the other drains, it is admitted and answered."""
+    rs, cs, gs = _runtime(models["small"][1], group, "small", max_queue_size=8)
+    path = P.group_paths(group, GROUP)[0]
+    hog = _Member(path, "hog")
+    try:
+        hog.s.sendall(P.acquire_message(float("inf"), 8))
+        hog.granted()  # it holds the device and 8 samples
+        _held(path, 8)
+        x = np.ones((1, 16), np.float32)
+        assert rs.submit(1, {"x": x}, 1, RequestOptions(sla_s=10.0)) is None
+        cs.wait(1)
+        _, status, err = cs.answers[1][0]
+        assert status is Status.REJECTED
+        assert "shared device's queue is full (8 samples held across 2 models, the device's max_queue_size 8" in err
+        assert rs.scheduler.rejected.get("device_queue_full") == 1
+        hog.s.sendall(P.FINISHED + P.F64.pack(0.0001) + P.NOTHING)  # drained, and the device is free
+        _held(path, 0)
+        assert rs.submit(2, {"x": x}, 1, RequestOptions(sla_s=10.0)) is None
+        cs.wait(2)
+        assert cs.answers[2][0][1] is Status.OK
+        assert query(path)["refused"] == 1
+    finally:
+        hog.s.close()
+        rs.close()
+
+
+def test_device_max_queue_size_parameter(tmp_path):
+    from lazybatch.backend.config import BackendSettings, parse_config_text
+    from lazybatch.batcher.errors import ConfigError
+
+    from test_backend import CONFIG
+
+    def settings(**params):
+        extra = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in params.items())
+        return BackendSettings.from_config(parse_config_text(CONFIG + extra), tmp_path)
+
+    assert settings(device_group="g", device_max_queue_size="64").device_max_queue_size == 64
+    assert settings(device_group="g").device_max_queue_size == 0
+    for bad, needle in [("-1", "parameters.device_max_queue_size.*integer >= 0"), ("x", "integer >= 0"),
+                        ("2", "device_max_queue_size 2 is below max_batch_size 4")]:
+        with pytest.raises(ConfigError, match=needle):
+            settings(device_group="g", device_max_queue_size=bad)
+    with pytest.raises(ConfigError, match="device_max_queue_size applies only to a model with a device_group"):
+        settings(device_max_queue_size="64")
