@@ -35,7 +35,7 @@ from lazybatch.batcher.request import Request
 from lazybatch.batcher.scheduler import Scheduler
 from lazybatch.batcher.errors import ConfigError
 
-from .engine import _COMPLETION, _TIMER, _Timer
+from .engine import _COMPLETION, _TIMER, _Timer, job_seconds
 
 SHARING = ("device", "ps", "token")
 EPS = 1e-12  # seconds of work left that count as done (PS rounding)
@@ -163,8 +163,7 @@ class _TableExecutor:
 
     def submit(self, job: StageJob, done: DoneCallback) -> None:
         b = job.batch_size
-        dense = self.dense
-        work = dense[job.stage][b] if job.stop == job.stage + 1 else sum(dense[s][b] for s in job.span)
+        work = job_seconds(self.dense, job)
         self.stage_execs += 1
         self.busy_time += work
         self.batch_hist[b] = self.batch_hist.get(b, 0) + 1

@@ -37,6 +37,12 @@ class _Timer:
         self.cancelled = True
 
 
+def job_seconds(dense: list[list[float]], job: StageJob) -> float:
+    """A job's table time: its stage's, or for a span of stages (``StageJob.stop``) their times one after the other."""
+    b = job.batch_size
+    return dense[job.stage][b] if job.stop == job.stage + 1 else sum(dense[s][b] for s in job.span)
+
+
 class Simulation:
     """Virtual clock + latency-table executor + the scheduler, driven by a list of arrivals."""
 
@@ -72,11 +78,7 @@ class Simulation:
     # Executor
     def submit(self, job: StageJob, done: DoneCallback) -> None:
         b = job.batch_size
-        dense = self._dense
-        if job.stop == job.stage + 1:
-            lat = dense[job.stage][b]
-        else:  # a span of stages (StageJob.stop): their table times, one after the other
-            lat = sum(dense[s][b] for s in job.span)
+        lat = job_seconds(self._dense, job)
         self.stage_execs += 1
         self.busy_time += lat
         if self._energy is not None:
