@@ -90,7 +90,7 @@ PARAMETERS = {
 }
 # production knobs (docs/operations.md); queue names follow Triton's ModelQueuePolicy
 PARAMETERS.update({
-    "device_group": "opt-in (absent or empty: the model has the device to itself, as before): models of one server "
+    "device_group": "opt-in (absent, empty or \"none\": the model has the device to itself, as before): models of one server "
                     "that name the same group share one device through an arbiter process, which picks the next "
                     "stage job across them (docs/colocation.md, \"Served: the arbiter\"); turns the inline route off",
     "device_weight": "device_group models: the model's weight in the device's fair share (a number > 0, default 1): "
@@ -338,13 +338,16 @@ def _fuse_segments(text: str | None) -> int:
 
 
 MAX_DEVICE_PRIORITY_LEVEL = 32767  # the arbiter's protocol carries it as a signed 16-bit integer
+NO_DEVICE_GROUP = "none"  # device_group: "none" keeps a model off every shared device
 
 
 def _device_settings(cfg: Any) -> dict[str, Any]:
     """``device_group`` and the parameters that only mean something with it (``device_weight``,
     ``device_priority_level``, ``device_max_queue_size``), checked here so that a typo fails the load with the
     parameter's name."""
-    group = _param(cfg, "device_group", "") or ""
+    group = (_param(cfg, "device_group", "") or "").strip()
+    if group.lower() == NO_DEVICE_GROUP:  # the explicit opt-out, stable whatever the default becomes
+        group = ""
     out: dict[str, Any] = {"device_group": group}
     # parameter: (parse, valid, what the error says it must be)
     checks = {

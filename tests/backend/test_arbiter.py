@@ -344,6 +344,10 @@ def test_device_weight_and_priority_level_parameters(tmp_path):
         settings(device_weight="2")
     with pytest.raises(ConfigError, match="device_priority_level applies only"):
         settings(device_priority_level="1")
+    # "none" is the explicit opt-out, in any case, and then takes no device parameters either
+    assert settings(device_group="none").device_group == settings(device_group=" None ").device_group == ""
+    with pytest.raises(ConfigError, match="device_weight applies only"):
+        settings(device_group="none", device_weight="2")
 
 
 # ---------------------------------------------------------------- per-model device metrics (Prometheus port)
