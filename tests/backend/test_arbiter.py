@@ -132,6 +132,7 @@ from lazybatch.backend.arbiter import protocol as P
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
 s.sendall(P.join_message("holder", 1.0, 0) + P.acquire_message(0.0, 1))
+assert s.recv(2)[:1] == P.WELCOME
 assert s.recv(2)[:1] == P.GRANT
 print("granted", flush=True)
 time.sleep(600)  # holds the device until killed
@@ -219,7 +220,8 @@ def test_a_member_leaves_and_another_joins_under_load(models, group):
 
 
 class _Member:
-    """A member speaking the protocol itself: asks for the device, and reports each granted job as ``ran`` s."""
+    """A member speaking the protocol itself: asks for the device, and reports each granted job as ``ran`` s. Its
+    F after a grant also gives back a solo lease (the arbiter's V, which it skips, asks for that)."""
 
     def __init__(self, path, name, weight=1.0, priority=0):
         import socket
@@ -228,16 +230,27 @@ class _Member:
         self.s.settimeout(10)
         self.s.connect(str(path))
         self.s.sendall(P.join_message(name, weight, priority))
+        self.leased = self._recv(2) == P.WELCOME + b"\x01"
+        self.revokes = 0
+
+    def _recv(self, n):
+        got = b""
+        while len(got) < n:
+            data = self.s.recv(n - len(got))
+            if not data:
+                raise ConnectionError("the arbiter closed the connection")
+            got += data
+        return got
 
     def acquire(self, latest_start=float("inf"), owed=b""):
         self.s.sendall(owed + P.acquire_message(latest_start, 1))
 
     def granted(self):
-        got = b""
-        while len(got) < 2:
-            got += self.s.recv(2 - len(got))
-        assert got[:1] == P.GRANT
-        return True
+        """Waits for a grant; returns its flags (P.SHARED, P.LEASE; truthy either way)."""
+        while (code := self._recv(1)) == P.REVOKE:
+            self.revokes += 1
+        assert code == P.GRANT
+        return self._recv(1)[0] | 0x100
 
 
 def _arbiter_path(group):
@@ -340,14 +353,15 @@ def test_device_weight_and_priority_level_parameters(tmp_path):
                            ({"device_priority_level": "40000"}, "device_priority_level must be an integer")]:
         with pytest.raises(ConfigError, match=needle):
             settings(device_group="dev0", **params)
-    with pytest.raises(ConfigError, match="device_weight applies only to a model with a device_group"):
-        settings(device_weight="2")
-    with pytest.raises(ConfigError, match="device_priority_level applies only"):
-        settings(device_priority_level="1")
-    # "none" is the explicit opt-out, in any case, and then takes no device parameters either
+    # absent device_group: the device's own group (default_device_group), so the device parameters apply
+    assert settings(device_weight="2").device_weight == 2.0 and not settings(device_weight="2").device_group_none
+    # "none" is the explicit opt-out, in any case, and then takes no device parameters
     assert settings(device_group="none").device_group == settings(device_group=" None ").device_group == ""
-    with pytest.raises(ConfigError, match="device_weight applies only"):
+    assert settings(device_group=" None ").device_group_none
+    with pytest.raises(ConfigError, match='device_weight applies only to a model on a shared device.*"none"'):
         settings(device_group="none", device_weight="2")
+    with pytest.raises(ConfigError, match="device_priority_level applies only"):
+        settings(device_group="NONE", device_priority_level="1")
 
 
 # ---------------------------------------------------------------- per-model device metrics (Prometheus port)
@@ -479,5 +493,6 @@ def test_device_max_queue_size_parameter(tmp_path):
                         ("2", "device_max_queue_size 2 is below max_batch_size 4")]:
         with pytest.raises(ConfigError, match=needle):
             settings(device_group="g", device_max_queue_size=bad)
-    with pytest.raises(ConfigError, match="device_max_queue_size applies only to a model with a device_group"):
-        settings(device_max_queue_size="64")
+    assert settings(device_max_queue_size="64").device_max_queue_size == 64  # the device's default group
+    with pytest.raises(ConfigError, match="device_max_queue_size applies only to a model on a shared device"):
+        settings(device_group="none", device_max_queue_size="64")
