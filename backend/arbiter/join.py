@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable
@@ -52,7 +53,12 @@ class Membership:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:  # another member is solo: start the arbiter, and it joins once it sees it
                 f.close()
-                sock = connect(self.path, self.lock)
+                try:
+                    sock = connect(self.path, self.lock)
+                except (OSError, RuntimeError) as e:  # no arbiter: this model schedules alone, as ungrouped
+                    print(f"lazybatch: {name}: cannot start the arbiter of device group {group!r} ({e}); the "
+                          "model schedules alone, sharing the device as an ungrouped model", file=sys.stderr)
+                    return
             else:
                 self._solo = f
                 threading.Thread(target=self._watch, name=f"{name}-device-group", daemon=True).start()
