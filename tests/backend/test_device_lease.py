@@ -15,6 +15,7 @@ import signal
 import socket
 import time
 
+import numpy as np
 import pytest
 
 from lazybatch.backend.arbiter import protocol as P
@@ -221,3 +222,79 @@ def test_one_member_starts_no_arbiter_and_a_second_one_forms_the_group(models, g
             os.kill(query(path)["pid"], signal.SIGKILL)
         except (OSError, ConnectionError):
             pass
+
+
+# ---------------------------------------------------------------- seq2seq (decoder) models under a gate
+
+
+def test_a_seq2seq_model_shares_the_device_per_decoder_step(group, tmp_path):
+    """A decoder model joins its device's group by default: beside a neighbour that keeps asking for the device,
+    its encoder and decoder-step jobs each wait for a grant, and every sequence still decodes to the reference."""
+    import threading
+
+    from lazybatch.backend.config import RequestOptions
+    from lazybatch.backend.seq2seq import Seq2SeqRuntime, Seq2SeqSpec, build_policy
+    from lazybatch.onnx_tools.split import split_model
+    from lazybatch.onnx_tools.zoo import export_model
+    from lazybatch.repo import profile_seq2seq
+    from lazybatch.batcher.request import Status
+
+    from test_seq2seq_runtime import Seq2SeqInfo, make_request
+
+    export_model("gnmt", tmp_path / "m.onnx", small=True, seed=5)
+    split_model(tmp_path / "m.onnx", tmp_path / "s")
+    table = profile_seq2seq(tmp_path / "s", 8, reps=1, execution_provider="cpu", intra_op_threads=1)
+    runner = StageRunner(tmp_path / "s", execution_provider="cpu", intra_op_threads=1)
+    spec = Seq2SeqSpec(runner.manifest)
+    pol = build_policy(parse_policy("eager"), spec, table, max_batch_size=8, dec_timesteps=None, coverage=0.9)
+    answers = {}
+    done = threading.Event()
+    n = 8
+
+    def respond(handle, outputs, status, error):
+        answers[handle] = (outputs, status, error)
+        if len(answers) == n:
+            done.set()
+
+    def run(gated):
+        answers.clear()
+        done.clear()
+        rt = Seq2SeqRuntime(runner, table, pol if not gated else
+                            build_policy(parse_policy("eager"), spec, table, max_batch_size=8, dec_timesteps=None,
+                                         coverage=0.9), respond, spec=spec)
+        gate = attach(rt, GROUP, group, "s2s") if gated else None
+        stop = threading.Event()
+        neighbour = None
+        if gated:
+            neighbour = _Member(P.group_paths(group, GROUP)[0], "neighbour")
+
+            def busy():  # keeps asking: 0.5 ms jobs, back to back
+                try:
+                    neighbour.acquire()
+                    while not stop.is_set():
+                        neighbour.granted()
+                        time.sleep(0.0005)
+                        neighbour.acquire(owed=P.FINISHED + P.F64.pack(0.0005))
+                except OSError:
+                    pass
+
+            threading.Thread(target=busy, daemon=True).start()
+            time.sleep(0.05)
+        rng = np.random.default_rng(3)
+        info = Seq2SeqInfo(spec.max_source_length, spec.max_length, spec.vocab_size)
+        for k in range(n):
+            feeds = make_request(rng, info, int(rng.integers(1, info.max_source_length + 1)), 6, batch=1)
+            assert rt.submit(k, feeds, 1, RequestOptions()) is None
+            time.sleep(0.001)
+        assert done.wait(60)
+        rt.close()
+        stop.set()
+        if neighbour is not None:
+            neighbour.s.close()
+        return {k: (v[0]["output_tokens"].tolist(), v[1]) for k, v in answers.items()}, gate
+
+    alone, _ = run(False)
+    shared, gate = run(True)
+    assert all(status is Status.OK for _, status in shared.values())
+    assert shared == alone  # the same tokens, decoded beside a busy neighbour
+    assert gate.sent > 0 and gate.grants > 1  # its jobs were granted one by one, not under a lease
