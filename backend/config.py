@@ -90,9 +90,14 @@ PARAMETERS = {
 }
 # production knobs (docs/operations.md); queue names follow Triton's ModelQueuePolicy
 PARAMETERS.update({
-    "device_group": "opt-in (absent, empty or \"none\": the model has the device to itself, as before): models of one server "
-                    "that name the same group share one device through an arbiter process, which picks the next "
-                    "stage job across them (docs/colocation.md, \"Served: the arbiter\"); turns the inline route off",
+    "device_group": "absent or empty (default): the group of the model instance's device (cpu for KIND_CPU, gpu<N> "
+                    "for KIND_GPU device N, npu for executor npu); lazybatch models of one server in one group share "
+                    "the device through an arbiter process that picks the next stage job across them, started only "
+                    "once a second member loads (docs/colocation.md, \"Served: the arbiter\"); a model alone in "
+                    "time holds a lease and runs as an ungrouped one, inline route included | <name>: that group | "
+                    "none: the model has the device to itself. Not by default for policy whole_graph or "
+                    "batch_per_execute (triton:<us>: Triton's batcher runs whole executions; naming a group on them "
+                    "fails the load) nor for a model with more than one instance on its device",
     "device_weight": "device_group models: the model's weight in the device's fair share (a number > 0, default 1): "
                      "while models wait for the device, their device time is shared in proportion to their weights",
     "device_priority_level": "device_group models: the model's priority level at the device (an integer >= 0, "
@@ -231,7 +236,8 @@ class BackendSettings:
     fault_injection: str = ""
     priority_levels: int = 0
     default_priority_level: int = 0
-    device_group: str = ""  # co-located models' shared device (backend/arbiter); "" : none
+    device_group: str = ""  # co-located models' shared device (backend/arbiter); "": the device's (default_group)
+    device_group_none: bool = False  # device_group "none": the model keeps off every shared device
     device_weight: float = 1.0  # its weight in the device's fair share
     device_priority_level: int = 0  # its priority at the device (smaller: more urgent)
     device_max_queue_size: int = 0  # samples held across the group's models (0: unbounded)
@@ -307,7 +313,8 @@ class BackendSettings:
             batch_per_execute=per_execute,
             decoupled=decoupled,
             stream_interval_tokens=int(interval or 1),
-            **_device_settings(cfg),
+            **_device_settings(cfg, WHOLE_GRAPH if policy == WHOLE_GRAPH else
+                               "batch_per_execute" if per_execute else None),
             **_production_settings(cfg),
         )
 
@@ -341,14 +348,16 @@ MAX_DEVICE_PRIORITY_LEVEL = 32767  # the arbiter's protocol carries it as a sign
 NO_DEVICE_GROUP = "none"  # device_group: "none" keeps a model off every shared device
 
 
-def _device_settings(cfg: Any) -> dict[str, Any]:
+def _device_settings(cfg: Any, whole_executions: str | None = None) -> dict[str, Any]:
     """``device_group`` and the parameters that only mean something with it (``device_weight``,
     ``device_priority_level``, ``device_max_queue_size``), checked here so that a typo fails the load with the
-    parameter's name."""
+    parameter's name. ``whole_executions``: the model runs Triton's batches whole (policy whole_graph, or
+    batch_per_execute), which no arbiter can gate: it joins no group, and naming one is an error."""
     group = (_param(cfg, "device_group", "") or "").strip()
-    if group.lower() == NO_DEVICE_GROUP:  # the explicit opt-out, stable whatever the default becomes
+    none = group.lower() == NO_DEVICE_GROUP  # the explicit opt-out, stable whatever the default becomes
+    if none:
         group = ""
-    out: dict[str, Any] = {"device_group": group}
+    out: dict[str, Any] = {"device_group": group, "device_group_none": none}
     # parameter: (parse, valid, what the error says it must be)
     checks = {
         "device_weight": (float, lambda v: math.isfinite(v) and v > 0,
@@ -374,14 +383,38 @@ def _device_settings(cfg: Any) -> dict[str, Any]:
         raise ConfigError(f"device_max_queue_size {cap} is below max_batch_size {cfg.max_batch_size}: a full-size "
                           "request could never be admitted; raise it (or 0 for unbounded)",
                           field="parameters.device_max_queue_size")
-    if not group:
-        given = [k for k in ("device_weight", "device_priority_level", "device_max_queue_size") if k in out]
-        if given:
-            verb = "apply" if len(given) > 1 else "applies"
-            raise ConfigError(f"{', '.join(given)} {verb} only to a model with a device_group (models that share one "
-                              "device through the group's arbiter); set device_group or remove it",
-                              field=f"parameters.{given[0]}")
+    given = [k for k in ("device_weight", "device_priority_level", "device_max_queue_size") if k in out]
+    if whole_executions and (group or given):
+        what = ", ".join((["device_group"] if group else []) + given)
+        raise ConfigError(f"{what}: a model under {whole_executions} runs Triton's batches as whole executions, which "
+                          "the device group's arbiter cannot gate between stages (Triton's batcher is in front); such "
+                          "a model shares the device as before, outside the group. Remove it (or use a lazybatch "
+                          "policy such as eager)", field=f"parameters.{'device_group' if group else given[0]}")
+    if none and given:
+        verb = "apply" if len(given) > 1 else "applies"
+        raise ConfigError(f"{', '.join(given)} {verb} only to a model on a shared device (device_group absent: the "
+                          "device's group, or a group's name), and this one has device_group \"none\"; remove it or "
+                          "the opt-out", field=f"parameters.{given[0]}")
     return out
+
+
+def default_device_group(cfg: Any, kind: str, device_id: int, executor: str = "") -> tuple[str, str]:
+    """(the default group of a model instance, why it has none where it has none). ``kind`` and ``device_id`` are
+    Triton's ``model_instance_kind`` ("CPU", "GPU") and ``model_instance_device_id``. A model with several
+    instances on one device keeps out: they were asked to run side by side, which one lane would serialise."""
+    kind = (kind or "CPU").upper()
+    on_device = 0
+    for g in cfg.instance_group:
+        g_kind = g.kind  # KIND_AUTO 0, KIND_GPU 1, KIND_CPU 2, KIND_MODEL 3 (model_config.proto)
+        if kind == "GPU" and g_kind == 1 and (not g.gpus or device_id in g.gpus):
+            on_device += max(g.count, 1)
+        elif kind != "GPU" and g_kind in (0, 2, 3):
+            on_device += max(g.count, 1)
+    if on_device > 1:
+        return "", f"{on_device} instances of the model on its device (set device_group to group them)"
+    if executor == "npu":
+        return "npu", ""  # the NPU the stages are timed by, not the CPU that computes their outputs
+    return (f"gpu{device_id}" if kind == "GPU" else "cpu"), ""
 
 
 def _production_settings(cfg: Any) -> dict[str, Any]:

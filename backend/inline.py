@@ -64,7 +64,9 @@ class InlineRoute:
     def __init__(self, rt: BackendRuntime, policy: Policy) -> None:
         self.rt = rt
         self.hooks = inline_hooks(policy)  # the inline route's questions, where the policy answers them
-        self.on = False  # run allowed (BackendRuntime.inline)
+        self.on = False  # run allowed (BackendRuntime.inline; a device group's gate switches it with its lease)
+        # told each run's pass time, under ``lock`` (the device group's gate: device time under its solo lease)
+        self.on_pass: Callable[[float], None] | None = None
         # held by the scheduler thread whenever it is not asleep on the inbox; an inline pass holds it throughout,
         # so that the policy and the table are only ever touched by one thread at a time
         self.lock = threading.Lock()
@@ -97,6 +99,8 @@ class InlineRoute:
         if not self._acquire():
             return self.refuse("scheduler thread's bookkeeping")
         try:
+            if not self.on:  # switched off meanwhile (the device group's lease revoked)
+                return self.refuse("inline route off")
             if loop.closed or rt.job is not None or self._live or loop.pending or rt.scheduler.held:
                 return self.refuse("scheduler busy")
             n = requests[0][1] if len(requests) == 1 else sum(b for _, b in requests)
@@ -155,6 +159,8 @@ class InlineRoute:
                         results[i] = None
             loop.worked_at = end = time.monotonic()
             hooks.inline_done(start, end, n)
+            if self.on_pass is not None:
+                self.on_pass(end - start)
             return results
         finally:
             self.lock.release()

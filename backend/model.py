@@ -33,10 +33,11 @@ from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
 from lazybatch.batcher.admission import QueuePolicy
 
-from .config import BackendSettings, parse_config_json, parse_request_parameters, validate_request
+from .config import (BackendSettings, default_device_group, parse_config_json, parse_request_parameters,
+                     validate_request)
 from .faults import FaultInjector
 from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
-from .model_kinds import MODEL_KINDS, model_kind
+from .model_kinds import MODEL_KINDS, executor_of, model_kind
 from .responder import ResponseThread
 from .stages import StageRunner
 
@@ -138,7 +139,8 @@ class TritonPythonModel:
         self.metrics: ModelMetrics | None = None
         self.exporter: TritonMetricsExporter | None = None
         self.runtime = None
-        self.gate: Any = None  # device_group: the arbiter gate (backend/arbiter/client.py)
+        self.device_group = ""  # the device group the model is in ("": none; docs/colocation.md)
+        self.membership: Any = None  # its place there (backend/arbiter/join.py): solo, or the arbiter's gate
         self.session = None
         self.seq2seq: Any = None  # a seq2seq.Seq2SeqSpec for encoder-decoder models
         self._responder: ResponseThread | None = None  # sends the answers (response_thread, backend/responder.py)
@@ -171,6 +173,7 @@ class TritonPythonModel:
         built = MODEL_KINDS[kind](self, cfg, spec, runner)  # backend/model_kinds.py
         if built is None:  # no scheduler
             return
+        self.device_group = self._device_group(cfg, args)
         runner, table, policy, runtime_cls, whole = built
         self._responder = ResponseThread(self._respond, name=f"{s.name}-responder") if s.response_thread else None
         try:
@@ -179,20 +182,26 @@ class TritonPythonModel:
                                        cancel_poll_s=s.cancel_poll_ms / 1e3, name=s.name,
                                        on_idle=self._write_stats,
                                        on_batch=self._batch_log.record if self._batch_log else None)
+            inline_ok = False
             if whole is not None:
                 self.runtime.whole_runner = whole
-                self.runtime.inline = self._inline_allowed(cfg)
+                self.runtime.inline = inline_ok = self._inline_allowed(cfg)
             if "boundary_cost_us" in spec.params:  # fixed by the config: not measured
                 self.runtime.measure_boundary_cost = False
             self._configure_production(self.runtime)
-            if s.device_group:  # co-located models: the device's decisions are the group's arbiter's
-                from .arbiter.client import attach
+            if self.device_group:  # co-located models: the device's decisions are the group's arbiter's
+                from .arbiter.join import Membership
 
-                self.gate = attach(self.runtime, s.device_group, Path(args["model_repository"]).parent, s.name,
-                                   weight=s.device_weight, priority=s.device_priority_level,
-                                   max_queue_size=s.device_max_queue_size)
-                if self.metrics is not None:
-                    self.metrics.device_source = self.gate  # its device time and wait, read at each push
+                metrics = self.metrics
+
+                def on_gate(gate: Any) -> None:  # its device time and wait, read at each push
+                    if metrics is not None:
+                        metrics.device_source = gate
+
+                self.membership = Membership(self.runtime, self.device_group, Path(args["model_repository"]).parent,
+                                             s.name, weight=s.device_weight, priority=s.device_priority_level,
+                                             max_queue_size=s.device_max_queue_size, inline_ok=inline_ok,
+                                             on_gate=on_gate)
         except BaseException:
             # A bad admission or fault-injection parameter fails the load: stop the scheduler and responder threads
             # started above, so that a model that did not load leaves nothing running in the stub.
@@ -217,12 +226,28 @@ class TritonPythonModel:
             why = "fault_injection is set"
         elif s.decoupled:
             why = "the model is decoupled (execute may not return responses)"
-        elif s.device_group:
-            why = "device_group is set (an inline pass would take the device without asking the group's arbiter)"
         if why:
             print(f"lazybatch: {s.name}: whole passes run through the scheduler thread, not inline ({why})",
                   file=sys.stderr)
         return why is None
+
+    @property
+    def gate(self) -> Any:
+        """The arbiter gate of a grouped model once it joined the arbiter (None: solo, or no group)."""
+        return self.membership.gate if self.membership is not None else None
+
+    def _device_group(self, cfg: Any, args: dict[str, Any]) -> str:
+        """The device group this instance joins: the config's, or its device's by default ("": none, said why)."""
+        s = self.settings
+        if s.device_group:
+            return s.device_group
+        if s.device_group_none or s.batch_per_execute:  # batch_per_execute: Triton's batcher runs whole executions
+            return ""
+        group, why = default_device_group(cfg, str(args.get("model_instance_kind", "CPU")),
+                                          int(args.get("model_instance_device_id", 0) or 0), executor_of(cfg))
+        if why:
+            print(f"lazybatch: {s.name}: on no shared device by default ({why})", file=sys.stderr)
+        return group
 
     def _configure_production(self, runtime: Any) -> None:
         """Admission control, metrics and fault injection (docs/operations.md), set before any request arrives
@@ -235,7 +260,7 @@ class TritonPythonModel:
         if s.metrics:
             self.metrics = ModelMetrics(s.name, stage_names, s.scheduler_max_batch_size,
                                         seq2seq=self.seq2seq is not None,  # + the decoder loop's families
-                                        device=bool(s.device_group))  # + the shared device's (arbiter gate)
+                                        device=bool(self.device_group))  # + the shared device's (arbiter gate)
             if pb_utils is not None:  # outside Triton (unit tests) the bookkeeping runs, nothing is exported
                 self.exporter = TritonMetricsExporter(self.metrics, pb_utils, s.metrics_interval_ms / 1e3)
             runtime.metrics = self.metrics
@@ -304,6 +329,8 @@ class TritonPythonModel:
     def finalize(self) -> None:
         if self.runtime is not None:
             self.runtime.close()  # answers every request it holds (queued to the responder)
+        if self.membership is not None:
+            self.membership.close()
         if self._responder is not None:
             self._responder.close()  # ... and those answers are sent before the model goes
         if self.exporter is not None:

@@ -8,6 +8,12 @@ thread's inbox (``post``), and that thread delivers ``Scheduler.granted()``, so 
 Faults: a send that fails, or the socket closing under the reader (the arbiter was killed), turns the gate into
 "always granted": the scheduler is detached from it and schedules alone, as a model without ``device_group`` does,
 within one inbox turn. Nothing it holds is lost: a grant it was waiting for is replaced by a dispatch of its own.
+
+The solo lease (protocol.py, docs/colocation.md): while the gate holds it, every call answers locally (nothing is
+sent per job) and the model's inline route is on where its config allows it, so a model alone on its device runs
+as an ungrouped one. A revoke (V) turns the inline route off at once; the lease goes back (F with the lease's device
+seconds, then A or N) as soon as the job in flight is done, or at once when none is (an inline pass in flight holds
+the scheduler thread's lock, so the revoke is only handled once it ends).
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ IDLE, WAITING, GRANTED, RUNNING = 0, 1, 2, 3
 SLACK_RESEND_S = 1e-4
 # an admission asked of the arbiter (device_max_queue_size) waits this long for its answer, then admits
 ADMIT_TIMEOUT_S = 1.0
+# the join waits this long for the arbiter's W (leased or not), then the gate schedules alone
+JOIN_TIMEOUT_S = 5.0
 
 
 def _python() -> str:
@@ -92,7 +100,8 @@ class ArbiterGate:
     reader thread's is made on the scheduler thread."""
 
     def __init__(self, sock: socket.socket, scheduler: "Scheduler", post: Callable[[Callable[[], None]], None],
-                 name: str, *, weight: float = 1.0, priority: int = 0, max_queue_size: int = 0) -> None:
+                 name: str, *, weight: float = 1.0, priority: int = 0, max_queue_size: int = 0,
+                 route: Any = None, inline_ok: bool = False) -> None:
         self.sock = sock
         self.max_queue_size = max_queue_size  # the device-wide bound (0: none, no H message is ever sent)
         self.answers: "queue.Queue[tuple[bool, int, int] | None]" = queue.Queue()  # B answers, from the reader
@@ -114,15 +123,63 @@ class ArbiterGate:
         self.device_s = 0.0  # seconds its jobs ran on a grant
         self.wait_s = 0.0  # seconds from asking to the grant
         self.wait_since = 0.0
-        self._send(P.join_message(name, weight, priority))
-        self.reader = threading.Thread(target=self._read, name=f"{name}-arbiter", daemon=True)
+        # the solo lease: no message per job, inline passes allowed (route.on) while it is held
+        self.route = route  # the runtime's InlineRoute (None: no inline route to switch)
+        self.inline_ok = inline_ok  # the model's config allows inline passes (model.py _inline_allowed)
+        self.leased = False
+        self.revoked = False  # V received: the lease goes back once the job in flight is done
+        self.lease_s = 0.0  # device seconds used under the current lease, not yet reported (F at its end)
+        self.leases = 0
+        self.sent = 0  # messages sent after the join (tests: none per job under a lease)
+        if route is not None:
+            route.on_pass = self._inline_ran
         scheduler.gate = self  # type: ignore[assignment]
+        self._join(P.join_message(name, weight, priority))
+        self.reader = threading.Thread(target=self._read, name=f"{name}-arbiter", daemon=True)
         self.reader.start()
+
+    def _join(self, msg: bytes) -> None:
+        """J, and the arbiter's W: leased (schedule alone from the first request) or not (ask per job)."""
+        got = b""
+        try:
+            self.sock.sendall(msg)
+            self.sock.settimeout(JOIN_TIMEOUT_S)
+            while len(got) < 2:
+                data = self.sock.recv(2 - len(got))
+                if not data:
+                    break
+                got += data
+            self.sock.settimeout(None)
+        except OSError:
+            pass
+        if len(got) < 2 or got[:1] != P.WELCOME:
+            self._fail()
+            self._inline(self.inline_ok)
+            return
+        if got[1]:
+            self._lease()
+        else:
+            self._inline(False)
+
+    def _lease(self) -> None:
+        self.leased, self.revoked = True, False
+        self.leases += 1
+        self.grants += 1
+        self.shared = False
+        self._inline(self.inline_ok)
+
+    def _inline(self, on: bool) -> None:
+        if self.route is not None and self.route.on != on:
+            self.route.on = on
+            self.route.rt.loop.wake()  # it may sleep with no timeout: from now on it looks in on inline passes
 
     # ------------------------------------------------------------------ the Scheduler's gate
     def acquire(self, wants: bool) -> bool:
         if self.dead:
             return True
+        if self.leased:  # alone on the device: granted here, nothing sent
+            self.state = GRANTED if wants else IDLE
+            return wants
         if self.state == GRANTED:
             if wants:
                 return True
@@ -155,14 +212,35 @@ class ArbiterGate:
     def release(self) -> None:
         if self.state == GRANTED and not self.dead:
             self.state = IDLE
-            self._send(P.RELEASE)
+            if not self.leased:
+                self._send(P.RELEASE)
 
     def finished(self, job: StageJob) -> None:
         if self.state == RUNNING and not self.dead:
             self.state = IDLE
             ran = time.monotonic() - self.began
             self.device_s += ran
-            self.owed = P.FINISHED + P.F64.pack(ran)  # sent with the next acquire
+            if not self.leased:
+                self.owed = P.FINISHED + P.F64.pack(ran)  # sent with the next acquire
+                return
+            self.lease_s += ran
+            if self.revoked:
+                self._give_back()
+
+    def _inline_ran(self, seconds: float) -> None:
+        """An inline pass ran (execute's thread, under the scheduler thread's lock): device time, under the lease."""
+        self.device_s += seconds
+        if self.leased:
+            self.lease_s += seconds
+
+    def _give_back(self) -> None:
+        """The lease ends: F with its device seconds goes with the next message (the scheduler's next acquire, A or
+        N, which follows at once), and from now on the gate asks per job."""
+        self.owed = P.FINISHED + P.F64.pack(self.lease_s)
+        self.lease_s = 0.0
+        self.leased = self.revoked = False
+        self.drained = False  # so that an acquire with nothing held still sends N (and the owed F with it)
+        self.shared = True
 
     def admit(self, n: int) -> tuple[str, str] | None:
         """The device-wide bound (``device_max_queue_size``) for ``n`` new samples (already counted in this
@@ -195,23 +273,43 @@ class ArbiterGate:
             pass
 
     # ------------------------------------------------------------------ the scheduler thread, from the inbox
-    def on_grant(self, shared: bool) -> None:
+    def on_grant(self, flags: int) -> None:
         if self.dead or self.left:
             return
         if self.state != WAITING:  # not asked for (cannot happen by the protocol): hand it back
             self._send(P.RELEASE)
             return
-        self.grants += 1
         self.wait_s += time.monotonic() - self.wait_since
         self.state = GRANTED
-        self.shared = shared
+        if flags & P.LEASE:
+            self._lease()
+        else:
+            self.grants += 1
+            self.shared = bool(flags & P.SHARED)
         self.scheduler.granted()
+
+    def on_revoke(self) -> None:
+        """Another member asked for the device: no more inline passes; the lease goes back now, or when the job in
+        flight is done (``finished``)."""
+        if self.dead or self.left or not self.leased or self.revoked:
+            return
+        self.revoked = True
+        self._inline(False)
+        if self.state == RUNNING:
+            return
+        self.state = IDLE
+        self._give_back()
+        sched = self.scheduler
+        if not sched.busy and not sched.closed:
+            sched.granted()  # its acquire sends the F, with A (it holds requests) or N
 
     def on_lost(self) -> None:
         """The arbiter's socket closed: schedule alone from now on; a grant waited for is not waited for."""
         if self.dead or self.left:
             return
         self._fail()
+        self.leased = False
+        self._inline(self.inline_ok)  # schedules alone: as an ungrouped model, inline route included
         sched = self.scheduler
         if not sched.busy and not sched.closed:
             sched.granted()
@@ -221,6 +319,7 @@ class ArbiterGate:
         """Send ``msg`` (after a FINISHED owed); False, and detached from the scheduler, when the arbiter is gone."""
         if self.owed:
             msg, self.owed = self.owed + msg, b""
+        self.sent += 1
         try:
             self.sock.sendall(msg)
             return True
@@ -257,7 +356,11 @@ class ArbiterGate:
                     if len(buf) - i < size:
                         break
                     if code == P.GRANT:
-                        self.post(functools.partial(self.on_grant, bool(buf[i + 1])))
+                        self.post(functools.partial(self.on_grant, buf[i + 1]))
+                    elif code == P.REVOKE:
+                        self.post(self.on_revoke)
+                    elif code == P.WELCOME:  # only ever the answer to the join, read there
+                        pass
                     else:  # BOUND: the answer to the admission the scheduler thread waits for
                         full, held, members = P.BOUND_BODY.unpack_from(buf, i + 1)
                         self.answers.put((bool(full), held, members))
@@ -271,12 +374,13 @@ class ArbiterGate:
 
 
 def attach(runtime: Any, group: str, repository: str | Path, name: str, *, weight: float = 1.0,
-           priority: int = 0, max_queue_size: int = 0) -> ArbiterGate:
-    """Put a ``BackendRuntime``'s scheduler on its device group's arbiter (started here when none runs)."""
+           priority: int = 0, max_queue_size: int = 0, inline_ok: bool = False) -> ArbiterGate:
+    """Put a ``BackendRuntime``'s scheduler on its device group's arbiter (started here when none runs).
+    ``inline_ok``: the model's config allows inline passes (on while the gate holds the solo lease)."""
     path, lock = P.group_paths(repository, group)
     sock = connect(path, lock)
     return ArbiterGate(sock, runtime.scheduler, runtime.loop.post, name, weight=weight, priority=priority,
-                       max_queue_size=max_queue_size)
+                       max_queue_size=max_queue_size, route=runtime.route, inline_ok=inline_ok)
 
 
 def query(path: Path, timeout: float = 5.0) -> dict[str, Any]:

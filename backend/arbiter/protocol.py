@@ -7,8 +7,11 @@ not need to decide: a stub sends when its most urgent request must start (``leas
 with a grant.
 
 stub -> arbiter                                     arbiter -> stub
-  J weight:f64 priority:i16 len:u16 name   join       G shared:u8     the device is granted (shared: cut spans)
-  A latest_start:f64 held:u32              acquire    Q len:u32 json  the answer to Q
+  J weight:f64 priority:i16 len:u16 name   join       W leased:u8     the answer to J (leased: the solo lease from now)
+  A latest_start:f64 held:u32              acquire    G flags:u8      the device is granted (SHARED: cut spans;
+                                                                      LEASE: the solo lease, see below)
+                                                      V               revoke the lease: another member asked
+                                                      Q len:u32 json  the answer to Q
   N                                        acquire(False): holds nothing (frees a grant; held 0)
   H n:u32 held:u32 cap:u32                 admission  B full:u8 held:u32 members:u16  its answer
   R                                        release: granted, but the policy has nothing to run now
@@ -21,6 +24,13 @@ N and H: a completion lowers it at the member's next A or N, so the sum only eve
 device-wide bound ``device_max_queue_size``: a stub with that bound sends H for each arrival of ``n`` samples (its
 held counting them) and waits for B; ``full`` says the device-wide held would pass ``cap`` (B's ``held`` is the
 samples held across the ``members`` before these n). A stub without the bound never sends H.
+
+The solo lease (docs/colocation.md): a grant made while no other member waits, holds or runs (or the answer to a J
+that finds it so) is a lease. Its holder schedules alone, as an ungrouped model: it sends nothing per job and may
+run inline passes, until the arbiter sends V because another member sent A. The holder then finishes the job or
+inline pass in flight and answers with F (the device seconds used under the lease, not charged to its fair share:
+nobody else wanted the device meanwhile) followed by A or N, and asks per job from then on. Any F, N, R or L from
+the holder ends the lease.
 """
 
 from __future__ import annotations
@@ -33,6 +43,8 @@ from pathlib import Path
 
 JOIN, ACQUIRE, NOTHING, RELEASE, FINISHED, LEAVE, QUERY, GRANT = b"J", b"A", b"N", b"R", b"F", b"L", b"Q", b"G"
 ADMIT, BOUND = b"H", b"B"
+WELCOME, REVOKE = b"W", b"V"
+SHARED, LEASE = 1, 2  # the flags of G
 F64 = struct.Struct("<d")
 ACQUIRE_BODY = struct.Struct("<dI")
 ADMIT_BODY = struct.Struct("<III")
@@ -43,7 +55,7 @@ U32 = struct.Struct("<I")
 SIZES = {ACQUIRE: 1 + ACQUIRE_BODY.size, NOTHING: 1, RELEASE: 1, FINISHED: 1 + F64.size, LEAVE: 1, QUERY: 1,
          ADMIT: 1 + ADMIT_BODY.size}
 # the size of each message from the arbiter to a member
-REPLY_SIZES = {GRANT: 2, BOUND: 1 + BOUND_BODY.size}
+REPLY_SIZES = {GRANT: 2, BOUND: 1 + BOUND_BODY.size, WELCOME: 2, REVOKE: 1}
 
 
 def acquire_message(latest_start: float, held: int) -> bytes:
@@ -53,6 +65,12 @@ def acquire_message(latest_start: float, held: int) -> bytes:
 def join_message(name: str, weight: float, priority: int) -> bytes:
     raw = name.encode()[:1024]
     return JOIN + JOIN_HEAD.pack(weight, priority, len(raw)) + raw
+
+
+def solo_path(lock: Path) -> Path:
+    """The file a group's only member holds locked while no arbiter runs (backend/arbiter/join.py): a second member
+    that finds it locked starts the arbiter."""
+    return lock.with_suffix(".solo")
 
 
 def group_paths(repository: str | os.PathLike[str], group: str) -> tuple[Path, Path]:

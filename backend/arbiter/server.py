@@ -9,6 +9,10 @@ acquire, and ``granted`` writes a grant to the stub's socket.
 A stub whose socket closes (unloaded, crashed, ``kill -9``) leaves the device at once: a lane it held is freed and
 handed on in the same loop turn, so the other models wait for nothing it left behind. The process exits once it
 has had no member for ``IDLE_EXIT_S``.
+
+The solo lease (protocol.py): a grant made while every other member is idle is a lease, revoked (V) as soon as
+another member asks; the holder acknowledges with F once its job or inline pass in flight is done. Lease time is
+counted in the member's device time but not in its virtual time (nobody else wanted the device meanwhile).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lazybatch.batcher.decisions import DEVICE, DecisionLog
-from lazybatch.batcher.device import GRANTED, RUNNING, DeviceMember, SharedDevice
+from lazybatch.batcher.device import GRANTED, IDLE, RUNNING, DeviceMember, SharedDevice
 
 from . import protocol as P
 
@@ -71,12 +75,36 @@ class StubProxy:
         self.held = 0  # samples the stub last said it holds (A, N, H): the device-wide bound (device_max_queue_size)
         self.device: SharedDevice | None = None
         self.lost = False
+        self.leased = False  # holds the solo lease (protocol.py)
+        self.revoking = False  # V sent, F not yet back
+        self.leases = 0
+        self.revokes = 0
+        self.messages = 0  # messages received from this member (its cost: none per job under a lease)
+
+    def alone(self) -> bool:
+        """Every other member is idle (none waits, holds or runs): a grant now is a lease."""
+        return self.device is not None and all(o.state == IDLE for o in self.device.members if o is not self.gate)
 
     def granted(self) -> None:
-        shared = 1 if self.device is not None and self.device.shared else 0
+        flags = 0
+        if self.alone():
+            flags = P.LEASE
+            self.leased, self.revoking = True, False
+            self.leases += 1
+        elif self.device is not None and self.device.shared:
+            flags = P.SHARED
+        self.send(P.GRANT + bytes((flags,)))
+
+    def revoke(self) -> None:
+        if self.leased and not self.revoking:
+            self.revoking = True
+            self.revokes += 1
+            self.send(P.REVOKE)
+
+    def send(self, msg: bytes) -> None:
         try:
-            self.conn.sendall(P.GRANT + bytes((shared,)))
-        except OSError:  # its socket closed: the loop sees it and the member leaves (freeing this grant)
+            self.conn.sendall(msg)
+        except OSError:  # its socket closed: the loop sees it and the member leaves (freeing its grant)
             self.lost = True
 
 
@@ -94,6 +122,7 @@ class Arbiter:
         self.refused = 0  # admissions refused by the device-wide bound
         self.departed: list[dict[str, Any]] = []  # the last figures of members that left
         self.last_member_at = time.monotonic()
+        self.grant_owed = False  # a lease ended in the read being handled: grant at its end
         if path.exists():
             path.unlink()  # a stale socket of a dead arbiter (the caller holds the group's lock)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -138,11 +167,11 @@ class Arbiter:
             code = bytes(buf[:1])
             if code == P.JOIN:
                 if len(buf) < 1 + P.JOIN_HEAD.size:
-                    return
+                    break
                 weight, priority, n = P.JOIN_HEAD.unpack_from(buf, 1)
                 end = 1 + P.JOIN_HEAD.size + n
                 if len(buf) < end:
-                    return
+                    break
                 self._join(conn, bytes(buf[1 + P.JOIN_HEAD.size:end]).decode(errors="replace"), weight, priority)
             else:
                 end = P.SIZES.get(code, 0)
@@ -151,9 +180,12 @@ class Arbiter:
                     self._drop(conn)
                     return
                 if len(buf) < end:
-                    return
+                    break
                 self._handle(conn, code, buf, end)
             del buf[:end]
+        if self.grant_owed:
+            self.grant_owed = False
+            self.device._grant()
 
     def _handle(self, conn: socket.socket, code: bytes, buf: bytearray, end: int) -> None:
         if code == P.QUERY:
@@ -164,8 +196,15 @@ class Arbiter:
         if proxy is None or proxy.gate is None:
             return  # not joined: ignore
         m = proxy.gate
+        proxy.messages += 1
         if code == P.ACQUIRE:
             proxy.policy.latest_start, proxy.held = P.ACQUIRE_BODY.unpack_from(buf, 1)
+            if proxy.leased and m.state == GRANTED:  # the holder asks (a stub's gate never does): lease given back
+                proxy.leased = proxy.revoking = False
+                m._free_lane()
+            for other in self.proxies.values():  # another member asks: the lease holder gives it back
+                if other is not proxy:
+                    other.revoke()
             m.acquire(True)
         elif code == P.NOTHING:
             proxy.held = 0
@@ -183,6 +222,13 @@ class Arbiter:
                 proxy.lost = True
         elif code == P.RELEASE:
             m.release()
+        elif code == P.FINISHED and proxy.leased:  # the lease given back: its time is not charged to the share
+            ran = P.F64.unpack_from(buf, 1)[0]
+            m.device_time += ran
+            self.device.busy_time += ran
+            if m.state in (GRANTED, RUNNING):
+                m.state = GRANTED
+                m._free_lane()
         elif code == P.FINISHED:
             if m.state == GRANTED:  # the arbiter sees no start: the job ran from its grant to now
                 m.state = RUNNING
@@ -190,15 +236,28 @@ class Arbiter:
                 m.finished(None)  # type: ignore[arg-type]
         elif code == P.LEAVE:
             self._leave(conn)
+        if proxy.leased and m.state not in (GRANTED, RUNNING):  # F, N, R or L freed its lane: the lease ended
+            proxy.leased = proxy.revoking = False
+            # the lane goes to a waiting member once the whole read is handled (``_read``): the F that gives a lease
+            # back comes with the holder's A or N, and a grant between the two would find the new holder alone
+            self.grant_owed = True
 
     def _join(self, conn: socket.socket, name: str, weight: float, priority: int) -> None:
         if conn in self.proxies:
             return
         proxy = StubProxy(conn, name)
         proxy.device = self.device
-        self.device.join(proxy, name, weight=weight, priority=priority)  # type: ignore[arg-type]
+        m = self.device.join(proxy, name, weight=weight, priority=priority)  # type: ignore[arg-type]
         self.proxies[conn] = proxy
         self.joined += 1
+        leased = self.device.free > 0 and proxy.alone()  # nobody else active: it schedules alone from the start
+        if leased:
+            self.device.free -= 1
+            m.state = GRANTED
+            m.grants += 1
+            proxy.leased = True
+            proxy.leases += 1
+        proxy.send(P.WELCOME + bytes((leased,)))
 
     def _leave(self, conn: socket.socket) -> None:
         """The member leaves the device (unloaded, or its socket closed): a lane it holds is freed and handed on."""
@@ -211,7 +270,8 @@ class Arbiter:
         self.device.members.remove(m)
         m.leave()  # frees a lane it was granted, then grants the next waiting member
         self.left += 1
-        self.departed.append(m.stats() | {"decisions": proxy.log.counts.get(DEVICE, 0)})
+        self.departed.append(m.stats() | {"decisions": proxy.log.counts.get(DEVICE, 0), "leases": proxy.leases,
+                                          "revokes": proxy.revokes, "messages": proxy.messages})
 
     def _drop(self, conn: socket.socket) -> None:
         self._leave(conn)
@@ -231,7 +291,9 @@ class Arbiter:
             if m is None:
                 continue
             recent = [r.reason for r in list(proxy.log)[-5:]]
-            members.append(m.stats() | {"decisions": proxy.log.counts.get(DEVICE, 0), "recent": recent})
+            members.append(m.stats() | {"decisions": proxy.log.counts.get(DEVICE, 0), "recent": recent,
+                                        "leased": proxy.leased, "leases": proxy.leases, "revokes": proxy.revokes,
+                                        "messages": proxy.messages})
         return {"pid": os.getpid(), "lanes": self.device.lanes, "joined": self.joined, "left": self.left,
                 "held": sum(p.held for p in self.proxies.values()), "refused": self.refused, "members": members,
                 "departed": self.departed[-16:]}
