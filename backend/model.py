@@ -190,7 +190,7 @@ class TritonPythonModel:
 
                 self.gate = attach(self.runtime, s.device_group, Path(args["model_repository"]).parent, s.name,
                                    weight=s.device_weight, priority=s.device_priority_level,
-                                   max_queue_size=s.device_max_queue_size)
+                                   max_queue_size=s.device_max_queue_size, lanes=s.device_lanes)
                 if self.metrics is not None:
                     self.metrics.device_source = self.gate  # its device time and wait, read at each push
         except BaseException:
