@@ -106,6 +106,9 @@ PARAMETERS.update({
     "device_max_queue_size": "device_group models: most samples held across every model of the group (queued or in "
                              "flight; default 0: unbounded); an arrival past it is rejected UNAVAILABLE, saying the "
                              "shared device's queue is full (set it alike on the group's models: each checks its own)",
+    "device_lanes": "device_group models: how many stage jobs the group's device runs at once (an integer 1..64, "
+                    "default 1); one value per group: the arbiter is started with the first member's, and a model "
+                    "whose value differs fails its load saying both (docs/colocation.md, \"Lanes\")",
     "max_queue_size": "most samples the scheduler holds (queued or in flight); more are rejected UNAVAILABLE "
                       "(default 0: unbounded)",
     "timeout_action": "REJECT: refuse a request whose deadline the predictor says cannot be met | DELAY: serve it "
@@ -241,6 +244,7 @@ class BackendSettings:
     device_weight: float = 1.0  # its weight in the device's fair share
     device_priority_level: int = 0  # its priority at the device (smaller: more urgent)
     device_max_queue_size: int = 0  # samples held across the group's models (0: unbounded)
+    device_lanes: int = 1  # stage jobs the group's device runs at once (alike on the group's models)
 
     def request_level(self, priority: int) -> tuple[int, str | None]:
         """The scheduler's priority level for a request's ``request_priority`` (0 or absent: the default level),
@@ -345,14 +349,15 @@ def _fuse_segments(text: str | None) -> int:
 
 
 MAX_DEVICE_PRIORITY_LEVEL = 32767  # the arbiter's protocol carries it as a signed 16-bit integer
+MAX_DEVICE_LANES = 64  # far past any measured use (docs/colocation.md, "Lanes": 2 already contend on 2 cores)
 NO_DEVICE_GROUP = "none"  # device_group: "none" keeps a model off every shared device
 
 
 def _device_settings(cfg: Any, whole_executions: str | None = None) -> dict[str, Any]:
     """``device_group`` and the parameters that only mean something with it (``device_weight``,
-    ``device_priority_level``, ``device_max_queue_size``), checked here so that a typo fails the load with the
-    parameter's name. ``whole_executions``: the model runs Triton's batches whole (policy whole_graph, or
-    batch_per_execute), which no arbiter can gate: it joins no group, and naming one is an error."""
+    ``device_priority_level``, ``device_max_queue_size``, ``device_lanes``), checked here so that a typo fails the
+    load with the parameter's name. ``whole_executions``: the model runs Triton's batches whole (policy whole_graph,
+    or batch_per_execute), which no arbiter can gate: it joins no group, and naming one is an error."""
     group = (_param(cfg, "device_group", "") or "").strip()
     none = group.lower() == NO_DEVICE_GROUP  # the explicit opt-out, stable whatever the default becomes
     if none:
@@ -366,6 +371,8 @@ def _device_settings(cfg: Any, whole_executions: str | None = None) -> dict[str,
                                   f"an integer in 0..{MAX_DEVICE_PRIORITY_LEVEL} (smaller is more urgent, default 0)"),
         "device_max_queue_size": (int, lambda v: 0 <= v <= 0xFFFFFFFF,
                                   "an integer >= 0 (samples held across the group's models; 0: unbounded)"),
+        "device_lanes": (int, lambda v: 1 <= v <= MAX_DEVICE_LANES,
+                         f"an integer in 1..{MAX_DEVICE_LANES} (stage jobs the group's device runs at once, default 1)"),
     }
     for key, (parse, valid, must) in checks.items():
         text = _param(cfg, key)
@@ -383,7 +390,8 @@ def _device_settings(cfg: Any, whole_executions: str | None = None) -> dict[str,
         raise ConfigError(f"device_max_queue_size {cap} is below max_batch_size {cfg.max_batch_size}: a full-size "
                           "request could never be admitted; raise it (or 0 for unbounded)",
                           field="parameters.device_max_queue_size")
-    given = [k for k in ("device_weight", "device_priority_level", "device_max_queue_size") if k in out]
+    given = [k for k in ("device_weight", "device_priority_level", "device_max_queue_size",
+                                 "device_lanes") if k in out]
     if whole_executions and (group or given):
         what = ", ".join((["device_group"] if group else []) + given)
         raise ConfigError(f"{what}: a model under {whole_executions} runs Triton's batches as whole executions, which "

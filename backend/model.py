@@ -201,7 +201,7 @@ class TritonPythonModel:
                 self.membership = Membership(self.runtime, self.device_group, Path(args["model_repository"]).parent,
                                              s.name, weight=s.device_weight, priority=s.device_priority_level,
                                              max_queue_size=s.device_max_queue_size, inline_ok=inline_ok,
-                                             on_gate=on_gate)
+                                             lanes=s.device_lanes, on_gate=on_gate)
         except BaseException:
             # A bad admission or fault-injection parameter fails the load: stop the scheduler and responder threads
             # started above, so that a model that did not load leaves nothing running in the stub.

@@ -76,6 +76,11 @@ PAGES: dict[str, Page] = {
          "python -m benchmarks.bench_soak --help")),
     "colocation": Page("docs/colocation.md", "by hand", "the spread over seeds (simulated; the served benchmark is "
                        "not built yet, issue 50)", ("python -m benchmarks.sim_colocation",)),
+    "device_cost": Page("docs/colocation.md#cost", "by hand",
+                        "t1 again / t1 (the same call under a second name), routes in turns per request",
+                        ("python -m benchmarks.bench_device_cost --json docs/data/device_cost_mlp.json",)),
+    "device_lanes": Page("docs/colocation.md#lanes", "by hand", "the spread over 3 repetitions (no identical copy)",
+                         ("python -m benchmarks.bench_device_lanes --json docs/data/device_lanes.json",)),
 }
 
 

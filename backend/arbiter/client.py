@@ -374,13 +374,39 @@ class ArbiterGate:
 
 
 def attach(runtime: Any, group: str, repository: str | Path, name: str, *, weight: float = 1.0,
-           priority: int = 0, max_queue_size: int = 0, inline_ok: bool = False) -> ArbiterGate:
-    """Put a ``BackendRuntime``'s scheduler on its device group's arbiter (started here when none runs).
-    ``inline_ok``: the model's config allows inline passes (on while the gate holds the solo lease)."""
+           priority: int = 0, max_queue_size: int = 0, inline_ok: bool = False, lanes: int = 1) -> ArbiterGate:
+    """Put a ``BackendRuntime``'s scheduler on its device group's arbiter (started here, with ``lanes``, when none
+    runs). An arbiter already running with other lanes fails the load (``check_lanes``). ``inline_ok``: the model's
+    config allows inline passes (on while the gate holds the solo lease)."""
     path, lock = P.group_paths(repository, group)
-    sock = connect(path, lock)
+    sock = connect(path, lock, lanes=lanes)
+    try:
+        check_lanes(path, group, lanes)
+    except BaseException:
+        sock.close()
+        raise
     return ArbiterGate(sock, runtime.scheduler, runtime.loop.post, name, weight=weight, priority=priority,
                        max_queue_size=max_queue_size, route=runtime.route, inline_ok=inline_ok)
+
+
+def check_lanes(path: Path, group: str, lanes: int) -> None:
+    """The group's device has one number of lanes, the first member's (the arbiter is started with it). A model
+    configured otherwise fails its load rather than logging a warning: it would otherwise serve with a number of
+    concurrent jobs its own config.pbtxt contradicts, and the server would report it READY. One query at load (a
+    connection of its own), nothing per job."""
+    from lazybatch.batcher.errors import ConfigError
+
+    from .server import IDLE_EXIT_S
+
+    stats = query(path)
+    running = int(stats.get("lanes", 1))
+    if running != lanes:
+        members = ", ".join(m["model"] for m in stats.get("members", [])) or "none now"
+        raise ConfigError(f"device_lanes {lanes} differs from the {running} lane(s) of device group {group!r}'s "
+                          f"arbiter (started with the value of the group's first model to load; members: "
+                          f"{members}); set device_lanes alike on every model of the group (an arbiter left with "
+                          f"no member exits after {IDLE_EXIT_S:g} s, and the next load starts one anew)",
+                          field="parameters.device_lanes")
 
 
 def query(path: Path, timeout: float = 5.0) -> dict[str, Any]:

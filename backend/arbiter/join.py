@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import protocol as P
-from .client import ArbiterGate, _try_connect, connect
+from .client import ArbiterGate, _try_connect, check_lanes, connect
 
 SOLO_POLL_S = 0.05  # how often a solo member looks for the arbiter a second member started
 
@@ -33,7 +33,7 @@ class Membership:
     """One model instance in its device group: solo (no arbiter, no gate) or joined (``gate``)."""
 
     def __init__(self, runtime: Any, group: str, repository: str | Path, name: str, *, weight: float = 1.0,
-                 priority: int = 0, max_queue_size: int = 0, inline_ok: bool = False,
+                 priority: int = 0, max_queue_size: int = 0, inline_ok: bool = False, lanes: int = 1,
                  on_gate: Callable[[ArbiterGate], None] | None = None) -> None:
         self.runtime = runtime
         self.group = group
@@ -46,20 +46,26 @@ class Membership:
         self._solo: Any = None  # the locked solo file while this member is alone and no arbiter runs
         self._closed = threading.Event()
         sock = _try_connect(self.path)
-        if sock is None:
+        if sock is not None:
+            _checked(sock, self.path, group, lanes)
+        else:
             self.lock.parent.mkdir(parents=True, exist_ok=True)
             f = open(P.solo_path(self.lock), "a")
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:  # another member is solo: start the arbiter, and it joins once it sees it
                 f.close()
+                solo_lanes(P.solo_path(self.lock), group, lanes)  # a differing device_lanes fails this load
                 try:
-                    sock = connect(self.path, self.lock)
+                    sock = connect(self.path, self.lock, lanes=lanes)
                 except (OSError, RuntimeError) as e:  # no arbiter: this model schedules alone, as ungrouped
                     print(f"lazybatch: {name}: cannot start the arbiter of device group {group!r} ({e}); the "
                           "model schedules alone, sharing the device as an ungrouped model", file=sys.stderr)
                     return
             else:
+                f.truncate(0)
+                f.write(f"{lanes}\n")  # the group's device_lanes, for the member that starts the arbiter
+                f.flush()
                 self._solo = f
                 threading.Thread(target=self._watch, name=f"{name}-device-group", daemon=True).start()
                 return
@@ -100,3 +106,27 @@ class Membership:
         f, self._solo = self._solo, None
         if f is not None:
             f.close()  # closing the file releases its lock
+
+
+def _checked(sock: Any, path: Path, group: str, lanes: int) -> None:
+    """``check_lanes`` against a running arbiter; the socket is closed when the load fails."""
+    try:
+        check_lanes(path, group, lanes)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def solo_lanes(solo: Path, group: str, lanes: int) -> None:
+    """The solo member wrote its ``device_lanes`` in its lock file; the second member, which starts the group's
+    arbiter, must have the same (the error is ``check_lanes``'s)."""
+    from lazybatch.batcher.errors import ConfigError
+
+    try:
+        text = solo.read_text().strip()
+    except OSError:
+        return
+    if text.isdigit() and int(text) != lanes:
+        raise ConfigError(f"device_lanes {lanes} differs from the {int(text)} lane(s) of device group {group!r} (set "
+                          "by the model already loaded in it); set device_lanes alike on every model of the group",
+                          field="parameters.device_lanes")

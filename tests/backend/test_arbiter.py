@@ -514,3 +514,80 @@ def test_device_max_queue_size_parameter(tmp_path):
     assert settings(device_max_queue_size="64").device_max_queue_size == 64  # the device's default group
     with pytest.raises(ConfigError, match="device_max_queue_size applies only to a model on a shared device"):
         settings(device_group="none", device_max_queue_size="64")
+
+
+# ---------------------------------------------------------------- device_lanes: jobs the group's device runs at once
+
+
+def test_device_lanes_parameter(tmp_path):
+    from lazybatch.backend.config import BackendSettings, parse_config_text
+    from lazybatch.batcher.errors import ConfigError
+
+    from test_backend import CONFIG
+
+    def settings(**params):
+        extra = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in params.items())
+        return BackendSettings.from_config(parse_config_text(CONFIG + extra), tmp_path)
+
+    assert settings(device_group="dev0").device_lanes == 1
+    assert settings(device_group="dev0", device_lanes="2").device_lanes == 2
+    for bad in ("0", "-1", "1.5", "x", "65"):
+        with pytest.raises(ConfigError, match=r"parameters.device_lanes.*device_lanes must be an integer in 1\.\.64"):
+            settings(device_group="dev0", device_lanes=bad)
+    assert settings(device_lanes="2").device_lanes == 2  # the device's default group
+    with pytest.raises(ConfigError, match="device_lanes applies only to a model on a shared device"):
+        settings(device_group="none", device_lanes="2")
+
+
+def test_device_lanes_reach_the_arbiter_and_a_different_value_fails_the_load(models, group):
+    from lazybatch.batcher.errors import ConfigError
+
+    rs, cs, gs = _runtime(models["small"][1], group, "small", lanes=2)  # the first member starts the arbiter
+    try:
+        path = P.group_paths(group, GROUP)[0]
+        assert query(path)["lanes"] == 2
+        with pytest.raises(ConfigError, match=r"device_lanes 1 differs from the 2 lane\(s\) of device group 'g'.*"
+                                              r"members: small.*set device_lanes alike"):
+            _runtime(models["large"][1], group, "large", lanes=1)
+        assert [m["model"] for m in query(path)["members"]] == ["small"]  # the refused model never joined
+    finally:
+        rs.close()
+
+
+def _job_intervals(gate):
+    """Record each stage job's (start, end) on the host's monotonic clock, from the gate's own calls."""
+    spans = []
+    started, finished = gate.started, gate.finished
+
+    def on_start(job):
+        started(job)
+        spans.append([time.monotonic(), None])
+
+    def on_finish(job):
+        spans[-1][1] = time.monotonic()
+        finished(job)
+
+    gate.started, gate.finished = on_start, on_finish
+    return spans
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_two_lanes_let_two_models_jobs_overlap_one_lane_never(models, group, lanes):
+    """Two members under load at once: with one lane no job of one overlaps a job of the other (the arbiter's grant
+    comes after the other's F); with two lanes they do overlap."""
+    a = _runtime(models["large"][1], group, "a", lanes=lanes)
+    b = _runtime(models["large"][1], group, "b", lanes=lanes)
+    spans = {"a": _job_intervals(a[2]), "b": _job_intervals(b[2])}
+    try:
+        _load_both((a[0], a[1], models["large"][0]), (b[0], b[1], models["large"][0]), n=120)
+        ia, ib = ([s for s in spans[k] if s[1] is not None] for k in ("a", "b"))
+        assert len(ia) > 10 and len(ib) > 10
+        overlap = sum(1 for s in ia for t in ib if s[0] < t[1] and t[0] < s[1])
+        if lanes == 1:
+            assert overlap == 0, f"{overlap} pairs of jobs ran at once on a one-lane device"
+        else:
+            assert overlap > 0, "no two jobs ran at once on a two-lane device"
+        assert query(P.group_paths(group, GROUP)[0])["lanes"] == lanes
+    finally:
+        a[0].close()
+        b[0].close()

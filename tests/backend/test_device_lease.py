@@ -224,6 +224,26 @@ def test_one_member_starts_no_arbiter_and_a_second_one_forms_the_group(models, g
             pass
 
 
+def test_a_second_member_with_other_device_lanes_fails_its_load_against_a_solo_one(models, group):
+    """The solo member has no arbiter to ask: its device_lanes sit in its lock file, and the member that would start
+    the arbiter with another value fails its load instead, naming both values."""
+    path, _ = P.group_paths(group, GROUP)
+    runner = StageRunner(models["small"][1], execution_provider="cpu", intra_op_threads=1)
+    rt = BackendRuntime(runner, runner.profile([1, 2], reps=1), parse_policy("eager").build(max_batch_size=2),
+                        Collector().respond, name="small")
+    first = None
+    try:
+        first = Membership(rt, GROUP, group, "small", lanes=2)
+        assert first.solo
+        with pytest.raises(ConfigError, match=r"device_lanes 1 differs from the 2 lane\(s\) of device group"):
+            Membership(rt, GROUP, group, "large", lanes=1)
+        assert first.solo and not path.exists()  # the refused member started no arbiter
+    finally:
+        rt.close()
+        if first is not None:
+            first.close()
+
+
 # ---------------------------------------------------------------- seq2seq (decoder) models under a gate
 
 
