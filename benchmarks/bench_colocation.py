@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the CNN among the four (mobilenet: the cheaper run)")
     ap.add_argument("--perf-load", type=float, default=0.7, help="the perf_analyzer cell set's load (0.7, equal)")
     ap.add_argument("--no-perf", action="store_true", help="skip the perf_analyzer cell set")
+    ap.add_argument("--reprofile", action="store_true", help="profile the models' latency tables again (an OUT kept "
+                    "from an earlier run reuses its tables, which the lazybatch models and the simulator read)")
     ap.add_argument("--quick", action="store_true", help="every part once with tiny durations (development, tests)")
     ap.add_argument("--out", default="lazybatch-results/colocation", help="results folder (repositories, logs, "
                     "colocation.json, the page)")
@@ -110,10 +112,18 @@ def main(argv: list[str] | None = None) -> int:
     urgent = args.cnn
     prio = R.prio_configs(urgent)
     configs = list(R.CONFIGS.values()) + [prio["lazybatch"], prio["triton_0us_rl"]]
-    main_repo, rl_repo = R.build(out, kinds, configs)
+    main_repo, rl_repo = R.build(out, kinds, configs, reprofile=args.reprofile)
     arbiters = out / "arbiters"
     arbiters.mkdir(parents=True, exist_ok=True)
     res: dict = {"meta": meta, "kinds": kinds, "cells": []}
+    res["settings"] = {"loads": args.loads, "mixes": args.mixes, "reps": args.reps, "duration_s": args.duration,
+                       "sla_multiple": args.sla_multiple, "skew_kind": args.cnn, "rl_priority": R.RL_PRIORITY,
+                       "quick": args.quick, "estimate_s": est, "wall_s": 0.0,
+                       "pair": {"small": PAIR[0], "large": PAIR[1], "small_load": PAIR[2], "large_load": PAIR[3]},
+                       "prio": {"urgent": urgent, "urgent_load": PRIO[1], "best_effort": [k for k in kinds
+                                                                                          if k != urgent],
+                                "best_effort_load": PRIO[2], "rl_urgent": R.RL_PRIORITY,
+                                "rl_best_effort": R.RL_BEST_EFFORT}}
     with served(main_repo, out / "tritonserver.log", env={"LAZYBATCH_ARBITER_DIR": str(arbiters)}) as s1, \
             served(rl_repo, out / "tritonserver_rl.log", extra_args=["--rate-limit=execution_count"]) as s2:
         url = {False: s1.endpoints.grpc, True: s2.endpoints.grpc}
@@ -151,15 +161,9 @@ def main(argv: list[str] | None = None) -> int:
                                     indices=idx, levels=levels)
             res["cells"].append({k: v for k, v in step.items() if k != "cfg"} | c)
             time.sleep(PAUSE_S)
-            write_json(out / "colocation.json", res)  # a long run keeps what it measured
-    res["settings"] = {"loads": args.loads, "mixes": args.mixes, "reps": args.reps, "duration_s": args.duration,
-                       "sla_multiple": args.sla_multiple, "skew_kind": args.cnn, "rl_priority": R.RL_PRIORITY,
-                       "quick": args.quick, "estimate_s": est, "wall_s": time.monotonic() - t_start,
-                       "pair": {"small": PAIR[0], "large": PAIR[1], "small_load": PAIR[2], "large_load": PAIR[3]},
-                       "prio": {"urgent": urgent, "urgent_load": PRIO[1], "best_effort": [k for k in kinds
-                                                                                          if k != urgent],
-                                "best_effort_load": PRIO[2], "rl_urgent": R.RL_PRIORITY,
-                                "rl_best_effort": R.RL_BEST_EFFORT}}
+            res["settings"]["wall_s"] = time.monotonic() - t_start
+            write_json(out / "colocation.json", res)  # a long run keeps what it measured (--from-results reads it)  # a long run keeps what it measured
+    res["settings"]["wall_s"] = time.monotonic() - t_start
     write_json(out / "colocation.json", res)
     if args.data:
         write_json(args.data, res)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -87,7 +88,9 @@ def perf_cell(url: str, names: Mapping[str, str], rates: Mapping[str, float], du
 
     total = sum(rates.values())
     shares = {names[k]: r / total for k, r in rates.items()}
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists():  # perf_analyzer refuses an export file that exists (an earlier run's cell)
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
     own = {}
     with Client(url) as c:
         for k in rates:

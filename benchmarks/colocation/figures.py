@@ -50,7 +50,9 @@ def fig(cell: dict, who: str, key: str, sub: str | None = None) -> float:
     """A figure of a cell: ``who`` a model kind or "all"; ``sub``: the attainment's tightness."""
     d = cell["all"] if who == "all" else cell["models"].get(who, {})
     v = d.get(key, math.nan)
-    return v.get(sub, math.nan) if sub is not None else v
+    if sub is not None:
+        return v.get(sub, math.nan) if isinstance(v, dict) else math.nan
+    return v
 
 
 def per_rep(cells: list[dict], configs: Sequence[str], value: Callable[[dict], float]) -> dict[str, list[float]]:

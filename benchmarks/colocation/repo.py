@@ -75,11 +75,11 @@ def model_name(kind: str, cfg: Config) -> str:
     return f"{kind}_{cfg.suffix}"
 
 
-def build(out: Path, kinds: list[str], configs: list[Config], *, profile_reps: int = 5,
+def build(out: Path, kinds: list[str], configs: list[Config], *, profile_reps: int = 5, reprofile: bool = False,
           log: Callable[[str], None] = print) -> tuple[Path, Path]:
     """The main and the rate-limited repository under ``out`` with ``kinds`` under every configuration (each
     kind split and profiled once, in ``out/build``; a repository kept from an earlier run is reused, its configs
-    rewritten). Returns (main, rate-limited)."""
+    rewritten; ``reprofile``: its latency tables measured again, on this machine now). Returns (main, rate-limited)."""
     from lazybatch.backend.config import config_to_text, load_config
 
     main, limited = out / "repo", out / "repo_rl"
@@ -92,7 +92,7 @@ def build(out: Path, kinds: list[str], configs: list[Config], *, profile_reps: i
             # Triton serves it, not the backend's graph batching that stands in for it elsewhere
             build_default_repository(repo, kind=kind, work=out / "build" / kind, profile_reps=profile_reps,
                                      policies={c.suffix: c.policy for c in cfgs}, seq2seq_baselines=False,
-                                     log=lambda s: None)
+                                     reprofile=reprofile and repo == main, log=lambda s: None)
             for c in cfgs:
                 path = repo / model_name(kind, c) / "config.pbtxt"
                 cfg = load_config(path)
