@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -107,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"co-location benchmark: {len(R.CONFIGS)} configurations x {len(args.mixes)} mixes x {len(args.loads)} "
           f"loads x {args.reps} repetitions of {args.duration:g} s, perf set, pair, priority; estimated "
           f"{est / 60:.0f} min on a quiet 2-core machine", flush=True)
+    # a run stopped with SIGTERM (e.g. `timeout`) still stops its two servers: served()'s exit runs on SystemExit
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t_start = time.monotonic()
     meta = {**machine_meta(), "command": command_line(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     urgent = args.cnn
