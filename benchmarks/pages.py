@@ -74,8 +74,14 @@ PAGES: dict[str, Page] = {
         "docs/operations.md", "by hand", "the spread over repetitions",
         ("python -m benchmarks.bench_cancel --help", "python -m benchmarks.bench_memory --help",
          "python -m benchmarks.bench_soak --help")),
-    "colocation": Page("docs/colocation.md", "by hand", "the spread over seeds (simulated; the served benchmark is "
-                       "not built yet, issue 50)", ("python -m benchmarks.sim_colocation",)),
+    "colocation": Page(
+        "docs/results/colocation.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
+        ("python -m benchmarks.bench_colocation --reprofile --out lazybatch-results/colocation "
+         "--data docs/data/colocation.json --page docs/results/colocation.md",
+         "python -m benchmarks.bench_colocation --from-results docs/data/colocation.json "
+         "--page docs/results/colocation.md")),
+    "colocation_sim": Page("docs/colocation.md", "by hand", "the spread over seeds (simulated, the paper's tables)",
+                           ("python -m benchmarks.sim_colocation",)),
     "device_cost": Page("docs/colocation.md#cost", "by hand",
                         "t1 again / t1 (the same call under a second name), routes in turns per request",
                         ("python -m benchmarks.bench_device_cost --json docs/data/device_cost_mlp.json",)),

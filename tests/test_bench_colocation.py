@@ -1,0 +1,146 @@
+"""The served co-location benchmark's parts that need no server (benchmarks/bench_colocation.py): the configurations
+it writes (device_group named explicitly, Triton's rate limiter as a user sets it), the cell summary, the plan, and
+the page rendered whole from small synthetic raw data (``--from-results``), with its verdicts by the one rule."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import bench_colocation as B
+from benchmarks.colocation import figures as F
+from benchmarks.colocation import repo as R
+from benchmarks.colocation.drive import summarise
+from benchmarks.harness.verdict import MET, MISSED
+
+KINDS = ["mlp", "mobilenet", "bert", "lm"]
+T1 = {"mlp": 2.0, "mobilenet": 7.0, "bert": 25.0, "lm": 200.0}
+SPEED = {"lazybatch": 0.3, "lazybatch_nodevice": 0.9, "triton_0us": 1.0, "triton_5000us": 1.2,
+         "triton_20000us": 1.5, "triton_0us_rl": 2.0, "triton_0us_twin": 1.0}
+
+
+def test_summary_counts_failures_against_every_tightness():
+    s = summarise([1.0, 2.0, 30.0], sent=4, sla_ms=10.0, t1_ms=1.0, throughput=3.0, rate=4.0)
+    assert (s["ok"], s["failed"]) == (3, 1)
+    assert s["violations"] == pytest.approx(2 / 4)  # one late, one failed
+    assert s["attain"] == {"2": 0.5, "5": 0.5, "10": 0.5, "20": 0.5}
+    pooled = summarise([1.0, 50.0], sent=2, sla_ms=[10.0, 100.0], t1_ms=[1.0, 10.0], throughput=2.0, rate=2.0)
+    assert pooled["violations"] == 0.0 and pooled["attain"]["5"] == 1.0 and pooled["attain"]["2"] == 0.5
+
+
+def test_configurations_name_the_device_group_and_the_rate_limiter_as_a_user_would():
+    assert R.CONFIGS["lazybatch"].params("mlp") == {"device_group": R.GROUP}
+    assert R.CONFIGS["lazybatch_nodevice"].params("mlp") == {"device_group": "none"}
+    assert R.CONFIGS["triton_0us_twin"].policy == R.CONFIGS["triton_0us"].policy == "triton:0"
+    assert [c for c, cfg in R.CONFIGS.items() if cfg.rate_limited] == ["triton_0us_rl"]
+    prio = R.prio_configs("mobilenet")
+    assert prio["lazybatch"].params("mobilenet")["device_priority_level"] == "0"
+    assert prio["lazybatch"].params("bert")["device_priority_level"] == "1"
+    assert prio["triton_0us_rl"].rl_priority("mobilenet") < prio["triton_0us_rl"].rl_priority("bert")
+
+
+def test_rates_make_the_asked_share_of_capacity_and_the_plan_takes_turns():
+    rates = B.rates_for(0.7, {k: 0.25 for k in KINDS}, T1)
+    assert sum(r * T1[k] / 1e3 for k, r in rates.items()) == pytest.approx(0.7)
+    args = type("A", (), {"mixes": ["equal", "skewed"], "loads": [0.4, 1.2], "reps": 2, "cnn": "mobilenet",
+                          "no_perf": False, "perf_load": 0.7, "duration": 5.0})()
+    plan = B.steps(args, KINDS, T1, R.prio_configs("mobilenet"), "mobilenet")
+    sweep = [s for s in plan if s["exp"] == "sweep" and s["driver"] == "load" and not s.get("alone")]
+    assert len(sweep) == 2 * 2 * 2 * len(R.CONFIGS)
+    first = [s["config"] for s in sweep if s["mix"] == "equal" and s["load"] == 0.4]
+    assert first[:len(R.CONFIGS)] == list(R.CONFIGS) and first[len(R.CONFIGS):] == list(R.CONFIGS)[::-1]
+    assert {s["exp"] for s in plan} == {"sweep", "pair", "prio"}
+    assert any(s["driver"] == "perf" for s in plan)
+    skewed = next(s for s in plan if s["mix"] == "skewed")["rates"]
+    assert skewed["mobilenet"] / sum(skewed.values()) == pytest.approx(0.7)
+    assert 0 < B.estimate(args) < 3 * 3600
+
+
+def _cell(rng, exp, cfg, rep, models, *, mix="equal", load=0.7, alone=None, driver="load", speed=None):
+    per, raw = {}, {}
+    for k in models:
+        lat = list(T1[k] * (speed if speed is not None else SPEED[cfg]) * (1 + rng.exponential(1.0, 40)))
+        raw[k] = lat
+        per[k] = summarise(lat, 40, 10 * T1[k], T1[k], 8.0 / SPEED[cfg], 8.0)
+    from benchmarks.colocation.drive import pooled
+
+    c = {"exp": exp, "driver": driver, "mix": mix, "load": load, "rep": rep, "config": cfg, "models": per,
+         "all": pooled(per, raw, {k: 10 * T1[k] for k in models}, T1), "seed": rep}
+    if alone:
+        c["alone"] = alone
+    if driver == "load":
+        c["sim"] = {"models": per, "all": c["all"]}
+    return c
+
+
+@pytest.fixture
+def synthetic(tmp_path):
+    rng = np.random.default_rng(0)
+    cells = []
+    for load in (0.4, 0.7, 1.2):
+        for k in KINDS:
+            cells.append(_cell(rng, "sweep", "triton_0us", 0, [k], load=load, alone=k))
+        for rep in range(3):
+            cells += [_cell(rng, "sweep", c, rep, KINDS, load=load) for c in R.CONFIGS]
+    cells += [_cell(rng, "sweep", c, rep, KINDS, driver="perf") for rep in range(3) for c in R.CONFIGS]
+    for rep in range(3):
+        cells += [_cell(rng, "pair", c, rep, ["mlp", "bert"], mix="pair", load=0.0) for c in R.CONFIGS]
+        cells += [_cell(rng, "pair", c, rep, [m], mix="pair", load=0.0, alone=m, speed=0.28)
+                  for c in ("lazybatch", "triton_0us") for m in ("mlp", "bert")]
+        for c in ("lazybatch", "triton_0us", "triton_0us_rl"):
+            cells.append(_cell(rng, "prio", c, rep, ["mobilenet"], mix="prio", load=0.0, alone="mobilenet",
+                               speed=0.3))
+            cells.append(_cell(rng, "prio", c, rep, KINDS, mix="prio", load=0.0))
+    res = {"meta": {"command": "python -m benchmarks.bench_colocation", "commit": "abc1234", "started": "now",
+                    "cpu": "cpu", "cores": 2, "loadavg_before": "0.1 0.1 0.1", "onnxruntime": "1",
+                    "tritonclient": "2"},
+           "kinds": KINDS, "t1_ms": T1, "sla_ms": {k: 10 * v for k, v in T1.items()}, "cells": cells,
+           "settings": {"loads": [0.4, 0.7, 1.2], "mixes": ["equal"], "reps": 3, "duration_s": 5.0,
+                        "sla_multiple": 10.0, "skew_kind": "mobilenet", "rl_priority": 1, "quick": False,
+                        "estimate_s": 1800, "wall_s": 1700,
+                        "pair": {"small": "mlp", "large": "bert", "small_load": 0.3, "large_load": 1.1},
+                        "prio": {"urgent": "mobilenet", "urgent_load": 0.2, "best_effort": ["mlp", "bert", "lm"],
+                                 "best_effort_load": 0.8, "rl_urgent": 1, "rl_best_effort": 10}}}
+    path = tmp_path / "colocation.json"
+    path.write_text(json.dumps(res))
+    return res, path
+
+
+def test_verdicts_follow_the_one_rule_with_the_twin_beside(synthetic):
+    res, _ = synthetic
+    v = F.sweep_verdicts(res["cells"], KINDS)["equal"]
+    # lazybatch is 1/0.3 = 3.3x faster than Triton 0 ms in every cell: the aggregate average goal (2x) is met;
+    # the twin is Triton 0 ms itself: it cannot meet it
+    assert v["aggregate avg"]["lazybatch_pooled"]["verdict"] == MET
+    assert v["aggregate avg"]["triton_0us_twin_pooled"]["verdict"] == MISSED
+    assert sum(v["aggregate avg"]["counts"]["lazybatch"].values()) == 2  # the 70% and 120% cells
+    assert v["peak throughput"]["lazybatch_pooled"]["spread"]["n"] == 3
+    pair = F.pair_figures(res["cells"], "mlp", "bert")
+    assert pair["lazybatch"]["small avg"]["verdict"] == MET
+    assert set(pair["lazybatch"]["best"]) <= set(R.TRITON)
+    prio = F.prio_figures(res["cells"], "mobilenet")
+    assert set(prio) == {"lazybatch", "triton_0us", "triton_0us_rl"}
+    assert prio["lazybatch"]["verdict"] == MET and prio["triton_0us_rl"]["verdict"] == MISSED
+    check = F.model_check([c for c in res["cells"] if c["exp"] == "sweep"], "triton_0us", KINDS)
+    assert check["all avg"]["geomean"] == pytest.approx(1.0)  # the synthetic sim is the served figure
+
+
+def test_page_renders_from_results_with_its_plots(synthetic, tmp_path):
+    _, path = synthetic
+    page = tmp_path / "results" / "colocation.md"
+    assert B.main(["--from-results", str(path), "--out", str(tmp_path / "out"), "--page", str(page)]) == 0
+    text = page.read_text()
+    for part in ("# Many models, one device: served", "commit `abc1234`", "Four models at 70-120% load: goals",
+                 "A small model beside a large one", "A high-priority model beside best-effort ones",
+                 "SLO attainment", "The simulator's models against served figures", "noise floor",
+                 "(perf driver)", "#### equal mix, 120% load (load driver)", "../img/colocation_attainment_vs_load.png"):
+        assert part in text, part
+    assert "**met**" in text
+    assert "per cell lazybatch" in text and "the identical copy" in text
+    for img in ("colocation_attainment_vs_load.png", "colocation_attainment_vs_tightness.png"):
+        assert (tmp_path / "img" / img).stat().st_size > 1000
+    # the raw data's link resolves from the page
+    link = text.split("Raw data: [colocation.json](")[1].split(")")[0]
+    assert (page.parent / link).resolve() == path.resolve()
