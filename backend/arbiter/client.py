@@ -8,6 +8,9 @@ thread's inbox (``post``), and that thread delivers ``Scheduler.granted()``, so 
 Faults: a send that fails, or the socket closing under the reader (the arbiter was killed), turns the gate into
 "always granted": the scheduler is detached from it and schedules alone, as a model without ``device_group`` does,
 within one inbox turn. Nothing it holds is lost: a grant it was waiting for is replaced by a dispatch of its own.
+Meanwhile ``reconnect.Reconnector`` (set by ``attach``) restarts the arbiter or finds the one another stub
+restarted, and the gate rejoins on the scheduler thread; replies of the dead connection (an older ``epoch``) are
+dropped.
 """
 
 from __future__ import annotations
@@ -100,6 +103,10 @@ class ArbiterGate:
         self.scheduler = scheduler
         self.post = post
         self.name = name
+        self.weight = weight  # sent with each join (a rejoin after the arbiter's restart too)
+        self.priority = priority
+        self.epoch = 0  # the connection's number: a reply posted by an older one's reader is dropped
+        self.reconnect: Any = None  # reconnect.Reconnector: back onto a restarted arbiter after a fallback
         self.state = IDLE
         self.shared = False  # the last grant said other models share the device: cut spans at every stage
         self.sent_start = 0.0  # the latest start sent with the pending acquire
@@ -115,8 +122,13 @@ class ArbiterGate:
         self.wait_s = 0.0  # seconds from asking to the grant
         self.wait_since = 0.0
         self._send(P.join_message(name, weight, priority))
-        self.reader = threading.Thread(target=self._read, name=f"{name}-arbiter", daemon=True)
         scheduler.gate = self  # type: ignore[assignment]
+        self.start_reader()
+
+    def start_reader(self) -> None:
+        """The reader thread of the current connection (at the join, and at each rejoin)."""
+        self.reader = threading.Thread(target=self._read, args=(self.sock, self.epoch), name=f"{self.name}-arbiter",
+                                       daemon=True)
         self.reader.start()
 
     # ------------------------------------------------------------------ the Scheduler's gate
@@ -187,6 +199,8 @@ class ArbiterGate:
 
     def leave(self) -> None:
         self.left = True
+        if self.reconnect is not None:
+            self.reconnect.stop()
         if not self.dead:
             self._send(P.LEAVE)
         try:
@@ -195,8 +209,8 @@ class ArbiterGate:
             pass
 
     # ------------------------------------------------------------------ the scheduler thread, from the inbox
-    def on_grant(self, shared: bool) -> None:
-        if self.dead or self.left:
+    def on_grant(self, shared: bool, epoch: int = 0) -> None:
+        if self.dead or self.left or epoch != self.epoch:
             return
         if self.state != WAITING:  # not asked for (cannot happen by the protocol): hand it back
             self._send(P.RELEASE)
@@ -207,9 +221,9 @@ class ArbiterGate:
         self.shared = shared
         self.scheduler.granted()
 
-    def on_lost(self) -> None:
-        """The arbiter's socket closed: schedule alone from now on; a grant waited for is not waited for."""
-        if self.dead or self.left:
+    def on_lost(self, epoch: int = 0) -> None:
+        """The arbiter's socket closed: schedule alone until a rejoin; a grant waited for is not waited for."""
+        if self.dead or self.left or epoch != self.epoch:
             return
         self._fail()
         sched = self.scheduler
@@ -233,14 +247,16 @@ class ArbiterGate:
         if not self.dead:
             self.dead = True
             self.fallbacks += 1
-            print(f"lazybatch: {self.name}: the device group's arbiter is gone; scheduling alone from now on",
+            print(f"lazybatch: {self.name}: the device group's arbiter is gone; scheduling alone until it is back",
                   file=sys.stderr)
         if self.scheduler.gate is self:
             self.scheduler.gate = None
+        if self.reconnect is not None and not self.left:
+            self.reconnect.start()
 
-    def _read(self) -> None:
-        """Reader thread: each grant onto the scheduler thread's inbox; the socket closing, a fallback."""
-        sock = self.sock
+    def _read(self, sock: socket.socket, epoch: int) -> None:
+        """Reader thread of connection ``epoch``: each grant onto the scheduler thread's inbox; the socket closing,
+        a fallback."""
         buf = b""
         try:
             while True:
@@ -257,7 +273,7 @@ class ArbiterGate:
                     if len(buf) - i < size:
                         break
                     if code == P.GRANT:
-                        self.post(functools.partial(self.on_grant, bool(buf[i + 1])))
+                        self.post(functools.partial(self.on_grant, bool(buf[i + 1]), epoch))
                     else:  # BOUND: the answer to the admission the scheduler thread waits for
                         full, held, members = P.BOUND_BODY.unpack_from(buf, i + 1)
                         self.answers.put((bool(full), held, members))
@@ -265,18 +281,24 @@ class ArbiterGate:
                 buf = buf[i:]
         except OSError:
             pass
-        self.answers.put(None)  # an admission waiting for an answer admits
+        if epoch == self.epoch:
+            self.answers.put(None)  # an admission waiting for an answer admits
         if not self.left:
-            self.post(self.on_lost)
+            self.post(functools.partial(self.on_lost, epoch))
 
 
 def attach(runtime: Any, group: str, repository: str | Path, name: str, *, weight: float = 1.0,
            priority: int = 0, max_queue_size: int = 0) -> ArbiterGate:
-    """Put a ``BackendRuntime``'s scheduler on its device group's arbiter (started here when none runs)."""
+    """Put a ``BackendRuntime``'s scheduler on its device group's arbiter (started here when none runs), and back
+    on it after the arbiter dies (``reconnect.py``)."""
+    from .reconnect import Reconnector
+
     path, lock = P.group_paths(repository, group)
     sock = connect(path, lock)
-    return ArbiterGate(sock, runtime.scheduler, runtime.loop.post, name, weight=weight, priority=priority,
+    gate = ArbiterGate(sock, runtime.scheduler, runtime.loop.post, name, weight=weight, priority=priority,
                        max_queue_size=max_queue_size)
+    gate.reconnect = Reconnector(gate, path, lock)
+    return gate
 
 
 def query(path: Path, timeout: float = 5.0) -> dict[str, Any]:
