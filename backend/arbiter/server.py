@@ -34,6 +34,7 @@ from . import protocol as P
 
 IDLE_EXIT_S = 60.0  # no member for this long: the server it served is gone (or has no group model loaded)
 LOG_RECORDS = 256  # decision records kept per member (the query returns the newest)
+STATES = ("idle", "waiting", "granted", "running")  # a member's state (batcher/device.py), named in the stats
 
 
 class _Clock:
@@ -283,8 +284,9 @@ class Arbiter:
         conn.close()
 
     def stats(self) -> dict[str, Any]:
-        """Per member: device time and share, grants, wait at the device, and its cross-model (``device``)
-        decisions; members that left keep their last figures under ``departed``."""
+        """Per member: device time and share, grants, wait at the device, its cross-model (``device``) decisions,
+        and its state now (``granted`` or ``running``: it holds a lane); members that left keep their last figures
+        under ``departed``."""
         members = []
         for proxy in self.proxies.values():
             m = proxy.gate
@@ -293,7 +295,7 @@ class Arbiter:
             recent = [r.reason for r in list(proxy.log)[-5:]]
             members.append(m.stats() | {"decisions": proxy.log.counts.get(DEVICE, 0), "recent": recent,
                                         "leased": proxy.leased, "leases": proxy.leases, "revokes": proxy.revokes,
-                                        "messages": proxy.messages})
+                                        "messages": proxy.messages, "state": STATES[m.state]})
         return {"pid": os.getpid(), "lanes": self.device.lanes, "joined": self.joined, "left": self.left,
                 "held": sum(p.held for p in self.proxies.values()), "refused": self.refused, "members": members,
                 "departed": self.departed[-16:]}

@@ -179,6 +179,40 @@ def test_a_revoked_holder_answers_within_its_job_in_flight(models, group):
         rs.close()
 
 
+def test_a_leased_member_rejoins_a_restarted_arbiter_through_the_join_and_is_leased_again(models, group):
+    """The arbiter dies under a lone leased member: the lease goes with the connection (the gate schedules alone,
+    inline route on as an ungrouped model), and the rejoin goes through J/W, whose answer leases it again: nothing
+    is sent per job afterwards. A revoke or grant of the dead connection (older epoch) changes nothing."""
+    path = P.group_paths(group, GROUP)[0]
+    rs, cs, gs = _runtime(models["small"][1], group, "small", inline_ok=True)
+    try:
+        assert gs.leased and gs.leases == 1 and gs.reconnect is not None
+        old_epoch = gs.epoch
+        os.kill(query(path)["pid"], signal.SIGKILL)
+        end = time.monotonic() + 10
+        while (not gs.reconnect.rejoins or gs.dead) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert gs.fallbacks == 1 and gs.reconnect.rejoins == 1 and not gs.dead
+        assert gs.epoch == old_epoch + 1 and rs.scheduler.gate is gs
+        assert gs.leased and gs.leases == 2 and rs.route.on  # the rejoin's W: leased again
+        (me,) = query(path)["members"]
+        assert me["leased"] and me["state"] == "granted"
+        # a revoke posted by the dead connection's reader is dropped: still leased, inline on
+        done = []
+        rs.loop.post(lambda: (gs.on_revoke(old_epoch), done.append(1)))
+        end = time.monotonic() + 2
+        while not done and time.monotonic() < end:
+            time.sleep(0.005)
+        assert done and gs.leased and not gs.revoked and rs.route.on
+        sent = gs.sent
+        want = _drive(rs, cs, models["small"][0], 10, base=3000)
+        cs.wait(len(want))
+        _check_once(cs, want)
+        assert gs.sent == sent, "a member leased again after the rejoin sent messages per job"
+    finally:
+        rs.close()
+
+
 # ---------------------------------------------------------------- the lazy start (join.py)
 
 
