@@ -101,6 +101,29 @@ def connect(path: Path, lock: Path, *, lanes: int = 1, timeout: float = CONNECT_
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def handshake(sock: socket.socket, msg: bytes, timeout: float = JOIN_TIMEOUT_S) -> tuple[int, float] | None:
+    """Send the join ``msg`` and read the arbiter's W: (leased, sibling's last active instant), or None when the
+    connection closed or no W came within ``timeout`` (an arbiter that died, or one that is dying: a retry after
+    its death may still reach its listener)."""
+    got = b""
+    size = P.REPLY_SIZES[P.WELCOME]
+    try:
+        sock.sendall(msg)
+        sock.settimeout(timeout)
+        while len(got) < size:
+            data = sock.recv(size - len(got))
+            if not data:
+                break
+            got += data
+        sock.settimeout(None)
+    except OSError:
+        return None
+    if len(got) < size or got[:1] != P.WELCOME:
+        return None
+    leased, sibling = P.ANSWER_BODY.unpack_from(got, 1)
+    return leased, sibling
+
+
 class ArbiterGate:
     """A ``Scheduler``'s gate whose device lives in the arbiter process (module docstring). Every call but the
     reader thread's is made on the scheduler thread."""
@@ -138,6 +161,7 @@ class ArbiterGate:
         self.route = route  # the runtime's InlineRoute (None: no inline route to switch)
         self.inline_ok = inline_ok  # the model's config allows inline passes (model.py _inline_allowed)
         self.leased = False
+        self.sibling_until = 0.0  # under the lease, until then (scheduler's clock): one-stage jobs, no inline pass
         self.revoked = False  # V received: the lease goes back once the job in flight is done
         self.lease_s = 0.0  # device seconds used under the current lease, not yet reported (F at its end)
         self.leases = 0
@@ -158,33 +182,37 @@ class ArbiterGate:
         self.reader.start()
 
     def _join(self, msg: bytes) -> None:
-        """J, and the arbiter's W: leased (schedule alone from the first request) or not (ask per job)."""
-        got = b""
-        try:
-            self.sock.sendall(msg)
-            self.sock.settimeout(JOIN_TIMEOUT_S)
-            while len(got) < 2:
-                data = self.sock.recv(2 - len(got))
-                if not data:
-                    break
-                got += data
-            self.sock.settimeout(None)
-        except OSError:
-            pass
-        if len(got) < 2 or got[:1] != P.WELCOME:
+        """J, and the arbiter's W (``handshake``): leased (schedule alone from the first request) or not (ask per
+        job). No W: the arbiter is gone, the gate falls back."""
+        welcome = handshake(self.sock, msg)
+        if welcome is None:
             self._fail()
-            return
-        if got[1]:
-            self._lease()
+        else:
+            self.welcome(*welcome)
+
+    def welcome(self, leased: int, sibling: float) -> None:
+        """The join's answer, W (the first join's, or a rejoin's: ``reconnect.py``), on the scheduler thread."""
+        if leased:
+            self._lease(sibling)
         else:
             self._inline(False)
 
-    def _lease(self) -> None:
+    def _lease(self, sibling: float) -> None:
+        """The solo lease from now; ``sibling``: the last instant another member was active (the window below)."""
         self.leased, self.revoked = True, False
         self.leases += 1
         self.grants += 1
         self.shared = False
+        self.sibling_until = sibling + P.SIBLING_WINDOW_S if sibling else 0.0  # 0.0: no sibling was ever active
         self._inline(self.inline_ok)
+        if self.route is not None:
+            self.route.hold_until = self.sibling_until  # no inline pass until then (InlineRoute.run)
+
+    def near_sibling(self) -> bool:
+        """Leased, but another member was active less than ``SIBLING_WINDOW_S`` ago: it may ask again any moment,
+        so jobs stay one stage long (``started``) and the inline route stays off, and its wait for this holder is
+        one stage, not a whole span or pass (docs/colocation.md, "The newcomer's wait")."""
+        return self.leased and self.scheduler.clock.now() < self.sibling_until
 
     def _inline(self, on: bool) -> None:
         if self.route is not None and self.route.on != on:
@@ -224,7 +252,7 @@ class ArbiterGate:
             return
         self.state = RUNNING
         self.began = time.monotonic()
-        if self.shared and job.stop > job.stage + 1:
+        if job.stop > job.stage + 1 and (self.shared or self.near_sibling()):
             job.stop = job.stage + 1
 
     def release(self) -> None:
@@ -293,7 +321,7 @@ class ArbiterGate:
             pass
 
     # ------------------------------------------------------------------ the scheduler thread, from the inbox
-    def on_grant(self, flags: int, epoch: int = 0) -> None:
+    def on_grant(self, flags: int, sibling: float = 0.0, epoch: int = 0) -> None:
         if self.dead or self.left or epoch != self.epoch:
             return
         if self.state != WAITING:  # not asked for (cannot happen by the protocol): hand it back
@@ -302,7 +330,7 @@ class ArbiterGate:
         self.wait_s += time.monotonic() - self.wait_since
         self.state = GRANTED
         if flags & P.LEASE:
-            self._lease()
+            self._lease(sibling)
         else:
             self.grants += 1
             self.shared = bool(flags & P.SHARED)
@@ -352,6 +380,8 @@ class ArbiterGate:
         where allowed); a lease of the dead connection is gone with it (the rejoin's W may grant a new one)."""
         self.leased = self.revoked = False
         self.lease_s = 0.0
+        if self.route is not None:
+            self.route.hold_until = 0.0  # schedules alone: no sibling to leave room for
         self._inline(self.inline_ok)
         if not self.dead:
             self.dead = True
@@ -382,7 +412,8 @@ class ArbiterGate:
                     if len(buf) - i < size:
                         break
                     if code == P.GRANT:
-                        self.post(functools.partial(self.on_grant, buf[i + 1], epoch))
+                        flags, sibling = P.ANSWER_BODY.unpack_from(buf, i + 1)
+                        self.post(functools.partial(self.on_grant, flags, sibling, epoch))
                     elif code == P.REVOKE:
                         self.post(functools.partial(self.on_revoke, epoch))
                     elif code == P.WELCOME:  # only ever the answer to the join, read there

@@ -8,10 +8,10 @@ connect to it; nothing else has to choose a leader.
 
 How: ``Reconnector.start`` (called by the gate when it falls back, on the scheduler thread) runs one background
 thread that tries ``connect`` at once, then after ``FIRST_DELAY_S`` doubling to ``MAX_DELAY_S`` between tries. A
-socket it gets is handed to the scheduler thread (``InboxLoop.post``), where ``rejoin`` re-sends the gate's join
-(the J/W handshake of the first join, ``ArbiterGate._join``, so the rejoin may hold the solo lease; name, weight,
-priority level; the device-wide bound travels with each admission as before) and puts the gate back
-on the scheduler. That thread is the only one that touches the scheduler, so nothing it holds is lost or run
+socket it gets joins (the first join's J/W handshake, ``client.handshake``: name, weight, priority level; the
+device-wide bound travels with each admission as before) and is handed with its W to the scheduler thread
+(``InboxLoop.post``), where ``rejoin`` applies the W (the rejoin may hold the solo lease) and puts the gate back on
+the scheduler. That thread is the only one that touches the scheduler, so nothing it holds is lost or run
 twice: a job started while alone finishes alone (the arbiter never saw its grant, so nothing is reported), and
 the next dispatch asks the new arbiter. Replies of the dead connection still on the inbox carry an older epoch and
 are dropped.
@@ -59,7 +59,8 @@ class Reconnector:
         self.mutex = threading.Lock()  # guards ``stopped`` and ``pending`` (the retry thread and the scheduler's)
         self.stopped = False
         self.trying = False  # a retry thread is under way (until it hands a socket over or stops)
-        self.pending: socket.socket | None = None  # connected, not yet taken by ``rejoin``
+        # connected and joined (the arbiter's W: leased, sibling's instant), not yet taken by ``rejoin``
+        self.pending: tuple[socket.socket, tuple[int, float]] | None = None
         self.wake = threading.Event()  # set by ``stop``: a wait between tries ends at once
         self.delay = 0.0  # the wait before the next try (0: at once)
         self.rejoined_at = -STABLE_S
@@ -80,10 +81,10 @@ class Reconnector:
         """The model leaves (unloaded): no more tries, and a socket not yet taken is closed."""
         with self.mutex:
             self.stopped = True
-            sock, self.pending = self.pending, None
+            pending, self.pending = self.pending, None
         self.wake.set()
-        if sock is not None:
-            sock.close()
+        if pending is not None:
+            pending[0].close()
 
     def _over(self) -> bool:
         """No more tries: stopped by ``leave``, or the scheduler closed (a detached gate is no longer the
@@ -91,7 +92,7 @@ class Reconnector:
         return self.stopped or self.gate.left or self.gate.scheduler.closed
 
     def _run(self) -> None:
-        from .client import connect
+        from .client import connect, handshake
 
         while True:
             end = time.monotonic() + self.delay
@@ -109,23 +110,31 @@ class Reconnector:
                 print(f"lazybatch: {self.gate.name}: the device group's arbiter could not be restarted ({e}); "
                       f"scheduling alone, next try in {self.delay:g} s", file=sys.stderr)
                 continue
+            # the join's J/W here, off the scheduler thread: a retry right after the death may reach the dying
+            # arbiter's listener (its connections close before it), which resets it; that is one more try, not a
+            # fallback. The W's lease holds from now: a V it is revoked by waits in the socket for the reader.
+            welcome = handshake(sock, P.join_message(self.gate.name, self.gate.weight, self.gate.priority))
+            if welcome is None:
+                sock.close()
+                continue
             with self.mutex:
                 self.trying = False
                 if self._over():
                     sock.close()
                     return
-                self.pending = sock
+                self.pending = sock, welcome
             self.gate.post(self.rejoin)
             return
 
     def rejoin(self) -> None:
         """Scheduler thread: put the gate back on the group with the socket the retry thread got."""
         with self.mutex:
-            sock, self.pending = self.pending, None
+            pending, self.pending = self.pending, None
         gate = self.gate
         sched = gate.scheduler
-        if sock is None:
+        if pending is None:
             return
+        sock, welcome = pending
         if gate.left or sched.closed:
             sock.close()
             return
@@ -148,9 +157,7 @@ class Reconnector:
             gate.answers.get_nowait()
         gate.dead = False
         sched.gate = gate  # type: ignore[assignment]
-        gate._join(P.join_message(gate.name, gate.weight, gate.priority))  # J and its W: leased or per job
-        if gate.dead:
-            return  # died again: the gate fell back (detached) and ``start`` was called again
+        gate.welcome(*welcome)  # the W the retry thread read: leased, or per job
         gate.start_reader()
         self.rejoins += 1
         self.rejoined_at = time.monotonic()

@@ -81,20 +81,29 @@ class StubProxy:
         self.leases = 0
         self.revokes = 0
         self.messages = 0  # messages received from this member (its cost: none per job under a lease)
+        self.active_at = 0.0  # its last message (A, N, R, F, H): it was waiting, granted or running until then
+
+    def sibling_active(self) -> float:
+        """The last instant another member was active (0.0: never): sent with a lease (protocol.py, ``sibling``).
+        Called only when every other member is idle, so each one's last message marks its last activity."""
+        if self.device is None:
+            return 0.0
+        return max((o.scheduler.active_at for o in self.device.members  # type: ignore[attr-defined]
+                    if o is not self.gate), default=0.0)
 
     def alone(self) -> bool:
         """Every other member is idle (none waits, holds or runs): a grant now is a lease."""
         return self.device is not None and all(o.state == IDLE for o in self.device.members if o is not self.gate)
 
     def granted(self) -> None:
-        flags = 0
+        flags, sibling = 0, 0.0
         if self.alone():
-            flags = P.LEASE
+            flags, sibling = P.LEASE, self.sibling_active()
             self.leased, self.revoking = True, False
             self.leases += 1
         elif self.device is not None and self.device.shared:
             flags = P.SHARED
-        self.send(P.GRANT + bytes((flags,)))
+        self.send(P.answer(P.GRANT, flags, sibling))
 
     def revoke(self) -> None:
         if self.leased and not self.revoking:
@@ -198,6 +207,8 @@ class Arbiter:
             return  # not joined: ignore
         m = proxy.gate
         proxy.messages += 1
+        if code != P.LEAVE:
+            proxy.active_at = time.monotonic()
         if code == P.ACQUIRE:
             proxy.policy.latest_start, proxy.held = P.ACQUIRE_BODY.unpack_from(buf, 1)
             if proxy.leased and m.state == GRANTED:  # the holder asks (a stub's gate never does): lease given back
@@ -258,7 +269,7 @@ class Arbiter:
             m.grants += 1
             proxy.leased = True
             proxy.leases += 1
-        proxy.send(P.WELCOME + bytes((leased,)))
+        proxy.send(P.answer(P.WELCOME, leased, proxy.sibling_active() if leased else 0.0))
 
     def _leave(self, conn: socket.socket) -> None:
         """The member leaves the device (unloaded, or its socket closed): a lane it holds is freed and handed on."""

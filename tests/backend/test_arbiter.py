@@ -150,8 +150,8 @@ from lazybatch.backend.arbiter import protocol as P
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
 s.sendall(P.join_message("holder", 1.0, 0) + P.acquire_message(0.0, 1))
-assert s.recv(2)[:1] == P.WELCOME
-assert s.recv(2)[:1] == P.GRANT
+assert s.recv(P.REPLY_SIZES[P.WELCOME])[:1] == P.WELCOME
+assert s.recv(P.REPLY_SIZES[P.GRANT])[:1] == P.GRANT
 print("granted", flush=True)
 time.sleep(600)  # holds the device until killed
 """
@@ -297,7 +297,7 @@ class _Member:
         self.s.settimeout(10)
         self.s.connect(str(path))
         self.s.sendall(P.join_message(name, weight, priority))
-        self.leased = self._recv(2) == P.WELCOME + b"\x01"
+        self.leased = self._recv(P.REPLY_SIZES[P.WELCOME])[:2] == P.WELCOME + b"\x01"
         self.revokes = 0
 
     def _recv(self, n):
@@ -317,7 +317,8 @@ class _Member:
         while (code := self._recv(1)) == P.REVOKE:
             self.revokes += 1
         assert code == P.GRANT
-        return self._recv(1)[0] | 0x100
+        flags, self.sibling = P.ANSWER_BODY.unpack(self._recv(P.ANSWER_BODY.size))
+        return flags | 0x100
 
 
 def _arbiter_path(group):

@@ -95,7 +95,7 @@ def test_a_leased_gate_schedules_request_for_request_as_no_gate(policy):
         sim = Simulation(table, parse_policy(policy).build(length_histogram=hist))
         if leased:
             stub, arbiter = socket.socketpair()
-            arbiter.sendall(P.WELCOME + b"\x01")  # the arbiter's answer to the join: alone, leased
+            arbiter.sendall(P.answer(P.WELCOME, 1))  # the arbiter's answer to the join: alone, leased
             gate = ArbiterGate(stub, sim.scheduler, lambda fn: fn(), "m")
         sim.run(reqs)
         runs.append(_digest(reqs))
