@@ -65,6 +65,9 @@ class InlineRoute:
         self.rt = rt
         self.hooks = inline_hooks(policy)  # the inline route's questions, where the policy answers them
         self.on = False  # run allowed (BackendRuntime.inline; a device group's gate switches it with its lease)
+        # ... but not before this instant (time.monotonic()): a lease holder whose co-located sibling was active
+        # within the window keeps to stage jobs, so the sibling waits one stage, not a pass (arbiter/client.py)
+        self.hold_until = 0.0
         # told each run's pass time, under ``lock`` (the device group's gate: device time under its solo lease)
         self.on_pass: Callable[[float], None] | None = None
         # held by the scheduler thread whenever it is not asleep on the inbox; an inline pass holds it throughout,
@@ -93,6 +96,8 @@ class InlineRoute:
         hooks = self.hooks
         if whole is None or not self.on or hooks is None:
             return None
+        if self.hold_until and time.monotonic() < self.hold_until:
+            return self.refuse("a co-located model was active within the window")
         loop = self._loop
         if (rt.job is not None or self._live or loop.pending) and not self._await_idle():
             return None
@@ -101,6 +106,8 @@ class InlineRoute:
         try:
             if not self.on:  # switched off meanwhile (the device group's lease revoked)
                 return self.refuse("inline route off")
+            if self.hold_until and time.monotonic() < self.hold_until:  # a lease granted with a sibling recent
+                return self.refuse("a co-located model was active within the window")
             if loop.closed or rt.job is not None or self._live or loop.pending or rt.scheduler.held:
                 return self.refuse("scheduler busy")
             n = requests[0][1] if len(requests) == 1 else sum(b for _, b in requests)

@@ -14,6 +14,11 @@ sent per job) and the model's inline route is on where its config allows it, so 
 as an ungrouped one. A revoke (V) turns the inline route off at once; the lease goes back (F with the lease's device
 seconds, then A or N) as soon as the job in flight is done, or at once when none is (an inline pass in flight holds
 the scheduler thread's lock, so the revoke is only handled once it ends).
+
+After a fallback, ``reconnect.Reconnector`` restarts the arbiter or finds the one another stub restarted, and
+the gate rejoins on the scheduler thread through the same J/W handshake (``_join``: the rejoin may be leased); the
+lease state is dropped with the dead connection (``_fail``), and replies of that connection (an older ``epoch``:
+grants, revokes, its close) are dropped.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from lazybatch.batcher.device import DEVICE_QUEUE_FULL, device_queue_full_messag
 from lazybatch.batcher.interfaces import StageJob
 
 from . import protocol as P
+from .reconnect import Reconnector
 
 if TYPE_CHECKING:  # pragma: no cover
     from lazybatch.batcher.scheduler import Scheduler
@@ -95,13 +101,37 @@ def connect(path: Path, lock: Path, *, lanes: int = 1, timeout: float = CONNECT_
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def handshake(sock: socket.socket, msg: bytes, timeout: float = JOIN_TIMEOUT_S) -> tuple[int, float] | None:
+    """Send the join ``msg`` and read the arbiter's W: (leased, sibling's last active instant), or None when the
+    connection closed or no W came within ``timeout`` (an arbiter that died, or one that is dying: a retry after
+    its death may still reach its listener)."""
+    got = b""
+    size = P.REPLY_SIZES[P.WELCOME]
+    try:
+        sock.sendall(msg)
+        sock.settimeout(timeout)
+        while len(got) < size:
+            data = sock.recv(size - len(got))
+            if not data:
+                break
+            got += data
+        sock.settimeout(None)
+    except OSError:
+        return None
+    if len(got) < size or got[:1] != P.WELCOME:
+        return None
+    leased, sibling = P.ANSWER_BODY.unpack_from(got, 1)
+    return leased, sibling
+
+
 class ArbiterGate:
     """A ``Scheduler``'s gate whose device lives in the arbiter process (module docstring). Every call but the
     reader thread's is made on the scheduler thread."""
 
     def __init__(self, sock: socket.socket, scheduler: "Scheduler", post: Callable[[Callable[[], None]], None],
                  name: str, *, weight: float = 1.0, priority: int = 0, max_queue_size: int = 0,
-                 route: Any = None, inline_ok: bool = False) -> None:
+                 route: Any = None, inline_ok: bool = False,
+                 rejoin_paths: tuple[Path, Path] | None = None, lanes: int = 1) -> None:
         self.sock = sock
         self.max_queue_size = max_queue_size  # the device-wide bound (0: none, no H message is ever sent)
         self.answers: "queue.Queue[tuple[bool, int, int] | None]" = queue.Queue()  # B answers, from the reader
@@ -109,6 +139,10 @@ class ArbiterGate:
         self.scheduler = scheduler
         self.post = post
         self.name = name
+        self.weight = weight  # sent with each join (a rejoin after the arbiter's restart too)
+        self.priority = priority
+        self.epoch = 0  # the connection's number: a reply posted by an older one's reader is dropped
+        self.reconnect: Any = None  # reconnect.Reconnector: back onto a restarted arbiter after a fallback
         self.state = IDLE
         self.shared = False  # the last grant said other models share the device: cut spans at every stage
         self.sent_start = 0.0  # the latest start sent with the pending acquire
@@ -127,46 +161,58 @@ class ArbiterGate:
         self.route = route  # the runtime's InlineRoute (None: no inline route to switch)
         self.inline_ok = inline_ok  # the model's config allows inline passes (model.py _inline_allowed)
         self.leased = False
+        self.sibling_until = 0.0  # under the lease, until then (scheduler's clock): one-stage jobs, no inline pass
         self.revoked = False  # V received: the lease goes back once the job in flight is done
         self.lease_s = 0.0  # device seconds used under the current lease, not yet reported (F at its end)
         self.leases = 0
         self.sent = 0  # messages sent after the join (tests: none per job under a lease)
         if route is not None:
             route.on_pass = self._inline_ran
+        if rejoin_paths is not None:  # set before the join: a join that fails already retries
+            self.reconnect = Reconnector(self, *rejoin_paths, lanes=lanes)  # a restarted arbiter keeps the lanes
         scheduler.gate = self  # type: ignore[assignment]
         self._join(P.join_message(name, weight, priority))
-        self.reader = threading.Thread(target=self._read, name=f"{name}-arbiter", daemon=True)
+        if not self.dead:
+            self.start_reader()
+
+    def start_reader(self) -> None:
+        """The reader thread of the current connection (at the join, and at each rejoin), after its W was read."""
+        self.reader = threading.Thread(target=self._read, args=(self.sock, self.epoch), name=f"{self.name}-arbiter",
+                                       daemon=True)
         self.reader.start()
 
     def _join(self, msg: bytes) -> None:
-        """J, and the arbiter's W: leased (schedule alone from the first request) or not (ask per job)."""
-        got = b""
-        try:
-            self.sock.sendall(msg)
-            self.sock.settimeout(JOIN_TIMEOUT_S)
-            while len(got) < 2:
-                data = self.sock.recv(2 - len(got))
-                if not data:
-                    break
-                got += data
-            self.sock.settimeout(None)
-        except OSError:
-            pass
-        if len(got) < 2 or got[:1] != P.WELCOME:
+        """J, and the arbiter's W (``handshake``): leased (schedule alone from the first request) or not (ask per
+        job). No W: the arbiter is gone, the gate falls back."""
+        welcome = handshake(self.sock, msg)
+        if welcome is None:
             self._fail()
-            self._inline(self.inline_ok)
-            return
-        if got[1]:
-            self._lease()
+        else:
+            self.welcome(*welcome)
+
+    def welcome(self, leased: int, sibling: float) -> None:
+        """The join's answer, W (the first join's, or a rejoin's: ``reconnect.py``), on the scheduler thread."""
+        if leased:
+            self._lease(sibling)
         else:
             self._inline(False)
 
-    def _lease(self) -> None:
+    def _lease(self, sibling: float) -> None:
+        """The solo lease from now; ``sibling``: the last instant another member was active (the window below)."""
         self.leased, self.revoked = True, False
         self.leases += 1
         self.grants += 1
         self.shared = False
+        self.sibling_until = sibling + P.SIBLING_WINDOW_S if sibling else 0.0  # 0.0: no sibling was ever active
         self._inline(self.inline_ok)
+        if self.route is not None:
+            self.route.hold_until = self.sibling_until  # no inline pass until then (InlineRoute.run)
+
+    def near_sibling(self) -> bool:
+        """Leased, but another member was active less than ``SIBLING_WINDOW_S`` ago: it may ask again any moment,
+        so jobs stay one stage long (``started``) and the inline route stays off, and its wait for this holder is
+        one stage, not a whole span or pass (docs/colocation.md, "The newcomer's wait")."""
+        return self.leased and self.scheduler.clock.now() < self.sibling_until
 
     def _inline(self, on: bool) -> None:
         if self.route is not None and self.route.on != on:
@@ -206,7 +252,7 @@ class ArbiterGate:
             return
         self.state = RUNNING
         self.began = time.monotonic()
-        if self.shared and job.stop > job.stage + 1:
+        if job.stop > job.stage + 1 and (self.shared or self.near_sibling()):
             job.stop = job.stage + 1
 
     def release(self) -> None:
@@ -265,6 +311,8 @@ class ArbiterGate:
 
     def leave(self) -> None:
         self.left = True
+        if self.reconnect is not None:
+            self.reconnect.stop()
         if not self.dead:
             self._send(P.LEAVE)
         try:
@@ -273,8 +321,8 @@ class ArbiterGate:
             pass
 
     # ------------------------------------------------------------------ the scheduler thread, from the inbox
-    def on_grant(self, flags: int) -> None:
-        if self.dead or self.left:
+    def on_grant(self, flags: int, sibling: float = 0.0, epoch: int = 0) -> None:
+        if self.dead or self.left or epoch != self.epoch:
             return
         if self.state != WAITING:  # not asked for (cannot happen by the protocol): hand it back
             self._send(P.RELEASE)
@@ -282,16 +330,16 @@ class ArbiterGate:
         self.wait_s += time.monotonic() - self.wait_since
         self.state = GRANTED
         if flags & P.LEASE:
-            self._lease()
+            self._lease(sibling)
         else:
             self.grants += 1
             self.shared = bool(flags & P.SHARED)
         self.scheduler.granted()
 
-    def on_revoke(self) -> None:
+    def on_revoke(self, epoch: int = 0) -> None:
         """Another member asked for the device: no more inline passes; the lease goes back now, or when the job in
         flight is done (``finished``)."""
-        if self.dead or self.left or not self.leased or self.revoked:
+        if self.dead or self.left or epoch != self.epoch or not self.leased or self.revoked:
             return
         self.revoked = True
         self._inline(False)
@@ -303,13 +351,12 @@ class ArbiterGate:
         if not sched.busy and not sched.closed:
             sched.granted()  # its acquire sends the F, with A (it holds requests) or N
 
-    def on_lost(self) -> None:
-        """The arbiter's socket closed: schedule alone from now on; a grant waited for is not waited for."""
-        if self.dead or self.left:
+    def on_lost(self, epoch: int = 0) -> None:
+        """The arbiter's socket closed: schedule alone until a rejoin (lease dropped, inline route as ungrouped);
+        a grant waited for is not waited for."""
+        if self.dead or self.left or epoch != self.epoch:
             return
         self._fail()
-        self.leased = False
-        self._inline(self.inline_ok)  # schedules alone: as an ungrouped model, inline route included
         sched = self.scheduler
         if not sched.busy and not sched.closed:
             sched.granted()
@@ -329,17 +376,26 @@ class ArbiterGate:
             return False
 
     def _fail(self) -> None:
+        """The arbiter is gone: detached, the scheduler schedules alone as an ungrouped model (inline route included,
+        where allowed); a lease of the dead connection is gone with it (the rejoin's W may grant a new one)."""
+        self.leased = self.revoked = False
+        self.lease_s = 0.0
+        if self.route is not None:
+            self.route.hold_until = 0.0  # schedules alone: no sibling to leave room for
+        self._inline(self.inline_ok)
         if not self.dead:
             self.dead = True
             self.fallbacks += 1
-            print(f"lazybatch: {self.name}: the device group's arbiter is gone; scheduling alone from now on",
+            print(f"lazybatch: {self.name}: the device group's arbiter is gone; scheduling alone until it is back",
                   file=sys.stderr)
         if self.scheduler.gate is self:
             self.scheduler.gate = None
+        if self.reconnect is not None and not self.left:
+            self.reconnect.start()
 
-    def _read(self) -> None:
-        """Reader thread: each grant onto the scheduler thread's inbox; the socket closing, a fallback."""
-        sock = self.sock
+    def _read(self, sock: socket.socket, epoch: int) -> None:
+        """Reader thread of connection ``epoch``: each grant onto the scheduler thread's inbox; the socket closing,
+        a fallback."""
         buf = b""
         try:
             while True:
@@ -356,9 +412,10 @@ class ArbiterGate:
                     if len(buf) - i < size:
                         break
                     if code == P.GRANT:
-                        self.post(functools.partial(self.on_grant, buf[i + 1]))
+                        flags, sibling = P.ANSWER_BODY.unpack_from(buf, i + 1)
+                        self.post(functools.partial(self.on_grant, flags, sibling, epoch))
                     elif code == P.REVOKE:
-                        self.post(self.on_revoke)
+                        self.post(functools.partial(self.on_revoke, epoch))
                     elif code == P.WELCOME:  # only ever the answer to the join, read there
                         pass
                     else:  # BOUND: the answer to the admission the scheduler thread waits for
@@ -368,16 +425,18 @@ class ArbiterGate:
                 buf = buf[i:]
         except OSError:
             pass
-        self.answers.put(None)  # an admission waiting for an answer admits
+        if epoch == self.epoch:
+            self.answers.put(None)  # an admission waiting for an answer admits
         if not self.left:
-            self.post(self.on_lost)
+            self.post(functools.partial(self.on_lost, epoch))
 
 
 def attach(runtime: Any, group: str, repository: str | Path, name: str, *, weight: float = 1.0,
            priority: int = 0, max_queue_size: int = 0, inline_ok: bool = False, lanes: int = 1) -> ArbiterGate:
     """Put a ``BackendRuntime``'s scheduler on its device group's arbiter (started here, with ``lanes``, when none
-    runs). An arbiter already running with other lanes fails the load (``check_lanes``). ``inline_ok``: the model's
-    config allows inline passes (on while the gate holds the solo lease)."""
+    runs), and back on it after the arbiter dies (``reconnect.py``). An arbiter already running with other lanes
+    fails the load (``check_lanes``). ``inline_ok``: the model's config allows inline passes (on while the gate holds
+    the solo lease, or schedules alone)."""
     path, lock = P.group_paths(repository, group)
     sock = connect(path, lock, lanes=lanes)
     try:
@@ -386,7 +445,8 @@ def attach(runtime: Any, group: str, repository: str | Path, name: str, *, weigh
         sock.close()
         raise
     return ArbiterGate(sock, runtime.scheduler, runtime.loop.post, name, weight=weight, priority=priority,
-                       max_queue_size=max_queue_size, route=runtime.route, inline_ok=inline_ok)
+                       max_queue_size=max_queue_size, route=runtime.route, inline_ok=inline_ok,
+                       rejoin_paths=(path, lock), lanes=lanes)
 
 
 def check_lanes(path: Path, group: str, lanes: int) -> None:

@@ -41,7 +41,8 @@ class Membership:
         self.path, self.lock = P.group_paths(repository, group)
         self.gate: ArbiterGate | None = None
         self._gate_args = dict(weight=weight, priority=priority, max_queue_size=max_queue_size,
-                               route=runtime.route, inline_ok=inline_ok)
+                               route=runtime.route, inline_ok=inline_ok, rejoin_paths=(self.path, self.lock),
+                               lanes=lanes)
         self._on_gate = on_gate
         self._solo: Any = None  # the locked solo file while this member is alone and no arbiter runs
         self._closed = threading.Event()

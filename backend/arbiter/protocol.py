@@ -7,9 +7,10 @@ not need to decide: a stub sends when its most urgent request must start (``leas
 with a grant.
 
 stub -> arbiter                                     arbiter -> stub
-  J weight:f64 priority:i16 len:u16 name   join       W leased:u8     the answer to J (leased: the solo lease from now)
-  A latest_start:f64 held:u32              acquire    G flags:u8      the device is granted (SHARED: cut spans;
-                                                                      LEASE: the solo lease, see below)
+  J weight:f64 priority:i16 len:u16 name   join       W leased:u8 sibling:f64  the answer to J (leased: the solo
+                                                                      lease from now)
+  A latest_start:f64 held:u32              acquire    G flags:u8 sibling:f64   the device is granted (SHARED: cut
+                                                                      spans; LEASE: the solo lease, see below)
                                                       V               revoke the lease: another member asked
                                                       Q len:u32 json  the answer to Q
   N                                        acquire(False): holds nothing (frees a grant; held 0)
@@ -31,6 +32,11 @@ run inline passes, until the arbiter sends V because another member sent A. The 
 inline pass in flight and answers with F (the device seconds used under the lease, not charged to its fair share:
 nobody else wanted the device meanwhile) followed by A or N, and asks per job from then on. Any F, N, R or L from
 the holder ends the lease.
+
+``sibling`` (with a lease): the last instant (``time.monotonic()``) at which another member was active (waiting,
+granted or running; 0.0: never). While ``now < sibling + SIBLING_WINDOW_S`` the holder still sends nothing per job,
+but cuts its spans to one stage and keeps its inline route off, so that a sibling that asks again soon (the
+co-located case: its requests come every few ms) waits for one stage of the holder's, not its whole span or pass.
 """
 
 from __future__ import annotations
@@ -45,7 +51,11 @@ JOIN, ACQUIRE, NOTHING, RELEASE, FINISHED, LEAVE, QUERY, GRANT = b"J", b"A", b"N
 ADMIT, BOUND = b"H", b"B"
 WELCOME, REVOKE = b"W", b"V"
 SHARED, LEASE = 1, 2  # the flags of G
+# a lease holder whose sibling was active this recently keeps to one-stage jobs and no inline passes (above): long
+# beside a co-located sibling's gaps between requests (ms), short beside a benchmark that drives one model at a time
+SIBLING_WINDOW_S = 1.0
 F64 = struct.Struct("<d")
+ANSWER_BODY = struct.Struct("<Bd")  # W and G: leased / flags, and the sibling's last active instant
 ACQUIRE_BODY = struct.Struct("<dI")
 ADMIT_BODY = struct.Struct("<III")
 BOUND_BODY = struct.Struct("<BIH")
@@ -55,11 +65,16 @@ U32 = struct.Struct("<I")
 SIZES = {ACQUIRE: 1 + ACQUIRE_BODY.size, NOTHING: 1, RELEASE: 1, FINISHED: 1 + F64.size, LEAVE: 1, QUERY: 1,
          ADMIT: 1 + ADMIT_BODY.size}
 # the size of each message from the arbiter to a member
-REPLY_SIZES = {GRANT: 2, BOUND: 1 + BOUND_BODY.size, WELCOME: 2, REVOKE: 1}
+REPLY_SIZES = {GRANT: 1 + ANSWER_BODY.size, BOUND: 1 + BOUND_BODY.size, WELCOME: 1 + ANSWER_BODY.size, REVOKE: 1}
 
 
 def acquire_message(latest_start: float, held: int) -> bytes:
     return ACQUIRE + ACQUIRE_BODY.pack(latest_start, min(max(held, 0), 0xFFFFFFFF))
+
+
+def answer(code: bytes, flags: int, sibling: float = 0.0) -> bytes:
+    """W (flags: leased 0/1) or G (flags: SHARED, LEASE), with the sibling's last active instant."""
+    return code + ANSWER_BODY.pack(flags, sibling)
 
 
 def join_message(name: str, weight: float, priority: int) -> bytes:

@@ -34,6 +34,7 @@ from . import protocol as P
 
 IDLE_EXIT_S = 60.0  # no member for this long: the server it served is gone (or has no group model loaded)
 LOG_RECORDS = 256  # decision records kept per member (the query returns the newest)
+STATES = ("idle", "waiting", "granted", "running")  # a member's state (batcher/device.py), named in the stats
 
 
 class _Clock:
@@ -80,20 +81,29 @@ class StubProxy:
         self.leases = 0
         self.revokes = 0
         self.messages = 0  # messages received from this member (its cost: none per job under a lease)
+        self.active_at = 0.0  # its last message (A, N, R, F, H): it was waiting, granted or running until then
+
+    def sibling_active(self) -> float:
+        """The last instant another member was active (0.0: never): sent with a lease (protocol.py, ``sibling``).
+        Called only when every other member is idle, so each one's last message marks its last activity."""
+        if self.device is None:
+            return 0.0
+        return max((o.scheduler.active_at for o in self.device.members  # type: ignore[attr-defined]
+                    if o is not self.gate), default=0.0)
 
     def alone(self) -> bool:
         """Every other member is idle (none waits, holds or runs): a grant now is a lease."""
         return self.device is not None and all(o.state == IDLE for o in self.device.members if o is not self.gate)
 
     def granted(self) -> None:
-        flags = 0
+        flags, sibling = 0, 0.0
         if self.alone():
-            flags = P.LEASE
+            flags, sibling = P.LEASE, self.sibling_active()
             self.leased, self.revoking = True, False
             self.leases += 1
         elif self.device is not None and self.device.shared:
             flags = P.SHARED
-        self.send(P.GRANT + bytes((flags,)))
+        self.send(P.answer(P.GRANT, flags, sibling))
 
     def revoke(self) -> None:
         if self.leased and not self.revoking:
@@ -197,6 +207,8 @@ class Arbiter:
             return  # not joined: ignore
         m = proxy.gate
         proxy.messages += 1
+        if code != P.LEAVE:
+            proxy.active_at = time.monotonic()
         if code == P.ACQUIRE:
             proxy.policy.latest_start, proxy.held = P.ACQUIRE_BODY.unpack_from(buf, 1)
             if proxy.leased and m.state == GRANTED:  # the holder asks (a stub's gate never does): lease given back
@@ -257,7 +269,7 @@ class Arbiter:
             m.grants += 1
             proxy.leased = True
             proxy.leases += 1
-        proxy.send(P.WELCOME + bytes((leased,)))
+        proxy.send(P.answer(P.WELCOME, leased, proxy.sibling_active() if leased else 0.0))
 
     def _leave(self, conn: socket.socket) -> None:
         """The member leaves the device (unloaded, or its socket closed): a lane it holds is freed and handed on."""
@@ -283,8 +295,9 @@ class Arbiter:
         conn.close()
 
     def stats(self) -> dict[str, Any]:
-        """Per member: device time and share, grants, wait at the device, and its cross-model (``device``)
-        decisions; members that left keep their last figures under ``departed``."""
+        """Per member: device time and share, grants, wait at the device, its cross-model (``device``) decisions,
+        and its state now (``granted`` or ``running``: it holds a lane); members that left keep their last figures
+        under ``departed``."""
         members = []
         for proxy in self.proxies.values():
             m = proxy.gate
@@ -293,7 +306,7 @@ class Arbiter:
             recent = [r.reason for r in list(proxy.log)[-5:]]
             members.append(m.stats() | {"decisions": proxy.log.counts.get(DEVICE, 0), "recent": recent,
                                         "leased": proxy.leased, "leases": proxy.leases, "revokes": proxy.revokes,
-                                        "messages": proxy.messages})
+                                        "messages": proxy.messages, "state": STATES[m.state]})
         return {"pid": os.getpid(), "lanes": self.device.lanes, "joined": self.joined, "left": self.left,
                 "held": sum(p.held for p in self.proxies.values()), "refused": self.refused, "members": members,
                 "departed": self.departed[-16:]}

@@ -91,13 +91,14 @@ def _check_once(c, want, *, ok=True):
             np.testing.assert_allclose(outputs["y"], want[h], rtol=1e-4, atol=1e-5)
 
 
-def _load_both(small, large, n=60):
+def _load_both(small, large, n=60, base=0):
     """Both models under load at once; returns (want_small, want_large)."""
     (rs, cs, ms), (rl, cl, ml) = small, large
     out = {}
-    t = threading.Thread(target=lambda: out.setdefault("l", _drive(rl, cl, ml, n // 2, seed=1, gap=0.004)))
+    t = threading.Thread(target=lambda: out.setdefault("l", _drive(rl, cl, ml, n // 2, seed=1, gap=0.004,
+                                                                     base=base)))
     t.start()
-    out["s"] = _drive(rs, cs, ms, n, seed=2)
+    out["s"] = _drive(rs, cs, ms, n, seed=2, base=base)
     t.join()
     cs.wait(len(out["s"]))
     cl.wait(len(out["l"]))
@@ -149,8 +150,8 @@ from lazybatch.backend.arbiter import protocol as P
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
 s.sendall(P.join_message("holder", 1.0, 0) + P.acquire_message(0.0, 1))
-assert s.recv(2)[:1] == P.WELCOME
-assert s.recv(2)[:1] == P.GRANT
+assert s.recv(P.REPLY_SIZES[P.WELCOME])[:1] == P.WELCOME
+assert s.recv(P.REPLY_SIZES[P.GRANT])[:1] == P.GRANT
 print("granted", flush=True)
 time.sleep(600)  # holds the device until killed
 """
@@ -180,10 +181,19 @@ def test_a_member_killed_while_it_holds_the_device_frees_it(models, group):
         rs.close()
 
 
-def test_the_arbiter_killed_under_load_falls_back_to_scheduling_alone(models, group):
+def _members(path):
+    try:
+        stats = query(path, timeout=2)
+    except (OSError, ConnectionError):
+        return None, []
+    return stats["pid"], sorted(m["model"] for m in stats["members"])
+
+
+def test_the_arbiter_killed_under_load_falls_back_then_both_rejoin_a_restarted_one(models, group):
     rs, cs, gs = _runtime(models["small"][1], group, "small")
     rl, cl, gl = _runtime(models["large"][1], group, "large")
-    pid = query(P.group_paths(group, GROUP)[0])["pid"]
+    path = P.group_paths(group, GROUP)[0]
+    pid = query(path)["pid"]
     try:
         killer = threading.Timer(0.05, os.kill, (pid, signal.SIGKILL))
         killer.start()
@@ -191,17 +201,57 @@ def test_the_arbiter_killed_under_load_falls_back_to_scheduling_alone(models, gr
         killer.join()
         _check_once(cs, ws)
         _check_once(cl, wl)
-        end = time.monotonic() + 5
-        while not (gs.dead and gl.dead) and time.monotonic() < end:
-            time.sleep(0.01)
-        assert gs.dead and gl.dead and rs.scheduler.gate is None and rl.scheduler.gate is None
-        # and they keep serving alone
-        more = _drive(rs, cs, models["small"][0], 5, seed=9, base=1000)
-        cs.wait(len(ws) + len(more))
-        _check_once(cs, more)
+        assert gs.fallbacks == 1 and gl.fallbacks == 1  # both saw it die
+        # a new arbiter, started by the first stub to retry, with both models as members again
+        end = time.monotonic() + 10
+        while (_members(path)[1] != ["large", "small"] or not gs.reconnect.rejoins or not gl.reconnect.rejoins) \
+                and time.monotonic() < end:
+            time.sleep(0.05)
+        new_pid, members = _members(path)
+        assert members == ["large", "small"] and new_pid != pid
+        assert gs.reconnect.rejoins == 1 and gl.reconnect.rejoins == 1
+        assert not gs.dead and not gl.dead and rs.scheduler.gate is gs and rl.scheduler.gate is gl
+        # and the device is shared again: both are granted by the new arbiter
+        grants = gs.grants, gl.grants
+        ws2, wl2 = _load_both((rs, cs, models["small"][0]), (rl, cl, models["large"][0]), base=1000)
+        cs.wait(len(ws) + len(ws2))
+        cl.wait(len(wl) + len(wl2))
+        _check_once(cs, ws2)
+        _check_once(cl, wl2)
+        by = {m["model"]: m for m in query(path)["members"]}
+        assert by["small"]["grants"] > 0 and by["large"]["grants"] > 0
+        assert gs.grants > grants[0] and gl.grants > grants[1]  # the metric counters go on growing
     finally:
         rs.close()
         rl.close()
+
+
+def test_a_model_unloaded_while_its_gate_retries_stops_retrying(models, group, monkeypatch):
+    from lazybatch.backend.arbiter import client
+
+    rs, cs, gs = _runtime(models["small"][1], group, "small")
+    path = P.group_paths(group, GROUP)[0]
+    # no arbiter can start: every try fails, the gate schedules alone and keeps trying
+    monkeypatch.setattr(client, "_python", lambda: "/nonexistent/python")
+    try:
+        os.kill(query(path)["pid"], signal.SIGKILL)
+        end = time.monotonic() + 10
+        while gs.reconnect.tries < 2 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert gs.dead and gs.reconnect.tries >= 2 and gs.reconnect.rejoins == 0
+        want = _drive(rs, cs, models["small"][0], 6)  # served alone meanwhile
+        cs.wait(len(want))
+        _check_once(cs, want)
+    finally:
+        rs.close()
+    # unloaded: the retry thread ends at once (not at its next try) and tries no more
+    end = time.monotonic() + 5
+    while gs.reconnect.trying and time.monotonic() < end:
+        time.sleep(0.01)
+    assert not gs.reconnect.trying
+    tries = gs.reconnect.tries
+    time.sleep(2.5)  # longer than the longest wait between tries (MAX_DELAY_S)
+    assert gs.reconnect.tries == tries
 
 
 def test_a_member_leaves_and_another_joins_under_load(models, group):
@@ -247,7 +297,7 @@ class _Member:
         self.s.settimeout(10)
         self.s.connect(str(path))
         self.s.sendall(P.join_message(name, weight, priority))
-        self.leased = self._recv(2) == P.WELCOME + b"\x01"
+        self.leased = self._recv(P.REPLY_SIZES[P.WELCOME])[:2] == P.WELCOME + b"\x01"
         self.revokes = 0
 
     def _recv(self, n):
@@ -267,7 +317,8 @@ class _Member:
         while (code := self._recv(1)) == P.REVOKE:
             self.revokes += 1
         assert code == P.GRANT
-        return self._recv(1)[0] | 0x100
+        flags, self.sibling = P.ANSWER_BODY.unpack(self._recv(P.ANSWER_BODY.size))
+        return flags | 0x100
 
 
 def _arbiter_path(group):

@@ -29,7 +29,8 @@ from lazybatch.batcher.policies import parse_policy
 from lazybatch.simulator import paper_tables, sweep, workload
 from lazybatch.simulator.engine import Simulation
 
-from test_arbiter import GROUP, _check_once, _drive, _load_both, _Member, _runtime, group, models  # noqa: F401
+from test_arbiter import (GROUP, _arbiter_path, _check_once, _drive, _load_both, _Member, _runtime,  # noqa: F401
+                          group, models)
 from test_backend import CONFIG, Collector
 
 
@@ -95,7 +96,7 @@ def test_a_leased_gate_schedules_request_for_request_as_no_gate(policy):
         sim = Simulation(table, parse_policy(policy).build(length_histogram=hist))
         if leased:
             stub, arbiter = socket.socketpair()
-            arbiter.sendall(P.WELCOME + b"\x01")  # the arbiter's answer to the join: alone, leased
+            arbiter.sendall(P.answer(P.WELCOME, 1))  # the arbiter's answer to the join: alone, leased
             gate = ArbiterGate(stub, sim.scheduler, lambda fn: fn(), "m")
         sim.run(reqs)
         runs.append(_digest(reqs))
@@ -176,6 +177,40 @@ def test_a_revoked_holder_answers_within_its_job_in_flight(models, group):
         assert not gs.leased and gs.sent == 1  # one write: F (the lease's device time) and N
     finally:
         other.s.close()
+        rs.close()
+
+
+def test_a_leased_member_rejoins_a_restarted_arbiter_through_the_join_and_is_leased_again(models, group):
+    """The arbiter dies under a lone leased member: the lease goes with the connection (the gate schedules alone,
+    inline route on as an ungrouped model), and the rejoin goes through J/W, whose answer leases it again: nothing
+    is sent per job afterwards. A revoke or grant of the dead connection (older epoch) changes nothing."""
+    path = P.group_paths(group, GROUP)[0]
+    rs, cs, gs = _runtime(models["small"][1], group, "small", inline_ok=True)
+    try:
+        assert gs.leased and gs.leases == 1 and gs.reconnect is not None
+        old_epoch = gs.epoch
+        os.kill(query(path)["pid"], signal.SIGKILL)
+        end = time.monotonic() + 10
+        while (not gs.reconnect.rejoins or gs.dead) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert gs.fallbacks == 1 and gs.reconnect.rejoins == 1 and not gs.dead
+        assert gs.epoch == old_epoch + 1 and rs.scheduler.gate is gs
+        assert gs.leased and gs.leases == 2 and rs.route.on  # the rejoin's W: leased again
+        (me,) = query(path)["members"]
+        assert me["leased"] and me["state"] == "granted"
+        # a revoke posted by the dead connection's reader is dropped: still leased, inline on
+        done = []
+        rs.loop.post(lambda: (gs.on_revoke(old_epoch), done.append(1)))
+        end = time.monotonic() + 2
+        while not done and time.monotonic() < end:
+            time.sleep(0.005)
+        assert done and gs.leased and not gs.revoked and rs.route.on
+        sent = gs.sent
+        want = _drive(rs, cs, models["small"][0], 10, base=3000)
+        cs.wait(len(want))
+        _check_once(cs, want)
+        assert gs.sent == sent, "a member leased again after the rejoin sent messages per job"
+    finally:
         rs.close()
 
 
@@ -318,3 +353,122 @@ def test_a_seq2seq_model_shares_the_device_per_decoder_step(group, tmp_path):
     assert all(status is Status.OK for _, status in shared.values())
     assert shared == alone  # the same tokens, decoded beside a busy neighbour
     assert gate.sent > 0 and gate.grants > 1  # its jobs were granted one by one, not under a lease
+
+
+# ---------------------------------------------------------------- a lease beside an active sibling
+
+
+def _leased_sim(policy, sibling, *, revoke_at=None, load=0.9, n=300):
+    """A lone leased gate (a silent arbiter: its W only) on the simulator's clock, told that a sibling was last
+    active at ``sibling``; returns (jobs as (start, stages), instant the lease went back, gate)."""
+    table = paper_tables.shipped_table("resnet50")
+    hist = sweep.load_histogram(None)
+    arrivals = workload.poisson(load / (sum(table.single) * 8), n, 5, graph=table.graph, lengths=hist)
+    jobs: list[tuple[float, int]] = []
+    sim = Simulation(table, parse_policy(policy).build(length_histogram=hist),
+                     on_job=lambda t, job: jobs.append((t, job.stop - job.stage)))
+    stub, arbiter = socket.socketpair()
+    arbiter.sendall(P.answer(P.WELCOME, 1, sibling))
+    gate = ArbiterGate(stub, sim.scheduler, lambda fn: fn(), "m")
+    back: list[float] = []
+    give_back = gate._give_back
+    gate._give_back = lambda: (back.append(sim.now()), give_back())  # type: ignore[method-assign]
+    if revoke_at is not None:
+        sim.call_at(revoke_at, gate.on_revoke)
+    sim.run(workload.requests(arrivals, 0.05))
+    gate.sent_in_run = gate.sent  # type: ignore[attr-defined]
+    gate.leave()  # its reader ends without a fallback
+    arbiter.close()
+    return jobs, (back[0] if back else None), gate, table
+
+
+def test_a_leased_holder_keeps_to_one_stage_jobs_while_a_sibling_was_active():
+    """Within SIBLING_WINDOW_S of a sibling's last activity the holder's jobs are one stage each, and it still sends
+    nothing; past the window its spans are whole again. Without the window, eager runs spans of many stages there."""
+    sibling = 0.5
+    end = sibling + P.SIBLING_WINDOW_S
+    jobs, _, gate, _ = _leased_sim("eager", sibling)
+    within = [k for t, k in jobs if t < end]
+    after = [k for t, k in jobs if t >= end]
+    assert len(within) > 50 and set(within) == {1}, "a job under the lease spanned stages beside an active sibling"
+    assert max(after) > 1  # the window passed: spans whole again
+    assert gate.leased and gate.sent_in_run == 0  # nothing sent per job under the lease, window or not
+    control, _, _, _ = _leased_sim("eager", 0.0)  # no sibling ever active: as ungrouped
+    assert max(k for t, k in control if t < end) > 1
+
+
+def test_a_newcomers_wait_for_a_leased_holder_beside_an_active_sibling_is_one_stage():
+    """A revoke (V) just after each of the holder's job starts in the window: it gives the lease back once that job
+    ends, at most one stage (the table's longest) after the revoke. Without the window (no sibling ever active),
+    a revoke just after a span starts waits for the whole span, longer than any one stage. The runs are the same
+    up to the revoke, so its instant is picked from a run without one."""
+    table = paper_tables.shipped_table("resnet50")
+    longest_stage = max(max(row[1:]) for row in table.dense)
+    for sibling in (0.5, 0.0):
+        jobs, _, _, _ = _leased_sim("eager", sibling, load=3.0)
+        starts = [t for t, k in jobs if 0.5 <= t < 1.4 and (sibling or k > 1)][:8]
+        assert len(starts) >= 4
+        waits = []
+        for t in starts:
+            _, back, gate, _ = _leased_sim("eager", sibling, revoke_at=t + 1e-9, load=3.0)
+            assert back is not None and not gate.leased
+            waits.append(back - t)
+        if sibling:
+            assert max(waits) <= longest_stage, (max(waits), longest_stage)
+        else:
+            assert min(waits) > longest_stage  # the whole span in flight
+
+
+def test_a_real_holder_beside_a_recently_active_sibling_keeps_inline_off_and_stage_jobs_then_not(models, group):
+    """On a real arbiter: a sibling that has just given its lease back (F, N) leaves the small model's next grant a
+    lease carrying that instant; within the window the holder's inline route refuses and its jobs are one stage
+    (eager would run each lone request as one span), still with no message per job; once the window has passed,
+    inline passes run again and spans are whole."""
+    from lazybatch.backend.fusion import fuse
+
+    path = _arbiter_path(group)
+    other = _Member(path, "other")  # alone: leased
+    model, stages = models["small"]
+    runner = StageRunner(stages, execution_provider="cpu", intra_op_threads=1)
+    c = Collector()
+    rt = BackendRuntime(runner, runner.profile([1, 2, 4, 8], reps=1),
+                        parse_policy("eager").build(max_batch_size=8), c.respond, name="small")
+    got = fuse(rt.runner, rt.scheduler.table, model, execution_provider="cpu", intra_op_threads=0, name="t")
+    assert got is not None
+    rt.whole_runner = got[0]
+    rt.inline = True
+    gate = attach(rt, GROUP, group, "small", inline_ok=True)
+    jobs: list[tuple[bool, int]] = []
+    started = gate.started
+
+    def spy(job):
+        started(job)
+        jobs.append((time.monotonic() < gate.sibling_until, job.stop - job.stage))
+
+    gate.started = spy  # type: ignore[method-assign]
+    x = np.ones((1, 16), np.float32)
+    try:
+        assert other.leased and not gate.leased and not rt.route.on
+        other.s.sendall(P.FINISHED + P.F64.pack(0.001) + P.NOTHING)  # the sibling's lease back: idle from now
+        want = _drive(rt, c, model, 3, gap=0.01)
+        c.wait(len(want))
+        _check_once(c, want)
+        assert gate.leased and gate.near_sibling() and rt.route.on and rt.route.hold_until > time.monotonic()
+        sent = gate.sent
+        assert rt.run_inline([({"x": x}, 1)]) is None  # refused: the sibling may ask any moment
+        assert rt.stats.inline_refused.get("a co-located model was active within the window", 0) >= 1
+        near = [k for recent, k in jobs if recent]
+        assert near and set(near) == {1}, jobs
+        assert rt.stats.span_runs == 0
+        time.sleep(max(0.0, gate.sibling_until - time.monotonic()) + 0.05)
+        assert not gate.near_sibling() and gate.leased
+        outs = rt.run_inline([({"x": x}, 1)])
+        assert outs is not None and outs[0] is not None  # inline again
+        more = _drive(rt, c, model, 3, gap=0.01, base=100)
+        c.wait(len(want) + len(more))
+        _check_once(c, more)
+        assert max(k for recent, k in jobs if not recent) > 1 and rt.stats.span_runs > 0  # spans whole again
+        assert gate.sent == sent  # no message per job under the lease, window or not
+    finally:
+        other.s.close()
+        rt.close()
