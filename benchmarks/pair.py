@@ -51,7 +51,7 @@ def t1(client: Client, model: str, n: int) -> float:
 
 
 def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, large_load: float = 1.1,
-            duration_s: float = 3.0, reps: int = 3, seed: int = 0, slas: dict[str, float] | None = None,
+            duration_s: float = 2.0, reps: int = 3, seed: int = 0, slas: dict[str, float] | None = None,
             configs: Sequence[str] = (PAIR_OURS, *TRITON), calibration: dict[str, int] | None = None,
             pause_s: float = 0.3, progress: Callable[[str], None] = print) -> dict:
     """Run the pair on the server at ``url`` (gRPC); returns the raw data (``score`` and ``markdown`` read it).
@@ -61,6 +61,7 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
     slas = slas or {role: KIND_SLA_MS.get(PAIR_KINDS[role], 100.0) for role in ROLES}
     ours = configs[0]
     cal = calibration or {"small": 100, "large": 15}
+    began = time.monotonic()
     with Client(url) as c:
         t1_s = {role: t1(c, names[(role, "triton_0us")] if (role, "triton_0us") in names else names[(role, ours)],
                          cal[role]) for role in ROLES}
@@ -90,6 +91,7 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
     return {"meta": {"prefixes": prefixes, "configs": list(configs), "t1_ms": {r: v * 1e3 for r, v in t1_s.items()},
                      "rates": rates, "loads": {"small": small_load, "large": large_load}, "slas_ms": slas,
                      "duration_s": duration_s, "reps": reps, "seed": seed,
+                     "elapsed_s": round(time.monotonic() - began, 1),
                      "loadavg": " ".join(f"{v:.1f}" for v in os.getloadavg())},
             "runs": runs}
 
@@ -209,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def add_args(ap: argparse.ArgumentParser, prefix: str = "") -> None:
     """The pair's options (``prefix``: ``pair-`` where they sit beside another benchmark's --duration)."""
-    ap.add_argument(f"--{prefix}duration", dest="pair_duration", type=float, default=3.0,
-                    help="seconds of load per configuration and repetition (3)")
+    ap.add_argument(f"--{prefix}duration", dest="pair_duration", type=float, default=2.0,
+                    help="seconds of load per configuration and repetition (2)")
     ap.add_argument(f"--{prefix}reps", dest="pair_reps", type=int, default=3, help="repetitions (3)")
     ap.add_argument(f"--{prefix}small-load", dest="small_load", type=float, default=0.3, help="the small model's load, a fraction of its "
                     "batch-1 rate (0.3)")
