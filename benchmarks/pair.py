@@ -9,8 +9,9 @@ one (ResNet-50) at ``--large-load`` of its own (1.1), both at once (client/toget
 --together``'s code). Configurations: lazybatch's default policy with both models in one device group
 (``<kind>_eager_grouped``: the arbiter picks every stage job across the two), Triton's dynamic batcher at 0 ms and
 5 ms (``<kind>_triton_0us``, ``<kind>_triton_5000us``: two backend processes sharing the cores as Triton lets them),
-and each model alone under lazybatch (the same arrivals with nothing beside it). Every repetition runs every
-configuration, in an order that turns by one each repetition, with that repetition's seeded arrivals.
+and each model alone under lazybatch and under Triton 0 ms (the same arrivals with nothing beside it). Every
+repetition runs every configuration, in an order that turns by one each repetition, with that repetition's seeded
+arrivals.
 
 The verdict (benchmarks/harness/verdict.py): per repetition, the best Triton configuration's figure / lazybatch's,
 Triton's best chosen on the other repetitions (harness.held_out_ratios); the interval is the range over the
@@ -52,11 +53,14 @@ def t1(client: Client, model: str, n: int) -> float:
 
 def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, large_load: float = 1.1,
             duration_s: float = 2.0, reps: int = 3, seed: int = 0, slas: dict[str, float] | None = None,
-            configs: Sequence[str] = (PAIR_OURS, *TRITON), calibration: dict[str, int] | None = None,
-            pause_s: float = 0.3, progress: Callable[[str], None] = print) -> dict:
+            configs: Sequence[str] = (PAIR_OURS, *TRITON), alone: Sequence[str] | None = None,
+            calibration: dict[str, int] | None = None, pause_s: float = 0.3,
+            progress: Callable[[str], None] = print) -> dict:
     """Run the pair on the server at ``url`` (gRPC); returns the raw data (``score`` and ``markdown`` read it).
     ``prefixes``: role -> the model name's prefix (a model is ``<prefix>_<suffix>``, suffixes ``configs``, the
-    first lazybatch's); ``slas``: role -> SLA in ms, sent with lazybatch's requests (default the kinds')."""
+    first lazybatch's); ``alone``: the configurations each model also runs alone in (default lazybatch's and Triton
+    0 ms: what grouping costs a model alone, and what the other model costs it under each); ``slas``: role -> SLA in
+    ms, sent with lazybatch's requests (default the kinds')."""
     names = {(role, cfg): f"{prefixes[role]}_{cfg}" for role in ROLES for cfg in configs}
     slas = slas or {role: KIND_SLA_MS.get(PAIR_KINDS[role], 100.0) for role in ROLES}
     ours = configs[0]
@@ -68,7 +72,8 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
     rates = {"small": small_load / t1_s["small"], "large": large_load / t1_s["large"]}
     progress(f"pair: t1 small {t1_s['small'] * 1e3:.1f} ms, large {t1_s['large'] * 1e3:.1f} ms; rates "
              f"{rates['small']:.1f}/s and {rates['large']:.1f}/s, {reps} x {duration_s:g} s per configuration")
-    turns = [("together", cfg) for cfg in configs] + [("alone", role) for role in ROLES]
+    alone = [c for c in (alone if alone is not None else (ours, "triton_0us")) if c in configs]
+    turns = [("together", cfg) for cfg in configs] + [("alone", (role, cfg)) for cfg in alone for role in ROLES]
     runs: list[dict] = []
     for k in range(reps):
         for mode, what in turns[k % len(turns):] + turns[:k % len(turns)]:
@@ -80,15 +85,17 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
                                     timeout_s=60.0, send_sla=what == ours)
                 results = dict(zip(ROLES, rows[:2]))
             else:
-                idx = ROLES.index(what)
-                results = {what: run_load(url, names[(what, ours)], rates[what], duration_s, sla_ms=slas[what],
-                                          seed=model_seed(seed + k, idx), timeout_s=60.0)}
+                role, cfg = what
+                results = {role: run_load(url, names[(role, cfg)], rates[role], duration_s, sla_ms=slas[role],
+                                          seed=model_seed(seed + k, ROLES.index(role)), timeout_s=60.0,
+                                          send_sla=cfg == ours)}
             for role, r in results.items():
-                runs.append(row(r, rep=k, mode=mode, config=ours if mode == "alone" else what, role=role))
+                runs.append(row(r, rep=k, mode=mode, config=what[1] if mode == "alone" else what, role=role))
                 progress(f"  rep {k} {mode:<8} {r.model:<24} sent {r.sent} ok {r.ok} avg {r.avg_ms:.1f} "
                          f"p99 {r.p99_ms:.1f} ms")
             time.sleep(pause_s)
-    return {"meta": {"prefixes": prefixes, "configs": list(configs), "t1_ms": {r: v * 1e3 for r, v in t1_s.items()},
+    return {"meta": {"prefixes": prefixes, "configs": list(configs), "alone": alone,
+                     "t1_ms": {r: v * 1e3 for r, v in t1_s.items()},
                      "rates": rates, "loads": {"small": small_load, "large": large_load}, "slas_ms": slas,
                      "duration_s": duration_s, "reps": reps, "seed": seed,
                      "elapsed_s": round(time.monotonic() - began, 1),
@@ -162,7 +169,7 @@ def markdown(data: dict) -> str:
              f"{m.get('loadavg', '?')}.", "",
              *table_head(["model", "configuration", "beside the other", "sent", "err", "avg ms", "p99 ms"])]
     for role in ROLES:
-        cells = [("alone", ours)] + [("together", c) for c in configs]
+        cells = [("alone", c) for c in configs] + [("together", c) for c in configs]
         for mode, cfg in cells:
             runs = [r for r in data["runs"] if (r["mode"], r["config"], r["role"]) == (mode, cfg, role)]
             if not runs:
@@ -214,8 +221,8 @@ def add_args(ap: argparse.ArgumentParser, prefix: str = "") -> None:
     ap.add_argument(f"--{prefix}duration", dest="pair_duration", type=float, default=2.0,
                     help="seconds of load per configuration and repetition (2)")
     ap.add_argument(f"--{prefix}reps", dest="pair_reps", type=int, default=3, help="repetitions (3)")
-    ap.add_argument(f"--{prefix}small-load", dest="small_load", type=float, default=0.3, help="the small model's load, a fraction of its "
-                    "batch-1 rate (0.3)")
+    ap.add_argument(f"--{prefix}small-load", dest="small_load", type=float, default=0.3,
+                    help="the small model's load, a fraction of its batch-1 rate (0.3)")
     ap.add_argument(f"--{prefix}large-load", dest="large_load", type=float, default=1.1, help="the large model's (1.1)")
 
 

@@ -1,6 +1,6 @@
 """The quickstart's co-located pair (benchmarks/pair.py, `bench_triton --pair`) in a short mode on a real
-tritonserver: a small MLP beside a larger one, under lazybatch in one device group and under Triton's batcher at
-0 ms, both driven at once, each alone for reference. Every request is answered, the two models of a pair run over
+tritonserver: a small MLP beside a larger one, under lazybatch in one device group and under Triton's batcher
+at 0 ms, both driven at once, each alone under each for reference. Every request is answered, the two models of a pair run over
 the same time, lazybatch's pair went through the arbiter (both members granted the device), and the printed page
 has the per-model table and the verdict rows with the one rule's words.
 
@@ -65,8 +65,8 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
                         slas={"small": 100.0, "large": 1000.0}, calibration={"small": 20, "large": 10},
                         progress=lambda line: None)
     runs = data["runs"]
-    # every repetition: both models together under each configuration, and each alone under lazybatch
-    assert len(runs) == 2 * (2 * len(CONFIGS) + 2)
+    # every repetition: both models together under each configuration, and each alone under each
+    assert len(runs) == 2 * (2 * len(CONFIGS) + 2 * len(CONFIGS))
     for r in runs:
         assert r["sent"] > 0 and r["ok"] == r["sent"] and r["errors"] == 0, r
         assert r["model"] == f"{PREFIXES[r['role']]}_{r['config']}"
@@ -86,7 +86,7 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
     assert (tmp_path / "pair.md").read_text() == text
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     for role, prefix in PREFIXES.items():
-        assert sum(1 for line in rows if line.startswith(f"| {role} {prefix}_")) == len(CONFIGS) + 1, text
+        assert sum(1 for line in rows if line.startswith(f"| {role} {prefix}_")) == 2 * len(CONFIGS), text
     verdicts = [[c.strip() for c in line.strip("|").split("|")] for line in rows if ": best Triton / lazybatch" in line
                 or "beside the large one / alone" in line]
     assert len(verdicts) == 4, text
