@@ -1,8 +1,8 @@
 """The quickstart's co-located pair (benchmarks/pair.py, `bench_triton --pair`) in a short mode on a real
 tritonserver: a small MLP beside a larger one, under lazybatch in one device group and under Triton's batcher
-at 0 ms, both driven at once, each alone under each for reference. Every request is answered, the two models of a pair run over
-the same time, lazybatch's pair went through the arbiter (both members granted the device), and the printed page
-has the per-model table and the verdict rows with the one rule's words.
+at 0 ms, both driven at once, each alone under each for reference. Every request is answered, the two models of a
+pair run over the same time, lazybatch's pair went through the arbiter (both members granted the device), and the
+printed page has the per-model table and the verdict rows with the one rule's words.
 
 Its own server and repository: the models are named as the quickstart's (<prefix>_eager_grouped in device group
 ``pair``, <prefix>_triton_0us), only smaller, so the whole module runs in well under a minute."""
