@@ -3,6 +3,7 @@
     python -m benchmarks.bench_triton                    # the issue's Speed experiment on ResNet-50 (~12 minutes)
     python -m benchmarks.bench_triton --model mlp        # the same where batching pays (8 x 2048 MLP, SLA 10/25 ms)
     python -m benchmarks.bench_triton --duration 5 --fractions 0.1,0.9   # a quick look
+    python -m benchmarks.bench_triton ... --pair         # then the co-located pair on the same server (the quickstart)
 
 One tritonserver serves the default repository (`lazybatch repo default`). The batch-1 service rate mu is measured
 first (sequential whole-graph requests); then open-loop Poisson load at fractions of mu, every configuration one
@@ -25,6 +26,10 @@ identical to Triton's could come out behind by that alone. And a second, identic
 configuration (the twin, served from OUT/twin_repository beside the drop-in repository) runs in turn and is scored
 by the same rule in eager's place: what this machine's noise alone does to one load's verdict. With 7 slices, a
 policy equal to Triton's best has every slice below 1.00 by chance at 1 load in 128 (3 slices: 1 in 8).
+
+``--pair`` adds, on the same server once the table above is measured, the co-located pair (benchmarks/pair.py: the
+MLP beside ResNet-50, both at once, under lazybatch's device scheduler and under Triton's batcher at 0 and 5 ms),
+written to OUT/pair.md and OUT/pair.json and printed after the single-model table.
 """
 
 from __future__ import annotations
@@ -40,12 +45,13 @@ import time
 from pathlib import Path
 
 
+from benchmarks import pair as colocated_pair
 from benchmarks.harness import command_line, geomean, held_out_ratios, served, spread, verdict as goal_verdict
 from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.page import table_head
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_load, summarize
-from lazybatch.repo import COMPARISON, build_default_repository, default_build_dir
+from lazybatch.repo import COMPARISON, build_default_repository, build_pair_repository, default_build_dir
 
 OURS = "eager"  # the default policy (batcher/policies/eager.py)
 BASELINE_SUFFIXES = [k for k in COMPARISON if k != OURS]
@@ -109,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slas", default=None, help="SLA targets in ms (default 100,200 for resnet50, 10,25 for mlp)")
     ap.add_argument("--out", default=None, help="default lazybatch-results/triton-bench-<model>")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pair", action="store_true", help="then the co-located pair on the same server "
+                    "(benchmarks/pair.py; its models are built into --repository as `lazybatch repo default --pair`)")
+    colocated_pair.add_args(ap, prefix="pair-")
     args = ap.parse_args(argv)
     fractions = [float(v) for v in args.fractions.split(",")]
     slas = [float(v) for v in (args.slas or DEFAULT_SLAS[args.model]).split(",")]
@@ -123,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(out / "twin_repository", ignore_errors=True)
     twin_repo = build_default_repository(out / "twin_repository", kind=args.model,
                                          work=default_build_dir(args.repository), policies={TWIN_SUFFIX: "triton:0"})
+    if args.pair:
+        build_pair_repository(repo)
+    pair_data = None
     print(f"starting tritonserver on {repo} ...", flush=True)
     results: list[dict] = []
     with served(repo, out / "tritonserver.log", stats_dir=stats_dir.resolve(),
@@ -179,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"err {r.errors} avg {r.avg_ms:.1f} p99 {r.p99_ms:.1f} ms thr {r.throughput:.2f}/s"
                       + (f" overhead/stage {overhead['per_stage_ms']:.3f} ms ({overhead['fraction']:.1%}), "
                          f"mean sub-batch {overhead['mean_batch']:.2f}" if overhead else ""), flush=True)
+        if args.pair:
+            pair_data = colocated_pair.run_args(url, args)
     meta = {"model": args.model, "slices": args.slices, "t_whole_ms": t_whole * 1e3, "t_lazy_ms": t_lazy * 1e3, "mu": mu, "duration_s": args.duration,
             "min_requests": args.min_requests,
             "fractions": fractions, "slas": slas, "cpu_count": os.cpu_count(),
@@ -191,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     (out / "bench.md").write_text(table)
     print(table)
     plot(results, out / "bench.png")
+    if pair_data is not None:
+        pair_data["meta"]["command"] = meta["command"]
+        colocated_pair.report(pair_data, out)
     return 0
 
 

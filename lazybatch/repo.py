@@ -471,7 +471,9 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
                              reprofile: bool = False, seq2seq_baselines: bool = True, decoupled: bool = False,
                              stream_interval_tokens: int | None = None, priority_levels: int = 0,
                              default_priority_level: int = 0,
-                             priority_timeouts_us: Mapping[int, int] | None = None, log: Any = print) -> Path:
+                             priority_timeouts_us: Mapping[int, int] | None = None,
+                             parameters: Mapping[str, Mapping[str, str]] | None = None, replace: bool = False,
+                             log: Any = print) -> Path:
     """``kind`` split once, profiled once, and served under every policy of COMPARISON (names ``<kind>_<suffix>``);
     the weights are hard-linked between model directories. ResNet-50 is the onnx package's light model made
     batchable (random weights); the MLPs are cut after every Relu. ``policies`` (suffix -> policy) replaces
@@ -481,7 +483,9 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
     (each group decoded to its end in one execute, batch_per_execute). ``decoupled``: every model streams its tokens
     (seq2seq and decoder models only, ``add_model(decoupled=True)``), a response every ``stream_interval_tokens``
     tokens (default 1). ``priority_levels``, ``default_priority_level``:
-    every model gets them; ``priority_timeouts_us`` the models under Triton's own batcher (``add_model``)."""
+    every model gets them; ``priority_timeouts_us`` the models under Triton's own batcher (``add_model``).
+    ``parameters`` (suffix -> config.pbtxt parameters) adds to a suffix's POLICY_PARAMETERS, e.g. a device_group;
+    ``replace`` rewrites existing model directories from the build as it is (no new split or profile)."""
     from lazybatch.staging import split_model
 
     if kind not in MODEL_KINDS:
@@ -522,14 +526,38 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
         if seq2seq and seq2seq_baselines and suffix in SEQ2SEQ_BASELINES:
             suffix, policy = SEQ2SEQ_BASELINES[suffix]
         name = f"{kind}_{suffix}"
-        if (repo / name / "config.pbtxt").exists() and not (force or reprofile):
+        if (repo / name / "config.pbtxt").exists() and not (force or reprofile or replace):
             log(f"{name}: exists")
             continue
         timeouts = priority_timeouts_us if isinstance(parse_repo_policy(policy), TritonPolicy) else None
         add_model(onnx_path, repo, name=name, policy=policy, sla_ms=sla, max_batch_size=mbs,
-                  stages=stages, latency_table=table, force=True, parameters=POLICY_PARAMETERS.get(suffix),
+                  stages=stages, latency_table=table, force=True,
+                  parameters={**POLICY_PARAMETERS.get(suffix, {}), **(parameters or {}).get(suffix, {})} or None,
                   decoupled=decoupled, stream_interval_tokens=stream_interval_tokens,
                   priority_levels=priority_levels, default_priority_level=default_priority_level,
                   priority_timeouts_us=timeouts)
         log(f"{name}: {policy}")
     return repo
+
+
+# The quickstart's co-located pair (issue 50): a small model beside a large one on one tritonserver, the small one
+# the 8 x 2048 MLP (t1 a few ms), the large one ResNet-50 (t1 ten times that). Under lazybatch both join one device
+# group, named explicitly (the arbiter schedules their stage jobs across the two); under Triton's batcher each runs
+# in its own backend process and they share the device as Triton lets them. Names are <kind>_<suffix>.
+PAIR_KINDS = {"small": "mlp", "large": "resnet50"}
+PAIR_GROUP = "pair"
+PAIR_OURS = "eager_grouped"
+PAIR_POLICIES = {PAIR_OURS: "eager", "triton_0us": "triton:0", "triton_5000us": "triton:5000"}
+
+
+def build_pair_repository(repository: str | Path = "model_repository", *, force: bool = False,
+                          built: Sequence[str] = (), log: Any = print) -> Path:
+    """Add the co-located pair's models to ``repository`` (PAIR_KINDS under PAIR_POLICIES; the lazybatch ones in
+    device group PAIR_GROUP), beside the default comparison: a model already there is kept, and each kind is split
+    and profiled once for both (build_default_repository's build folder). ``force`` rebuilds everything but the
+    kinds in ``built`` (just rebuilt by the caller): their pair models are only rewritten from that build."""
+    for kind in PAIR_KINDS.values():
+        again = force and kind in built
+        build_default_repository(repository, kind=kind, policies=PAIR_POLICIES, force=force and not again,
+                                 replace=again, log=log, parameters={PAIR_OURS: {"device_group": PAIR_GROUP}})
+    return Path(repository)
