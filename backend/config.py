@@ -90,14 +90,14 @@ PARAMETERS = {
 }
 # production knobs (docs/operations.md); queue names follow Triton's ModelQueuePolicy
 PARAMETERS.update({
-    "device_group": "absent or empty (default): the group of the model instance's device (cpu for KIND_CPU, gpu<N> "
-                    "for KIND_GPU device N, npu for executor npu); lazybatch models of one server in one group share "
-                    "the device through an arbiter process that picks the next stage job across them, started only "
-                    "once a second member loads (docs/colocation.md, \"Served: the arbiter\"); a model alone in "
-                    "time holds a lease and runs as an ungrouped one, inline route included | <name>: that group | "
-                    "none: the model has the device to itself. Not by default for policy whole_graph or "
-                    "batch_per_execute (triton:<us>: Triton's batcher runs whole executions; naming a group on them "
-                    "fails the load) nor for a model with more than one instance on its device",
+    "device_group": "absent, empty or none (default): the model has the device to itself, as Triton's per-model "
+                    "batchers (served figures: docs/results/colocation.md) | <name>: lazybatch models of one server in "
+                    "one group share the device through an arbiter process that picks the next stage job across "
+                    "them, started only once a second member loads (docs/colocation.md, \"Served: the arbiter\"); a "
+                    "model alone in time holds a lease and runs as an ungrouped one, inline route included | auto: "
+                    "the group of the model instance's device (cpu for KIND_CPU, gpu<N> for KIND_GPU device N, npu "
+                    "for executor npu; none for a model with more than one instance on its device). Refused for "
+                    "policy whole_graph or batch_per_execute (triton:<us>: Triton's batcher runs whole executions)",
     "device_weight": "device_group models: the model's weight in the device's fair share (a number > 0, default 1): "
                      "while models wait for the device, their device time is shared in proportion to their weights",
     "device_priority_level": "device_group models: the model's priority level at the device (an integer >= 0, "
@@ -240,7 +240,8 @@ class BackendSettings:
     priority_levels: int = 0
     default_priority_level: int = 0
     device_group: str = ""  # co-located models' shared device (backend/arbiter); "": the device's (default_group)
-    device_group_none: bool = False  # device_group "none": the model keeps off every shared device
+    device_group_none: bool = True  # device_group absent, empty or "none": the model keeps off every shared device
+    device_group_auto: bool = False  # device_group "auto": the group of the instance's device (default_device_group)
     device_weight: float = 1.0  # its weight in the device's fair share
     device_priority_level: int = 0  # its priority at the device (smaller: more urgent)
     device_max_queue_size: int = 0  # samples held across the group's models (0: unbounded)
@@ -350,7 +351,8 @@ def _fuse_segments(text: str | None) -> int:
 
 MAX_DEVICE_PRIORITY_LEVEL = 32767  # the arbiter's protocol carries it as a signed 16-bit integer
 MAX_DEVICE_LANES = 64  # far past any measured use (docs/colocation.md, "Lanes": 2 already contend on 2 cores)
-NO_DEVICE_GROUP = "none"  # device_group: "none" keeps a model off every shared device
+NO_DEVICE_GROUP = "none"  # device_group: "none" (as absent) keeps a model off every shared device
+AUTO_DEVICE_GROUP = "auto"  # device_group: "auto" joins the group of the model instance's device
 
 
 def _device_settings(cfg: Any, whole_executions: str | None = None) -> dict[str, Any]:
@@ -358,11 +360,11 @@ def _device_settings(cfg: Any, whole_executions: str | None = None) -> dict[str,
     ``device_priority_level``, ``device_max_queue_size``, ``device_lanes``), checked here so that a typo fails the
     load with the parameter's name. ``whole_executions``: the model runs Triton's batches whole (policy whole_graph,
     or batch_per_execute), which no arbiter can gate: it joins no group, and naming one is an error."""
-    group = (_param(cfg, "device_group", "") or "").strip()
-    none = group.lower() == NO_DEVICE_GROUP  # the explicit opt-out, stable whatever the default becomes
-    if none:
-        group = ""
-    out: dict[str, Any] = {"device_group": group, "device_group_none": none}
+    raw = (_param(cfg, "device_group", "") or "").strip()
+    auto = raw.lower() == AUTO_DEVICE_GROUP  # the instance's device's group (default_device_group)
+    none = not raw or raw.lower() == NO_DEVICE_GROUP  # the default: no shared device (docs/colocation.md says why)
+    group = "" if (none or auto) else raw
+    out: dict[str, Any] = {"device_group": group, "device_group_none": none, "device_group_auto": auto}
     # parameter: (parse, valid, what the error says it must be)
     checks = {
         "device_weight": (float, lambda v: math.isfinite(v) and v > 0,
@@ -392,17 +394,17 @@ def _device_settings(cfg: Any, whole_executions: str | None = None) -> dict[str,
                           field="parameters.device_max_queue_size")
     given = [k for k in ("device_weight", "device_priority_level", "device_max_queue_size",
                                  "device_lanes") if k in out]
-    if whole_executions and (group or given):
-        what = ", ".join((["device_group"] if group else []) + given)
+    if whole_executions and (group or auto or given):
+        what = ", ".join((["device_group"] if group or auto else []) + given)
         raise ConfigError(f"{what}: a model under {whole_executions} runs Triton's batches as whole executions, which "
                           "the device group's arbiter cannot gate between stages (Triton's batcher is in front); such "
                           "a model shares the device as before, outside the group. Remove it (or use a lazybatch "
-                          "policy such as eager)", field=f"parameters.{'device_group' if group else given[0]}")
+                          "policy such as eager)", field=f"parameters.{'device_group' if group or auto else given[0]}")
     if none and given:
         verb = "apply" if len(given) > 1 else "applies"
-        raise ConfigError(f"{', '.join(given)} {verb} only to a model on a shared device (device_group absent: the "
-                          "device's group, or a group's name), and this one has device_group \"none\"; remove it or "
-                          "the opt-out", field=f"parameters.{given[0]}")
+        raise ConfigError(f"{', '.join(given)} {verb} only to a model on a shared device (device_group set to a "
+                          "group's name, or \"auto\": the instance's device), and this one has none; set "
+                          "device_group or remove it", field=f"parameters.{given[0]}")
     return out
 
 

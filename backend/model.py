@@ -237,16 +237,16 @@ class TritonPythonModel:
         return self.membership.gate if self.membership is not None else None
 
     def _device_group(self, cfg: Any, args: dict[str, Any]) -> str:
-        """The device group this instance joins: the config's, or its device's by default ("": none, said why)."""
+        """The device group this instance joins: the config's, or its device's with ``auto`` ("": none, said why)."""
         s = self.settings
         if s.device_group:
             return s.device_group
-        if s.device_group_none or s.batch_per_execute:  # batch_per_execute: Triton's batcher runs whole executions
+        if not s.device_group_auto or s.batch_per_execute:  # batch_per_execute: Triton's batcher runs whole executions
             return ""
         group, why = default_device_group(cfg, str(args.get("model_instance_kind", "CPU")),
                                           int(args.get("model_instance_device_id", 0) or 0), executor_of(cfg))
         if why:
-            print(f"lazybatch: {s.name}: on no shared device by default ({why})", file=sys.stderr)
+            print(f"lazybatch: {s.name}: device_group auto: on no shared device ({why})", file=sys.stderr)
         return group
 
     def _configure_production(self, runtime: Any) -> None:

@@ -199,6 +199,7 @@ def report(data: dict, out: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.harness import command_line, served
+    from benchmarks.harness.meta import machine_meta
     from lazybatch.repo import build_pair_repository
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with served(repo, out / "tritonserver.log") as server:
         data = run_args(server.endpoints.grpc, args)
-    data["meta"]["command"] = command_line()
+    data["meta"].update(machine_meta(), command=command_line())
     report(data, out)
     return 0
 

@@ -421,12 +421,14 @@ def test_device_weight_and_priority_level_parameters(tmp_path):
                            ({"device_priority_level": "40000"}, "device_priority_level must be an integer")]:
         with pytest.raises(ConfigError, match=needle):
             settings(device_group="dev0", **params)
-    # absent device_group: the device's own group (default_device_group), so the device parameters apply
-    assert settings(device_weight="2").device_weight == 2.0 and not settings(device_weight="2").device_group_none
+    # "auto": the device's own group (default_device_group), so the device parameters apply; absent: no group
+    assert settings(device_group="auto", device_weight="2").device_weight == 2.0
+    with pytest.raises(ConfigError, match="device_weight applies only to a model on a shared device"):
+        settings(device_weight="2")
     # "none" is the explicit opt-out, in any case, and then takes no device parameters
     assert settings(device_group="none").device_group == settings(device_group=" None ").device_group == ""
     assert settings(device_group=" None ").device_group_none
-    with pytest.raises(ConfigError, match='device_weight applies only to a model on a shared device.*"none"'):
+    with pytest.raises(ConfigError, match='device_weight applies only to a model on a shared device.*has none'):
         settings(device_group="none", device_weight="2")
     with pytest.raises(ConfigError, match="device_priority_level applies only"):
         settings(device_group="NONE", device_priority_level="1")
@@ -562,7 +564,9 @@ def test_device_max_queue_size_parameter(tmp_path):
                         ("2", "device_max_queue_size 2 is below max_batch_size 4")]:
         with pytest.raises(ConfigError, match=needle):
             settings(device_group="g", device_max_queue_size=bad)
-    assert settings(device_max_queue_size="64").device_max_queue_size == 64  # the device's default group
+    assert settings(device_group="auto", device_max_queue_size="64").device_max_queue_size == 64
+    with pytest.raises(ConfigError, match="device_max_queue_size applies only to a model on a shared device"):
+        settings(device_max_queue_size="64")  # absent: no shared device
     with pytest.raises(ConfigError, match="device_max_queue_size applies only to a model on a shared device"):
         settings(device_group="none", device_max_queue_size="64")
 
@@ -585,7 +589,7 @@ def test_device_lanes_parameter(tmp_path):
     for bad in ("0", "-1", "1.5", "x", "65"):
         with pytest.raises(ConfigError, match=r"parameters.device_lanes.*device_lanes must be an integer in 1\.\.64"):
             settings(device_group="dev0", device_lanes=bad)
-    assert settings(device_lanes="2").device_lanes == 2  # the device's default group
+    assert settings(device_group="auto", device_lanes="2").device_lanes == 2
     with pytest.raises(ConfigError, match="device_lanes applies only to a model on a shared device"):
         settings(device_group="none", device_lanes="2")
 

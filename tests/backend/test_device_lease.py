@@ -42,7 +42,7 @@ def _settings(tmp_path, text=CONFIG, **params):
 # ---------------------------------------------------------------- configuration
 
 
-def test_the_default_group_is_the_instances_device_and_none_opts_out(tmp_path):
+def test_auto_is_the_instances_device_and_absent_or_none_is_no_group(tmp_path):
     cfg = parse_config_text(CONFIG + "instance_group { count: 1 kind: KIND_CPU }")
     assert default_device_group(cfg, "CPU", 0) == ("cpu", "")
     gpu = parse_config_text(CONFIG + "instance_group { count: 1 kind: KIND_GPU gpus: [0, 1] }")
@@ -53,8 +53,10 @@ def test_the_default_group_is_the_instances_device_and_none_opts_out(tmp_path):
     group, why = default_device_group(two, "CPU", 0)
     assert group == "" and "2 instances" in why
     s = _settings(tmp_path)
-    assert s.device_group == "" and not s.device_group_none  # absent: the default group (model.py resolves it)
+    assert s.device_group == "" and s.device_group_none and not s.device_group_auto  # absent: no shared device
     assert _settings(tmp_path, device_group="none").device_group_none
+    a = _settings(tmp_path, device_group="Auto")
+    assert a.device_group == "" and a.device_group_auto and not a.device_group_none  # model.py resolves it
     assert _settings(tmp_path, device_group="dev0").device_group == "dev0"
 
 
