@@ -30,8 +30,8 @@ from lazybatch.repo import add_model
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model
 
-GROUP = "dev0"
-MODELS = {"co_small": (32, 4, 1), "co_large": (512, 8, 2)}  # name: width, depth, seed
+from test_arbiter_server import GROUP, MODELS, build_repo  # noqa: E402  (the same two models, built alike)
+
 WINDOW = 4  # requests in flight per model
 REQUEST_TIMEOUT_S = 60  # a request not answered in this long counts as a hang (the tests assert none of the
 # surviving model's does)
@@ -41,16 +41,7 @@ RESTART_BOUND_S = 15.0  # the arbiter back with both members (docs/colocation.md
 @pytest.fixture(scope="module")
 def faults(tmp_path_factory):
     root = tmp_path_factory.mktemp("arbiter_faults")
-    repo = root / "repo"
-    graphs = {}
-    for name, (width, depth, seed) in MODELS.items():
-        model = make_mlp(root / f"{name}.onnx", in_dim=32, width=width, depth=depth, out_dim=10, seed=seed)
-        relus = [i for i, n in enumerate(onnx.load(str(model)).graph.node) if n.op_type == "Relu"]
-        stages = split_model(model, root / f"{name}_stages", cut_after=relus)
-        add_model(model, repo, name=name, policy="eager", sla_ms=5000, max_batch_size=8, stages=stages,
-                  profile_reps=1, execution_provider="cpu", intra_op_threads=1,
-                  parameters={"device_group": GROUP, "metrics_interval_ms": "100"})
-        graphs[name] = model
+    repo, graphs = build_repo(root, {"device_group": GROUP, "metrics_interval_ms": "100"})
     arbiter_dir = root / "arbiter"
     arbiter_dir.mkdir()
     log = root / "tritonserver.log"

@@ -32,9 +32,9 @@ GROUP = "dev0"
 MODELS = {"co_small": (32, 4, 1), "co_large": (512, 8, 2)}  # name: width, depth, seed
 
 
-@pytest.fixture(scope="module")
-def colocated(tmp_path_factory):
-    root = tmp_path_factory.mktemp("arbiter_server")
+def build_repo(root, parameters):
+    """The two MLPs of MODELS split at their ReLUs and added under eager with ``parameters`` in root/repo; returns
+    (repo, {name: whole-graph ONNX path}) (shared by the real-server arbiter tests)."""
     repo = root / "repo"
     graphs = {}
     for name, (width, depth, seed) in MODELS.items():
@@ -42,9 +42,15 @@ def colocated(tmp_path_factory):
         relus = [i for i, n in enumerate(onnx.load(str(model)).graph.node) if n.op_type == "Relu"]
         stages = split_model(model, root / f"{name}_stages", cut_after=relus)
         add_model(model, repo, name=name, policy="eager", sla_ms=5000, max_batch_size=8, stages=stages,
-                  profile_reps=1, execution_provider="cpu", intra_op_threads=1,
-                  parameters={"device_group": GROUP, "metrics_interval_ms": "100"})
+                  profile_reps=1, execution_provider="cpu", intra_op_threads=1, parameters=parameters)
         graphs[name] = model
+    return repo, graphs
+
+
+@pytest.fixture(scope="module")
+def colocated(tmp_path_factory):
+    root = tmp_path_factory.mktemp("arbiter_server")
+    repo, graphs = build_repo(root, {"device_group": GROUP, "metrics_interval_ms": "100"})
     arbiter_dir = root / "arbiter"
     arbiter_dir.mkdir()
     log = root / "tritonserver.log"
@@ -152,17 +158,7 @@ def test_models_with_device_group_auto_share_their_devices_arbiter(tmp_path):
     second to load starts the arbiter and the first joins it. Both answer every request, and the one arbiter saw
     both (grants to each). (Without the parameter a model has the device to itself: the default, from the served
     figures, docs/colocation.md.)"""
-    repo = tmp_path / "repo"
-    graphs = {}
-    for name, (width, depth, seed) in MODELS.items():
-        model = make_mlp(tmp_path / f"{name}.onnx", in_dim=32, width=width, depth=depth, out_dim=10, seed=seed)
-        relus = [i for i, n in enumerate(onnx.load(str(model)).graph.node) if n.op_type == "Relu"]
-        stages = split_model(model, tmp_path / f"{name}_stages", cut_after=relus)
-        add_model(model, repo, name=name, policy="eager", sla_ms=5000, max_batch_size=8, stages=stages,
-                  profile_reps=1, execution_provider="cpu", intra_op_threads=1)
-        graphs[name] = model
-        with open(repo / name / "config.pbtxt", "a") as f:
-            f.write('parameters {\n  key: "device_group"\n  value {\n    string_value: "auto"\n  }\n}\n')
+    repo, graphs = build_repo(tmp_path, {"device_group": "auto"})
     arbiter_dir = Path(tempfile.mkdtemp(prefix="lb-arb-"))  # short: a Unix socket's path has at most 107 bytes
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                           log_file=tmp_path / "tritonserver.log",
