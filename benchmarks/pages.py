@@ -8,8 +8,9 @@ This prints; it runs nothing (the runs need a quiet machine for hours; run the p
 the repository root). Where a page is generated whole (regimes) the last command rewrites it; where only its tables
 are (default, decoder, streaming, mixed), paste them and rewrite the prose from the new run; the rest are written by
 hand from the printed figures. Every run writes its raw data with the commit, a dirty tree flagged, the machine and
-the load average (harness.meta), and every verdict comes from harness.verdict. tests/test_docs_data.py lists the
-pages whose data is not yet from one clean commit."""
+the load average (harness.meta), and every verdict comes from harness.verdict. tests/test_docs_data.py fails where a
+page marked ``one_commit`` cites data from more than one commit or a dirty tree, and lists the pages not yet
+re-run that way."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ class Page:
     generated: str  # "whole", "tables" or "by hand": how much of the page its commands write
     floor: str      # the noise floor the verdicts stand beside
     commands: tuple[str, ...]
+    # True once the page holds one run: tests/test_docs_data.py then fails (not warns) where its cited raw data is
+    # from more than one commit, a dirty tree, or records none
+    one_commit: bool = False
 
 
 PAGES: dict[str, Page] = {
@@ -57,7 +61,7 @@ PAGES: dict[str, Page] = {
     "regimes": Page(
         "docs/results/regimes.md", "whole", "the spread over 3 slices per cell",
         ("python -m benchmarks.bench_regimes --quiet-machine",
-         "python -m benchmarks.bench_regimes --from-results docs/data/regimes.json")),
+         "python -m benchmarks.bench_regimes --from-results docs/data/regimes.json"), one_commit=True),
     "simulator": Page(
         "docs/simulator.md", "by hand", "20 seeds per point",
         ("lazybatch simulate --paper --out lazybatch-results/paper",
@@ -79,7 +83,7 @@ PAGES: dict[str, Page] = {
         ("python -m benchmarks.bench_colocation --reprofile --out lazybatch-results/colocation "
          "--data docs/data/colocation.json --page docs/results/colocation.md",
          "python -m benchmarks.bench_colocation --from-results docs/data/colocation.json "
-         "--page docs/results/colocation.md")),
+         "--page docs/results/colocation.md"), one_commit=True),
     "colocation_sim": Page("docs/colocation.md", "by hand", "the spread over seeds (simulated, the paper's tables)",
                            ("python -m benchmarks.sim_colocation",)),
     "device_cost": Page("docs/colocation.md#cost", "by hand",
