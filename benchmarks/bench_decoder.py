@@ -31,6 +31,7 @@ figures understate that queue: use it at loads the server keeps up with.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -222,7 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--driver", choices=("load", "perf_analyzer"), default="load",
                     help="what offers the load: lazybatch load (default) or NVIDIA perf_analyzer")
     add_perf_arrivals_arg(ap, "--driver perf_analyzer")
+    ap.add_argument("--rerender", default=None, metavar="JSON",
+                    help="print the report of a saved run (e.g. docs/data/decoder.json), measuring nothing")
     args = parse_sweep_args(ap, argv)
+    if args.rerender:
+        for m in json.loads(Path(args.rerender).read_text())["models"]:
+            print("\n".join(report(m)) + "\n")
+        return 0
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if unknown := sorted(set(args.variants) - set(VARIANTS)):
         ap.error(f"unknown variant(s) {unknown}; choose from {sorted(VARIANTS)}")

@@ -30,6 +30,7 @@ values are measured as above.
 from __future__ import annotations
 
 import argparse
+import json
 import asyncio
 import math
 import statistics
@@ -192,7 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stream-interval-tokens", type=int, default=1, metavar="K",
                     help="every model sends a response once a request holds K new tokens (config "
                          "stream_interval_tokens; default 1: every token); TTFT is then the time to the first K")
+    ap.add_argument("--rerender", default=None, metavar="JSON",
+                    help="print the report of a saved run (e.g. docs/data/streaming.json), measuring nothing")
     args = parse_sweep_args(ap, argv)
+    if args.rerender:
+        print("\n".join(report(json.loads(Path(args.rerender).read_text()))))
+        return 0
     if args.stream_interval_tokens < 1:
         ap.error("--stream-interval-tokens must be at least 1")
     out = Path(args.out)
