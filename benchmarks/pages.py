@@ -5,8 +5,8 @@ repetitions and the noise floor it needs, and what regenerates it from the raw d
     python -m benchmarks.pages decoder         # one page
 
 This prints; it runs nothing (the runs need a quiet machine for hours; run the printed lines there, in order, from
-the repository root). Where a page is generated whole (regimes) the last command rewrites it; where only its tables
-are (default, decoder, streaming, mixed), paste them and rewrite the prose from the new run; the rest are written by
+the repository root). Where a page is generated whole (decoder, regimes, colocation) the last command rewrites it;
+where only its tables are (default, mixed), paste them and rewrite the prose from the new run; the rest are written by
 hand from the printed figures. Every run writes its raw data with the commit, a dirty tree flagged, the machine and
 the load average (harness.meta), and every verdict comes from harness.verdict. tests/test_docs_data.py fails where a
 page marked ``one_commit`` cites data from more than one commit or a dirty tree, and lists the pages not yet
@@ -37,22 +37,21 @@ PAGES: dict[str, Page] = {
          "--driver both --perf-arrivals seeded --out lazybatch-results/default --json docs/data/default.json",
          "python -m benchmarks.bench_default --from-results docs/data/default.json --out lazybatch-results/default")),
     "decoder": Page(
-        "docs/results/decoder.md", "tables", "the spread over repetitions; Triton 0 ms at 10% load",
+        "docs/results/decoder.md", "whole", "the spread over repetitions (no identical copy in these sweeps)",
         ("python -m benchmarks.bench_decoder --models lm,gnmt,transformer --loads 0.1,0.7,1.5,3 --reps 3 "
-         "--duration 15 --min-requests 40 --variants eager_join --out lazybatch-results/decoder "
+         "--duration 15 --min-requests 20 --variants eager_join --out lazybatch-results/decoder "
          "--data docs/data/decoder.json",
          "python -m benchmarks.bench_decoder --models lm,gnmt,transformer --loads 0.7 --reps 3 --duration 30 "
          "--driver perf_analyzer --perf-arrivals seeded --out lazybatch-results/decoder-perf "
-         "--data docs/data/decoder_perf_analyzer_seeded.json")),
-    "streaming": Page(
-        "docs/results/decoder.md#streaming-time-to-first-token", "tables", "the unloaded TTFT of the same run",
-        tuple(f"python -m benchmarks.bench_streaming --model {m} --loads 0.5,0.9,1.2 --reps 3 --duration 12 "
-              f"--out lazybatch-results/streaming-{m} --data docs/data/streaming{'' if m == 'lm' else '_' + m}.json"
-              for m in ("lm", "gnmt", "transformer"))
+         "--data docs/data/decoder_perf_analyzer_seeded.json")
+        + tuple(f"python -m benchmarks.bench_streaming --model {m} --loads 0.5,0.9,1.2 --reps 3 --duration 12 "
+                f"--out lazybatch-results/streaming-{m} --data docs/data/streaming{'' if m == 'lm' else '_' + m}.json"
+                for m in ("lm", "gnmt", "transformer"))
         + tuple(f"python -m benchmarks.bench_streaming --model {m} --driver perf_analyzer --perf-arrivals seeded "
                 f"--loads 0.9 --reps 3 --duration 12 --out lazybatch-results/streaming-perf-{m} "
                 f"--data docs/data/streaming_perf_analyzer{'' if m == 'lm' else '_' + m}.json"
-                for m in ("lm", "gnmt", "transformer"))),
+                for m in ("lm", "gnmt", "transformer"))
+        + ("python -m benchmarks.decoder_page",), one_commit=True),
     "mixed": Page(
         "docs/results/mixed.md", "tables", "the spread over repetitions (no identical copy yet)",
         ("python -m benchmarks.bench_mixed --models gnmt,resnet50,mlp --loads 0.7,1.2 --reps 5 --duration 30 "

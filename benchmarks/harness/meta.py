@@ -44,11 +44,14 @@ def machine_meta() -> dict:
 
 
 def git_commit() -> str | None:
-    """The checkout's HEAD commit, with "+dirty" when tracked files differ from it (recorded with the figures)."""
+    """The checkout's HEAD commit, with "+dirty" when tracked files outside docs/ differ from it (recorded with the
+    figures). Changes under docs/ do not count: a page's commands write their raw data into docs/data/ one after the
+    other, and the second must not call the first's output a dirty tree; nothing under docs/ is run."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)docs"], cwd=ROOT,
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
