@@ -31,8 +31,9 @@ DEFAULT_CANCEL_POLL_MS = 0.0
 # the asks, and asks paced by stage times (the LM's are under 1 ms: about 1000 asks a second) held the parts back:
 # served at 90% load the LM's mean time to first token at the client was 48-250 ms (p99 0.3-1.6 s) while its parts
 # left the backend 24.5 ms after arrival on average; at a fixed 100 ms the client saw 19-21 ms (p99 39-45 ms), at
-# 1000 ms 22-23 ms (benchmarks/probes/probe_first_part.py, docs/data/first_part_probe.txt). A cancel on a stream is then
-# answered within about 100 ms; an explicit cancel_poll_ms wins.
+# 1000 ms 22-23 ms (benchmarks/probes/probe_first_part.py; its output is in git at 0cd9c15,
+# docs/data/first_part_probe.txt). A cancel on a stream is then answered within about 100 ms; an explicit
+# cancel_poll_ms wins.
 DECOUPLED_CANCEL_POLL_MS = 100.0
 WHOLE_GRAPH = "whole_graph"  # the model runs the whole ONNX graph on what Triton batched (dynamic_batching)
 DEFAULT_POLICY = "lazy"  # a config.pbtxt without a policy parameter

@@ -27,7 +27,7 @@ def test_no_policy_beats_its_own_run_alone(tmp_path) -> None:
     """The ceiling the probe states rests on this: in a replay, every request's latency is at least its run alone."""
     probe = probe_decoder_ceiling
     out = tmp_path / "c.json"
-    assert probe.main(["--table", str(ROOT / "docs/data/gnmt_latency_7e215ec.json"), "--loads", "0.7",
+    assert probe.main(["--table", str(ROOT / "benchmarks/tables/gnmt_latency_7e215ec.json"), "--loads", "0.7",
                        "--seeds", "1", "--requests", "60", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     cell = res["loads"]["0.7"]

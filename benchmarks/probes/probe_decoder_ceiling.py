@@ -12,10 +12,10 @@ served 2.8x, docs/results/mixed.md). This replays the table and says where eager
   stalls every row in flight), on the histogram's expected remaining lengths, and told the true output lengths
   (clairvoyant: the rule's ceiling).
 
-    python -m benchmarks.probes.probe_decoder_ceiling --table docs/data/gnmt_latency_7e215ec.json \\
+    python -m benchmarks.probes.probe_decoder_ceiling --table benchmarks/tables/gnmt_latency_7e215ec.json \\
         --out docs/data/decoder_ceiling_gnmt.json
 
-docs/data/gnmt_latency_7e215ec.json is the table bench_regimes.py profiled for the regimes page (commit 7e215ec);
+benchmarks/tables/gnmt_latency_7e215ec.json is the table bench_regimes.py profiled for the regimes page (commit 7e215ec);
 the length histogram is the shipped one GNMT's clients draw from (lazybatch/client/seq2seq.py).
 """
 

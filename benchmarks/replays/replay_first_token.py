@@ -19,7 +19,7 @@ from lazybatch.simulator.engine import Simulation
 from lazybatch.simulator.loads_on_table import single_request_ms
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-ap.add_argument("--table", default="docs/data/streaming_lm_latency_f0559c9.json")
+ap.add_argument("--table", default="benchmarks/tables/streaming_lm_latency_f0559c9.json")
 ap.add_argument("--loads", default="0.5,0.9,1.2,1.5,2,3")
 ap.add_argument("--out", default="docs/data/first_token_replay.json")
 args = ap.parse_args()
