@@ -38,13 +38,13 @@ PAGES: dict[str, Page] = {
          "python -m benchmarks.bench_default --from-results docs/data/default.json --out lazybatch-results/default")),
     "decoder": Page(
         "docs/results/decoder.md", "whole", "the spread over repetitions (no identical copy in these sweeps)",
-        ("python -m benchmarks.bench_decoder --models lm,gnmt,transformer --loads 0.1,0.7,1.5,3 --reps 3 "
+        ("python -m benchmarks.bench_decoder --models lm,gnmt,transformer --loads 0.1,0.7,1.5 --reps 3 "
          "--duration 15 --min-requests 20 --variants eager_join --out lazybatch-results/decoder "
          "--data docs/data/decoder.json",
          "python -m benchmarks.bench_decoder --models lm,gnmt,transformer --loads 0.7 --reps 3 --duration 30 "
          "--driver perf_analyzer --perf-arrivals seeded --out lazybatch-results/decoder-perf "
          "--data docs/data/decoder_perf_analyzer_seeded.json")
-        + tuple(f"python -m benchmarks.bench_streaming --model {m} --loads 0.5,0.9,1.2 --reps 3 --duration 12 "
+        + tuple(f"python -m benchmarks.bench_streaming --model {m} --loads 0.9,1.2 --reps 3 --duration 12 "
                 f"--out lazybatch-results/streaming-{m} --data docs/data/streaming{'' if m == 'lm' else '_' + m}.json"
                 for m in ("lm", "gnmt", "transformer"))
         + tuple(f"python -m benchmarks.bench_streaming --model {m} --driver perf_analyzer --perf-arrivals seeded "
