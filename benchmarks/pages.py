@@ -5,8 +5,8 @@ repetitions and the noise floor it needs, and what regenerates it from the raw d
     python -m benchmarks.pages decoder         # one page
 
 This prints; it runs nothing (the runs need a quiet machine for hours; run the printed lines there, in order, from
-the repository root). Where a page is generated whole (decoder, regimes, colocation) the last command rewrites it;
-where only its tables are (default, mixed), paste them and rewrite the prose from the new run; the rest are written by
+the repository root). Where a page is generated whole (decoder, mixed, regimes, colocation) the last command rewrites
+it; where only its tables are (default), paste them and rewrite the prose from the new run; the rest are written by
 hand from the printed figures. Every run writes its raw data with the commit, a dirty tree flagged, the machine and
 the load average (harness.meta), and every verdict comes from harness.verdict. tests/test_docs_data.py fails where a
 page marked ``one_commit`` cites data from more than one commit or a dirty tree, and lists the pages not yet
@@ -53,10 +53,10 @@ PAGES: dict[str, Page] = {
                 for m in ("lm", "gnmt", "transformer"))
         + ("python -m benchmarks.decoder_page",), one_commit=True),
     "mixed": Page(
-        "docs/results/mixed.md", "tables", "the spread over repetitions (no identical copy yet)",
-        ("python -m benchmarks.bench_mixed --models gnmt,resnet50,mlp --loads 0.7,1.2 --reps 5 --duration 30 "
+        "docs/results/mixed.md", "whole", "the spread over repetitions (no identical copy yet)",
+        ("python -m benchmarks.bench_mixed --models gnmt,resnet50,mlp --loads 0.7,1.2 --reps 3 --duration 30 "
          "--out lazybatch-results/mixed --data docs/data/mixed.json",
-         "python -m benchmarks.bench_mixed --rerender docs/data/mixed.json --out lazybatch-results/mixed")),
+         "python -m benchmarks.mixed_page")),
     "regimes": Page(
         "docs/results/regimes.md", "whole", "the spread over 3 slices per cell",
         ("python -m benchmarks.bench_regimes --quiet-machine",

@@ -69,3 +69,18 @@ def test_the_decoder_page_renders_byte_for_byte(tmp_path):
     page = tmp_path / "results" / "decoder.md"
     assert decoder_page.main(["--page", str(page), "--img-dir", str(tmp_path / "img")]) == 0
     assert page.read_text() == (RESULTS / "decoder.md").read_text()
+
+
+def test_the_mixed_page_renders_from_its_data(tmp_path):
+    """Its generator on the committed run: every goal of every cell judged, the served tables below. (Byte for byte
+    once docs/results/mixed.md is regenerated from one re-run: benchmarks/pages.py, mixed.)"""
+    from benchmarks import bench_mixed, mixed_page
+
+    page = tmp_path / "results" / "mixed.md"
+    assert mixed_page.main(["--page", str(page), "--img-dir", str(tmp_path / "img")]) == 0
+    text = page.read_text()
+    res = json.loads((DATA / "mixed.json").read_text())
+    cells = {(m["model"], c["load"], c["policy"]) for m in res["models"] for c in m["cells"]}
+    ours = {(m, f, p) for m, f, p in cells if p in bench_mixed.OURS}
+    assert len(mixed_page.goal_rows(res)) == 3 * len(ours)
+    assert all(r in text for r in _rows(bench_mixed.report(res["models"][0])))
