@@ -5,12 +5,11 @@ repetitions and the noise floor it needs, and what regenerates it from the raw d
     python -m benchmarks.pages decoder         # one page
 
 This prints; it runs nothing (the runs need a quiet machine for hours; run the printed lines there, in order, from
-the repository root). Where a page is generated whole (decoder, mixed, regimes, colocation) the last command rewrites
-it; where only its tables are (default), paste them and rewrite the prose from the new run; the rest are written by
-hand from the printed figures. Every run writes its raw data with the commit, a dirty tree flagged, the machine and
-the load average (harness.meta), and every verdict comes from harness.verdict. tests/test_docs_data.py fails where a
-page marked ``one_commit`` cites data from more than one commit or a dirty tree, and lists the pages not yet
-re-run that way."""
+the repository root). Where a page is generated whole (default, decoder, mixed, regimes, colocation) the last command
+rewrites it; the rest are written by hand from the printed figures. Every run writes its raw data with the commit, a
+dirty tree flagged (changes under docs/ aside), the machine and the load average (harness.meta), and every verdict
+comes from harness.verdict. tests/test_docs_data.py fails where a page marked ``one_commit`` cites data from more
+than one commit or a dirty tree, and lists the pages not yet re-run that way."""
 
 from __future__ import annotations
 
@@ -32,10 +31,10 @@ class Page:
 
 PAGES: dict[str, Page] = {
     "default": Page(
-        "docs/results/default.md", "tables", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
+        "docs/results/default.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
         ("python -m benchmarks.bench_default --models mlp,bert,resnet50,mobilenet --reps 5 --duration 3 "
          "--driver both --perf-arrivals seeded --out lazybatch-results/default --json docs/data/default.json",
-         "python -m benchmarks.bench_default --from-results docs/data/default.json --out lazybatch-results/default")),
+         "python -m benchmarks.bench_default --from-results docs/data/default.json --out docs/results")),
     "decoder": Page(
         "docs/results/decoder.md", "whole", "the spread over repetitions (no identical copy in these sweeps)",
         ("python -m benchmarks.bench_decoder --models lm,gnmt,transformer --loads 0.1,0.7,1.5 --reps 3 "
