@@ -37,10 +37,14 @@ def _suffix(m: str) -> str:
 SOURCES = {"decoder": "decoder.json", "decoder_perf": "decoder_perf_analyzer_seeded.json",
            **{f"streaming_{m}": f"streaming{_suffix(m)}.json" for m in MODELS},
            **{f"streaming_perf_{m}": f"streaming_perf_analyzer{_suffix(m)}.json" for m in MODELS}}
+# the perf_analyzer rounds are rendered where their data is there (a run may stop before them; data from an earlier
+# run must then be deleted, not mixed in: tests/test_docs_data.py fails a page whose data spans commits)
+OPTIONAL = {"decoder_perf", *(f"streaming_perf_{m}" for m in MODELS)}
 
 
 def load(data: Path) -> dict[str, dict]:
-    return {k: json.loads((data / name).read_text()) for k, name in SOURCES.items()}
+    return {k: json.loads((data / name).read_text()) for k, name in SOURCES.items()
+            if k not in OPTIONAL or (data / name).exists()}
 
 
 def decoder_goals(res: dict, driver: str) -> list[tuple[str, str, str, dict | None, str, str]]:
@@ -75,10 +79,11 @@ def streaming_goal(res: dict, driver: str) -> tuple[str, str, str, dict, str, st
 
 
 def goal_rows(src: dict[str, dict]) -> dict[str, list]:
+    perf = src["decoder_perf"]["models"] if "decoder_perf" in src else []
     return {"decoder": [r for m in src["decoder"]["models"] for r in decoder_goals(m, "lazybatch load")]
-            + [r for m in src["decoder_perf"]["models"] for r in decoder_goals(m, "perf_analyzer")],
+            + [r for m in perf for r in decoder_goals(m, "perf_analyzer")],
             "streaming": [streaming_goal(src[f"streaming_{m}"], "lazybatch load") for m in MODELS]
-            + [streaming_goal(src[f"streaming_perf_{m}"], "perf_analyzer") for m in MODELS]}
+            + [streaming_goal(src[k], "perf_analyzer") for k in (f"streaming_perf_{m}" for m in MODELS) if k in src]}
 
 
 def goals_table(rows: list) -> list[str]:
@@ -117,7 +122,7 @@ def plot(src: dict[str, dict], path: Path) -> bool:
 
 
 def render(src: dict[str, dict], img: str | None) -> list[str]:
-    dec, perf = src["decoder"], src["decoder_perf"]
+    dec, perf = src["decoder"], src.get("decoder_perf")
     m = dec["meta"]
     goals = goal_rows(src)
     stamp = commits(src)
@@ -128,7 +133,7 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
         f"Commit{'s' if len(stamp) > 1 else ''} {', '.join(f'`{c}`' for c in stamp)}; {m['cpu']} ({m['cores']} "
         f"cores), onnxruntime {m['onnxruntime']}, tritonclient {m['tritonclient']}; load average before the sweep "
         f"{m['loadavg_before']}. Raw data: "
-        + ", ".join(f"[`docs/data/{n}`](../data/{n})" for n in SOURCES.values()) + ".", "",
+        + ", ".join(f"[`docs/data/{SOURCES[k]}`](../data/{SOURCES[k]})" for k in SOURCES if k in src) + ".", "",
         "**Models** (`lazybatch repo default --model lm|gnmt|transformer`, [triton.md](../triton.md)): the "
         "decoder-only LM (GPT-2's block, 4 layers, d 512, a prefill over up to 32 prompt tokens, then one decoder "
         "step per token) with the shipped chat-like length histogram, GNMT (4+4 LSTM layers) and the Transformer "
@@ -162,13 +167,15 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
     lines += ["## Served under `lazybatch load`", "", "```bash", dec["meta"]["command"], "```", ""]
     for res in dec["models"]:
         lines += [*bench_decoder.report(res), ""]
-    lines += ["## Served under perf_analyzer (arrivals drawn per repetition)", "",
-              "NVIDIA perf_analyzer offers the load (`lazybatch perf`, Poisson, `--async`, arrivals drawn with each "
-              "repetition's seed and handed over as `--request-intervals`, three windows per cell). Throughput "
-              "here counts completions inside its windows, not the peak.", "",
-              "```bash", perf["meta"]["command"], "```", ""]
-    for res in perf["models"]:
-        lines += [*bench_decoder.report(res), ""]
+    missing = [SOURCES[k] for k in OPTIONAL if k not in src]
+    if perf:
+        lines += ["## Served under perf_analyzer (arrivals drawn per repetition)", "",
+                  "NVIDIA perf_analyzer offers the load (`lazybatch perf`, Poisson, `--async`, arrivals drawn with "
+                  "each repetition's seed and handed over as `--request-intervals`, three windows per cell). "
+                  "Throughput here counts completions inside its windows, not the peak.", "",
+                  "```bash", perf["meta"]["command"], "```", ""]
+        for res in perf["models"]:
+            lines += [*bench_decoder.report(res), ""]
     lines += ["## Streaming: time to first token", "",
               "Every model decoupled (`repo default --model <kind> --decoupled`: a response at every token), under "
               "eager with the decoupled default admission (`admission=first_token`: every queued request joins the "
@@ -180,8 +187,12 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
               "perf_analyzer only eager and eager_curves run: Triton's batcher leaves requests waiting longer than "
               "perf_analyzer's windows at this load.", ""]
     for key in [f"streaming_{m}" for m in MODELS] + [f"streaming_perf_{m}" for m in MODELS]:
-        res = src[key]
-        lines += ["```bash", res["meta"]["command"], "```", "", *bench_streaming.report(res), ""]
+        if key in src:
+            res = src[key]
+            lines += ["```bash", res["meta"]["command"], "```", "", *bench_streaming.report(res), ""]
+    if missing:
+        lines += [f"**Not in this run**: {', '.join(sorted(missing))} (perf_analyzer rounds; "
+                  "`python -m benchmarks.pages decoder` prints their commands).", ""]
     lines += ["## Earlier rounds", "",
               "Earlier rounds of this page, and the investigations they held (GNMT's ceiling at 70%, the light-load "
               "probes, the admission rules replayed, a response every 4 tokens, perf_analyzer's fixed schedule), "
