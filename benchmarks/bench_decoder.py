@@ -131,6 +131,12 @@ def by_load(cells: list[dict]):
         yield f, reps, by, min(TRITON, key=lambda p: sum(by[k, p]["avg_ms"] for k in reps))
 
 
+def peak_throughput(cells: list[dict]) -> dict[str, float]:
+    """Per policy, its best load's mean throughput over the repetitions (/s): the peak a sweep shows."""
+    return {p: max(statistics.fmean(c["throughput"] for c in cells if c["policy"] == p and c["load"] == f)
+                   for f in {c["load"] for c in cells}) for p in POLICIES}
+
+
 def report(res: dict) -> list[str]:
     cells = res["cells"]
     kind = res["model"]
@@ -156,8 +162,7 @@ def report(res: dict) -> list[str]:
             f"{statistics.fmean(c['avg_ms'] for c in e):.0f} / {statistics.fmean(c['p99_ms'] for c in e):.0f} | "
             f"{statistics.fmean(c['avg_ms'] for c in b):.0f} / {statistics.fmean(c['p99_ms'] for c in b):.0f} | "
             f"{statistics.fmean(c['throughput'] for c in e):.2f} / {statistics.fmean(c['throughput'] for c in b):.2f} |")
-    peak = {p: max(statistics.fmean(c["throughput"] for c in cells if c["policy"] == p and c["load"] == f)
-                   for f in {c["load"] for c in cells}) for p in POLICIES}
+    peak = peak_throughput(cells)
     best_tri = max(peak[p] for p in TRITON)
     goal_peak = GOALS.get(kind, (None, None, None))[2]
     lines += ["", f"Peak throughput over these loads: eager {peak['eager']:.2f}/s, best Triton {best_tri:.2f}/s "

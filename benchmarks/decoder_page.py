@@ -62,9 +62,7 @@ def decoder_goals(res: dict, driver: str) -> list[tuple[str, str, str, dict | No
             rows.append((NAME[kind], f"{f:.0%}", f"best Triton p99 / eager p99 ({driver})", p99, f">= {g_p99:g}",
                          judge_spread(p99, g_p99)))
     if g_peak and driver == "lazybatch load":
-        cells = res["cells"]
-        peak = {p: max(statistics.fmean(c["throughput"] for c in cells if c["policy"] == p and c["load"] == f)
-                       for f in {c["load"] for c in cells}) for p in bench_decoder.POLICIES}
+        peak = bench_decoder.peak_throughput(res["cells"])
         x = peak["eager"] / max(peak[p] for p in bench_decoder.TRITON)
         rows.append((NAME[kind], "peak", "eager / best Triton throughput (one figure, no spread)", None,
                      f">= {g_peak:g}", f"{judge_value(x, g_peak)} ({x:.2f}x)"))
