@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.harness import command_line, machine_meta
 from benchmarks.harness.verdict import MET, judge_value
 from lazybatch.npu_model import NPUConfig
 from lazybatch.npu_model.scalesim_ref import conv_layers, unique_layers
@@ -62,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
              for x, goal in ((s["worst_layer_error_pct"], 5), (abs(s["network_error_pct"]), 2),
                              (s["worst_time_ratio"], 1e-3)))
     if args.json:
-        args.json.write_text(json.dumps({"rows": as_rows(checks), "summary": summary}, indent=1) + "\n")
+        meta = {**machine_meta(), "command": command_line()}  # the commit and machine the figures are from
+        args.json.write_text(json.dumps({"meta": meta, "rows": as_rows(checks), "summary": summary}, indent=1) + "\n")
     print("all goals met" if ok else "GOALS NOT MET")
     return 0 if ok else 1
 

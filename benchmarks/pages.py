@@ -32,9 +32,9 @@ class Page:
 PAGES: dict[str, Page] = {
     "default": Page(
         "docs/results/default.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
-        ("python -m benchmarks.bench_default --models mlp,bert,resnet50,mobilenet --reps 5 --duration 3 "
+        ("python -m benchmarks.bench_default --models mlp,bert,resnet50,mobilenet --reps 3 --duration 3 "
          "--driver both --perf-arrivals seeded --out lazybatch-results/default --json docs/data/default.json",
-         "python -m benchmarks.bench_default --from-results docs/data/default.json --out docs/results")),
+         "python -m benchmarks.default_page"), one_commit=True),
     "decoder": Page(
         "docs/results/decoder.md", "whole", "the spread over repetitions (no identical copy in these sweeps)",
         ("python -m benchmarks.bench_decoder --models lm,gnmt,transformer --loads 0.1,0.7,1.5 --reps 3 "
@@ -55,7 +55,7 @@ PAGES: dict[str, Page] = {
         "docs/results/mixed.md", "whole", "the spread over repetitions (no identical copy yet)",
         ("python -m benchmarks.bench_mixed --models gnmt,resnet50,mlp --loads 0.7,1.2 --reps 3 --duration 30 "
          "--out lazybatch-results/mixed --data docs/data/mixed.json",
-         "python -m benchmarks.mixed_page")),
+         "python -m benchmarks.mixed_page"), one_commit=True),
     "regimes": Page(
         "docs/results/regimes.md", "whole", "the spread over 3 slices per cell",
         ("python -m benchmarks.bench_regimes --quiet-machine",

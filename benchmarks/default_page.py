@@ -1,0 +1,140 @@
+"""The static-models results page (docs/results/default.md), generated whole from one run's raw data
+(docs/data/default.json, written by `bench_default --json`).
+
+    python -m benchmarks.default_page              # rewrite docs/results/default.md and its plot from docs/data/
+
+The page opens with its verdict, computed here from the data by the one rule (benchmarks/harness/verdict.py): per
+driver, eager against an identical copy of Triton's stock configuration pooled over every cell, the per-cell counts
+beside that copy's, the cells missed, and peak throughput. The README's static line is ``readme_line``. Earlier
+rounds and their diagnoses are in git history (``git log -p -- docs/results/default.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from benchmarks import bench_default
+from benchmarks.harness import fmt
+from benchmarks.harness.page import write_page
+from benchmarks.harness.verdict import count_line
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "docs" / "data" / "default.json"
+PAGE = ROOT / "docs" / "results" / "default.md"
+DRIVERS = {"load": "`lazybatch load`", "perf": "NVIDIA perf_analyzer"}
+
+
+def runs_of(data: dict) -> list[dict]:
+    """A run's own default.json, or docs/data/default.json (``{"runs": [...]}``)."""
+    return data.get("runs", [data])
+
+
+def drivers(results: list[dict]) -> list[str]:
+    return [d for d in DRIVERS if any(c["driver"] == d for res in results for c in res["cells"])]
+
+
+def peak_ratios(res: dict, driver: str) -> tuple[float, float]:
+    """(eager, the identical copy) peak throughput / best Triton configuration's."""
+    pk = bench_default.peaks(res, driver)
+    best = max(pk[p] for p in bench_default.TRITON)
+    return pk["eager"] / best, pk[bench_default.TWIN] / best
+
+
+def missed_cells(results: list[dict], driver: str) -> list[str]:
+    """The cells whose range falls below the goal (best Triton avg / eager avg >= 1.00), eager's and the copy's."""
+    out = []
+    for res in results:
+        for r in bench_default.ratios(res, driver):
+            for who, s in (("eager", r["avg"]), ("the copy", r["twin"])):
+                if s and bench_default.verdict(s, 1.0) == "missed":
+                    out.append(f"{res['model']} {r['load']:.0%} ({who} {fmt(s)})")
+    return out
+
+
+def verdict_lines(results: list[dict], meta: dict) -> list[str]:
+    lines = ["## Verdict", ""]
+    for d in drivers(results):
+        p = bench_default.pooled(results, d)
+        if p is None:
+            continue
+        missed = missed_cells(results, d)
+        peak = "; ".join(f"{res['model']} {e:.2f}x (the copy {t:.2f}x)"
+                         for res in results for e, t in [peak_ratios(res, d)])
+        lines += [f"- **Under {DRIVERS[d]}: eager / an identical copy of Triton 0 ms, pooled over {p['cells']} "
+                  f"cells, {p['ratio']:.3f} [90% interval {p['lo']:.3f}-{p['hi']:.3f}]: {p['verdict']}.** "
+                  f"Goal \"never slower\" (best Triton avg / eager avg >= 1.00), "
+                  f"{count_line(p['counts']['eager'], p['counts']['twin'])}."
+                  + (f" Missed: {', '.join(missed)}." if missed else "")
+                  + f" Peak throughput / best Triton's: {peak}."]
+    inline = [r["inline"]["mean"] for res in results for d in drivers(results) for r in bench_default.ratios(res, d)
+              if r["inline"]]
+    if inline:
+        share = f"{min(inline):.0%}" if f"{min(inline):.0%}" == f"{max(inline):.0%}" else \
+            f"{min(inline):.0%}-{max(inline):.0%}"
+        lines += [f"- Eager answered {share} of its requests per cell inline (whole "
+                  "passes in Triton's `execute`, Triton's own route); the rest went through its scheduler thread."]
+    lines += ["", "How to read it: one cell cannot resolve a few percent (the identical copy's own cells stray as "
+              "far as eager's: its met and missed above are the per-cell rule's false verdicts on this machine), so "
+              "the pooled line is the verdict: per cell, the mean log ratio of eager's goal ratio minus the copy's, "
+              "averaged over the cells, with a 90% bootstrap interval from resampling the cells "
+              "(`bench_default.pooled`). An interval that straddles 1.00 is a tie: eager level with Triton's "
+              "stock configuration, as the simulated ceiling (last column) says any schedule is on these static "
+              "graphs, within a few percent.", ""]
+    return lines
+
+
+def readme_line(data: dict) -> str:
+    """The README's static-models row: the verdict, the pooled figure with its interval, the commit, a link."""
+    runs = runs_of(data)
+    results = [res for run in runs for res in run["results"]]
+    parts = []
+    for d in drivers(results):
+        p = bench_default.pooled(results, d)
+        word = {"ahead": "ahead", "behind": "behind"}.get(p["verdict"], "tie")
+        parts.append(f"{word} under {'`load`' if d == 'load' else 'perf_analyzer'}, {p['ratio']:.3f} "
+                     f"[{p['lo']:.3f}-{p['hi']:.3f}]")
+    return (f"| [Static models](docs/results/default.md) | eager / an identical copy of Triton 0 ms, {len(results)} "
+            f"models: {'; '.join(parts)}; {runs[0]['meta']['commit']} |")
+
+
+def render(data: dict, img: str | None) -> list[str]:
+    runs = runs_of(data)
+    results = [res for run in runs for res in run["results"]]
+    lines = ["# The default policy (eager) against Triton's dynamic batcher", "",
+             "Generated by `python -m benchmarks.default_page` from the raw data of one run (do not edit by hand; "
+             "`python -m benchmarks.pages default` prints the commands that re-run it).", ""]
+    lines += verdict_lines(results, runs[0]["meta"])
+    for run in runs:
+        lines += ["## The run", ""] + bench_default.header(run["meta"])[2:]
+        for d in drivers(run["results"]):
+            lines += [f"## Under {DRIVERS[d]}", ""]
+            for res in run["results"]:
+                lines += bench_default.report(res, d) + [""]
+            lines += bench_default.pooled_line(run["results"], d)
+    if img:
+        lines += [f"![best Triton / eager average latency per load, served beside the simulated ceiling]({img})", ""]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=str(DATA), help="the run's raw data (docs/data/default.json)")
+    ap.add_argument("--page", default=str(PAGE), help="the page to write (docs/results/default.md)")
+    ap.add_argument("--img-dir", default=None, help="where the plot goes (default: docs/img beside the page's folder)")
+    args = ap.parse_args(argv)
+    data = json.loads(Path(args.data).read_text())
+    page = Path(args.page)
+    img = (Path(args.img_dir) if args.img_dir else page.parent.parent / "img") / "default_ratio.png"
+    img.parent.mkdir(parents=True, exist_ok=True)
+    bench_default.plot([res for run in runs_of(data) for res in run["results"]], img)
+    link = f"../img/{img.name}" if img.exists() else None  # the page sits in docs/results/, the plot in docs/img/
+    write_page(page, render(data, link))
+    print(f"wrote {page}" + (f" and {img}" if link else " (no plot: matplotlib is not installed)"))
+    print("README line:\n" + readme_line(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
