@@ -50,6 +50,26 @@ def ratios_or_none(m: dict, load: float, ours: str) -> dict | None:
         return None
 
 
+def readme_line(res: dict) -> str:
+    """The README's mixed-traffic row: the interactive goal's per-cell count and its best cell (by verdict, then by
+    the range's lower end), the commit, a link."""
+    goal = bench_mixed.GOALS["interactive_misses"]
+    rank = {"met": 2, "tie": 1, "missed": 0}
+    cells = []
+    for m in res["models"]:
+        present = {c["policy"] for c in m["cells"]}
+        for f in sorted({c["load"] for c in m["cells"]}):
+            for ours in (o for o in bench_mixed.OURS if o in present):
+                r = ratios_or_none(m, f, ours)
+                if r is not None:
+                    s = r["interactive_misses"]
+                    cells.append((m["model"], f, ours, s, bench_mixed._verdict(s, goal)))
+    best = max(cells, key=lambda c: (rank[c[4]], c[3]["min"]))
+    return (f"| [Mixed traffic](docs/results/mixed.md) | interactive misses, best Triton / ours (goal >= {goal:g}x): "
+            f"{count_text(count(c[4] for c in cells))}; best {best[0]} {best[1]:.0%} {best[2]} "
+            f"{bench_mixed._fmt(best[3], best[2])} ({best[4]}); {res['meta']['commit']} |")
+
+
 def render(res: dict, img: str | None) -> list[str]:
     meta = res["meta"]
     rows = goal_rows(res)
@@ -112,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         link = None
     write_page(page, render(res, link))
     print(f"wrote {page}" + (f" and {img}" if link else " (no plot: matplotlib is not installed)"))
+    print("README line:\n" + readme_line(res))
     return 0
 
 

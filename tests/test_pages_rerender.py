@@ -58,3 +58,10 @@ def test_the_readme_static_line_is_the_default_pages_verdict():
     line = default_page.readme_line(json.loads((DATA / "default.json").read_text()))
     assert len(line) < 250
     assert line in (ROOT / "README.md").read_text().splitlines()
+
+
+def test_the_readme_mixed_line_is_the_mixed_pages_verdict():
+    from benchmarks import mixed_page
+
+    line = mixed_page.readme_line(json.loads((DATA / "mixed.json").read_text()))
+    assert line in (ROOT / "README.md").read_text().splitlines()
