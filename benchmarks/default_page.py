@@ -93,7 +93,7 @@ def readme_line(data: dict) -> str:
     for d in drivers(results):
         p = bench_default.pooled(results, d)
         word = {"ahead": "ahead", "behind": "behind"}.get(p["verdict"], "tie")
-        parts.append(f"{word} under {'`load`' if d == 'load' else 'perf_analyzer'}, {p['ratio']:.3f} "
+        parts.append(f"{word} under {'`lazybatch load`' if d == 'load' else 'perf_analyzer'}, {p['ratio']:.3f} "
                      f"[{p['lo']:.3f}-{p['hi']:.3f}]")
     return (f"| [Static models](docs/results/default.md) | eager / an identical copy of Triton 0 ms, {len(results)} "
             f"models: {'; '.join(parts)}; {runs[0]['meta']['commit']} |")
