@@ -26,20 +26,27 @@ GOALS = (("interactive_misses", "interactive misses, best Triton / ours", ">=", 
          ("bulk_misses", "bulk misses, ours / best Triton", "<=", True, "best Triton"))
 
 
-def goal_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
-    """(model, load, ours, figure, mean [min-max], goal, verdict) for every goal of every cell."""
-    rows = []
+def cells(res: dict) -> list[tuple[str, float, str, dict]]:
+    """(model, load, ours, goal ratios) for every cell of one of our policies that has all its repetitions."""
+    out = []
     for m in res["models"]:
         present = {c["policy"] for c in m["cells"]}
         for f in sorted({c["load"] for c in m["cells"]}):
             for ours in (o for o in bench_mixed.OURS if o in present):
                 r = ratios_or_none(m, f, ours)
-                if r is None:
-                    continue
-                for key, what, op, at_most, zero in GOALS:
-                    goal = bench_mixed.GOALS[key]
-                    rows.append((m["model"], f"{f:.0%}", ours, what, bench_mixed._fmt(r[key], zero or ours),
-                                 f"{op} {goal:g}", bench_mixed._verdict(r[key], goal, at_most=at_most)))
+                if r is not None:
+                    out.append((m["model"], f, ours, r))
+    return out
+
+
+def goal_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
+    """(model, load, ours, figure, mean [min-max], goal, verdict) for every goal of every cell."""
+    rows = []
+    for model, f, ours, r in cells(res):
+        for key, what, op, at_most, zero in GOALS:
+            goal = bench_mixed.GOALS[key]
+            rows.append((model, f"{f:.0%}", ours, what, bench_mixed._fmt(r[key], zero or ours),
+                         f"{op} {goal:g}", bench_mixed._verdict(r[key], goal, at_most=at_most)))
     return rows
 
 
@@ -55,18 +62,11 @@ def readme_line(res: dict) -> str:
     the range's lower end), the commit, a link."""
     goal = bench_mixed.GOALS["interactive_misses"]
     rank = {"met": 2, "tie": 1, "missed": 0}
-    cells = []
-    for m in res["models"]:
-        present = {c["policy"] for c in m["cells"]}
-        for f in sorted({c["load"] for c in m["cells"]}):
-            for ours in (o for o in bench_mixed.OURS if o in present):
-                r = ratios_or_none(m, f, ours)
-                if r is not None:
-                    s = r["interactive_misses"]
-                    cells.append((m["model"], f, ours, s, bench_mixed._verdict(s, goal)))
-    best = max(cells, key=lambda c: (rank[c[4]], c[3]["min"]))
+    judged = [(model, f, ours, r["interactive_misses"], bench_mixed._verdict(r["interactive_misses"], goal))
+              for model, f, ours, r in cells(res)]
+    best = max(judged, key=lambda c: (rank[c[4]], c[3]["min"]))
     return (f"| [Mixed traffic](docs/results/mixed.md) | interactive misses, best Triton / ours (goal >= {goal:g}x): "
-            f"{count_text(count(c[4] for c in cells))}; best {best[0]} {best[1]:.0%} {best[2]} "
+            f"{count_text(count(c[4] for c in judged))}; best {best[0]} {best[1]:.0%} {best[2]} "
             f"{bench_mixed._fmt(best[3], best[2])} ({best[4]}); {res['meta']['commit']} |")
 
 
