@@ -380,11 +380,12 @@ def header(meta: dict) -> list[str]:
             "best graph:0/5/20 / eager. Raw data: [../data/default.json](../data/default.json).", ""]
 
 
-def plot(results: list[dict], path: Path) -> None:
-    """Best Triton / eager average latency per load: served (with its spread) beside the simulated ceiling."""
+def plot(results: list[dict], path: Path) -> bool:
+    """Best Triton / eager average latency per load: served (with its spread) beside the simulated ceiling; False
+    (nothing drawn) where matplotlib is not installed."""
     plt = pyplot()
     if plt is None:
-        return
+        return False
     fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.6), squeeze=False)
     for ax, res in zip(axes[0], results):
         for d in sorted({c["driver"] for c in res["cells"]}):
@@ -408,6 +409,7 @@ def plot(results: list[dict], path: Path) -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     save(fig, path, dpi=100)
+    return True
 
 
 def rerender(paths: list[Path], out: Path, json_copy: str | None) -> int:
@@ -430,9 +432,8 @@ def rerender(paths: list[Path], out: Path, json_copy: str | None) -> int:
         write_json(json_copy, data)
     out.mkdir(parents=True, exist_ok=True)
     img = (out.parent if out.name == "results" else out) / "img" / "default_ratio.png"
-    img.parent.mkdir(parents=True, exist_ok=True)
-    plot([res for run in runs for res in run["results"]], img)
-    link = (f"../img/{img.name}" if out.name == "results" else f"img/{img.name}") if img.exists() else None
+    drawn = plot([res for run in runs for res in run["results"]], img)
+    link = (f"../img/{img.name}" if out.name == "results" else f"img/{img.name}") if drawn else None
     lines = default_page.render(data, link)
     write_page(out / "default.md", lines)
     print("\n".join(lines))

@@ -49,6 +49,7 @@ from tqdm import tqdm
 from benchmarks.harness import (add_sweep_args, command_line, fmt, judge_spread, machine_meta, parse_sweep_args,
                                seq2seq_t1, served, served_table, spread, static_t1, turns, write_json)
 from benchmarks.harness.page import table_head
+from benchmarks.harness.plots import pyplot, save
 from lazybatch.backend.fusion import segment_table
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.client.load import run_load
@@ -205,12 +206,11 @@ def report(m: dict) -> list[str]:
     return lines
 
 
-def plot(models: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(models: list[dict], path: Path) -> bool:
+    """SLA misses per class against load; False (nothing drawn) where matplotlib is not installed."""
+    plt = pyplot()
+    if plt is None:
+        return False
     fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.6 * len(models)), squeeze=False)
     for row, m in zip(axes, models):
         loads = sorted({c["load"] for c in m["cells"]})
@@ -225,8 +225,8 @@ def plot(models: list[dict], path: Path) -> None:
             ax.set_ylabel("SLA misses (%)")
             ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,8 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         for m in res["models"]:
             print("\n".join(report(m)) + "\n")
         out.mkdir(parents=True, exist_ok=True)
-        plot(res["models"], out / "mixed.png")
-        print(f"wrote {out / 'mixed.png'}")
+        if plot(res["models"], out / "mixed.png"):
+            print(f"wrote {out / 'mixed.png'}")
         return 0
     res = {"meta": {**machine_meta(), "command": command_line()}, "models": []}
     for kind in args.models.split(","):
@@ -254,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         write_json(out / "mixed.json", res)
     for m in res["models"]:
         print("\n".join(report(m)) + "\n")
-    plot(res["models"], out / "mixed.png")
-    print(f"wrote {out / 'mixed.json'} and {out / 'mixed.png'}")
+    drawn = plot(res["models"], out / "mixed.png")
+    print(f"wrote {out / 'mixed.json'}" + (f" and {out / 'mixed.png'}" if drawn else ""))
     if args.data:
         write_json(args.data, res)
     return 0

@@ -11,14 +11,13 @@ GNMT ceiling, light-load probes, the admission replays, a response every 4 token
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 from pathlib import Path
 
 from benchmarks import bench_decoder, bench_streaming
-from benchmarks.harness.page import table_head, write_page
+from benchmarks.harness.page import page_cli, table_head, write_generated
 from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.stats import fmt, spread
 from benchmarks.harness.verdict import count, count_text, judge_spread, judge_value
@@ -200,18 +199,11 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(DATA), help="folder holding the raw data files (docs/data)")
-    ap.add_argument("--page", default=str(PAGE), help="the page to write (docs/results/decoder.md)")
-    ap.add_argument("--img-dir", default=None, help="where the plot goes (default: docs/img beside the page's folder)")
-    args = ap.parse_args(argv)
-    src = load(Path(args.data))
-    page = Path(args.page)
-    img_dir = Path(args.img_dir) if args.img_dir else page.parent.parent / "img"
+    data, page, img_dir = page_cli(__doc__, DATA, PAGE, "folder holding the raw data files (docs/data)", argv)
+    src = load(data)
     img = img_dir / "decoder_latency.png"
-    link = f"../img/{img.name}" if plot(src, img) else None  # the page sits in docs/results/, the plot in docs/img/
-    write_page(page, render(src, link))
-    print(f"wrote {page}" + (f" and {img}" if link else " (no plot: matplotlib is not installed)"))
+    drawn = plot(src, img)
+    write_generated(page, render(src, f"../img/{img.name}" if drawn else None), img if drawn else None)
     return 0
 
 

@@ -10,14 +10,13 @@ rounds and their diagnoses are in git history (``git log -p -- docs/results/defa
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from benchmarks import bench_default
 from benchmarks.harness import fmt
-from benchmarks.harness.page import write_page
+from benchmarks.harness.page import page_cli, write_generated
 from benchmarks.harness.verdict import count_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,19 +118,11 @@ def render(data: dict, img: str | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(DATA), help="the run's raw data (docs/data/default.json)")
-    ap.add_argument("--page", default=str(PAGE), help="the page to write (docs/results/default.md)")
-    ap.add_argument("--img-dir", default=None, help="where the plot goes (default: docs/img beside the page's folder)")
-    args = ap.parse_args(argv)
-    data = json.loads(Path(args.data).read_text())
-    page = Path(args.page)
-    img = (Path(args.img_dir) if args.img_dir else page.parent.parent / "img") / "default_ratio.png"
-    img.parent.mkdir(parents=True, exist_ok=True)
-    bench_default.plot([res for run in runs_of(data) for res in run["results"]], img)
-    link = f"../img/{img.name}" if img.exists() else None  # the page sits in docs/results/, the plot in docs/img/
-    write_page(page, render(data, link))
-    print(f"wrote {page}" + (f" and {img}" if link else " (no plot: matplotlib is not installed)"))
+    data_path, page, img_dir = page_cli(__doc__, DATA, PAGE, "the run's raw data (docs/data/default.json)", argv)
+    data = json.loads(data_path.read_text())
+    img = img_dir / "default_ratio.png"
+    drawn = bench_default.plot([res for run in runs_of(data) for res in run["results"]], img)
+    write_generated(page, render(data, f"../img/{img.name}" if drawn else None), img if drawn else None)
     print("README line:\n" + readme_line(data))
     return 0
 

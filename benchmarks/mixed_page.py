@@ -8,13 +8,12 @@ rounds and their diagnoses are in git history (``git log -p -- docs/results/mixe
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from benchmarks import bench_mixed
-from benchmarks.harness.page import table_head, write_page
+from benchmarks.harness.page import page_cli, table_head, write_generated
 from benchmarks.harness.verdict import count, count_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,22 +115,11 @@ def render(res: dict, img: str | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(DATA), help="the run's raw data (docs/data/mixed.json)")
-    ap.add_argument("--page", default=str(PAGE), help="the page to write (docs/results/mixed.md)")
-    ap.add_argument("--img-dir", default=None, help="where the plot goes (default: docs/img beside the page's folder)")
-    args = ap.parse_args(argv)
-    res = json.loads(Path(args.data).read_text())
-    page = Path(args.page)
-    img = (Path(args.img_dir) if args.img_dir else page.parent.parent / "img") / "mixed.png"
-    try:
-        img.parent.mkdir(parents=True, exist_ok=True)
-        bench_mixed.plot(res["models"], img)
-        link = f"../img/{img.name}"  # the page sits in docs/results/, the plot in docs/img/
-    except ImportError:
-        link = None
-    write_page(page, render(res, link))
-    print(f"wrote {page}" + (f" and {img}" if link else " (no plot: matplotlib is not installed)"))
+    data, page, img_dir = page_cli(__doc__, DATA, PAGE, "the run's raw data (docs/data/mixed.json)", argv)
+    res = json.loads(data.read_text())
+    img = img_dir / "mixed.png"
+    drawn = bench_mixed.plot(res["models"], img)
+    write_generated(page, render(res, f"../img/{img.name}" if drawn else None), img if drawn else None)
     print("README line:\n" + readme_line(res))
     return 0
 

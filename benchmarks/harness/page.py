@@ -3,6 +3,7 @@ from their raw data (tests re-render them), so the layout lives here once rather
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Sequence
 
@@ -18,3 +19,22 @@ def write_page(path: Path, lines: Sequence[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
     return path
+
+
+def page_cli(doc: str, data: Path, page: Path, data_help: str,
+             argv: Sequence[str] | None = None) -> tuple[Path, Path, Path]:
+    """The page generators' options (``--data``, ``--page``, ``--img-dir``): the raw data, the page to write and the
+    plots' folder (by default docs/img beside the page's folder, which the page links as ``../img/``)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--data", default=str(data), help=data_help)
+    ap.add_argument("--page", default=str(page), help=f"the page to write ({'/'.join(page.parts[-3:])})")
+    ap.add_argument("--img-dir", default=None, help="where the plot goes (default: docs/img beside the page's folder)")
+    args = ap.parse_args(argv)
+    out = Path(args.page)
+    return Path(args.data), out, Path(args.img_dir) if args.img_dir else out.parent.parent / "img"
+
+
+def write_generated(page: Path, lines: Sequence[str], img: Path | None) -> None:
+    """Write a generated page and say so (``img``: the plot drawn beside it, None where matplotlib is missing)."""
+    write_page(page, lines)
+    print(f"wrote {page}" + (f" and {img}" if img else " (no plot: matplotlib is not installed)"))
