@@ -17,8 +17,9 @@ Triton" at a load is the configuration with the lowest mean average over the rep
 mean [min-max] over repetitions; a range that straddles 1.00 is a tie. A second copy of Triton's 0 ms configuration
 (the twin) runs in turn too, and the same ratio is computed for it in eager's place (best Triton / the twin): what a
 policy identical to Triton's stock configuration scores here, the noise floor of each cell. Pooled over a model set's
-cells, eager's ratio over the twin's, with a bootstrap interval over cells, says whether eager is behind an identical
-copy by more than this machine resolves (``pooled``). Eager's route counts per cell (inline in execute, or through
+cells, eager's ratio over the twin's, with a bootstrap interval over the session draws (one per server: use
+``--restart`` for a verdict), says whether eager is behind an identical copy by more than this machine resolves
+(``pooled``). Eager's route counts per cell (inline in execute, or through
 the scheduler thread) come from the backend's statistics file. The raw cells go to OUT/default.json.
 """
 
@@ -51,7 +52,8 @@ POLICIES = {"eager": "eager", "triton_0us": "triton:0", "triton_5000us": "triton
 TWIN = "triton_0us_twin"
 TRITON = [k for k in POLICIES if k.startswith("triton") and k != TWIN]
 SLA_MULTIPLE = 5.0  # violations are counted against 5 x t1, the deadline eager's requests carry
-BOOTSTRAP_DRAWS = 4000  # resamples of the cells for the pooled interval (seeded: a re-render prints the same figures)
+MIN_DRAWS = 3  # independent session draws below which the pooled interval is not computed (bench_default.pooled)
+BOOTSTRAP_DRAWS = 4000  # resamples of the session draws for the pooled interval (seeded: a re-render prints the same figures)
 
 
 def drive_load(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int) -> dict:
@@ -189,7 +191,7 @@ def ratios(res: dict, driver: str) -> list[dict]:
         by = {(c["rep"], c["policy"]): c for c in cells if c["load"] == f}
         tri = [p for p in TRITON if all((k, p) in by for k in reps)]
         best = min(tri, key=lambda p: sum(by[k, p]["avg_ms"] for k in reps))
-        avg, p99, viol, stock, twin, inline = [], [], [], [], [], []
+        avg, p99, viol, stock, twin, inline, log_diffs = [], [], [], [], [], [], []
         for k in reps:
             e = by[k, "eager"]
             avg.append(by[k, best]["avg_ms"] / e["avg_ms"])
@@ -197,6 +199,8 @@ def ratios(res: dict, driver: str) -> list[dict]:
             p99.append(by[k, best]["p99_ms"] / e["p99_ms"])
             if (k, TWIN) in by:  # the goal's ratio with the twin in eager's place (the same best, the same rule)
                 twin.append(by[k, best]["avg_ms"] / by[k, TWIN]["avg_ms"])
+                # log(eager's goal ratio / the twin's) in this repetition: the pooled interval's draws (pooled)
+                log_diffs.append((k, math.log(by[k, TWIN]["avg_ms"] / e["avg_ms"])))
             if e["violations"] is not None:
                 viol.append(by[k, best]["violations"] - e["violations"])
             r = e.get("routes") or {}
@@ -207,20 +211,27 @@ def ratios(res: dict, driver: str) -> list[dict]:
                      "inline": spread(inline) if inline else None,
                      # mean log ratios over the repetitions, for pooling cells (pooled)
                      "log_avg": sum(map(math.log, avg)) / len(avg),
-                     "log_twin": sum(map(math.log, twin)) / len(twin) if twin else None})
+                     "log_twin": sum(map(math.log, twin)) / len(twin) if twin else None, "log_diffs": log_diffs})
     return rows
 
 
-def pooled(results: list[dict], driver: str, draws: int = BOOTSTRAP_DRAWS) -> dict | None:
+def pooled(results: list[dict], driver: str, restart: bool = False, draws: int = BOOTSTRAP_DRAWS) -> dict | None:
     """Eager against an identical copy of Triton's stock configuration, over every cell of these models at once.
 
     One cell's three repetitions cannot tell a few percent (the twin's own ratio strays as far as eager's), but a
     systematic cost shows in every cell: per cell, the mean log ratio of eager's goal ratio and of the twin's; their
     difference averaged over cells is how far eager is from a policy identical to Triton 0 ms (as a factor: below
-    1, eager is behind), with a 90% bootstrap interval from resampling the cells. Also how many cells the per-cell
-    range rule (harness.verdict) calls met, tie and missed for eager and for the twin: the twin's met and missed are
-    that rule's false verdicts. The pooled verdict is the same rule on the pooled interval against 1.00."""
+    1, eager is behind). Also how many cells the per-cell range rule (harness.verdict) calls met, tie and missed
+    for eager and for the twin: the twin's met and missed are that rule's false verdicts. The pooled verdict is the
+    same rule on the pooled interval against 1.00.
+
+    The 90% interval resamples session draws, not cells (a cluster bootstrap). Identical onnxruntime sessions run a
+    few percent apart (probe_session_spread), and every cell a server ran shares its sessions: without ``restart``
+    one draw per model for all its loads, repetitions and drivers; with it one per (model, driver, repetition).
+    Resampling cells counted one slow session seven times as seven independent pieces of evidence, an interval too
+    narrow to hold. Under MIN_DRAWS draws there is no interval: the verdict is "unresolved"."""
     diffs, goal, twin, models = [], [], [], []
+    units: dict[tuple, list[float]] = {}
     said: dict[str, list[str]] = {"eager": [], "twin": []}
     for res in results:
         if not any(c["driver"] == driver for c in res["cells"]):
@@ -233,28 +244,44 @@ def pooled(results: list[dict], driver: str, draws: int = BOOTSTRAP_DRAWS) -> di
             goal.append(g)
             twin.append(t)
             diffs.append(g - t)
+            for k, d in r["log_diffs"]:
+                units.setdefault((res["model"], k) if restart else (res["model"],), []).append(d)
             for who, s in (("eager", r["avg"]), ("twin", r["twin"])):
                 said[who].append(verdict(s, 1.0))
     if not diffs:
         return None
-    rng = random.Random(0)
     n = len(diffs)
-    boots = sorted(sum(rng.choices(diffs, k=n)) / n for _ in range(draws))
+    out = {"cells": n, "models": models, "eager": math.exp(sum(goal) / n), "twin": math.exp(sum(twin) / n),
+           "ratio": math.exp(sum(diffs) / n), "draws": len(units), "restart": restart,
+           "counts": {w: count(v) for w, v in said.items()}}
+    if len(units) < MIN_DRAWS:
+        return out | {"lo": math.nan, "hi": math.nan,
+                      "verdict": f"unresolved ({len(units)} session draw(s); run with --restart for more)"}
+    rng = random.Random(0)
+    groups = [(sum(v), len(v)) for v in units.values()]
+    boots = []
+    for _ in range(draws):
+        pick = rng.choices(groups, k=len(groups))
+        boots.append(sum(s for s, _ in pick) / sum(m for _, m in pick))
+    boots.sort()
     lo, hi = math.exp(boots[int(0.05 * draws)]), math.exp(boots[int(0.95 * draws) - 1])
-    return {"cells": n, "models": models, "eager": math.exp(sum(goal) / n), "twin": math.exp(sum(twin) / n),
-            "ratio": math.exp(sum(diffs) / n), "lo": lo, "hi": hi, "counts": {w: count(v) for w, v in said.items()},
-            "verdict": {"met": "ahead", "missed": "behind"}.get(judge(lo, hi, 1.0),
-                                                                "level (the interval straddles 1.00)")}
+    return out | {"lo": lo, "hi": hi, "verdict": {"met": "ahead", "missed": "behind"}.get(
+        judge(lo, hi, 1.0), "level (the interval straddles 1.00)")}
 
 
-def pooled_line(results: list[dict], driver: str) -> list[str]:
-    p = pooled(results, driver)
+def interval(p: dict) -> str:
+    """The pooled figure as the pages print it: ratio [90% interval] over N session draws."""
+    span = "no interval" if math.isnan(p["lo"]) else f"90% interval {p['lo']:.3f}-{p['hi']:.3f}"
+    return f"{p['ratio']:.3f} [{span}, {p['draws']} session draws]"
+
+
+def pooled_line(results: list[dict], driver: str, restart: bool = False) -> list[str]:
+    p = pooled(results, driver, restart)
     if p is None:
         return []
     e, t = p["counts"]["eager"], p["counts"]["twin"]
     return [f"**Pooled over {p['cells']} cells ({driver} driver; {', '.join(p['models'])}): eager / an "
-            f"identical copy of Triton 0 ms {p['ratio']:.3f} [90% interval {p['lo']:.3f}-{p['hi']:.3f}], "
-            f"{p['verdict']}.** Geometric mean of the cells' goal ratio: eager {p['eager']:.3f}, the twin "
+            f"identical copy of Triton 0 ms {interval(p)}, {p['verdict']}.** Geometric mean of the cells' goal ratio: eager {p['eager']:.3f}, the twin "
             f"{p['twin']:.3f}. The per-cell range rule called {e['missed']} cells missed and {e['met']} met for "
             f"eager, {t['missed']} missed and {t['met']} met for the twin (an identical copy: every one of its "
             "verdicts is false).", ""]
@@ -343,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(out / "default.json", data)  # after every model: a long run keeps what it measured
     drivers = ["load", "perf"] if args.driver == "both" else [args.driver]
     lines = [line for res in results for d in drivers for line in report(res, d) + [""]]
-    lines += [line for d in drivers for line in pooled_line(results, d)]
+    lines += [line for d in drivers for line in pooled_line(results, d, args.restart)]
     write_page(out / "default.md", lines)
     print("\n".join(lines))
     if args.json:

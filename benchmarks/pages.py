@@ -33,7 +33,7 @@ PAGES: dict[str, Page] = {
     "default": Page(
         "docs/results/default.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
         ("python -m benchmarks.bench_default --models mlp,bert,resnet50,mobilenet --reps 3 --duration 3 "
-         "--driver both --perf-arrivals seeded --out lazybatch-results/default --json docs/data/default.json",
+         "--restart --driver both --perf-arrivals seeded --out lazybatch-results/default --json docs/data/default.json",
          "python -m benchmarks.default_page"), one_commit=True),
     "decoder": Page(
         "docs/results/decoder.md", "whole", "the spread over repetitions (no identical copy in these sweeps)",
