@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 
-from benchmarks.harness import git_commit
+from benchmarks.harness import command_line, git_commit, machine_meta
 import numpy as np
 
 DEFAULT_MODELS = ["resnet50", "light_resnet50", "mobilenet_v1", "vgg16:small", "bert:small", "gnmt", "transformer"]
@@ -209,7 +209,8 @@ def main() -> None:
                     f"ms, ratio {x['variants'][v]['ratio']:.3f} (paired {x['variants'][v]['paired_ratio']:.3f}, "
                     f"best {x['variants'][v]['best_ratio']:.3f})"
                     for x in r["rows"]), flush=True)
-    info = {"onnxruntime": ort.__version__, "cpus": os.cpu_count(), "machine": platform.machine(),
+    info = {**machine_meta(), "command": command_line(),  # the CPU among them: ratios differ by machine
+            "onnxruntime": ort.__version__, "cpus": os.cpu_count(), "machine": platform.machine(),
             "commit": git_commit(), "python": platform.python_version(),
             "load_before": load_before, "load_after": os.getloadavg(), "warmup": args.warmup, "repeat": args.repeat,
             "threads": args.threads, "spinning": args.spin, "clock": args.clock, "variants": variants,
