@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness import command_line, machine_meta
 from lazybatch.batcher import LatencyTable, parse_policy
 from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.simulator import workload
@@ -142,6 +143,8 @@ def main() -> int:
     args = ap.parse_args()
     from benchmarks.harness import start_server
 
+    meta = {**machine_meta(), "command": command_line()}  # the commit and machine the figures are from, at the start
+
     k = args.npu_time_scale
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     rates = [0.0] if args.trace else [float(r) for r in args.rates.split(",")]
@@ -211,8 +214,8 @@ def main() -> int:
               f"{r['sim_p50_ms']:.3f} / {r['served_p50_ms']:.3f} | {r['sim_p99_ms']:.3f} / {r['served_p99_ms']:.3f} | "
               f"{r['avg_ratio']:.2f}x | {r['sim_mean_batch']:.2f} / {r['served_mean_batch']:.2f} | "
               f"{r['overrun_fraction']:.1%} |")
-    (args.out / "npu_served_vs_sim.json").write_text(json.dumps({"config": {k2: str(v) for k2, v in vars(args).items()},
-                                                                 "rows": rows}, indent=1))
+    (args.out / "npu_served_vs_sim.json").write_text(json.dumps({"meta": meta, "config": {
+        k2: str(v) for k2, v in vars(args).items()}, "rows": rows}, indent=1))
     plot_path = args.plot or args.out / "npu_served_vs_sim.png"
     try:
         plot(cdfs, plot_path, k)
