@@ -57,6 +57,23 @@ def missed_cells(results: list[dict], driver: str) -> list[str]:
     return out
 
 
+def model_lines(results: list[dict], driver: str, restart: bool) -> list[str]:
+    """Each model's own pooled figure: "never slower" holds per model, and a cost on one model can hide in a level
+    pool of four. Its draws are that model's servers (three with --restart and 3 repetitions: a coarse interval)."""
+    out = []
+    for res in results:
+        p = bench_default.pooled([res], driver, restart)
+        if p is not None:
+            out.append(f"{res['model']} {bench_default.interval(p)}, {p['verdict'].split(' (')[0]}")
+    return out
+
+
+def behind_models(results: list[dict], driver: str, restart: bool) -> list[str]:
+    """The models whose own pooled interval is below 1.00 (``model_lines``)."""
+    return [res["model"] for res in results
+            if (p := bench_default.pooled([res], driver, restart)) is not None and p["verdict"] == "behind"]
+
+
 def verdict_lines(results: list[dict], restart: bool) -> list[str]:
     lines = ["## Verdict", ""]
     for d in drivers(results):
@@ -72,6 +89,7 @@ def verdict_lines(results: list[dict], restart: bool) -> list[str]:
                   f"{count_line(p['counts']['eager'], p['counts']['twin'])}."
                   + (f" Missed: {', '.join(missed)}." if missed else "")
                   + f" Peak throughput / best Triton's: {peak}."]
+        lines += [f"  - Per model ({DRIVERS[d]}): " + "; ".join(model_lines(results, d, restart)) + "."]
     inline = [r["inline"]["mean"] for res in results for d in drivers(results) for r in bench_default.ratios(res, d)
               if r["inline"]]
     if inline:
@@ -101,8 +119,9 @@ def readme_line(data: dict) -> str:
         word = {"ahead": "ahead", "behind": "behind"}.get(p["verdict"], "tie" if p["verdict"].startswith("level")
                                                             else "unresolved")
         span = "no interval" if p["lo"] != p["lo"] else f"{p['lo']:.3f}-{p['hi']:.3f}"
+        behind = behind_models(results, d, restarted(runs))
         parts.append(f"{word} under {'`lazybatch load`' if d == 'load' else 'perf_analyzer'}, {p['ratio']:.3f} "
-                     f"[{span}]")
+                     f"[{span}]" + (f" ({', '.join(behind)} behind)" if behind else ""))
     return (f"| [Static models](docs/results/default.md) | eager / an identical copy of Triton 0 ms, {len(results)} "
             f"models: {'; '.join(parts)}; {runs[0]['meta']['commit']} |")
 

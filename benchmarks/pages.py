@@ -67,11 +67,13 @@ PAGES: dict[str, Page] = {
     "npu": Page(
         "docs/npu.md", "by hand", "none needed: cycle counts are deterministic",
         ("python -m benchmarks.bench_npu --json docs/data/npu_scalesim_resnet50.json",
-         "python -m benchmarks.bench_npu_served --out lazybatch-results/npu-served")),
+         "python -m benchmarks.bench_npu_served --out lazybatch-results/npu-served"), one_commit=True),
     "onnx": Page(
         "docs/onnx.md", "by hand", "paired chain / whole-graph passes in the same rounds",
         tuple(f"python -m benchmarks.bench_split --models resnet50 --variants plain,ort-all,ort-all-noinplace "
-              f"--repeat 15 --json docs/data/bench_split_resnet50_run{k}.json" for k in (1, 2, 3))),
+              f"--repeat 15 --json docs/data/bench_split_resnet50_run{k}.json" for k in (1, 2, 3))
+        + ("python -m benchmarks.bench_split --models resnet50 --variants plain,ort-all,ort-all-noinplace --repeat 9 "
+           "--threads 1 --clock thread --json docs/data/bench_split_resnet50_cputime.json",), one_commit=True),
     "operations": Page(
         "docs/operations.md", "by hand", "the spread over repetitions",
         ("python -m benchmarks.bench_cancel --help", "python -m benchmarks.bench_memory --help",

@@ -168,3 +168,20 @@ def test_restart_schedule_runs_each_repetition_as_one_block(bench):
     starts = [b for i, b in enumerate(blocks) if i == 0 or blocks[i - 1] != b]
     assert starts == [("load", 0), ("load", 1), ("perf", 0), ("perf", 1)]  # each block once: one server start each
     assert [f for d, f, k in steps if (d, k) == ("load", 1)] == [0.1, 0.7, 2.0]
+
+
+def test_a_model_behind_on_its_own_is_named_though_the_pool_of_all_is_level():
+    """"Never slower" holds per model: eager 12% behind on one model and 4% ahead on three pools level, and the
+    page and README line still name the one model behind (default_page.behind_models)."""
+    from benchmarks import default_page
+
+    results = []
+    for name, factor in (("slow", 1.12), ("a", 0.96), ("b", 0.96), ("c", 0.96)):
+        cells = []
+        for load in (0.1, 0.7, 2.0):
+            cells += _cells(load, [factor * j for j in (1.0, 1.01, 0.99)], 1.0)
+        results.append({"model": name, "t1_ms": 1.0, "sla_ms": 5.0, "cells": cells})
+    assert bench_default.pooled(results, "load", restart=True)["verdict"].startswith("level")
+    assert default_page.behind_models(results, "load", restart=True) == ["slow"]
+    assert default_page.behind_models(results, "load", restart=False) == []  # one draw each: unresolved
+    assert "slow 0.893 [90% interval" in "; ".join(default_page.model_lines(results, "load", True))
