@@ -53,7 +53,7 @@ TWIN = "triton_0us_twin"
 TRITON = [k for k in POLICIES if k.startswith("triton") and k != TWIN]
 SLA_MULTIPLE = 5.0  # violations are counted against 5 x t1, the deadline eager's requests carry
 MIN_DRAWS = 3  # independent session draws below which the pooled interval is not computed (bench_default.pooled)
-BOOTSTRAP_DRAWS = 4000  # resamples of the session draws for the pooled interval (seeded: a re-render prints the same figures)
+BOOTSTRAP_DRAWS = 4000  # resamples of the session draws for the pooled interval (seeded: a re-render prints alike)
 
 
 def drive_load(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int) -> dict:
@@ -281,10 +281,10 @@ def pooled_line(results: list[dict], driver: str, restart: bool = False) -> list
         return []
     e, t = p["counts"]["eager"], p["counts"]["twin"]
     return [f"**Pooled over {p['cells']} cells ({driver} driver; {', '.join(p['models'])}): eager / an "
-            f"identical copy of Triton 0 ms {interval(p)}, {p['verdict']}.** Geometric mean of the cells' goal ratio: eager {p['eager']:.3f}, the twin "
-            f"{p['twin']:.3f}. The per-cell range rule called {e['missed']} cells missed and {e['met']} met for "
-            f"eager, {t['missed']} missed and {t['met']} met for the twin (an identical copy: every one of its "
-            "verdicts is false).", ""]
+            f"identical copy of Triton 0 ms {interval(p)}, {p['verdict']}.** Geometric mean of the cells' goal "
+            f"ratio: eager {p['eager']:.3f}, the twin {p['twin']:.3f}. The per-cell range rule called "
+            f"{e['missed']} cells missed and {e['met']} met for eager, {t['missed']} missed and {t['met']} met for "
+            "the twin (an identical copy: every one of its verdicts is false).", ""]
 
 
 def report(res: dict, driver: str) -> list[str]:

@@ -103,9 +103,9 @@ def verdict_lines(results: list[dict], restart: bool) -> list[str]:
               "averaged over the cells, with a 90% bootstrap interval from resampling the session draws, not the "
               "cells (`bench_default.pooled`): identical onnxruntime sessions run a few percent apart, and every "
               "cell one server ran shares its sessions, so a server's cells are one draw (with `--restart`, one "
-              "per model, driver and repetition; without, one per model). An interval that straddles 1.00 is a tie: eager level with Triton's "
-              "stock configuration, as the simulated ceiling (last column) says any schedule is on these static "
-              "graphs, within a few percent.", ""]
+              "per model, driver and repetition; without, one per model). An interval that straddles 1.00 is a "
+              "tie: eager level with Triton's stock configuration, as the simulated ceiling (last column) says any "
+              "schedule is on these static graphs, within a few percent.", ""]
     return lines
 
 
