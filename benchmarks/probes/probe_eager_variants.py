@@ -1,6 +1,6 @@
 """Which of eager's served extras costs it on one model: a diagnostic, not a benchmark.
 
-    python -m benchmarks.probes.probe_eager_variants --model mobilenet --loads 0.4,0.9,2.0 --reps 3 \
+    python -m benchmarks.probes.probe_eager_variants --model mobilenet --loads 0.4,0.9,1.2,2.0 --reps 5 \
         --json docs/data/eager_variants_mobilenet.json
 
 The static-models page (docs/results/default.md) finds eager behind an identical copy of Triton 0 ms on MobileNet
@@ -8,8 +8,8 @@ under both drivers, while in-process its ``execute`` costs the same (probe_execu
 more beside its passes than Triton 0 ms's: the benchmark's statistics file (LAZYBATCH_STATS_DIR, written at quiet
 moments), the Triton metrics it pushes every second, and onnxruntime arena memory given back at quiet moments. This
 runs bench_default's cells (``--restart``: a fresh server per repetition, each policy in turn) with eager as
-configured by default, eager with metrics and memory release off (``eager_quiet``), Triton 0 ms and its identical
-copy; ``--stats`` keeps the statistics file on (bench_default always has it). Per variant: twin avg / variant avg
+configured by default, eager with metrics and memory release off (``eager_quiet``), with each off alone
+(``eager_nometrics``, ``eager_norelease``), Triton 0 ms and its identical copy; ``--stats`` keeps the statistics file on (bench_default always has it). Per variant: twin avg / variant avg
 per cell, pooled over the cells with the session-draw interval (bench_default.pooled's rule).
 """
 
@@ -26,8 +26,11 @@ from pathlib import Path
 from benchmarks import bench_default
 from benchmarks.harness import command_line, judge, machine_meta, write_json
 
-VARIANTS = {"eager": "eager", "eager_quiet": "eager", "triton_0us": "triton:0", "triton_0us_twin": "triton:0"}
-QUIET = {"eager_quiet": {"metrics": "false", "memory_release_ms": "0"}}
+VARIANTS = {"eager": "eager", "eager_quiet": "eager", "eager_nometrics": "eager", "eager_norelease": "eager",
+            "triton_0us": "triton:0", "triton_0us_twin": "triton:0"}
+QUIET = {"eager_quiet": {"metrics": "false", "memory_release_ms": "0"}, "eager_nometrics": {"metrics": "false"},
+         "eager_norelease": {"memory_release_ms": "0"}}
+EAGERS = [v for v in VARIANTS if v.startswith("eager")]
 
 
 def pooled(cells: list[dict], variant: str, draws: int = 4000) -> dict:
@@ -68,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     ns = argparse.Namespace(loads=[float(v) for v in args.loads.split(",")], reps=args.reps,
                             duration=args.duration, driver="load", restart=True, perf_arrivals="seeded")
     res = bench_default.bench_model(args.model, ns, Path(args.out))
-    figures = {v: pooled(res["cells"], v) for v in ("eager", "eager_quiet")}
+    figures = {v: pooled(res["cells"], v) for v in EAGERS}
     for v, p in figures.items():
-        print(f"{v:12s} twin avg / {v} avg {p['ratio']:.3f} [90% interval {p['lo']:.3f}-{p['hi']:.3f}, "
+        print(f"{v:16s} twin avg / {v} avg {p['ratio']:.3f} [90% interval {p['lo']:.3f}-{p['hi']:.3f}, "
               f"{p['draws']} draws]: {p['verdict']}")
     data = {"meta": meta, "model": args.model, "variants": VARIANTS, "parameters": QUIET, "figures": figures,
             "result": res}
