@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data" / "default.json"
 PAGE = ROOT / "docs" / "results" / "default.md"
 DRIVERS = {"load": "`lazybatch load`", "perf": "NVIDIA perf_analyzer"}
+SHORT = {"load": "(lazybatch load)", "perf": "(perf_analyzer)"}  # the README row's driver names
 
 
 def runs_of(data: dict) -> list[dict]:
@@ -110,20 +111,23 @@ def verdict_lines(results: list[dict], restart: bool) -> list[str]:
 
 
 def readme_line(data: dict) -> str:
-    """The README's static-models row: the verdict, the pooled figure with its interval, the commit, a link."""
+    """The README's static-models row (issue 52: about 150 characters of text): per driver the pooled verdict and
+    figure with its interval, the models behind on their own, the commit, a link."""
     runs = runs_of(data)
     results = [res for run in runs for res in run["results"]]
-    parts = []
-    for d in drivers(results):
+    ds = drivers(results)
+    parts, behind = [], {}
+    for d in ds:
         p = bench_default.pooled(results, d, restarted(runs))
         word = {"ahead": "ahead", "behind": "behind"}.get(p["verdict"], "tie" if p["verdict"].startswith("level")
                                                             else "unresolved")
         span = "no interval" if p["lo"] != p["lo"] else f"{p['lo']:.3f}-{p['hi']:.3f}"
-        behind = behind_models(results, d, restarted(runs))
-        parts.append(f"{word} under {'`lazybatch load`' if d == 'load' else 'perf_analyzer'}, {p['ratio']:.3f} "
-                     f"[{span}]" + (f" ({', '.join(behind)} behind)" if behind else ""))
-    return (f"| [Static models](docs/results/default.md) | eager / an identical copy of Triton 0 ms, {len(results)} "
-            f"models: {'; '.join(parts)}; {runs[0]['meta']['commit']} |")
+        parts.append(f"{word} {p['ratio']:.3f} [{span}] {SHORT[d]}")
+        for m in behind_models(results, d, restarted(runs)):
+            behind.setdefault(m, []).append(SHORT[d])
+    tail = "".join(f"; {m} behind" + ("" if len(on) == len(ds) else f" {', '.join(on)}") for m, on in behind.items())
+    return (f"| [Static models](docs/results/default.md) | eager / identical copy of Triton 0 ms: {', '.join(parts)}"
+            f"{tail}; {runs[0]['meta']['commit']} |")
 
 
 def render(data: dict, img: str | None) -> list[str]:
