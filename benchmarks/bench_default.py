@@ -257,16 +257,19 @@ def pooled(results: list[dict], driver: str, restart: bool = False, draws: int =
     if len(units) < MIN_DRAWS:
         return out | {"lo": math.nan, "hi": math.nan,
                       "verdict": f"unresolved ({len(units)} session draw(s); run with --restart for more)"}
-    rng = random.Random(0)
-    groups = [(sum(v), len(v)) for v in units.values()]
-    boots = []
-    for _ in range(draws):
-        pick = rng.choices(groups, k=len(groups))
-        boots.append(sum(s for s, _ in pick) / sum(m for _, m in pick))
-    boots.sort()
-    lo, hi = math.exp(boots[int(0.05 * draws)]), math.exp(boots[int(0.95 * draws) - 1])
+    lo, hi = draw_interval(list(units.values()), draws)
     return out | {"lo": lo, "hi": hi, "verdict": {"met": "ahead", "missed": "behind"}.get(
         judge(lo, hi, 1.0), "level (the interval straddles 1.00)")}
+
+
+def draw_interval(units: list[list[float]], draws: int = BOOTSTRAP_DRAWS) -> tuple[float, float]:
+    """90% interval of exp(mean log ratio) from resampling whole draws (each a list of log ratios that share one
+    pair of sessions), seeded so that a re-render prints the same figures."""
+    rng = random.Random(0)
+    groups = [(sum(v), len(v)) for v in units]
+    boots = sorted(sum(s for s, _ in pick) / sum(m for _, m in pick)
+                   for pick in (rng.choices(groups, k=len(groups)) for _ in range(draws)))
+    return math.exp(boots[int(0.05 * draws)]), math.exp(boots[int(0.95 * draws) - 1])
 
 
 def interval(p: dict) -> str:

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
-import random
 import sys
 from pathlib import Path
 
@@ -40,13 +38,10 @@ def pooled(cells: list[dict], variant: str, draws: int = 4000) -> dict:
     for (f, k, p), avg in by.items():
         if p == variant and (f, k, bench_default.TWIN) in by:
             units.setdefault(k, []).append(math.log(by[f, k, bench_default.TWIN] / avg))
-    groups = [(sum(v), len(v)) for v in units.values()]
-    point = math.exp(sum(s for s, _ in groups) / sum(n for _, n in groups))
-    rng = random.Random(0)
-    boots = sorted(sum(s for s, _ in pick) / sum(n for _, n in pick)
-                   for pick in (rng.choices(groups, k=len(groups)) for _ in range(draws)))
-    lo, hi = math.exp(boots[int(0.05 * draws)]), math.exp(boots[int(0.95 * draws) - 1])
-    return {"ratio": point, "lo": lo, "hi": hi, "draws": len(groups), "verdict": judge(lo, hi, 1.0)}
+    logs = [d for v in units.values() for d in v]
+    lo, hi = bench_default.draw_interval(list(units.values()), draws)
+    return {"ratio": math.exp(sum(logs) / len(logs)), "lo": lo, "hi": hi, "draws": len(units),
+            "verdict": judge(lo, hi, 1.0)}
 
 
 def main(argv: list[str] | None = None) -> int:
