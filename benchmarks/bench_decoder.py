@@ -41,9 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from tqdm import tqdm
 
-from benchmarks.harness import (add_perf_arrivals_arg, add_sweep_args, command_line, fmt, machine_meta,
-                               parse_sweep_args, perf_row, seq2seq_t1, served, served_table, spread, turns, verdict,
-                               write_json)
+from benchmarks.harness import (PerfMeasuredNothing, add_perf_arrivals_arg, add_sweep_args, command_line, fmt,
+                               machine_meta, parse_sweep_args, perf_row, seq2seq_t1, served, served_table, spread,
+                               turns, verdict, write_json)
 from benchmarks.harness.page import table_head
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.lengths import LengthHistogram
@@ -106,10 +106,16 @@ def load_cell(url: str, model: str, rate: float, duration: float, sla_ms: float,
 def perf_cell(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int, out: Path,
               seeded_arrivals: bool = False) -> dict:
     """One cell under perf_analyzer: its average, p99 and throughput. It counts no requests for us (a run with a
-    failed request fails), so sent and errors stay null; its own request-level figures stay in OUT/perf/."""
-    row = perf_row(url, model, rate, duration, seed, out, sla_ms=sla_ms, seeded_arrivals=seeded_arrivals)
-    return {"sent": None, "ok": None, "errors": None, "avg_ms": row["avg_ms"], "p99_ms": row["p99_ms"],
-            "throughput": row["throughput"], "violations": None, "records": None}
+    failed request fails), so sent and errors stay null; its own request-level figures stay in OUT/perf/. Where no
+    request ended inside its windows (Triton's batcher on the LM at 70%: a batch decodes until its longest member
+    ends), the cell says so and holds no figures, and the sweep goes on."""
+    none = {"sent": None, "ok": None, "errors": None, "violations": None, "records": None}
+    try:
+        row = perf_row(url, model, rate, duration, seed, out, sla_ms=sla_ms, seeded_arrivals=seeded_arrivals)
+    except PerfMeasuredNothing as e:
+        tqdm.write(f"{model} at {rate:.3f}/s: {e}")
+        return none | {"avg_ms": None, "p99_ms": None, "throughput": None, "measured_nothing": str(e)}
+    return none | {"avg_ms": row["avg_ms"], "p99_ms": row["p99_ms"], "throughput": row["throughput"]}
 
 
 def simulated(table: LatencyTable, hist: LengthHistogram, loads: list[float], sla_ms: float,
@@ -124,17 +130,28 @@ def simulated(table: LatencyTable, hist: LengthHistogram, loads: list[float], sl
 
 
 def by_load(cells: list[dict]):
-    """Per load: its repetitions, its cells by (repetition, policy), and the best Triton configuration by mean."""
+    """Per load: the repetitions where eager was measured, the cells by (repetition, policy), and the best Triton
+    configuration by mean over them. A configuration perf_analyzer measured nothing of in one of them (no request
+    ended inside its windows) is not a candidate for best: its latency there is past a window, and leaving it out
+    can only make Triton's best look better. None where no Triton configuration was measured in every one."""
     for f in sorted({c["load"] for c in cells}):
-        reps = sorted({c["rep"] for c in cells if c["load"] == f})
         by = {(c["rep"], c["policy"]): c for c in cells if c["load"] == f}
-        yield f, reps, by, min(TRITON, key=lambda p: sum(by[k, p]["avg_ms"] for k in reps))
+        reps = sorted(k for k in {c["rep"] for c in cells if c["load"] == f} if by[k, "eager"]["avg_ms"] is not None)
+        measured = [p for p in TRITON if all(by[k, p]["avg_ms"] is not None for k in reps)]
+        yield f, reps, by, min(measured, key=lambda p: sum(by[k, p]["avg_ms"] for k in reps), default=None)
+
+
+def measured_nothing(cells: list[dict]) -> list[str]:
+    """The cells perf_analyzer measured nothing of, one phrase each (load, policy, repetition)."""
+    return [f"{c['policy']} at {c['load']:.0%}, repetition {c['rep'] + 1}" for c in cells if c.get("measured_nothing")]
 
 
 def peak_throughput(cells: list[dict]) -> dict[str, float]:
     """Per policy, its best load's mean throughput over the repetitions (/s): the peak a sweep shows."""
-    return {p: max(statistics.fmean(c["throughput"] for c in cells if c["policy"] == p and c["load"] == f)
-                   for f in {c["load"] for c in cells}) for p in POLICIES}
+    def mean(p: str, f: float) -> float:
+        got = [c["throughput"] for c in cells if c["policy"] == p and c["load"] == f and c["throughput"] is not None]
+        return statistics.fmean(got) if got else 0.0
+    return {p: max(mean(p, f) for f in {c["load"] for c in cells}) for p in POLICIES}
 
 
 def report(res: dict) -> list[str]:
@@ -149,6 +166,9 @@ def report(res: dict) -> list[str]:
                           "best Triton p99 / eager p99", "goal", "eager avg / p99 ms", "best Triton avg / p99 ms",
                           "throughput eager / best Triton (/s)"])]
     for f, reps, by, best in by_load(cells):
+        if best is None or not reps:
+            lines.append(f"| {f:.0%} | none measured in every repetition | - | - | - | - | - | - | - |")
+            continue
         avg = spread([by[k, best]["avg_ms"] / by[k, "eager"]["avg_ms"] for k in reps])
         p99 = spread([by[k, best]["p99_ms"] / by[k, "eager"]["p99_ms"] for k in reps])
         in_band = 0.7 <= f <= 1.5
@@ -169,6 +189,9 @@ def report(res: dict) -> list[str]:
                   f"({peak['eager'] / best_tri:.2f}x" + (f"; goal >= {goal_peak:g}x" if goal_peak else "") + ")."]
     if driver == "perf_analyzer":
         lines.append("Errors: none (perf_analyzer stops at the first failed request; every cell completed).")
+        if nothing := measured_nothing(cells):
+            lines.append(f"Measured nothing (no request ended inside perf_analyzer's windows; not a candidate for "
+                         f"best Triton at that load): {'; '.join(nothing)}.")
     else:
         lines.append(f"Errors: {sum(c['errors'] for c in cells)} of {sum(c['sent'] for c in cells)} requests.")
     for v in sorted({c["policy"] for c in cells} & set(VARIANTS)):
@@ -186,6 +209,9 @@ def variant_report(res: dict, variant: str) -> list[str]:
              *table_head(["load", "best Triton avg / variant avg", "eager avg / variant avg", "eager p99 / variant p99",
                           "variant avg / p99 ms", "simulated: best Triton / variant, eager / variant"])]
     for f, reps, by, best in by_load(cells):
+        reps = [k for k in reps if by[k, variant]["avg_ms"] is not None]
+        if best is None or not reps:
+            continue
         v = [by[k, variant] for k in reps]
         ratio = lambda pol, key: spread([by[k, pol][key] / by[k, variant][key] for k in reps])  # noqa: E731
         s = ""

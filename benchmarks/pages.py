@@ -1,5 +1,7 @@
 """One command per results page (issue 52 item 1): what re-runs each page at the current commit, with the
-repetitions and the noise floor it needs, and what regenerates it from the raw data.
+repetitions and the noise floor it needs, and what regenerates it from the raw data. A page's design history (a
+figure that explains why a default is what it is, from an earlier commit) cites git, ``git show <commit>:<path>``,
+not a file in the tree.
 
     python -m benchmarks.pages                 # every page: its commands and how much of it is generated
     python -m benchmarks.pages decoder         # one page
@@ -74,6 +76,16 @@ PAGES: dict[str, Page] = {
               f"--repeat 15 --json docs/data/bench_split_resnet50_run{k}.json" for k in (1, 2, 3))
         + ("python -m benchmarks.bench_split --models resnet50 --variants plain,ort-all,ort-all-noinplace --repeat 9 "
            "--threads 1 --clock thread --json docs/data/bench_split_resnet50_cputime.json",), one_commit=True),
+    "triton": Page(
+        "docs/triton.md", "by hand", "t1 again / t1 (overhead), an identical copy of Triton 0 ms (idle cost)",
+        ("python -m benchmarks.bench_overhead --rounds 7 --requests 2000 --json docs/data/overhead_mlp.json",
+         *(f"python -m benchmarks.probes.probe_idle_cost --model {m} --rounds 6 --requests 200 "
+           f"--variants triton_0us,triton_0us_twin,eager --out lazybatch-results/idle-cost-{m} "
+           f"--json docs/data/idle_cost_{m}.json" for m in ("mobilenet", "mlp")),
+         "python -m benchmarks.probes.probe_execute_cost --model mobilenet --calls 600 --group 1 --gap-ms 0 "
+         "--json docs/data/execute_cost_mobilenet.json",
+         "python -m benchmarks.bench_segments --json docs/data/segments_resnet50_b1.json",
+         "python -m benchmarks.bench_segments --batch 8 --rounds 3 --reps 5 --json docs/data/segments_resnet50_b8.json")),
     "operations": Page(
         "docs/operations.md", "by hand", "the spread over repetitions",
         ("python -m benchmarks.bench_cancel --help", "python -m benchmarks.bench_memory --help",

@@ -6,6 +6,8 @@ goal changes with the load band and the model, and that the replay runs the serv
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lazybatch.batcher.lengths import LengthHistogram
@@ -69,6 +71,52 @@ def test_perf_analyzer_cells_have_no_request_counts_and_say_where_the_load_came_
     assert any(ln.startswith("Errors: none (perf_analyzer stops at the first failed request") for ln in lines)
     assert not bench.report({"model": "gnmt", "t1_ms": 100.0, "cells": _cells(0.7, 100.0, tri)})[0].endswith(
         "perf_analyzer")
+
+
+def test_a_configuration_perf_analyzer_measured_nothing_of_is_named_and_not_chosen_as_best(bench):
+    """perf_analyzer exits with "No valid requests recorded" where no request ends inside its windows (Triton's
+    batcher on the LM at 70%). The cell holds no figures; that configuration cannot be the best Triton at that load
+    (it was the fastest in the other repetition: chosen, the ratio would be made of one repetition of the fastest),
+    and the table names the cell."""
+    tri = {"triton_0us": 130.0, "triton_5000us": 150.0, "triton_20000us": 900.0}
+    cells = [{**c, "sent": None, "ok": None, "errors": None, "violations": None, "records": None}
+             for c in _cells(0.7, 100.0, tri)]
+    nothing = {"avg_ms": None, "p99_ms": None, "throughput": None, "measured_nothing": "no request ended"}
+    cells = [c | nothing if (c["policy"], c["rep"]) == ("triton_0us", 1) else c for c in cells]
+    lines = bench.report({"model": "gnmt", "t1_ms": 100.0, "driver": "perf_analyzer", "cells": cells})
+    assert "| 70% | 5000us | 1.50 [1.50-1.50] | >= 1.5: met |" in _row(lines, "70%")
+    assert "Measured nothing (no request ended inside perf_analyzer's windows; not a candidate for best Triton at " \
+           "that load): triton_0us at 70%, repetition 2." in lines
+    # eager measured nothing in one repetition: that repetition has no ratio; in none: the load has no verdict
+    one = [c | nothing if (c["policy"], c["rep"]) == ("eager", 0) else c for c in cells]
+    assert "| 70% | 5000us | 1.50 [1.50-1.50] |" in _row(bench.report({"model": "gnmt", "t1_ms": 100.0,
+                                                                        "driver": "perf_analyzer", "cells": one}), "70%")
+    none = [c | nothing if c["policy"] == "eager" else c for c in cells]
+    assert "none measured in every repetition" in _row(bench.report(
+        {"model": "gnmt", "t1_ms": 100.0, "driver": "perf_analyzer", "cells": none}), "70%")
+    from benchmarks import decoder_page
+    rows = decoder_page.decoder_goals({"model": "gnmt", "cells": none}, "perf_analyzer")
+    assert rows[0][5].startswith("not measured") and "1 not measured." in decoder_page.goals_table(rows)[-1]
+
+
+def test_perf_row_tells_measured_nothing_from_a_failed_run(tmp_path, monkeypatch):
+    """Only perf_analyzer's "no valid requests" exit becomes PerfMeasuredNothing; any other failure stops a sweep."""
+    from benchmarks.harness import measure
+    import lazybatch.cli
+
+    def fake_cli(text):
+        def run(cmd):
+            folder = Path(cmd[cmd.index("--out") + 1])
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "perf_m.log").write_text(text)
+            return 3
+        return run
+    monkeypatch.setattr(lazybatch.cli, "main", fake_cli(measure.NOTHING_IN_WINDOW + ". Please use a larger window."))
+    with pytest.raises(measure.PerfMeasuredNothing, match="no request ended inside perf_analyzer's 10000 ms windows"):
+        measure.perf_row("u", "m", 1.0, 30.0, 0, tmp_path)
+    monkeypatch.setattr(lazybatch.cli, "main", fake_cli("Failed to maintain requested inference load."))
+    with pytest.raises(SystemExit, match="perf_analyzer failed on m"):
+        measure.perf_row("u", "m", 1.0, 30.0, 0, tmp_path)
 
 
 def test_simulated_replay_runs_the_served_policies_counterparts(bench):

@@ -1,6 +1,8 @@
 """Data hygiene for the docs (issue 52 item 4): every file under docs/data/ is cited by a page (a markdown link or a
 path mention in docs/**.md or README.md), and every docs/data/ path a page cites exists. A citation may name a
-folder (it covers the files under it), use shell braces (``cancel_run{1,2,3}.json``) or a ``*`` glob.
+folder (it covers the files under it), use shell braces (``cancel_run{1,2,3}.json``) or a ``*`` glob. A path
+written as ``git show <commit>:docs/data/...`` is history (an earlier run, kept in git, not in the tree) and is not
+a citation of the tree's files.
 
 A page benchmarks/pages.py marks ``one_commit`` (it holds one run) fails where its cited raw data comes from more
 than one commit, from a tree with uncommitted changes (``+dirty``) or records no commit at all. The other pages are
@@ -18,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data"
 TOKEN = re.compile(r"[\w./{}*,+-]*data/[\w./{}*,+-]*")
+HISTORY = re.compile(r"git show [0-9a-f]{7,40}:[\w./{}*,+-]+")  # a file as it was at a commit: git holds it
 
 
 def pages() -> list[Path]:
@@ -35,7 +38,7 @@ def expand(s: str) -> list[str]:
 def citations(page: Path) -> list[str]:
     """The docs/data paths ``page`` mentions, relative to docs/data (braces expanded, globs kept)."""
     out = []
-    for tok in TOKEN.findall(page.read_text()):
+    for tok in TOKEN.findall(HISTORY.sub("", page.read_text())):
         tok = tok.rstrip(".,`'\")")
         if tok.startswith("docs/data/"):  # from the repository root, in commands and prose alike
             path = ROOT / tok
@@ -167,7 +170,8 @@ def test_the_checks_see_what_they_should(tmp_path):
     assert covers("npu_sim_*.csv", "npu_sim_x.csv") and covers("gpu", "gpu/check.json")
     assert not covers("gpu", "gpu_other.json")
     page = tmp_path / "p.md"
-    page.write_text("[x](../data/x.json), `docs/data/y_{1,2}.json`, lazybatch/simulator/data/z.json, ../data/.")
+    page.write_text("[x](../data/x.json), `docs/data/y_{1,2}.json`, lazybatch/simulator/data/z.json, ../data/, "
+                    "`git show 0cd9c15:docs/data/old.json`.")
     # a page outside docs/ resolves its relative link elsewhere; docs/data/ paths resolve from the root
     assert citations(page) == ["y_1.json", "y_2.json"]
     assert _commits({"meta": {"commit": "abc1234 + uncommitted changes"}, "cells": [{"commit": "x"}]}) == \

@@ -48,6 +48,15 @@ def seq2seq_t1(url: str, http: str, model: str, n: int) -> float:
     return statistics.fmean(times)
 
 
+class PerfMeasuredNothing(RuntimeError):
+    """perf_analyzer ran but no request ended inside its measurement windows (it exits 3): the configuration's
+    latency is longer than a window there. A sweep records the cell as measured nothing and goes on; every other
+    perf_analyzer failure still stops it."""
+
+
+NOTHING_IN_WINDOW = "No valid requests recorded within time interval"
+
+
 def perf_row(url: str, model: str, rate: float, duration: float, seed: int, out: Path,
              sla_ms: float | None = None, seeded_arrivals: bool = False) -> dict:
     """One served cell offered by NVIDIA perf_analyzer (`lazybatch perf`: Poisson at ``rate``, --async, valid
@@ -67,6 +76,10 @@ def perf_row(url: str, model: str, rate: float, duration: float, seed: int, out:
     if seeded_arrivals:
         cmd += ["--poisson-seed", str(seed)]
     if lazybatch_cli(cmd) != 0:
+        log = folder / f"perf_{model}.log"
+        if log.exists() and NOTHING_IN_WINDOW in log.read_text(errors="replace"):
+            raise PerfMeasuredNothing(f"no request ended inside perf_analyzer's {int(duration * 1000 / 3)} ms "
+                                      f"windows ({log})")
         raise SystemExit(f"perf_analyzer failed on {model}: see {folder}")
     return json.loads((folder / "perf.json").read_text())[0]
 

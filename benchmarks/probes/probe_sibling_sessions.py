@@ -1,12 +1,12 @@
 """Does the whole-graph session run slower beside the stage sessions? A diagnostic, not a benchmark.
 
     python -m benchmarks.probes.probe_sibling_sessions --model-dir lazybatch-results/default/repos/bert/bert_eager/1 \\
-        --json docs/data/sibling_sessions_bert.json
+        --json lazybatch-results/sibling_sessions_bert.json
 
 Eager's stub holds the model twice: the stage sessions (one per stage, for the passes that keep boundaries) and the
 whole graph (the passes that span every stage). Triton 0 ms's stub holds the whole graph only. On BERT (436 MB of
 weights) eager's whole-graph passes were a few percent slower than Triton 0 ms's in the same server (batch logs in
-docs/data/regimes_bert_eager_vs_triton0_batches/), so the question was whether the siblings slow it: more memory
+git: ``git show 8443b73:docs/data/regimes_bert_eager_vs_triton0_batches/``), so the question was whether the siblings slow it: more memory
 mapped, caches shared with weights that sit idle. In one process with one thread pool (as in a stub), this times
 the whole-graph session at batch 1, 4 and 8 alone, then with every stage session loaded and run once at the largest
 batch (their arenas sized as a served model's), then alone again after they are freed; ``--rounds`` times over, so
