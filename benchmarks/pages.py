@@ -85,7 +85,8 @@ PAGES: dict[str, Page] = {
          "python -m benchmarks.probes.probe_execute_cost --model mobilenet --calls 600 --group 1 --gap-ms 0 "
          "--json docs/data/execute_cost_mobilenet.json",
          "python -m benchmarks.bench_segments --json docs/data/segments_resnet50_b1.json",
-         "python -m benchmarks.bench_segments --batch 8 --rounds 3 --reps 5 --json docs/data/segments_resnet50_b8.json")),
+         "python -m benchmarks.bench_segments --batch 8 --rounds 3 --reps 5 --json docs/data/segments_resnet50_b8.json"),
+        one_commit=True),
     "operations": Page(
         "docs/operations.md", "by hand", "the spread over repetitions",
         ("python -m benchmarks.bench_cancel --help", "python -m benchmarks.bench_memory --help",
