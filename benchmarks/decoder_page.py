@@ -7,7 +7,7 @@ three models, both drivers).
 Every figure on the page comes from the data files named in ``SOURCES``, one run each; the goals' verdicts come from
 the one rule (benchmarks/harness/verdict.py) on the range over repetitions. Investigations of earlier rounds (the
 GNMT ceiling, light-load probes, the admission replays, a response every 4 tokens) are in git history, not here:
-``git log -- docs/results/decoder.md`` finds them."""
+``git log -- docs/results/decoder.md`` finds them. The README's decoder and streaming rows are ``readme_lines``."""
 
 from __future__ import annotations
 
@@ -202,6 +202,35 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
               "are in git history: `git log -p -- docs/results/decoder.md`. Their figures are not this run's and "
               "are not repeated here.", ""]
     return lines
+
+
+def readme_lines(src: dict[str, dict]) -> tuple[str, str]:
+    """The README's decoder and streaming rows (issue 52: one line each, the verdicts and the commit): the per-cell
+    count per driver, the LM past capacity (the structural win), the cells missed; streamed, each model's TTFT
+    ratio with its range."""
+    goals, stamp = goal_rows(src), ", ".join(commits(src))
+
+    def counted(rows: list, driver: str) -> str:
+        mine = [r[5] for r in rows if ("perf_analyzer" in r[2]) == (driver == "perf_analyzer")
+                and not r[5].startswith("not measured")]  # the peak-throughput row is lazybatch load's
+        return f"{count_text(count(mine))} ({driver})" if mine else ""
+
+    dec = goals["decoder"]
+    head = "; ".join(c for c in (counted(dec, "lazybatch load"), counted(dec, "perf_analyzer")) if c)
+    lm = next((r for r in dec if r[0] == "LM" and r[1] == "150%" and "avg" in r[2]), None)
+    lm_text = f"; LM 150% avg {fmt(lm[3])}x {lm[5].split(' ')[0]} (goal {lm[4]})" if lm else ""
+    missed = [f"{r[0]} {r[1]} {r[3]['mean']:.2f}x" for r in dec if r[5].startswith("missed") and r[3]]
+    decoder = (f"| [Decoders](docs/results/decoder.md) | goal cells vs Triton's best: {head}{lm_text}"
+               + (f"; missed: {', '.join(missed)}" if missed else "") + f"; {stamp} |")
+    by_driver: dict[str, list[tuple[str, str]]] = {}
+    for model, _, what, sp, _, v in goals["streaming"]:
+        by_driver.setdefault(what.rsplit("(", 1)[1].rstrip(")"), []).append((f"{model} {fmt(sp)}", v.split(" ")[0]))
+    parts = "; ".join(
+        (f"{', '.join(x for x, _ in xs)}: all {xs[0][1]}" if len({v for _, v in xs}) == 1
+         else ", ".join(f"{x} {v}" for x, v in xs)) + f" ({d})" for d, xs in by_driver.items())
+    streaming = (f"| [Streaming](docs/results/decoder.md#streaming-time-to-first-token) | time to first token at 90% "
+                 f"load / unloaded (goal <= 2x): {parts}; {stamp} |")
+    return decoder, streaming
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,3 +65,11 @@ def test_the_readme_mixed_line_is_the_mixed_pages_verdict():
 
     line = mixed_page.readme_line(json.loads((DATA / "mixed.json").read_text()))
     assert line in (ROOT / "README.md").read_text().splitlines()
+
+
+def test_the_readme_decoder_and_streaming_lines_are_the_decoder_pages_verdicts():
+    from benchmarks import decoder_page
+
+    lines = (ROOT / "README.md").read_text().splitlines()
+    for line in decoder_page.readme_lines(decoder_page.load(DATA)):
+        assert line in lines
