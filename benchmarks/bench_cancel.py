@@ -22,6 +22,7 @@ model's stage time, backend/cancel_watch.py). Printed: median and p99 of each fi
 from __future__ import annotations
 
 import argparse
+import shutil
 import random
 import statistics
 import sys
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=1024, help="rows of the heavy model: sets the stage time")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/cancel"))
+    ap.add_argument("--json", type=Path, default=None, help="also write the raw data here (docs/data/...)")
     args = ap.parse_args(argv)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]
@@ -191,7 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     path = write_json(args.out / "cancel.json", {
         "command": command_line(), "commit": git_commit(), "machine": meta, "stage_ms": stage_s * 1e3,
         "stages": table.graph.n, "summary": summary, "trials": rows})
-    print(f"wrote {path}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, args.json)
+    print(f"wrote {path}" + (f" and {args.json}" if args.json else ""))
     return 0
 
 

@@ -16,6 +16,7 @@ accepted requests that missed the 1 s SLA as the client saw it (goal: at most 1%
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import threading
 import time
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server's environment")
     ap.add_argument("--param", action="append", default=[], help="key=value config.pbtxt parameter of the model")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/memory"))
+    ap.add_argument("--json", type=Path, default=None, help="also write the raw data here (docs/data/...)")
     args = ap.parse_args(argv)
     env = dict(kv.split("=", 1) for kv in args.env)
     extra = dict(kv.split("=", 1) for kv in args.param)
@@ -155,7 +157,10 @@ def main(argv: list[str] | None = None) -> int:
               f"rejections answered in p99 {spread_text([x['burst_rejected_p99_ms'] for x in runs[v]], 1)} ms")
     path = write_json(args.out / "memory.json", {
         "command": command_line(), "commit": git_commit(), "machine": machine_meta(), "env": env, "runs": runs})
-    print(f"wrote {path}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, args.json)
+    print(f"wrote {path}" + (f" and {args.json}" if args.json else ""))
     try:
         plot(runs, args.out / "memory.png")
     except ImportError:

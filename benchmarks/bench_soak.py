@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/soak"))
     ap.add_argument("--from-json", type=Path, help="no run: plot a soak.json written before (see --plot)")
     ap.add_argument("--plot", type=Path, help="where the memory plot goes (default: soak.png beside soak.json)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the raw data here (docs/data/...)")
     args = ap.parse_args(argv)
     if args.from_json is not None:
         got = plot(json.loads(args.from_json.read_text()), args.plot or args.from_json.with_suffix(".png"))
@@ -205,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         "commit": git_commit(), "command": command_line(), "machine": machine_meta(),
     }
     (args.out / "soak.json").write_text(json.dumps(result, indent=1))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
     png = plot(result, args.plot or args.out / "soak.png")
     print(f"\nbatch-1 service rate {mu:.1f}/s; offered {rate:.1f}/s ({args.load:.0%}) for {args.duration:.0f} s")
     print(f"sent {s['sent']}, ok {ok}, rejected {s['rejected']}, errors {s['error'] + s['other']}, "

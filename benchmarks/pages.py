@@ -89,8 +89,18 @@ PAGES: dict[str, Page] = {
         one_commit=True),
     "operations": Page(
         "docs/operations.md", "by hand", "the spread over repetitions",
-        ("python -m benchmarks.bench_cancel --help", "python -m benchmarks.bench_memory --help",
-         "python -m benchmarks.bench_soak --help")),
+        tuple(f"python -m benchmarks.bench_cancel --trials 40 --seed {k} --out lazybatch-results/cancel-{k} "
+              f"--json docs/data/cancel_run{k}.json" for k in (1, 2, 3))
+        + ("python -m benchmarks.bench_memory --out lazybatch-results/memory --json docs/data/memory_burst.json",
+           "python -m benchmarks.bench_memory --variants release --reps 3 --out lazybatch-results/memory-promises "
+           "--json docs/data/burst_promises.json",
+           "python -m benchmarks.bench_soak --out lazybatch-results/soak --json docs/data/soak_300s.json",
+           "python -m benchmarks.bench_soak --duration 1800 --out lazybatch-results/soak-1800 "
+           "--json docs/data/soak_1800s.json",
+           "python -m benchmarks.bench_soak --from-json docs/data/soak_1800s.json --plot docs/img/soak_1800s.png",
+           # the drain figures come from the scale-out tests (3 runs), the busy-core log from the suite itself
+           "env LAZYBATCH_DRAIN_FIGURES=docs/data/scale_out_drain.jsonl python -m pytest tests/triton/test_scale_out.py",
+           "scripts/suite_busy_core.sh 5")),
     "colocation": Page(
         "docs/results/colocation.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
         ("python -m benchmarks.bench_colocation --reprofile --out lazybatch-results/colocation "
