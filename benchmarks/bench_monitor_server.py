@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import start_server
+from benchmarks.harness import machine_meta, start_server, write_json
 from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.page import table_head
 from lazybatch.backend.model import read_log
@@ -293,7 +293,8 @@ def goals(rows: dict[str, dict]) -> dict[str, float]:
 
 
 def markdown(results: list[dict], meta: dict) -> str:
-    lines = [f"Machine: {meta['machine']}; load average at the end {meta['loadavg']}. Command: `{meta['command']}`",
+    lines = [f"Machine: {meta.get('cpu', meta['machine'])} ({meta['machine']}), commit {meta.get('commit')}; load "
+             f"average at the end {meta['loadavg']}. Command: `{meta['command']}`",
              ""]
     for res in results:
         lines += [f"**{res['model']}**: batch-1 latency {ms(res['t1_ms'])} ms at the start (mu {res['mu']:.2f}/s; "
@@ -397,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=".lazybatch-build/monitor-server", help="cache of built models and tables")
     ap.add_argument("--out", default="lazybatch-results/monitor-server")
     ap.add_argument("--img-dir", default=None, help="also copy the plots here (docs/img)")
+    ap.add_argument("--json", default=None,
+                    help="also write the figures here without the per-request series (docs/data/...)")
     ap.add_argument("--resimulate", metavar="BENCH_JSON", default=None,
                     help="add the simulator columns to an earlier run's bench.json (no server) and rewrite its report")
     ap.add_argument("--quick", action="store_true",
@@ -426,13 +429,16 @@ def main(argv: list[str] | None = None) -> int:
     for m in (m.strip() for m in args.models.split(",") if m.strip()):
         results.append(run_model(m, argparse.Namespace(**{**vars(args), "duration": overrides.get(m, args.duration)}),
                                  out))
-    meta = {"machine": f"{os.cpu_count()} CPU cores, {os.uname().machine}, shared with other sessions",
+    meta = {**machine_meta(), "machine": f"{os.cpu_count()} CPU cores, {os.uname().machine}",
             "loadavg": " ".join(f"{v:.1f}" for v in os.getloadavg()), "wall_s": time.time() - t_start,
             "command": " ".join(["python -m benchmarks.bench_monitor_server", *(sys.argv[1:] if argv is None else argv)]),
             "policies": args.policies, "durations": {r["model"]: r["duration_s"] for r in results}, "load": args.load, "sla_x": args.sla_x, "slices": args.slices,
             "max_batch_size": args.max_batch_size, "intra_op_threads": args.intra_op_threads,
             "triton_delay_us": args.triton_delay_us}
     (out / "bench.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    if args.json:  # the docs' copy: every figure, not the per-request series the plots are drawn from
+        write_json(args.json, {"meta": meta, "results": [{k: v for k, v in r.items() if k != "series"}
+                                                         for r in results]})
     table = markdown(results, meta)
     (out / "bench.md").write_text(table)
     print(table)

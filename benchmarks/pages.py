@@ -87,6 +87,11 @@ PAGES: dict[str, Page] = {
          "python -m benchmarks.bench_segments --json docs/data/segments_resnet50_b1.json",
          "python -m benchmarks.bench_segments --batch 8 --rounds 3 --reps 5 --json docs/data/segments_resnet50_b8.json"),
         one_commit=True),
+    "monitor": Page(
+        "docs/monitor.md", "by hand",
+        "6 slices per model, the policies taking turns; the simulator on the same table and arrivals beside it",
+        ("python -m benchmarks.bench_monitor_server --durations vgg19=120 --slices 6 --img-dir docs/img "
+         "--json docs/data/monitor_server_bench.json",)),
     "operations": Page(
         "docs/operations.md", "by hand", "the spread over repetitions",
         tuple(f"python -m benchmarks.bench_cancel --trials 40 --seed {k} --out lazybatch-results/cancel-{k} "
