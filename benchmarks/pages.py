@@ -37,6 +37,7 @@ PAGES: dict[str, Page] = {
         ("python -m benchmarks.bench_default --models mlp,bert,resnet50,mobilenet --reps 3 --duration 3 "
          "--restart --driver both --perf-arrivals seeded --out lazybatch-results/default --json docs/data/default.json",
          "python -m benchmarks.default_page"), one_commit=True),
+    # the whole decoder suite takes about 3 hours on 2 cores (the LM's load round alone about 40 minutes)
     "decoder": Page(
         "docs/results/decoder.md", "whole", "the spread over repetitions (no identical copy in these sweeps)",
         ("python -m benchmarks.bench_decoder --models lm,gnmt,transformer --loads 0.1,0.7,1.5 --reps 3 "
@@ -91,7 +92,7 @@ PAGES: dict[str, Page] = {
         "docs/monitor.md", "by hand",
         "6 slices per model, the policies taking turns; the simulator on the same table and arrivals beside it",
         ("python -m benchmarks.bench_monitor_server --durations vgg19=120 --slices 6 --img-dir docs/img "
-         "--json docs/data/monitor_server_bench.json",)),
+         "--json docs/data/monitor_server_bench.json",), one_commit=True),
     "operations": Page(
         "docs/operations.md", "by hand", "the spread over repetitions",
         tuple(f"python -m benchmarks.bench_cancel --trials 40 --seed {k} --out lazybatch-results/cancel-{k} "
