@@ -105,8 +105,9 @@ PAGES: dict[str, Page] = {
            "--json docs/data/soak_1800s.json",
            "python -m benchmarks.bench_soak --from-json docs/data/soak_1800s.json --plot docs/img/soak_1800s.png",
            # the drain figures come from the scale-out tests (3 runs), the busy-core log from the suite itself
-           "env LAZYBATCH_DRAIN_FIGURES=docs/data/scale_out_drain.jsonl python -m pytest tests/triton/test_scale_out.py",
-           "scripts/suite_busy_core.sh 5")),
+           *3 * ("env LAZYBATCH_DRAIN_FIGURES=docs/data/scale_out_drain.jsonl python -m pytest -q "
+                 "tests/triton/test_scale_out.py",),
+           "scripts/suite_busy_core.sh 2 docs/data/suite_busy_core.txt")),
     "colocation": Page(
         "docs/results/colocation.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
         ("python -m benchmarks.bench_colocation --reprofile --out lazybatch-results/colocation "

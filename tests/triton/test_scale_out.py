@@ -37,6 +37,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pytest
 
+from benchmarks.harness.meta import git_commit
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.repo import add_model
 from lazybatch.scale_out import ScaleOut, find_nginx
@@ -255,7 +256,8 @@ def _check_and_report(so: ScaleOut, load: Load, final: list[int], t_exit: float)
     print("scale-out drain figures:", figures)
     if os.environ.get("LAZYBATCH_DRAIN_FIGURES"):  # docs/operations.md#scale-out: one JSON line per run
         with open(os.environ["LAZYBATCH_DRAIN_FIGURES"], "a") as f:
-            f.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0], **figures}) + "\n")
+            f.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+                                "commit": git_commit(), **figures}) + "\n")
     assert load.lost == 0, f"lost requests: {load.failures[:5]}"
     assert load.wrong == 0, "wrong answers"
     assert load.answered == load.sent, figures
