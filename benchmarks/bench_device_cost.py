@@ -12,8 +12,9 @@ order each turn, a median per route and round, reported as mean [min-max] over r
 - ``none``: the model with ``device_group: "none"`` through the scheduler thread (eager, its spans: one job).
 - ``none, stage jobs``: the same with ``eager:spans=false``: one job per stage, as a grouped model runs while
   another member is joined (the device cuts spans, ``SharedDevice.shared``). The baseline of the per-job cost.
-- ``group, idle member``: a grouped model beside a second member that joined and never asks: every stage job
-  asks the arbiter (F+A, then G) at this commit; a "solo lease" may later skip that round trip.
+- ``group, idle member``: a grouped model beside a second member that joined and never asks: the arbiter gives
+  the model the solo lease (backend/arbiter/protocol.py), so it sends nothing per job and keeps its spans; its
+  cost is measured per request against ``none`` (one job, the span, per request).
 - ``group, active member``: beside a second member that asks for the device about once a millisecond (a raw
   protocol member at a less urgent priority level, whose jobs run 0 s): while the model runs, both wait at each
   boundary, so every grant is a contended decision (logged), the per-job path whatever lease rule applies to an
@@ -21,7 +22,8 @@ order each turn, a median per route and round, reported as mean [min-max] over r
   for its round trip (part of the cost, as beside any active neighbour).
 
 Cost per stage job = (median grouped latency - median ``none, stage jobs`` latency) / stage jobs per request (the
-gate's grants per request, 8), per round; as a share of t1 of the same round. The verdict against 2% is
+gate's grants per request, 8), per round; as a share of t1 of the same round. Under the lease (no grant from the
+arbiter in a round) the job is the whole span and the baseline ``none``. The verdict against 2% is
 ``harness.verdict`` on the range over rounds. The cost of cutting spans (``none, stage jobs`` against ``none``) is
 reported beside it: it is what any shared device pays for its boundaries, not the arbiter's.
 """
@@ -61,14 +63,24 @@ import socket, sys, time
 from lazybatch.backend.arbiter import protocol as P
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
+def reply():  # the arbiter's next message: its code (W and G carry flags and the sibling's instant, V nothing)
+    code = s.recv(1)
+    body = P.REPLY_SIZES.get(code, 1) - 1
+    while body:
+        body -= len(s.recv(body))
+    return code
 s.sendall(P.join_message("neighbour", 1.0, 1))
+reply()  # W
 period = float(sys.argv[2])
 while True:
     time.sleep(period)
     s.sendall(P.acquire_message(time.monotonic() + 1.0, 1))
-    if s.recv(2)[:1] != P.GRANT:
+    code = reply()
+    while code == P.REVOKE:  # a lease from an earlier grant goes back: F and the A above are on their way
+        code = reply()
+    if code != P.GRANT:
         break
-    s.sendall(P.FINISHED + P.F64.pack(0.0) + P.NOTHING)
+    s.sendall(P.FINISHED + P.F64.pack(0.0) + P.NOTHING)  # any F ends a lease granted with G
 """
 
 
@@ -99,9 +111,13 @@ def one_round(whole, runtimes: dict[str, BackendRuntime], gates: dict, x: np.nda
         fig[f"{name}_ms"] = statistics.median(times[name]) * 1e3
     fig["cut_spans_us"] = (fig["none, stage jobs_ms"] - fig["none_ms"]) * 1e3
     for name, g in gates.items():
-        jobs = (g.grants - grants_before[name]) / requests
-        fig[f"{name}_jobs"] = jobs
-        per_job_ms = (fig[f"{name}_ms"] - fig["none, stage jobs_ms"]) / jobs
+        grants = (g.grants - grants_before[name]) / requests
+        leased = grants == 0  # the solo lease: granted locally, one job (the span) per request
+        fig[f"{name}_grants"] = grants
+        fig[f"{name}_leased"] = float(leased)
+        fig[f"{name}_jobs"] = jobs = 1.0 if leased else grants
+        baseline = fig["none_ms"] if leased else fig["none, stage jobs_ms"]
+        per_job_ms = (fig[f"{name}_ms"] - baseline) / jobs
         fig[f"{name}_per_job_us"] = per_job_ms * 1e3
         fig[f"{name}_per_job_of_t1"] = per_job_ms / fig["t1_ms"]
     return fig
@@ -177,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in GROUPED:
         share = summary[f"{name}_per_job_of_t1"]
         verdicts[name] = judge_spread(share, GOAL, lower_is_better=True)
-        print(f"{name:>22}: {summary[f'{name}_jobs']['mean']:.2f} jobs/request, cost per stage job "
+        how = ("the solo lease: no grant from the arbiter, one job (the span) per request, against none"
+               if summary[f"{name}_leased"]["min"] == 1 else f"{summary[f'{name}_grants']['mean']:.2f} grants/request")
+        print(f"{name:>22}: {how}; cost per job "
               f"{fmt(summary[f'{name}_per_job_us'], 1, ' us')} = {fmt(pct(share), 2, '% of t1')} -> "
               f"{verdicts[name]} (goal <= {GOAL:.0%}); contended decisions {decisions[name]}")
     if args.json:
