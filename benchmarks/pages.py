@@ -107,7 +107,7 @@ PAGES: dict[str, Page] = {
            # the drain figures come from the scale-out tests (3 runs), the busy-core log from the suite itself
            *3 * ("env LAZYBATCH_DRAIN_FIGURES=docs/data/scale_out_drain.jsonl python -m pytest -q "
                  "tests/triton/test_scale_out.py",),
-           "scripts/suite_busy_core.sh 2 docs/data/suite_busy_core.txt")),
+           "scripts/suite_busy_core.sh 2 docs/data/suite_busy_core.txt"), one_commit=True),
     "colocation": Page(
         "docs/results/colocation.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
         ("python -m benchmarks.bench_colocation --reprofile --out lazybatch-results/colocation "
@@ -115,12 +115,14 @@ PAGES: dict[str, Page] = {
          "python -m benchmarks.bench_colocation --from-results docs/data/colocation.json "
          "--page docs/results/colocation.md"), one_commit=True),
     "colocation_sim": Page("docs/colocation.md", "by hand", "the spread over seeds (simulated, the paper's tables)",
-                           ("python -m benchmarks.sim_colocation",)),
+                           ("python -m benchmarks.sim_colocation",), one_commit=True),
     "device_cost": Page("docs/colocation.md#cost", "by hand",
                         "t1 again / t1 (the same call under a second name), routes in turns per request",
-                        ("python -m benchmarks.bench_device_cost --json docs/data/device_cost_mlp.json",)),
+                        ("python -m benchmarks.bench_device_cost --json docs/data/device_cost_mlp.json",),
+                        one_commit=True),
     "device_lanes": Page("docs/colocation.md#lanes", "by hand", "the spread over 3 repetitions (no identical copy)",
-                         ("python -m benchmarks.bench_device_lanes --json docs/data/device_lanes.json",)),
+                         ("python -m benchmarks.bench_device_lanes --json docs/data/device_lanes.json",),
+                         one_commit=True),
 }
 
 
