@@ -104,9 +104,11 @@ PAGES: dict[str, Page] = {
            "python -m benchmarks.bench_soak --duration 1800 --out lazybatch-results/soak-1800 "
            "--json docs/data/soak_1800s.json",
            "python -m benchmarks.bench_soak --from-json docs/data/soak_1800s.json --plot docs/img/soak_1800s.png",
-           # the drain figures come from the scale-out tests (3 runs), the busy-core log from the suite itself
-           *3 * ("env LAZYBATCH_DRAIN_FIGURES=docs/data/scale_out_drain.jsonl python -m pytest -q "
-                 "tests/triton/test_scale_out.py",),
+           # the drain figures come from the scale-out tests (3 runs), the busy-core log from the suite itself; both
+           # append to their file, so the run starts them afresh (the old lines are another commit's)
+           "rm -f docs/data/scale_out_drain.jsonl docs/data/suite_busy_core.txt",
+           *(("env LAZYBATCH_DRAIN_FIGURES=docs/data/scale_out_drain.jsonl python -m pytest -q "
+              "tests/triton/test_scale_out.py",) * 3),
            "scripts/suite_busy_core.sh 2 docs/data/suite_busy_core.txt"), one_commit=True),
     "colocation": Page(
         "docs/results/colocation.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",

@@ -12,6 +12,9 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 n="${1:-5}"
 summary="${2:-/tmp/suite_busy_core.summary}"
 work="$(mktemp -d)"
+[ -s "$summary" ] || printf '%s\n' \
+  "# The whole suite under a busy core (scripts/suite_busy_core.sh: a fresh clone per run, another process spinning on one of the two cores)" \
+  "# one line per run: commit, exit status, wall time, pytest's last line" > "$summary"
 [ -e "$here/../shared" ] && ln -s "$(cd "$here/../shared" && pwd)" "$work/shared"
 for i in $(seq 1 "$n"); do
   rm -rf "$work/clone" && git clone -q "$here" "$work/clone"
