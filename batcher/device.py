@@ -19,7 +19,12 @@ The cross-model rule, at every stage boundary and every arrival that finds a lan
    Within a level, a member whose most urgent request can still meet its deadline (slack >= 0) goes before one
    whose request is already predicted late: a deadline already lost must not take the device from one that can
    still be kept (plain least-slack-first lets one overloaded model's late backlog hold every other model off the
-   device up to the fairness bound: 94 ms for a 1.4 ms model beside a 20 ms one at 110% load, in a test).
+   device up to the fairness bound: 94 ms for a 1.4 ms model beside a 20 ms one at 110% load, in a test). Among
+   members that are all late, the **least** late goes first: a request just past its deadline (a small model's
+   that waited one stage of a large one) would otherwise wait behind a backlog seconds past its own, whose
+   lateness its short pass hardly changes; the other way round, the small model's requests miss by the fairness
+   bound each (served: the quickstart pair's small model waited 90 ms for every request behind ResNet-50's late
+   backlog, 2026-11-28).
 2. **Weighted fair share (the starvation guarantee)**: each member has a virtual time, its device time divided by
    its ``weight``; a member that starts waiting after holding nothing is brought up to the least virtual time of
    the members then active (no credit banked while idle; a backlogged member keeps its own). If the member rule 1
@@ -34,9 +39,15 @@ and a member j that starts waiting beside one backlogged member h waits at most 
 lag and a job when it starts waiting). The bound holds across priority levels: priority and slack order the device
 within it (a model that should take more of the device gets a larger weight).
 
-Boundaries: while two or more models share the device, a member's job spans one stage (a policy's span of several
-stages, ``StageJob.stop``, is cut): a span hides boundaries at which another model's request could go first. One
-model alone keeps its spans, so a one-model ``SharedDevice`` schedules exactly as no device at all.
+3. **Spans (boundaries)**: while two or more models share the device, a member's job spans (``StageJob.stop``, a
+   policy's run of several stages with no decision point) only as far as the members waiting at its grant can
+   afford: the least of each one's slack (while its deadline can still be met) and its fair-share room (how far
+   the winner may run before rule 2 would pick that member), at most ``lag``; one stage when nobody waits, since a
+   span hides boundaries at which a newcomer's request could go first. Why not always one stage: served, every
+   boundary is a round trip to the arbiter process with the device idle, several wake-ups each on a loaded host;
+   a small model granted ahead of a late backlog lost more to those round trips between its 0.5 ms stages than
+   it ran (the quickstart pair, 2026-11-28). A newcomer arriving during a span waits at most ``lag``. One model
+   alone keeps its spans, so a one-model ``SharedDevice`` schedules exactly as no device at all.
 
 Admission: a model's own ``QueuePolicy`` (batcher/admission.py) still applies first; ``max_queue_size`` here bounds
 the samples held across all members, and a refusal says which bound was hit.
@@ -69,7 +80,7 @@ class DeviceMember:
     ``finished``/``admit``/``leave``) and its device metrics."""
 
     __slots__ = ("device", "scheduler", "name", "weight", "priority", "state", "vt", "slack", "since", "began",
-                 "device_time", "waited", "waits", "max_wait", "grants", "left", "drained")
+                 "device_time", "waited", "waits", "max_wait", "grants", "left", "drained", "budget")
 
     def __init__(self, device: "SharedDevice", scheduler: "Scheduler", name: str, weight: float,
                  priority: int) -> None:
@@ -90,6 +101,7 @@ class DeviceMember:
         self.grants = 0
         self.left = False
         self.drained = True  # it held nothing when it last asked: its virtual time catches up when it next waits
+        self.budget = 0.0  # device seconds its granted job may span (``SharedDevice.span_budget``): 0, one stage
 
     # ------------------------------------------------------------------ the scheduler's side
     def acquire(self, wants: bool) -> bool:
@@ -109,11 +121,12 @@ class DeviceMember:
         return self.state == GRANTED
 
     def started(self, job: StageJob) -> None:
-        """The granted scheduler submits ``job``: cut a span where other models share the device."""
+        """The granted scheduler submits ``job``: cut a span where other models share the device, to what the
+        models waiting can afford (``budget``; one stage when none waits)."""
         self.state = RUNNING
         self.began = self.scheduler.clock.now()
         if job.stop > job.stage + 1 and self.device.shared:
-            job.stop = job.stage + 1
+            job.stop = span_stop(job, self.scheduler, self.budget)
 
     def release(self) -> None:
         """The granted scheduler's policy had nothing to run now (a batching window, or nothing held)."""
@@ -266,6 +279,7 @@ class SharedDevice:
                         winner.grants += 1
                         if winner.vt > self.vnow:
                             self.vnow = winner.vt
+                        winner.budget = self.span_budget(winner)
                         winner.scheduler.granted()
                         self._again = True
                 if not self._again:
@@ -283,8 +297,7 @@ class SharedDevice:
             contenders += 1
             now = m.scheduler.clock.now()
             m.slack = s = m.scheduler.policy.least_slack(now)
-            if best is None or m.priority < best.priority or (m.priority == best.priority and (
-                    s < best.slack if (s < 0.0) == (best.slack < 0.0) else best.slack < 0.0)):
+            if best is None or m.priority < best.priority or (m.priority == best.priority and _before(s, best.slack)):
                 best = m
             if behind is None or m.vt < behind.vt:
                 behind = m
@@ -297,6 +310,23 @@ class SharedDevice:
             self._log(winner, best, fair)
         return winner
 
+    def span_budget(self, winner: DeviceMember) -> float:
+        """Device seconds the job just granted to ``winner`` may span before the others must be asked again (rule 3
+        of the module docstring): the least, over the members waiting, of what each can afford (its slack while
+        its deadline can still be met; the fair-share room ``lag - (vt_winner - vt_it)``, in the winner's device
+        seconds, either way), at most ``lag``; 0 (one stage) when nobody waits. The slacks are those ``_choose``
+        just read."""
+        room = math.inf
+        for o in self.members:
+            if o is winner or o.state != WAITING:
+                continue
+            r = max(0.0, self.lag - (winner.vt - o.vt)) * winner.weight
+            if 0.0 <= o.slack < r:
+                r = o.slack
+            if r < room:
+                room = r
+        return 0.0 if room == math.inf else min(room, self.lag)
+
     def _log(self, winner: DeviceMember, best: DeviceMember, fair: bool) -> None:
         """A DEVICE decision in the log of every member that waited (only where one of them keeps records)."""
         waiting = [m for m in self.members if m.state == WAITING]
@@ -307,13 +337,37 @@ class SharedDevice:
                        f"{best.name} (lag bound {self.lag * 1e3:g} ms)")
             else:
                 why = (f"least slack at priority {winner.priority}" if winner.slack >= 0.0 else
-                       f"least slack at priority {winner.priority}, every one waiting already late")
+                       f"least late at priority {winner.priority}, every one waiting already late")
             others = ", ".join(f"{o.name} {_ms(o.slack)}" for o in waiting if o is not winner)
             reason = f"device to {winner.name}: {why} (its slack {_ms(winner.slack)}; waiting: {others})"
         now = winner.scheduler.clock.now()
         value = winner.slack if math.isfinite(winner.slack) else None
         for m in waiting:
             m.scheduler.log.add(now, DEVICE, 0, winner.scheduler.held, reason, value)
+
+
+def span_stop(job: StageJob, scheduler: "Scheduler", budget: float) -> int:
+    """Where a span granted ``budget`` device seconds stops: the most stages of ``job``'s span whose predicted time
+    (the model's table at the job's batch size) fits in it, and at least one."""
+    table = scheduler.table
+    scale = getattr(scheduler.policy, "time_scale", 1.0)
+    b = min(max(job.batch_size, 1), table.max_batch_size)
+    stop, used = job.stage + 1, scale * table.latency(job.stage, b)
+    while stop < job.stop:
+        used += scale * table.latency(stop, b)
+        if used > budget:
+            break
+        stop += 1
+    return stop
+
+
+def _before(s: float, other: float) -> bool:
+    """Whether a member of slack ``s`` goes before one of slack ``other`` at the same priority level (rule 1 of the
+    module docstring): a deadline that can still be met first, least slack first among those; among the late, the
+    least late first."""
+    if (s < 0.0) != (other < 0.0):
+        return other < 0.0
+    return s < other if s >= 0.0 else s > other
 
 
 def device_queue_full_message(held: int, members: int, cap: int) -> str:

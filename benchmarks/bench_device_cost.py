@@ -63,7 +63,7 @@ import socket, sys, time
 from lazybatch.backend.arbiter import protocol as P
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
-def reply():  # the arbiter's next message: its code (W and G carry flags and the sibling's instant, V nothing)
+def reply():  # the arbiter's next message: its code (W and G carry flags and instants, G a budget too; V nothing)
     code = s.recv(1)
     body = P.REPLY_SIZES.get(code, 1) - 1
     while body:

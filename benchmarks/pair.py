@@ -34,6 +34,7 @@ import numpy as np
 
 from benchmarks.harness import geomean, held_out_ratios, judge
 from benchmarks.harness.page import table_head
+from lazybatch.backend.arbiter.protocol import SIBLING_WINDOW_S
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_load
 from lazybatch.client.together import model_seed, run_together
@@ -44,6 +45,9 @@ TRITON = [s for s in PAIR_POLICIES if s.startswith("triton_")]
 # (figure, lower is better for us as a ratio best Triton / lazybatch: higher is better) -> issue 50's goal
 GOALS = {("small", "avg_ms"): 2.0, ("small", "p99_ms"): 3.0, ("large", "avg_ms"): 0.95}
 ALONE_GOAL = 1.3  # the small model beside the large one within 1.3x of its latency alone (issue 50)
+# between configurations: past the device lease's sibling window, so that a model measured "alone" right after the
+# other model's turn is alone for the arbiter too (0.3 s left it within the window: one-stage jobs for 0.7 s)
+PAUSE_S = SIBLING_WINDOW_S + 0.1
 
 
 def t1(client: Client, model: str, n: int) -> float:
@@ -54,7 +58,7 @@ def t1(client: Client, model: str, n: int) -> float:
 def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, large_load: float = 1.1,
             duration_s: float = 2.0, reps: int = 3, seed: int = 0, slas: dict[str, float] | None = None,
             configs: Sequence[str] = (PAIR_OURS, *TRITON), alone: Sequence[str] | None = None,
-            calibration: dict[str, int] | None = None, pause_s: float = 0.3,
+            calibration: dict[str, int] | None = None, pause_s: float = PAUSE_S,
             progress: Callable[[str], None] = print) -> dict:
     """Run the pair on the server at ``url`` (gRPC); returns the raw data (``score`` and ``markdown`` read it).
     ``prefixes``: role -> the model name's prefix (a model is ``<prefix>_<suffix>``, suffixes ``configs``, the

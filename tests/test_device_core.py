@@ -76,6 +76,47 @@ def test_a_small_model_beside_a_large_one_waits_at_most_one_stage():
     assert worst["ps"] >= 2 * 1.4e-3 - 1e-9 and worst["token"] > 10e-3
 
 
+def test_a_small_model_just_late_goes_before_a_late_backlog():
+    """Both late: the large model at 110% with no gain from batching (its backlog seconds past its deadlines), the
+    small one's tight SLA missed by the large model's stage in flight. The least late goes first, so the small
+    model still waits at most one stage; least slack first among the late (the rule before) kept it behind the
+    backlog until the fairness bound let it in, a lag's worth of device time per request."""
+    large = linear_table(20, 1e-3, "large")  # t1 20 ms, batching buys nothing: 110% load stays a growing backlog
+    small = linear_table(2, 0.7e-3, "small")  # t1 1.4 ms
+    # one request per job (as a batch of the large model would make its stage longer, not the pass cheaper)
+    big = tenant("large", large, periodic(100, 18e-3, 20e-3), "eager:max_batch_size=1")
+    # from 0.1 s (the backlog is late by then), mid-stage of the large model's job in flight
+    tiny = tenant("small", small, periodic(50, 27.1e-3, 1.5e-3, start=0.1 + 0.3e-3), "eager")
+    device = SharedDevice(lag=0.02)
+    ColocatedSimulation([big, tiny], device=device).run()
+    assert all(r.status is Status.OK for r in big.requests + tiny.requests)
+    assert max(r.latency for r in big.requests) > 0.1  # the backlog is real: the large model is far past its SLA
+    late = [r for r in tiny.requests if r.latency > 1.5e-3]
+    assert late, "the small model's SLA must be missed by the stage in flight for the rule to matter"
+    assert max(r.latency for r in tiny.requests) <= 1.4e-3 + 1e-3 + 1e-9
+
+
+def test_spans_reach_as_far_as_the_waiting_models_can_afford():
+    """Granted while the large model's late backlog waits, the small model's job spans its stages (the backlog's
+    fair-share room allows it): one grant per pass instead of one per stage, each a round trip to the arbiter when
+    served. The large model, granted while the small one waits with slack, spans no further than that slack; with
+    nobody waiting, jobs stay one stage (a newcomer waits one stage)."""
+    large = linear_table(20, 1e-3, "large")
+    small = linear_table(8, 0.25e-3, "small")  # t1 2 ms in 8 stages
+    big = tenant("large", large, periodic(100, 18e-3, 20e-3), "eager:max_batch_size=1")
+    tiny = tenant("small", small, periodic(50, 27.1e-3, 2.1e-3, start=0.1 + 0.3e-3), "eager")
+    spans: dict[str, list[int]] = {"large": [], "small": []}
+    sim = ColocatedSimulation([big, tiny], device=SharedDevice(lag=0.02),
+                              on_job=lambda now, model, job: spans[("large", "small")[model]].append(
+                                  job.stop - job.stage))
+    sim.run()
+    assert all(r.status is Status.OK for r in big.requests + tiny.requests)
+    assert max(spans["small"]) == 8  # a whole pass in one grant
+    assert len(spans["small"]) < 2 * len(tiny.requests)
+    assert max(r.latency for r in tiny.requests) <= 2e-3 + 1e-3 + 1e-9  # still at most one large stage of wait
+    assert max(spans["large"]) * 1e-3 <= 0.02 + 1e-9  # never past the lag
+
+
 def test_priority_levels_go_first():
     """B's requests are tighter (least slack) and B is backlogged, but A's priority level is more urgent: A waits
     for at most the stage in flight."""

@@ -40,9 +40,9 @@ def _run(lag: float, hot_weight: float = 1.0):
     window = 0.99  # both are backlogged until the hot arrivals end (1 s)
     used = {"hot": 0.0, "cold": 0.0}
 
-    def on_job(now, model, job):
+    def on_job(now, model, job):  # a job may span stages (batcher/device.py, rule 3): batch 1, UNIT per stage
         if now < window:
-            used[("hot", "cold")[model]] += min(UNIT, window - now)
+            used[("hot", "cold")[model]] += min(UNIT * (job.stop - job.stage), window - now)
 
     sim = ColocatedSimulation([hot, cold], device=device, on_job=on_job)
     sim.run()

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from lazybatch.batcher.device import DEVICE_QUEUE_FULL, device_queue_full_message
+from lazybatch.batcher.device import DEVICE_QUEUE_FULL, device_queue_full_message, span_stop
 from lazybatch.batcher.interfaces import StageJob
 
 from . import protocol as P
@@ -144,7 +144,8 @@ class ArbiterGate:
         self.epoch = 0  # the connection's number: a reply posted by an older one's reader is dropped
         self.reconnect: Any = None  # reconnect.Reconnector: back onto a restarted arbiter after a fallback
         self.state = IDLE
-        self.shared = False  # the last grant said other models share the device: cut spans at every stage
+        self.shared = False  # the last grant said other models share the device: cut spans to ``budget``
+        self.budget = 0.0  # device seconds the granted job may span (G's budget; 0: one stage)
         self.sent_start = 0.0  # the latest start sent with the pending acquire
         self.drained = True  # the arbiter was told this model holds nothing
         self.owed = b""  # a FINISHED sent with the next message (one write per stage boundary)
@@ -252,8 +253,11 @@ class ArbiterGate:
             return
         self.state = RUNNING
         self.began = time.monotonic()
-        if job.stop > job.stage + 1 and (self.shared or self.near_sibling()):
-            job.stop = job.stage + 1
+        if job.stop > job.stage + 1:
+            if self.near_sibling():
+                job.stop = job.stage + 1
+            elif self.shared:  # as far as the models waiting at the grant can afford (batcher/device.py, rule 3)
+                job.stop = span_stop(job, self.scheduler, self.budget)
 
     def release(self) -> None:
         if self.state == GRANTED and not self.dead:
@@ -287,6 +291,7 @@ class ArbiterGate:
         self.leased = self.revoked = False
         self.drained = False  # so that an acquire with nothing held still sends N (and the owed F with it)
         self.shared = True
+        self.budget = 0.0
 
     def admit(self, n: int) -> tuple[str, str] | None:
         """The device-wide bound (``device_max_queue_size``) for ``n`` new samples (already counted in this
@@ -321,7 +326,7 @@ class ArbiterGate:
             pass
 
     # ------------------------------------------------------------------ the scheduler thread, from the inbox
-    def on_grant(self, flags: int, sibling: float = 0.0, epoch: int = 0) -> None:
+    def on_grant(self, flags: int, sibling: float = 0.0, epoch: int = 0, budget: float = 0.0) -> None:
         if self.dead or self.left or epoch != self.epoch:
             return
         if self.state != WAITING:  # not asked for (cannot happen by the protocol): hand it back
@@ -334,6 +339,7 @@ class ArbiterGate:
         else:
             self.grants += 1
             self.shared = bool(flags & P.SHARED)
+            self.budget = budget
         self.scheduler.granted()
 
     def on_revoke(self, epoch: int = 0) -> None:
@@ -412,8 +418,8 @@ class ArbiterGate:
                     if len(buf) - i < size:
                         break
                     if code == P.GRANT:
-                        flags, sibling = P.ANSWER_BODY.unpack_from(buf, i + 1)
-                        self.post(functools.partial(self.on_grant, flags, sibling, epoch))
+                        flags, sibling, budget = P.GRANT_BODY.unpack_from(buf, i + 1)
+                        self.post(functools.partial(self.on_grant, flags, sibling, epoch, budget))
                     elif code == P.REVOKE:
                         self.post(functools.partial(self.on_revoke, epoch))
                     elif code == P.WELCOME:  # only ever the answer to the join, read there

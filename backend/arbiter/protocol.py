@@ -9,8 +9,10 @@ with a grant.
 stub -> arbiter                                     arbiter -> stub
   J weight:f64 priority:i16 len:u16 name   join       W leased:u8 sibling:f64  the answer to J (leased: the solo
                                                                       lease from now)
-  A latest_start:f64 held:u32              acquire    G flags:u8 sibling:f64   the device is granted (SHARED: cut
-                                                                      spans; LEASE: the solo lease, see below)
+  A latest_start:f64 held:u32              acquire    G flags:u8 sibling:f64 budget:f64  the device is granted
+                                                                      (SHARED: spans cut to ``budget`` device
+                                                                      seconds, one stage at 0; LEASE: the solo
+                                                                      lease, see below)
                                                       V               revoke the lease: another member asked
                                                       Q len:u32 json  the answer to Q
   N                                        acquire(False): holds nothing (frees a grant; held 0)
@@ -29,8 +31,8 @@ samples held across the ``members`` before these n). A stub without the bound ne
 The solo lease (docs/colocation.md): a grant made while no other member waits, holds or runs (or the answer to a J
 that finds it so) is a lease. Its holder schedules alone, as an ungrouped model: it sends nothing per job and may
 run inline passes, until the arbiter sends V because another member sent A. The holder then finishes the job or
-inline pass in flight and answers with F (the device seconds used under the lease, not charged to its fair share:
-nobody else wanted the device meanwhile) followed by A or N, and asks per job from then on. Any F, N, R or L from
+inline pass in flight and answers with F (the device seconds used under the lease, charged to its fair share as any
+job's: server.py says why) followed by A or N, and asks per job from then on. Any F, N, R or L from
 the holder ends the lease.
 
 ``sibling`` (with a lease): the last instant (``time.monotonic()``) at which another member was active (waiting,
@@ -55,7 +57,8 @@ SHARED, LEASE = 1, 2  # the flags of G
 # beside a co-located sibling's gaps between requests (ms), short beside a benchmark that drives one model at a time
 SIBLING_WINDOW_S = 1.0
 F64 = struct.Struct("<d")
-ANSWER_BODY = struct.Struct("<Bd")  # W and G: leased / flags, and the sibling's last active instant
+ANSWER_BODY = struct.Struct("<Bd")  # W: leased, and the sibling's last active instant
+GRANT_BODY = struct.Struct("<Bdd")  # G: flags, the sibling's last active instant, the span budget (batcher/device.py)
 ACQUIRE_BODY = struct.Struct("<dI")
 ADMIT_BODY = struct.Struct("<III")
 BOUND_BODY = struct.Struct("<BIH")
@@ -65,7 +68,7 @@ U32 = struct.Struct("<I")
 SIZES = {ACQUIRE: 1 + ACQUIRE_BODY.size, NOTHING: 1, RELEASE: 1, FINISHED: 1 + F64.size, LEAVE: 1, QUERY: 1,
          ADMIT: 1 + ADMIT_BODY.size}
 # the size of each message from the arbiter to a member
-REPLY_SIZES = {GRANT: 1 + ANSWER_BODY.size, BOUND: 1 + BOUND_BODY.size, WELCOME: 1 + ANSWER_BODY.size, REVOKE: 1}
+REPLY_SIZES = {GRANT: 1 + GRANT_BODY.size, BOUND: 1 + BOUND_BODY.size, WELCOME: 1 + ANSWER_BODY.size, REVOKE: 1}
 
 
 def acquire_message(latest_start: float, held: int) -> bytes:
@@ -73,8 +76,14 @@ def acquire_message(latest_start: float, held: int) -> bytes:
 
 
 def answer(code: bytes, flags: int, sibling: float = 0.0) -> bytes:
-    """W (flags: leased 0/1) or G (flags: SHARED, LEASE), with the sibling's last active instant."""
+    """W (flags: leased 0/1), with the sibling's last active instant."""
     return code + ANSWER_BODY.pack(flags, sibling)
+
+
+def grant_message(flags: int, sibling: float = 0.0, budget: float = 0.0) -> bytes:
+    """G (flags: SHARED, LEASE), with the sibling's last active instant and the span budget in device seconds
+    (``SharedDevice.span_budget``: what the members waiting can afford; 0: one stage)."""
+    return GRANT + GRANT_BODY.pack(flags, sibling, budget)
 
 
 def join_message(name: str, weight: float, priority: int) -> bytes:

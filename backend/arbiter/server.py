@@ -12,7 +12,12 @@ has had no member for ``IDLE_EXIT_S``.
 
 The solo lease (protocol.py): a grant made while every other member is idle is a lease, revoked (V) as soon as
 another member asks; the holder acknowledges with F once its job or inline pass in flight is done. Lease time is
-counted in the member's device time but not in its virtual time (nobody else wanted the device meanwhile).
+counted in the member's device time and in its virtual time, as every job is in batcher/device.py. Not charging it
+(nobody else wanted the device meanwhile: the rule until 2026-11-28) left the holder's virtual time behind every
+sibling's, and a sibling waking from idle is brought up only to the least active virtual time (the holder's), so
+it carried its own past use as a debt: the fair share then put it behind the holder's stages while the holder had
+a backlog (served, the quickstart pair: the small model got half the contended device time, between ResNet-50's
+batch-8 stages, and its average went from a few ms to 70-300 ms).
 """
 
 from __future__ import annotations
@@ -81,11 +86,17 @@ class StubProxy:
         self.leases = 0
         self.revokes = 0
         self.messages = 0  # messages received from this member (its cost: none per job under a lease)
-        self.active_at = 0.0  # its last message (A, N, R, F, H): it was waiting, granted or running until then
+        # when it last asked for the device (A), took arrivals under the device-wide bound (H), ended a granted job
+        # (F) or gave back a lease it ran jobs under (F with seconds > 0; when in the lease is not known, so the
+        # give-back counts): its last activity the arbiter sees. Not N, R or the F of a lease it ran nothing under: a
+        # holder revoked that way answers F and N at once, and counting that as activity put the member it handed
+        # the device to in the sibling window (one-stage jobs, no inline pass for 1 s) though nobody else had run
+        # (the quickstart pair's large model alone, 2026-11-28)
+        self.active_at = 0.0
 
     def sibling_active(self) -> float:
         """The last instant another member was active (0.0: never): sent with a lease (protocol.py, ``sibling``).
-        Called only when every other member is idle, so each one's last message marks its last activity."""
+        Called only when every other member is idle, so each one's ``active_at`` marks its last activity."""
         if self.device is None:
             return 0.0
         return max((o.scheduler.active_at for o in self.device.members  # type: ignore[attr-defined]
@@ -103,7 +114,7 @@ class StubProxy:
             self.leases += 1
         elif self.device is not None and self.device.shared:
             flags = P.SHARED
-        self.send(P.answer(P.GRANT, flags, sibling))
+        self.send(P.grant_message(flags, sibling, self.gate.budget if self.gate is not None else 0.0))
 
     def revoke(self) -> None:
         if self.leased and not self.revoking:
@@ -207,8 +218,8 @@ class Arbiter:
             return  # not joined: ignore
         m = proxy.gate
         proxy.messages += 1
-        if code != P.LEAVE:
-            proxy.active_at = time.monotonic()
+        if code in (P.ACQUIRE, P.ADMIT) or (code == P.FINISHED and (not proxy.leased or P.F64.unpack_from(buf, 1)[0])):
+            proxy.active_at = time.monotonic()  # it asked, took arrivals, or ran a job: see ``active_at``
         if code == P.ACQUIRE:
             proxy.policy.latest_start, proxy.held = P.ACQUIRE_BODY.unpack_from(buf, 1)
             if proxy.leased and m.state == GRANTED:  # the holder asks (a stub's gate never does): lease given back
@@ -234,9 +245,10 @@ class Arbiter:
                 proxy.lost = True
         elif code == P.RELEASE:
             m.release()
-        elif code == P.FINISHED and proxy.leased:  # the lease given back: its time is not charged to the share
+        elif code == P.FINISHED and proxy.leased:  # the lease given back: its time charged as any job's (module doc)
             ran = P.F64.unpack_from(buf, 1)[0]
             m.device_time += ran
+            m.vt += ran / m.weight
             self.device.busy_time += ran
             if m.state in (GRANTED, RUNNING):
                 m.state = GRANTED

@@ -8,6 +8,7 @@ member leaving and a new one joining under load.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -317,7 +318,7 @@ class _Member:
         while (code := self._recv(1)) == P.REVOKE:
             self.revokes += 1
         assert code == P.GRANT
-        flags, self.sibling = P.ANSWER_BODY.unpack(self._recv(P.ANSWER_BODY.size))
+        flags, self.sibling, self.budget = P.GRANT_BODY.unpack(self._recv(P.GRANT_BODY.size))
         return flags | 0x100
 
 
@@ -386,6 +387,50 @@ def test_a_more_urgent_device_priority_level_is_granted_first(group):
     stats = {m["model"]: m for m in query(path)["members"]}
     assert (stats["high"]["priority"], stats["low"]["priority"]) == (0, 1)
     for m in (holder, low, high):
+        m.s.close()
+
+
+def test_lease_time_counts_in_the_fair_share(group):
+    """A lease holder's device time is charged to its virtual time like any job's. Uncharged, the holder stayed
+    behind a sibling that had run shared jobs, and the sibling, back from idle, carried that use as a debt: the fair
+    share then granted the late holder before the sibling whose deadline could still be met."""
+    path = _arbiter_path(group)
+    a = _Member(path, "a")
+    assert a.leased  # alone at its join
+    b = _Member(path, "b")
+    b.acquire(latest_start=time.monotonic() + 10)  # revokes a's lease
+    a.s.sendall(P.FINISHED + P.F64.pack(0.0) + P.acquire_message(math.inf, 1))  # gives it back, asks again
+    assert b.granted() & P.SHARED  # least slack: b's deadline, a has none
+    b.s.sendall(P.FINISHED + P.F64.pack(0.05) + P.NOTHING)  # 50 ms shared: b's virtual time 0.05 > the 20 ms lag
+    assert a.granted() & P.LEASE  # b idle: a alone, leased
+    b.acquire(latest_start=time.monotonic() + 10)  # b back, its deadline can be met; a's lease revoked
+    time.sleep(0.1)
+    a.s.sendall(P.FINISHED + P.F64.pack(1.0) + P.acquire_message(0.0, 1))  # 1 s under the lease; a is late
+    b.s.settimeout(5)
+    assert b.granted(), "b waits behind a: a's lease time was not charged to its share"
+    for m in (a, b):
+        m.s.close()
+
+
+def test_a_lease_given_back_idle_is_not_activity(group):
+    """A lease holder that never ran answers the revoke with F and N at once; the member it hands the device to is
+    leased without a sibling instant (no one-stage window), since nobody else was active."""
+    path = _arbiter_path(group)
+    a = _Member(path, "a")
+    assert a.leased
+    b = _Member(path, "b")
+    b.acquire()
+    time.sleep(0.1)
+    a.s.sendall(P.FINISHED + P.F64.pack(0.0) + P.NOTHING)  # the revoke's answer: idle, ran nothing
+    b.s.settimeout(5)
+    assert b.granted() & P.LEASE
+    assert b.sibling == 0.0, "a's answer to the revoke was taken for activity"
+    b.s.sendall(P.FINISHED + P.F64.pack(0.01) + P.NOTHING)  # b ran 10 ms and went idle
+    a.acquire()
+    a.s.settimeout(5)
+    assert a.granted() & P.LEASE
+    assert a.sibling > 0.0  # b was active: a is leased with b's instant (the window applies)
+    for m in (a, b):
         m.s.close()
 
 
