@@ -165,6 +165,7 @@ class ArbiterGate:
         self.sibling_until = 0.0  # under the lease, until then (scheduler's clock): one-stage jobs, no inline pass
         self.revoked = False  # V received: the lease goes back once the job in flight is done
         self.lease_s = 0.0  # device seconds used under the current lease, not yet reported (F at its end)
+        self.last_end = 0.0  # when its last job or inline pass under a lease ended (I at the lease's end)
         self.leases = 0
         self.sent = 0  # messages sent after the join (tests: none per job under a lease)
         if route is not None:
@@ -274,6 +275,7 @@ class ArbiterGate:
                 self.owed = P.FINISHED + P.F64.pack(ran)  # sent with the next acquire
                 return
             self.lease_s += ran
+            self.last_end = time.monotonic()
             if self.revoked:
                 self._give_back()
 
@@ -282,11 +284,12 @@ class ArbiterGate:
         self.device_s += seconds
         if self.leased:
             self.lease_s += seconds
+            self.last_end = time.monotonic()
 
     def _give_back(self) -> None:
-        """The lease ends: F with its device seconds goes with the next message (the scheduler's next acquire, A or
-        N, which follows at once), and from now on the gate asks per job."""
-        self.owed = P.FINISHED + P.F64.pack(self.lease_s)
+        """The lease ends: I (how long ago its last job ended) and F (its device seconds) go with the next message
+        (the scheduler's next acquire, A or N, which follows at once), and from now on the gate asks per job."""
+        self.owed = P.give_back_message(self.lease_s, time.monotonic() - self.last_end)
         self.lease_s = 0.0
         self.leased = self.revoked = False
         self.drained = False  # so that an acquire with nothing held still sends N (and the owed F with it)

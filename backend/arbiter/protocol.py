@@ -19,6 +19,8 @@ stub -> arbiter                                     arbiter -> stub
   H n:u32 held:u32 cap:u32                 admission  B full:u8 held:u32 members:u16  its answer
   R                                        release: granted, but the policy has nothing to run now
   F ran:f64                                the job in flight finished after ``ran`` seconds
+  I idle:f64                               sent before the F that gives a lease back: its last job under the lease
+                                           ended ``idle`` seconds ago (0: the job in flight just did)
   L                                        leave (the model is unloaded)
   Q                                        stats query (tests, operators; any connection, no join needed)
 
@@ -51,6 +53,7 @@ from pathlib import Path
 
 JOIN, ACQUIRE, NOTHING, RELEASE, FINISHED, LEAVE, QUERY, GRANT = b"J", b"A", b"N", b"R", b"F", b"L", b"Q", b"G"
 ADMIT, BOUND = b"H", b"B"
+IDLE_SINCE = b"I"
 WELCOME, REVOKE = b"W", b"V"
 SHARED, LEASE = 1, 2  # the flags of G
 # a lease holder whose sibling was active this recently keeps to one-stage jobs and no inline passes (above): long
@@ -66,9 +69,14 @@ JOIN_HEAD = struct.Struct("<dhH")
 U32 = struct.Struct("<I")
 # the size of each fixed-size message from a stub, code byte included (JOIN is JOIN_HEAD + its name)
 SIZES = {ACQUIRE: 1 + ACQUIRE_BODY.size, NOTHING: 1, RELEASE: 1, FINISHED: 1 + F64.size, LEAVE: 1, QUERY: 1,
-         ADMIT: 1 + ADMIT_BODY.size}
+         ADMIT: 1 + ADMIT_BODY.size, IDLE_SINCE: 1 + F64.size}
 # the size of each message from the arbiter to a member
 REPLY_SIZES = {GRANT: 1 + GRANT_BODY.size, BOUND: 1 + BOUND_BODY.size, WELCOME: 1 + ANSWER_BODY.size, REVOKE: 1}
+
+
+def give_back_message(lease_s: float, idle_s: float) -> bytes:
+    """I and F: a lease goes back after ``lease_s`` device seconds under it, its last job ended ``idle_s`` ago."""
+    return IDLE_SINCE + F64.pack(max(idle_s, 0.0)) + FINISHED + F64.pack(lease_s)
 
 
 def acquire_message(latest_start: float, held: int) -> bytes:

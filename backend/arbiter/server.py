@@ -87,11 +87,10 @@ class StubProxy:
         self.revokes = 0
         self.messages = 0  # messages received from this member (its cost: none per job under a lease)
         # when it last asked for the device (A), took arrivals under the device-wide bound (H), ended a granted job
-        # (F) or gave back a lease it ran jobs under (F with seconds > 0; when in the lease is not known, so the
-        # give-back counts): its last activity the arbiter sees. Not N, R or the F of a lease it ran nothing under: a
-        # holder revoked that way answers F and N at once, and counting that as activity put the member it handed
-        # the device to in the sibling window (one-stage jobs, no inline pass for 1 s) though nobody else had run
-        # (the quickstart pair's large model alone, 2026-11-28)
+        # (F), or, under a lease, ended its last job (I, sent with the give-back): its last activity. Not N, R or
+        # the give-back itself: a holder revoked while idle answers at once, and counting that answer as activity put
+        # the member it handed the device to in the sibling window (one-stage jobs, no inline pass for 1 s) though
+        # nobody had run for longer than that (the quickstart pair's large model alone, 2026-11-28)
         self.active_at = 0.0
 
     def sibling_active(self) -> float:
@@ -218,9 +217,11 @@ class Arbiter:
             return  # not joined: ignore
         m = proxy.gate
         proxy.messages += 1
-        if code in (P.ACQUIRE, P.ADMIT) or (code == P.FINISHED and (not proxy.leased or P.F64.unpack_from(buf, 1)[0])):
-            proxy.active_at = time.monotonic()  # it asked, took arrivals, or ran a job: see ``active_at``
-        if code == P.ACQUIRE:
+        if code in (P.ACQUIRE, P.ADMIT) or (code == P.FINISHED and not proxy.leased):
+            proxy.active_at = time.monotonic()  # it asked, took arrivals, or ran a granted job: see ``active_at``
+        if code == P.IDLE_SINCE:  # a lease goes back (the F follows): when its last job under the lease ended
+            proxy.active_at = max(proxy.active_at, time.monotonic() - P.F64.unpack_from(buf, 1)[0])
+        elif code == P.ACQUIRE:
             proxy.policy.latest_start, proxy.held = P.ACQUIRE_BODY.unpack_from(buf, 1)
             if proxy.leased and m.state == GRANTED:  # the holder asks (a stub's gate never does): lease given back
                 proxy.leased = proxy.revoking = False

@@ -413,8 +413,8 @@ def test_lease_time_counts_in_the_fair_share(group):
 
 
 def test_a_lease_given_back_idle_is_not_activity(group):
-    """A lease holder that never ran answers the revoke with F and N at once; the member it hands the device to is
-    leased without a sibling instant (no one-stage window), since nobody else was active."""
+    """A lease holder revoked while idle answers at once; the member it hands the device to is leased with the
+    holder's last activity (its I), not the instant of that answer: no one-stage window when nobody ran lately."""
     path = _arbiter_path(group)
     a = _Member(path, "a")
     assert a.leased
@@ -425,11 +425,14 @@ def test_a_lease_given_back_idle_is_not_activity(group):
     b.s.settimeout(5)
     assert b.granted() & P.LEASE
     assert b.sibling == 0.0, "a's answer to the revoke was taken for activity"
-    b.s.sendall(P.FINISHED + P.F64.pack(0.01) + P.NOTHING)  # b ran 10 ms and went idle
+    time.sleep(0.3)
+    asked = time.monotonic()
+    b.s.sendall(P.give_back_message(0.01, 0.2) + P.NOTHING)  # b ran 10 ms under the lease, the last 0.2 s ago
     a.acquire()
     a.s.settimeout(5)
     assert a.granted() & P.LEASE
-    assert a.sibling > 0.0  # b was active: a is leased with b's instant (the window applies)
+    # a is leased with b's last job's end (I), not with the instant of b's answer
+    assert asked - 0.25 < a.sibling < asked - 0.15
     for m in (a, b):
         m.s.close()
 

@@ -451,7 +451,7 @@ def test_a_real_holder_beside_a_recently_active_sibling_keeps_inline_off_and_sta
     x = np.ones((1, 16), np.float32)
     try:
         assert other.leased and not gate.leased and not rt.route.on
-        other.s.sendall(P.FINISHED + P.F64.pack(0.001) + P.NOTHING)  # the sibling's lease back: idle from now
+        other.s.sendall(P.give_back_message(0.001, 0.0) + P.NOTHING)  # the sibling's lease back: its job just ended
         want = _drive(rt, c, model, 3, gap=0.01)
         c.wait(len(want))
         _check_once(c, want)
