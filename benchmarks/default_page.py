@@ -126,7 +126,7 @@ def readme_line(data: dict) -> str:
         for m in behind_models(results, d, restarted(runs)):
             behind.setdefault(m, []).append(SHORT[d])
     tail = "".join(f"; {m} behind" + ("" if len(on) == len(ds) else f" {', '.join(on)}") for m, on in behind.items())
-    return (f"| [Static models](docs/results/default.md) | eager / identical copy of Triton 0 ms: {', '.join(parts)}"
+    return (f"| [Static models](docs/results/default.md) | eager vs Triton 0 ms: {', '.join(parts)}"
             f"{tail}; {runs[0]['meta']['commit']} |")
 
 
