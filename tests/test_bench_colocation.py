@@ -115,10 +115,14 @@ def test_verdicts_follow_the_one_rule_with_the_twin_beside(synthetic):
     # the twin is Triton 0 ms itself: it cannot meet it
     assert v["aggregate avg"]["lazybatch_pooled"]["verdict"] == MET
     assert v["aggregate avg"]["triton_0us_twin_pooled"]["verdict"] == MISSED
+    # the shipped default (no device scheduler) is judged beside it: 1/0.9 = 1.1x cannot meet 2x
+    assert v["aggregate avg"]["lazybatch_nodevice_pooled"]["verdict"] == MISSED
+    assert v["aggregate avg"]["counts"]["lazybatch_nodevice"] == {"met": 0, "tie": 0, "missed": 2}
     assert sum(v["aggregate avg"]["counts"]["lazybatch"].values()) == 2  # the 70% and 120% cells
     assert v["peak throughput"]["lazybatch_pooled"]["spread"]["n"] == 3
     pair = F.pair_figures(res["cells"], "mlp", "bert")
     assert pair["lazybatch"]["small avg"]["verdict"] == MET
+    assert pair["lazybatch_nodevice"]["small avg"]["verdict"] == MISSED
     assert set(pair["lazybatch"]["best"]) <= set(R.TRITON)
     prio = F.prio_figures(res["cells"], "mobilenet")
     assert set(prio) == {"lazybatch", "triton_0us", "triton_0us_rl"}
@@ -139,6 +143,8 @@ def test_page_renders_from_results_with_its_plots(synthetic, tmp_path):
         assert part in text, part
     assert "**met**" in text
     assert "per cell lazybatch" in text and "the identical copy" in text
+    goals = text.split("goals (load driver)")[1].split("Per load")[0]
+    assert "lazybatch_nodevice (the default)" in goals and "(missed)" in goals
     for img in ("colocation_attainment_vs_load.png", "colocation_attainment_vs_tightness.png"):
         assert (tmp_path / "img" / img).stat().st_size > 1000
     # the raw data's link resolves from the page

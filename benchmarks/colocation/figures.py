@@ -1,6 +1,7 @@
-"""The co-location page's figures from the raw cells: means over repetitions, the goal ratios of lazybatch (and of
-the identical copy of Triton 0 ms, the noise floor) against the best Triton configuration, repetition by
-repetition, and their verdicts by the one rule (benchmarks/harness/verdict.py).
+"""The co-location page's figures from the raw cells: means over repetitions, the goal ratios against the best
+Triton configuration, repetition by repetition, of lazybatch (the device scheduler), of lazybatch without it (the
+shipped default) and of the identical copy of Triton 0 ms (the noise floor), and their verdicts by the one rule
+(benchmarks/harness/verdict.py).
 
 "Best Triton" for a repetition is the Triton configuration (0/5/20 ms, 0 ms + rate limiter) with the best figure
 over the *other* repetitions (harness.stats.held_out_ratios): picked on the repetition itself, the best of four noisy
@@ -12,7 +13,7 @@ import math
 import statistics
 from typing import Callable, Iterable, Sequence
 
-from benchmarks.colocation.repo import OURS, TRITON, TWIN
+from benchmarks.colocation.repo import JUDGED, OURS, TRITON
 from benchmarks.harness.stats import held_out_ratios, spread
 from benchmarks.harness.verdict import count, judge_spread
 
@@ -72,7 +73,7 @@ def goal_ratios(cells: list[dict], kinds: Sequence[str]) -> dict[str, dict]:
     """Per goal of the four-model sweep at one (mix, load): best Triton / ours per repetition (throughput: ours /
     best), and the same with the identical copy in ours' place. The worst model is the lowest of the models' avg
     ratios within a repetition (each model against the same best-by-aggregate configuration)."""
-    configs = [c for c in TRITON + [OURS, TWIN] if any(x["config"] == c for x in cells)]
+    configs = [c for c in TRITON + list(JUDGED) if any(x["config"] == c for x in cells)]
     tri = [c for c in TRITON if c in configs]
     if OURS not in configs or not tri:
         return {}
@@ -84,7 +85,7 @@ def goal_ratios(cells: list[dict], kinds: Sequence[str]) -> dict[str, dict]:
             ("peak throughput", lambda c: fig(c, "all", "throughput"), True)):
         vals = per_rep(cells, configs, getter)
         base = {k: ([1.0 / v for v in vals[k]] if higher else vals[k]) for k in tri}
-        for who in (OURS, TWIN):
+        for who in JUDGED:
             if who not in vals:
                 continue
             mine = [1.0 / v for v in vals[who]] if higher else vals[who]
@@ -92,7 +93,7 @@ def goal_ratios(cells: list[dict], kinds: Sequence[str]) -> dict[str, dict]:
             out.setdefault(name, {})[who] = {"ratios": r, "best": picks}
     # worst model: per repetition, min over models of best-Triton-by-aggregate avg / ours
     agg = per_rep(cells, configs, lambda c: fig(c, "all", "avg_ms"))
-    for who in (OURS, TWIN):
+    for who in JUDGED:
         if who not in agg:
             continue
         _, picks = held_out_ratios({k: agg[k] for k in tri}, agg[who])
@@ -122,7 +123,7 @@ def sweep_verdicts(cells: list[dict], kinds: Sequence[str], driver: str = "load"
     for mix in sorted({c["mix"] for c in sweep}):
         loads = sorted({c["load"] for c in sweep if c["mix"] == mix})
         goal_loads = [f for f in loads if any(abs(f - g) < 1e-9 for g in GOAL_LOADS)]
-        per_goal: dict = {g: {"cells": [], "pooled": {OURS: [], TWIN: []}} for g in SWEEP_GOALS}
+        per_goal: dict = {g: {"cells": [], "pooled": {w: [] for w in JUDGED}} for g in SWEEP_GOALS}
         for f in goal_loads:
             r = goal_ratios(select(sweep, mix=mix, load=f), kinds)
             for g, who_r in r.items():
@@ -146,11 +147,11 @@ def sweep_verdicts(cells: list[dict], kinds: Sequence[str], driver: str = "load"
         for who, d in r.items():
             per_goal["peak throughput"]["pooled"][who] = d["ratios"]
         for g, d in per_goal.items():
-            for who in (OURS, TWIN):
+            for who in JUDGED:
                 s, v = judged(d["pooled"][who], SWEEP_GOALS[g])
                 d[f"{who}_pooled"] = {"spread": s, "verdict": v}
             d["counts"] = {who: count(row[who]["verdict"] for row in d["cells"] if who in row and
-                                      row[who]["verdict"] != "-") for who in (OURS, TWIN)}
+                                      row[who]["verdict"] != "-") for who in JUDGED}
         out[mix] = per_goal
     return out
 
@@ -161,7 +162,7 @@ def pair_figures(cells: list[dict], small: str, large: str) -> dict:
     alone (the small model's avg, its own arrivals alone under lazybatch); the twin in ours' place beside."""
     pair = [c for c in cells if c["exp"] == "pair" and c.get("alone") is None]
     alone = {(c["config"], c["alone"], c["rep"]): c for c in cells if c["exp"] == "pair" and c.get("alone")}
-    configs = [c for c in TRITON + [OURS, TWIN] if any(x["config"] == c for x in pair)]
+    configs = [c for c in TRITON + list(JUDGED) if any(x["config"] == c for x in pair)]
     tri = [c for c in TRITON if c in configs]
     if OURS not in configs or not tri:
         return {}
@@ -169,7 +170,7 @@ def pair_figures(cells: list[dict], small: str, large: str) -> dict:
     reps = sorted({c["rep"] for c in pair if c["config"] == OURS})
     by = {(c["config"], c["rep"]): c for c in pair}
     out: dict = {}
-    for who in (OURS, TWIN):
+    for who in JUDGED:
         if who not in avg:
             continue
         _, picks = held_out_ratios({k: avg[k] for k in tri}, avg[who])
@@ -179,7 +180,7 @@ def pair_figures(cells: list[dict], small: str, large: str) -> dict:
             rs["small avg"].append(fig(t, small, "avg_ms") / fig(o, small, "avg_ms"))
             rs["small p99"].append(fig(t, small, "p99_ms") / fig(o, small, "p99_ms"))
             rs["large avg"].append(fig(t, large, "avg_ms") / fig(o, large, "avg_ms"))
-            a = alone.get((who if who == OURS else "triton_0us", small, k))
+            a = alone.get((OURS if who.startswith(OURS) else "triton_0us", small, k))  # both lazybatch: its alone
             if a is not None:
                 rs["small avg / alone"].append(fig(o, small, "avg_ms") / fig(a, small, "avg_ms"))
         out[who] = {"best": picks}

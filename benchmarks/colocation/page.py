@@ -9,7 +9,7 @@ from typing import Sequence
 
 from benchmarks.colocation import figures as F
 from benchmarks.colocation.drive import TIGHTNESS
-from benchmarks.colocation.repo import CONFIGS, OURS, TRITON, TWIN
+from benchmarks.colocation.repo import CONFIGS, DEFAULT, OURS, TRITON, TWIN
 from benchmarks.harness.page import table_head
 from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.stats import fmt
@@ -47,7 +47,8 @@ def header(res: dict) -> list[str]:
         "load driver) unless said; the durations are short so that the whole run fits in about half an hour on "
         "this 2-core machine, which leaves a few dozen requests per model and cell at the lower loads.", "",
         "Configurations: `lazybatch` (the default policy on the device scheduler, `device_group: \"colocated\"`), "
-        "`lazybatch_nodevice` (`device_group: \"none\"`), Triton's dynamic batcher at 0/5/20 ms (`triton_0us`, ...), "
+        "`lazybatch_nodevice` (`device_group: \"none\"`: what a model gets without the parameter, the shipped "
+        "default; its ratios are shown beside the device scheduler's), Triton's dynamic batcher at 0/5/20 ms (`triton_0us`, ...), "
         f"Triton 0 ms behind Triton's rate limiter (`--rate-limit=execution_count`, one global `device` resource, "
         f"priority {st['rl_priority']} on every model: a server of its own), and `triton_0us_twin`, an identical "
         "copy of Triton 0 ms measured in turn like the others: the noise floor. Ratios are best Triton / lazybatch "
@@ -101,13 +102,13 @@ def goals_section(res: dict, driver: str) -> list[str]:
     if not v:
         return []
     lines = [f"### Four models at 70-120% load: goals ({driver} driver)", "",
-             *table_head(["mix", "goal", "lazybatch, pooled over the loads", "verdict", "noise floor (the twin)",
-                          "per cell"], compact=True)]
+             *table_head(["mix", "goal", "lazybatch, pooled over the loads", "verdict",
+                          "lazybatch_nodevice (the default)", "noise floor (the twin)", "per cell"], compact=True)]
     for mix, goals in v.items():
         for g, d in goals.items():
-            o, t = d[f"{OURS}_pooled"], d[f"{TWIN}_pooled"]
+            o, n, t = d[f"{OURS}_pooled"], d[f"{DEFAULT}_pooled"], d[f"{TWIN}_pooled"]
             lines.append(f"| {mix} | {g} >= {F.SWEEP_GOALS[g]:g}x | {_s(o['spread'])} | **{o['verdict']}** | "
-                         f"{_s(t['spread'])} ({t['verdict']}) | "
+                         f"{_s(n['spread'])} ({n['verdict']}) | {_s(t['spread'])} ({t['verdict']}) | "
                          f"{count_line(d['counts'][OURS], d['counts'][TWIN], who='lazybatch') if d['cells'] else '-'}"
                          " |")
     lines += ["", "Per load (lazybatch; the twin in brackets; best Triton per repetition):", "",
@@ -148,15 +149,17 @@ def pair_section(res: dict) -> list[str]:
         lines.append(_pair_row(cfg, [c for c in cells if c["config"] == cfg and not c.get("alone")], small, large))
     g = F.pair_figures(res["cells"], small, large)
     if g:
-        lines += ["", *table_head(["goal", "lazybatch", "verdict", "noise floor (the twin)"], compact=True)]
+        lines += ["", *table_head(["goal", "lazybatch", "verdict", "lazybatch_nodevice (the default)",
+                                   "noise floor (the twin)"], compact=True)]
+        none = {"spread": None, "verdict": "-"}
         for name, goal in F.PAIR_GOALS.items():
-            o, t = g[OURS][name], g.get(TWIN, {}).get(name, {"spread": None, "verdict": "-"})
+            o, n, t = g[OURS][name], g.get(DEFAULT, {}).get(name, none), g.get(TWIN, {}).get(name, none)
             rel = "<=" if name.endswith("alone") else ">="
             lines.append(f"| {name} {rel} {goal:g}x | {_s(o['spread'])} | **{o['verdict']}** | "
-                         f"{_s(t['spread'])} ({t['verdict']}) |")
+                         f"{_s(n['spread'])} ({n['verdict']}) | {_s(t['spread'])} ({t['verdict']}) |")
         lines += ["", f"Best Triton per repetition (by {small}'s avg over the other repetitions): "
                       f"{', '.join(g[OURS]['best'])}. The ratios to alone compare {small} together with its own "
-                      "arrivals alone (lazybatch alone for lazybatch; Triton 0 ms alone for the twin)."]
+                      "arrivals alone (lazybatch alone for both lazybatch configurations; Triton 0 ms alone for the twin)."]
     return lines + [""]
 
 

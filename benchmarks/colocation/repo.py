@@ -54,8 +54,10 @@ CONFIGS: dict[str, Config] = {
     # an identical copy of triton_0us, measured in turn like the others: the noise floor
     "triton_0us_twin": Config("triton_0us_twin", "triton:0"),
 }
-OURS = "lazybatch"
+OURS = "lazybatch"  # the device scheduler: what the page's goals judge
+DEFAULT = "lazybatch_nodevice"  # what a model gets without device_group: judged beside it (the shipped default)
 TWIN = "triton_0us_twin"
+JUDGED = (OURS, DEFAULT, TWIN)  # every configuration whose ratios to best Triton the page shows
 TRITON = [c for c in CONFIGS if c.startswith("triton") and c != TWIN]  # "best Triton" is chosen among these
 
 
