@@ -69,7 +69,7 @@ def estimate(args: argparse.Namespace) -> float:
     sweep = len(args.mixes) * len(args.loads) * (args.reps * n_cfg * cell + len(KINDS) * (args.duration + 1.5))
     perf = 0 if args.no_perf else args.reps * n_cfg * (3 * max(1.0, args.duration / 3, 3.5) + 5)
     pair = args.reps * (n_cfg + 4) * (args.duration + 2.0)
-    prio = args.reps * 6 * cell
+    prio = args.reps * 2 * len(R.prio_configs("mobilenet")) * cell
     return 150 + sweep + perf + pair + prio + 30
 
 
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {**machine_meta(), "command": command_line(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     urgent = args.cnn
     prio = R.prio_configs(urgent)
-    configs = list(R.CONFIGS.values()) + [prio["lazybatch"], prio["triton_0us_rl"]]
+    configs = list(R.CONFIGS.values()) + [c for c in prio.values() if c not in R.CONFIGS.values()]
     main_repo, rl_repo = R.build(out, kinds, configs, reprofile=args.reprofile)
     arbiters = out / "arbiters"
     arbiters.mkdir(parents=True, exist_ok=True)

@@ -9,13 +9,13 @@ from typing import Sequence
 
 from benchmarks.colocation import figures as F
 from benchmarks.colocation.drive import TIGHTNESS
-from benchmarks.colocation.repo import CONFIGS, DEFAULT, OURS, TRITON, TWIN
+from benchmarks.colocation.repo import CONFIGS, DEFAULT, LANES2, OURS, TRITON, TWIN
 from benchmarks.harness.page import table_head
 from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.stats import fmt
 from benchmarks.harness.verdict import count_line
 
-SIM_NAME = {"lazybatch": "device", "lazybatch_nodevice": "eager, ps", "triton_0us": "graph:0, ps",
+SIM_NAME = {"lazybatch": "device", "lazybatch_2lanes": "device (one lane)", "lazybatch_nodevice": "eager, ps", "triton_0us": "graph:0, ps",
             "triton_5000us": "graph:5, ps", "triton_20000us": "graph:20, ps", "triton_0us_rl": "graph:0, token",
             "triton_0us_twin": "graph:0, ps"}
 
@@ -47,6 +47,8 @@ def header(res: dict) -> list[str]:
         "load driver) unless said; the durations are short so that the whole run fits in about half an hour on "
         "this 2-core machine, which leaves a few dozen requests per model and cell at the lower loads.", "",
         "Configurations: `lazybatch` (the default policy on the device scheduler, `device_group: \"colocated\"`), "
+        "`lazybatch_2lanes` (the same in a group of its own with `device_lanes: \"2\"` and `intra_op_threads: "
+        "\"1\"` on every model: two single-threaded jobs at once; simulated as one lane, the rule's ceiling), "
         "`lazybatch_nodevice` (`device_group: \"none\"`: what a model gets without the parameter, the shipped "
         "default; its ratios are shown beside the device scheduler's), Triton's dynamic batcher at 0/5/20 ms (`triton_0us`, ...), "
         f"Triton 0 ms behind Triton's rate limiter (`--rate-limit=execution_count`, one global `device` resource, "
@@ -102,13 +104,15 @@ def goals_section(res: dict, driver: str) -> list[str]:
     if not v:
         return []
     lines = [f"### Four models at 70-120% load: goals ({driver} driver)", "",
-             *table_head(["mix", "goal", "lazybatch, pooled over the loads", "verdict",
+             *table_head(["mix", "goal", "lazybatch, pooled over the loads", "verdict", f"{LANES2}",
                           "lazybatch_nodevice (the default)", "noise floor (the twin)", "per cell"], compact=True)]
     for mix, goals in v.items():
         for g, d in goals.items():
-            o, n, t = d[f"{OURS}_pooled"], d[f"{DEFAULT}_pooled"], d[f"{TWIN}_pooled"]
+            o, t = d[f"{OURS}_pooled"], d[f"{TWIN}_pooled"]
+            beside = " | ".join(f"{_s(x['spread'])} ({x['verdict']})" for x in
+                                (d.get(f"{w}_pooled", {"spread": None, "verdict": "-"}) for w in (LANES2, DEFAULT)))
             lines.append(f"| {mix} | {g} >= {F.SWEEP_GOALS[g]:g}x | {_s(o['spread'])} | **{o['verdict']}** | "
-                         f"{_s(n['spread'])} ({n['verdict']}) | {_s(t['spread'])} ({t['verdict']}) | "
+                         f"{beside} | {_s(t['spread'])} ({t['verdict']}) | "
                          f"{count_line(d['counts'][OURS], d['counts'][TWIN], who='lazybatch') if d['cells'] else '-'}"
                          " |")
     lines += ["", "Per load (lazybatch; the twin in brackets; best Triton per repetition):", "",
@@ -149,14 +153,15 @@ def pair_section(res: dict) -> list[str]:
         lines.append(_pair_row(cfg, [c for c in cells if c["config"] == cfg and not c.get("alone")], small, large))
     g = F.pair_figures(res["cells"], small, large)
     if g:
-        lines += ["", *table_head(["goal", "lazybatch", "verdict", "lazybatch_nodevice (the default)",
+        lines += ["", *table_head(["goal", "lazybatch", "verdict", LANES2, "lazybatch_nodevice (the default)",
                                    "noise floor (the twin)"], compact=True)]
         none = {"spread": None, "verdict": "-"}
         for name, goal in F.PAIR_GOALS.items():
-            o, n, t = g[OURS][name], g.get(DEFAULT, {}).get(name, none), g.get(TWIN, {}).get(name, none)
+            o = g[OURS][name]
+            beside = " | ".join(f"{_s(x['spread'])} ({x['verdict']})" for x in
+                                (g.get(w, {}).get(name, none) for w in (LANES2, DEFAULT, TWIN)))
             rel = "<=" if name.endswith("alone") else ">="
-            lines.append(f"| {name} {rel} {goal:g}x | {_s(o['spread'])} | **{o['verdict']}** | "
-                         f"{_s(n['spread'])} ({n['verdict']}) | {_s(t['spread'])} ({t['verdict']}) |")
+            lines.append(f"| {name} {rel} {goal:g}x | {_s(o['spread'])} | **{o['verdict']}** | {beside} |")
         lines += ["", f"Best Triton per repetition (by {small}'s avg over the other repetitions): "
                       f"{', '.join(g[OURS]['best'])}. The ratios to alone compare {small} together with its own "
                       "arrivals alone (lazybatch alone for both lazybatch configurations; Triton 0 ms alone for the twin)."]
@@ -226,7 +231,7 @@ def plots(res: dict, img_dir: Path, driver: str = "load") -> list[Path]:
     mixes = sorted({c["mix"] for c in cells})
     configs = [c for c in CONFIGS if any(x["config"] == c for x in cells)]
     sla = f"{res['settings']['sla_multiple']:g}"
-    style = {OURS: dict(marker="o", linewidth=2.4), TWIN: dict(marker=".", linestyle=":", color="grey")}
+    style = {OURS: dict(marker="o", linewidth=2.4), LANES2: dict(marker="s", linewidth=1.8), TWIN: dict(marker=".", linestyle=":", color="grey")}
     out = []
     fig, axes = plt.subplots(len(mixes), len(kinds) + 1, figsize=(3.3 * (len(kinds) + 1), 3.0 * len(mixes)),
                              squeeze=False)

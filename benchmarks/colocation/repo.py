@@ -18,7 +18,11 @@ from typing import Callable
 from lazybatch.repo import KIND_MAX_BATCH, SEQ2SEQ_KINDS, build_default_repository
 
 GROUP = "colocated"     # the sweep's and the pair's device group
+GROUP_2LANES = "colocated2"  # the same, two lanes (device_lanes is one value per group: a group of its own)
 PRIO_GROUP = "prio"     # the priority experiment's group (its models carry priority levels)
+# two lanes, one onnxruntime thread per model: two single-threaded jobs on the 2 cores at once (docs/colocation.md
+# "Lanes": with the default threads two lanes did not help; with one thread each they did, on the pair)
+TWO_LANES = {"device_lanes": "2", "intra_op_threads": "1"}
 RL_PRIORITY = 1         # Triton's rate limiter priority of every model in the sweep: no preference among them
 RL_BEST_EFFORT = 10     # ... and of the best-effort models in the priority experiment (the urgent one keeps 1):
                         # Triton's priority is a weight, priority 10 gets a tenth of priority 1's scheduling chances
@@ -46,6 +50,7 @@ def _group(name: str) -> Callable[[str], dict[str, str]]:
 # the sweep's configurations (every model of the four under one of them), in the order the page lists them
 CONFIGS: dict[str, Config] = {
     "lazybatch": Config("lazybatch", "eager", _group(GROUP)),
+    "lazybatch_2lanes": Config("lazybatch_2lanes", "eager", lambda kind: {"device_group": GROUP_2LANES, **TWO_LANES}),
     "lazybatch_nodevice": Config("lazybatch_nodevice", "eager", _group("none")),
     "triton_0us": Config("triton_0us", "triton:0"),
     "triton_5000us": Config("triton_5000us", "triton:5000"),
@@ -55,9 +60,10 @@ CONFIGS: dict[str, Config] = {
     "triton_0us_twin": Config("triton_0us_twin", "triton:0"),
 }
 OURS = "lazybatch"  # the device scheduler: what the page's goals judge
+LANES2 = "lazybatch_2lanes"  # the device scheduler with two lanes and one thread per model: judged beside it
 DEFAULT = "lazybatch_nodevice"  # what a model gets without device_group: judged beside it (the shipped default)
 TWIN = "triton_0us_twin"
-JUDGED = (OURS, DEFAULT, TWIN)  # every configuration whose ratios to best Triton the page shows
+JUDGED = (OURS, LANES2, DEFAULT, TWIN)  # every configuration whose ratios to best Triton the page shows
 TRITON = [c for c in CONFIGS if c.startswith("triton") and c != TWIN]  # "best Triton" is chosen among these
 
 
@@ -67,6 +73,8 @@ def prio_configs(urgent: str) -> dict[str, Config]:
     return {
         "lazybatch": Config("lazybatch_prio", "eager", lambda kind: {
             "device_group": PRIO_GROUP, "device_priority_level": "0" if kind == urgent else "1"}),
+        LANES2: Config("lazybatch_2lanes_prio", "eager", lambda kind: {
+            "device_group": PRIO_GROUP + "2", "device_priority_level": "0" if kind == urgent else "1", **TWO_LANES}),
         "triton_0us": CONFIGS["triton_0us"],
         "triton_0us_rl": Config("triton_0us_rlprio", "triton:0",
                                 rl_priority=lambda kind: RL_PRIORITY if kind == urgent else RL_BEST_EFFORT),
