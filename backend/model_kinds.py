@@ -165,30 +165,8 @@ def _staged(m: TritonPythonModel, cfg: Any, spec: PolicySpec, runner: StageRunne
         if whole is None:
             runner, table = _fused(m, policy, runner, table)
     runner, table = maybe_wrap(cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (issue 5)
-    warm_up(runner, whole, _max_batch(m, spec))
+    runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
     return Built(runner, table, policy, BackendRuntime, whole)
-
-
-WARM_RUNS_AT_MAX = 2  # runs at the largest batch: the first two were slow (measured below), the third steady
-
-
-def warm_up(runner: Any, whole: Any, max_batch: int | None) -> None:
-    """The first onnxruntime runs are slow: one pass at batch 1, then two at the largest batch the scheduler forms
-    (of the stages, and of the whole-graph session that full spans run on), before the model is READY.
-
-    Why the largest batch: a session's first runs at a larger shape are slower until its CPU arena has grown to the
-    working set (MobileNet's 20 stages at batch 8, one process alone, 2 threads: 187 and 144 ms for the first two
-    passes, 78-81 ms after; 1 thread: 311, 241, then 139 ms; a smaller batch after those paid nothing extra). Left
-    to the first burst, that is paid by the requests of the first large batch. It is not what makes batched stage
-    jobs slow under the device scheduler when served (still 6-30x their isolated time with this warm-up,
-    docs/colocation.md "What is left"). ``max_batch`` None (the serial policy): batch 1 only."""
-    runner.run_all(runner.sample_inputs(1))
-    if not max_batch or max_batch <= 1:
-        return
-    for _ in range(WARM_RUNS_AT_MAX):
-        runner.run_all(runner.sample_inputs(max_batch))
-        if whole is not None:
-            whole.run_all(whole.sample_inputs(max_batch))
 
 
 def _segments(m: TritonPythonModel, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any]:

@@ -169,32 +169,3 @@ def test_eager_keeps_the_stages_and_the_whole_graph_for_spans():
     flat = LatencyTable(g, [1, 2, 4, 8], [[1e-3 * b for b in (1, 2, 4, 8)] for _ in range(3)])  # no batching gain
     assert fuse_reason("auto", eager, flat) is None
     assert fuse_reason("auto", parse_policy("lazy").build(max_batch_size=8), flat) is not None
-
-
-def test_warm_up_runs_the_largest_batch_on_the_stages_and_the_whole_graph(mlp):
-    """A model is READY only after two passes at the scheduler's largest batch (backend/model_kinds.py warm_up:
-    a session's first runs at a larger shape are slow); the serial policy (no batch cap given) warms batch 1 only."""
-    from lazybatch.backend.model_kinds import WARM_RUNS_AT_MAX, warm_up
-
-    model, _, stages = mlp
-    seen: dict[str, list[int]] = {"stages": [], "whole": []}
-
-    def spy(runner: StageRunner, key: str) -> StageRunner:
-        run_all = runner.run_all
-
-        def recorded(inputs):
-            seen[key].append(len(next(iter(inputs.values()))))
-            return run_all(inputs)  # the real sessions run: a shape they refuse fails here
-
-        runner.run_all = recorded  # type: ignore[method-assign]
-        return runner
-
-    runner = spy(StageRunner(stages), "stages")
-    table = _table(runner, 0.95)
-    whole = spy(fuse(runner, table, model, execution_provider="cpu", intra_op_threads=1, name="m")[0], "whole")
-    seen["stages"].clear()  # fuse's own check of the whole graph against the stages
-    warm_up(runner, whole, 6)
-    assert seen == {"stages": [1] + [6] * WARM_RUNS_AT_MAX, "whole": [6] * WARM_RUNS_AT_MAX}
-    seen["stages"].clear(), seen["whole"].clear()
-    warm_up(runner, None, None)
-    assert seen == {"stages": [1], "whole": []}
