@@ -1,7 +1,7 @@
 """The co-location page's figures from the raw cells: means over repetitions, the goal ratios against the best
-Triton configuration, repetition by repetition, of lazybatch (the device scheduler), of lazybatch without it (the
-shipped default) and of the identical copy of Triton 0 ms (the noise floor), and their verdicts by the one rule
-(benchmarks/harness/verdict.py).
+Triton configuration, repetition by repetition, of lazybatch (the device scheduler, one lane and two), of lazybatch
+without it (the shipped default) and of the identical copy of Triton 0 ms (the noise floor), and their verdicts by
+the one rule (benchmarks/harness/verdict.py).
 
 "Best Triton" for a repetition is the Triton configuration (0/5/20 ms, 0 ms + rate limiter) with the best figure
 over the *other* repetitions (harness.stats.held_out_ratios): picked on the repetition itself, the best of four noisy
@@ -13,7 +13,7 @@ import math
 import statistics
 from typing import Callable, Iterable, Sequence
 
-from benchmarks.colocation.repo import JUDGED, OURS, TRITON
+from benchmarks.colocation.repo import JUDGED, OURS, TRITON, TWIN
 from benchmarks.harness.stats import held_out_ratios, spread
 from benchmarks.harness.verdict import count, judge_spread
 
@@ -180,7 +180,7 @@ def pair_figures(cells: list[dict], small: str, large: str) -> dict:
             rs["small avg"].append(fig(t, small, "avg_ms") / fig(o, small, "avg_ms"))
             rs["small p99"].append(fig(t, small, "p99_ms") / fig(o, small, "p99_ms"))
             rs["large avg"].append(fig(t, large, "avg_ms") / fig(o, large, "avg_ms"))
-            a = alone.get((OURS if who.startswith(OURS) else "triton_0us", small, k))  # both lazybatch: its alone
+            a = alone.get(("triton_0us" if who == TWIN else OURS, small, k))  # every lazybatch one: lazybatch alone
             if a is not None:
                 rs["small avg / alone"].append(fig(o, small, "avg_ms") / fig(a, small, "avg_ms"))
         out[who] = {"best": picks}

@@ -15,13 +15,20 @@ from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.stats import fmt
 from benchmarks.harness.verdict import count_line
 
-SIM_NAME = {"lazybatch": "device", "lazybatch_2lanes": "device (one lane)", "lazybatch_nodevice": "eager, ps", "triton_0us": "graph:0, ps",
+NONE = {"spread": None, "verdict": "-"}  # a configuration the run did not measure
+SIM_NAME = {"lazybatch": "device", "lazybatch_2lanes": "device (one lane)", "lazybatch_nodevice": "eager, ps",
+            "triton_0us": "graph:0, ps",
             "triton_5000us": "graph:5, ps", "triton_20000us": "graph:20, ps", "triton_0us_rl": "graph:0, token",
             "triton_0us_twin": "graph:0, ps"}
 
 
 def _n(v: float, digits: int = 1) -> str:
     return "-" if v is None or not math.isfinite(v) else f"{v:.{digits}f}"
+
+
+def _judged(d: dict) -> str:
+    """A figure judged beside the goal's own column: its spread and, in brackets, its verdict."""
+    return f"{_s(d['spread'])} ({d['verdict']})"
 
 
 def _s(s: dict | None, digits: int = 2) -> str:
@@ -50,7 +57,8 @@ def header(res: dict) -> list[str]:
         "`lazybatch_2lanes` (the same in a group of its own with `device_lanes: \"2\"` and `intra_op_threads: "
         "\"1\"` on every model: two single-threaded jobs at once; simulated as one lane, the rule's ceiling), "
         "`lazybatch_nodevice` (`device_group: \"none\"`: what a model gets without the parameter, the shipped "
-        "default; its ratios are shown beside the device scheduler's), Triton's dynamic batcher at 0/5/20 ms (`triton_0us`, ...), "
+        "default; its ratios are shown beside the device scheduler's), Triton's dynamic batcher at 0/5/20 ms "
+        "(`triton_0us`, ...), "
         f"Triton 0 ms behind Triton's rate limiter (`--rate-limit=execution_count`, one global `device` resource, "
         f"priority {st['rl_priority']} on every model: a server of its own), and `triton_0us_twin`, an identical "
         "copy of Triton 0 ms measured in turn like the others: the noise floor. Ratios are best Triton / lazybatch "
@@ -108,11 +116,10 @@ def goals_section(res: dict, driver: str) -> list[str]:
                           "lazybatch_nodevice (the default)", "noise floor (the twin)", "per cell"], compact=True)]
     for mix, goals in v.items():
         for g, d in goals.items():
-            o, t = d[f"{OURS}_pooled"], d[f"{TWIN}_pooled"]
-            beside = " | ".join(f"{_s(x['spread'])} ({x['verdict']})" for x in
-                                (d.get(f"{w}_pooled", {"spread": None, "verdict": "-"}) for w in (LANES2, DEFAULT)))
+            o = d[f"{OURS}_pooled"]
+            beside = " | ".join(_judged(d.get(f"{w}_pooled", NONE)) for w in (LANES2, DEFAULT, TWIN))
             lines.append(f"| {mix} | {g} >= {F.SWEEP_GOALS[g]:g}x | {_s(o['spread'])} | **{o['verdict']}** | "
-                         f"{beside} | {_s(t['spread'])} ({t['verdict']}) | "
+                         f"{beside} | "
                          f"{count_line(d['counts'][OURS], d['counts'][TWIN], who='lazybatch') if d['cells'] else '-'}"
                          " |")
     lines += ["", "Per load (lazybatch; the twin in brackets; best Triton per repetition):", "",
@@ -155,16 +162,15 @@ def pair_section(res: dict) -> list[str]:
     if g:
         lines += ["", *table_head(["goal", "lazybatch", "verdict", LANES2, "lazybatch_nodevice (the default)",
                                    "noise floor (the twin)"], compact=True)]
-        none = {"spread": None, "verdict": "-"}
         for name, goal in F.PAIR_GOALS.items():
             o = g[OURS][name]
-            beside = " | ".join(f"{_s(x['spread'])} ({x['verdict']})" for x in
-                                (g.get(w, {}).get(name, none) for w in (LANES2, DEFAULT, TWIN)))
+            beside = " | ".join(_judged(g.get(w, {}).get(name, NONE)) for w in (LANES2, DEFAULT, TWIN))
             rel = "<=" if name.endswith("alone") else ">="
             lines.append(f"| {name} {rel} {goal:g}x | {_s(o['spread'])} | **{o['verdict']}** | {beside} |")
         lines += ["", f"Best Triton per repetition (by {small}'s avg over the other repetitions): "
                       f"{', '.join(g[OURS]['best'])}. The ratios to alone compare {small} together with its own "
-                      "arrivals alone (lazybatch alone for both lazybatch configurations; Triton 0 ms alone for the twin)."]
+                      "arrivals alone (lazybatch alone for every lazybatch configuration; Triton 0 ms alone for the "
+                      "twin)."]
     return lines + [""]
 
 
@@ -231,7 +237,8 @@ def plots(res: dict, img_dir: Path, driver: str = "load") -> list[Path]:
     mixes = sorted({c["mix"] for c in cells})
     configs = [c for c in CONFIGS if any(x["config"] == c for x in cells)]
     sla = f"{res['settings']['sla_multiple']:g}"
-    style = {OURS: dict(marker="o", linewidth=2.4), LANES2: dict(marker="s", linewidth=1.8), TWIN: dict(marker=".", linestyle=":", color="grey")}
+    style = {OURS: dict(marker="o", linewidth=2.4), LANES2: dict(marker="s", linewidth=1.8),
+             TWIN: dict(marker=".", linestyle=":", color="grey")}
     out = []
     fig, axes = plt.subplots(len(mixes), len(kinds) + 1, figsize=(3.3 * (len(kinds) + 1), 3.0 * len(mixes)),
                              squeeze=False)

@@ -43,14 +43,14 @@ class Config:
         return self.rl_priority is not None
 
 
-def _group(name: str) -> Callable[[str], dict[str, str]]:
-    return lambda kind: {"device_group": name}
+def _group(name: str, extra: dict[str, str] | None = None) -> Callable[[str], dict[str, str]]:
+    return lambda kind: {"device_group": name, **(extra or {})}
 
 
 # the sweep's configurations (every model of the four under one of them), in the order the page lists them
 CONFIGS: dict[str, Config] = {
     "lazybatch": Config("lazybatch", "eager", _group(GROUP)),
-    "lazybatch_2lanes": Config("lazybatch_2lanes", "eager", lambda kind: {"device_group": GROUP_2LANES, **TWO_LANES}),
+    "lazybatch_2lanes": Config("lazybatch_2lanes", "eager", _group(GROUP_2LANES, TWO_LANES)),
     "lazybatch_nodevice": Config("lazybatch_nodevice", "eager", _group("none")),
     "triton_0us": Config("triton_0us", "triton:0"),
     "triton_5000us": Config("triton_5000us", "triton:5000"),
