@@ -57,10 +57,13 @@ def use_global_thread_pool(threads: int = 0) -> None:
 
 def session_options(threads: int = 0, *, spinning: bool = False, log_severity_level: int = 3) -> Any:
     """SessionOptions for one session of a split model: the process's global pool where it has one, otherwise a
-    pool of ``threads`` of the session's own, spinning off unless ``spinning``."""
+    pool of ``threads`` of the session's own, spinning off unless ``spinning``; the process's shared CPU arena where
+    it has one (arena.py)."""
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
+    from .arena import apply
+
+    so = apply(ort.SessionOptions())  # the process's shared CPU arena where it has one (arena.py)
     so.log_severity_level = log_severity_level
     if _global_threads is not None:
         so.use_per_session_threads = False
