@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -38,6 +39,8 @@ DECOUPLED_CANCEL_POLL_MS = 100.0
 WHOLE_GRAPH = "whole_graph"  # the model runs the whole ONNX graph on what Triton batched (dynamic_batching)
 DEFAULT_POLICY = "lazy"  # a config.pbtxt without a policy parameter
 
+DEFAULT_DEVICE_LANES = 2  # served, on 2 cores: two one-thread lanes beat one lane of two threads (docs/colocation.md)
+
 PARAMETERS = {
     "policy": f"{policy_choices()} (parameters as policy:key=value,..., e.g. lazy:preempt=benefit, "
               "graph:max_queue_delay_microseconds=..,preferred_batch_size=4/8; batcher/policies/registry.py) "
@@ -57,6 +60,10 @@ PARAMETERS = {
     "intra_op_threads": "onnxruntime intra-op threads (0: onnxruntime's default)",
     "use_per_session_threads": "true: every stage session gets its own intra-op pool, spinning off (onnxruntime's "
                                "name); default false: one pool per model instance shared by all its stages",
+    "use_env_allocators": "true (default): every onnxruntime session of the model instance (each stage and the whole "
+                          "graph) allocates from one CPU arena registered in onnxruntime's environment, so that a "
+                          "split model holds one working set, not one per stage (onnxruntime's name; "
+                          "sessions/arena.py) | false: an arena per session, onnxruntime's default",
     "inplace_residuals": "true (default): residual stages write their output over their shortcut input, as "
                          "onnxruntime does in the whole graph (docs/onnx.md); false: plain session.run",
     "cancel_poll_ms": "auto (default; 0 is the same): the watcher thread asks each running request whether the "
@@ -108,8 +115,10 @@ PARAMETERS.update({
                              "flight; default 0: unbounded); an arrival past it is rejected UNAVAILABLE, saying the "
                              "shared device's queue is full (set it alike on the group's models: each checks its own)",
     "device_lanes": "device_group models: how many stage jobs the group's device runs at once (an integer 1..64, "
-                    "default 1); one value per group: the arbiter is started with the first member's, and a model "
-                    "whose value differs fails its load saying both (docs/colocation.md, \"Lanes\")",
+                    f"default {DEFAULT_DEVICE_LANES}, from the served figures); one value per group: the arbiter is "
+                    "started with the first member's, and a model whose value differs fails its load saying both. "
+                    "With more than one lane and intra_op_threads unset, each member's onnxruntime pool gets the "
+                    "instance's cores divided among the lanes (at least one thread; docs/colocation.md, \"Lanes\")",
     "max_queue_size": "most samples the scheduler holds (queued or in flight); more are rejected UNAVAILABLE "
                       "(default 0: unbounded)",
     "timeout_action": "REJECT: refuse a request whose deadline the predictor says cannot be met | DELAY: serve it "
@@ -225,6 +234,7 @@ class BackendSettings:
     intra_op_threads: int
     cancel_poll_ms: float
     use_per_session_threads: bool = False
+    use_env_allocators: bool = True
     inplace_residuals: bool = True
     fuse_stages: str = "auto"
     fuse_segments: int = 0
@@ -246,7 +256,7 @@ class BackendSettings:
     device_weight: float = 1.0  # its weight in the device's fair share
     device_priority_level: int = 0  # its priority at the device (smaller: more urgent)
     device_max_queue_size: int = 0  # samples held across the group's models (0: unbounded)
-    device_lanes: int = 1  # stage jobs the group's device runs at once (alike on the group's models)
+    device_lanes: int = 2  # stage jobs the group's device runs at once (alike on the group's models): DEFAULT_DEVICE_LANES
 
     def request_level(self, priority: int) -> tuple[int, str | None]:
         """The scheduler's priority level for a request's ``request_priority`` (0 or absent: the default level),
@@ -312,6 +322,7 @@ class BackendSettings:
             intra_op_threads=int(_number(_param(cfg, "intra_op_threads"), "intra_op_threads", int) or 0),
             cancel_poll_ms=_cancel_poll_ms(_param(cfg, "cancel_poll_ms"), decoupled),
             use_per_session_threads=_bool(_param(cfg, "use_per_session_threads"), "use_per_session_threads"),
+            use_env_allocators=_bool(_param(cfg, "use_env_allocators", "true"), "use_env_allocators"),
             inplace_residuals=_bool(_param(cfg, "inplace_residuals", "true"), "inplace_residuals"),
             fuse_stages=_fuse_mode(_param(cfg, "fuse_stages", "auto")),
             fuse_segments=_fuse_segments(_param(cfg, "fuse_segments")),
@@ -375,7 +386,8 @@ def _device_settings(cfg: Any, whole_executions: str | None = None) -> dict[str,
         "device_max_queue_size": (int, lambda v: 0 <= v <= 0xFFFFFFFF,
                                   "an integer >= 0 (samples held across the group's models; 0: unbounded)"),
         "device_lanes": (int, lambda v: 1 <= v <= MAX_DEVICE_LANES,
-                         f"an integer in 1..{MAX_DEVICE_LANES} (stage jobs the group's device runs at once, default 1)"),
+                         f"an integer in 1..{MAX_DEVICE_LANES} (stage jobs the group's device runs at once, "
+                         f"default {DEFAULT_DEVICE_LANES})"),
     }
     for key, (parse, valid, must) in checks.items():
         text = _param(cfg, key)
@@ -407,6 +419,24 @@ def _device_settings(cfg: Any, whole_executions: str | None = None) -> dict[str,
                           "group's name, or \"auto\": the instance's device), and this one has none; set "
                           "device_group or remove it", field=f"parameters.{given[0]}")
     return out
+
+
+def lane_threads(intra_op_threads: int, lanes: int, cores: int) -> int:
+    """The intra-op pool of a grouped model: its own ``intra_op_threads`` where set, else onnxruntime's default (0)
+    on one lane, else the cores shared among the lanes. Why: each lane runs a job of its own at once, and pools of
+    all the cores each would fight for them (served on 2 cores, two lanes helped only with one thread each:
+    docs/colocation.md, "Lanes")."""
+    if intra_op_threads > 0 or lanes <= 1:
+        return intra_op_threads
+    return max(1, cores // lanes)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a container's cpuset), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def default_device_group(cfg: Any, kind: str, device_id: int, executor: str = "") -> tuple[str, str]:

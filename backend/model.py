@@ -33,8 +33,8 @@ from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
 from lazybatch.batcher.admission import QueuePolicy
 
-from .config import (BackendSettings, default_device_group, parse_config_json, parse_request_parameters,
-                     validate_request)
+from .config import (BackendSettings, default_device_group, lane_threads, parse_config_json, parse_request_parameters,
+                     usable_cores, validate_request)
 from .faults import FaultInjector
 from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
 from .model_kinds import MODEL_KINDS, executor_of, model_kind
@@ -151,12 +151,25 @@ class TritonPythonModel:
         self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
         self._batch_log = BatchLog(Path(stats_dir) / f"{s.name}.batches.csv") if stats_dir else None
         self._cancel_log = CancelLog(Path(stats_dir) / f"{s.name}.cancels.csv") if stats_dir else None
+        # the group first: its lanes size the onnxruntime pool (several lanes: the cores shared among them)
+        self.device_group = "" if s.whole_graph else self._device_group(cfg, args)
+        if self.device_group:
+            threads = lane_threads(s.intra_op_threads, s.device_lanes, usable_cores())
+            if threads != s.intra_op_threads:
+                print(f"lazybatch: {s.name}: intra_op_threads {threads} (device group {self.device_group!r} runs "
+                      f"{s.device_lanes} lanes on {usable_cores()} cores; set intra_op_threads to choose)",
+                      file=sys.stderr)
+                s.intra_op_threads = threads
         # Inside Triton a model instance is a stub process of its own: one pool for all its sessions. Outside it
         # (in-process tests, embedding) the process is someone else's, and the switch would refuse their sessions.
         if not s.use_per_session_threads and pb_utils is not None:
             from lazybatch.sessions.threads import use_global_thread_pool
 
             use_global_thread_pool(s.intra_op_threads)
+        if s.use_env_allocators and pb_utils is not None:  # one CPU arena for every session (sessions/arena.py)
+            from lazybatch.sessions.arena import use_shared_arena
+
+            use_shared_arena()
         # the options of every request that sends no parameters (most do not): one object, shared and never
         # written, so that such a request skips their parsing on its path (a few us a call, in-process, ad hoc)
         plain, _ = parse_request_parameters("", s.sla_ms)  # no text: the model's SLA, never an error
@@ -173,7 +186,6 @@ class TritonPythonModel:
         built = MODEL_KINDS[kind](self, cfg, spec, runner)  # backend/model_kinds.py
         if built is None:  # no scheduler
             return
-        self.device_group = self._device_group(cfg, args)
         runner, table, policy, runtime_cls, whole = built
         self._responder = ResponseThread(self._respond, name=f"{s.name}-responder") if s.response_thread else None
         try:

@@ -47,4 +47,7 @@ def apply(so: Any) -> Any:
     """Make a session's options use the shared arena where this process has one."""
     if _shared:
         so.add_session_config_entry("session.use_env_allocators", "1")
+        # the weights are allocated once for the session's life: straight from the device allocator, so that they
+        # do not grow the shared arena in its power-of-two steps (onnxruntime's advice for shared arenas)
+        so.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
     return so

@@ -17,7 +17,7 @@ from benchmarks.harness.verdict import MET, MISSED
 
 KINDS = ["mlp", "mobilenet", "bert", "lm"]
 T1 = {"mlp": 2.0, "mobilenet": 7.0, "bert": 25.0, "lm": 200.0}
-SPEED = {"lazybatch": 0.3, "lazybatch_2lanes": 0.5, "lazybatch_nodevice": 0.9, "triton_0us": 1.0,
+SPEED = {"lazybatch": 0.3, "lazybatch_1lane": 0.5, "lazybatch_nodevice": 0.9, "triton_0us": 1.0,
          "triton_5000us": 1.2, "triton_20000us": 1.5, "triton_0us_rl": 2.0, "triton_0us_twin": 1.0}
 
 
@@ -118,7 +118,7 @@ def test_verdicts_follow_the_one_rule_with_the_twin_beside(synthetic):
     # the shipped default (no device scheduler) is judged beside it: 1/0.9 = 1.1x cannot meet 2x
     assert v["aggregate avg"]["lazybatch_nodevice_pooled"]["verdict"] == MISSED
     assert v["aggregate avg"]["counts"]["lazybatch_nodevice"] == {"met": 0, "tie": 0, "missed": 2}
-    assert v["aggregate avg"]["lazybatch_2lanes_pooled"]["spread"]["n"] == 6  # two lanes: judged beside it too
+    assert v["aggregate avg"]["lazybatch_1lane_pooled"]["spread"]["n"] == 6  # one lane: judged beside it too
     assert sum(v["aggregate avg"]["counts"]["lazybatch"].values()) == 2  # the 70% and 120% cells
     assert v["peak throughput"]["lazybatch_pooled"]["spread"]["n"] == 3
     pair = F.pair_figures(res["cells"], "mlp", "bert")
@@ -146,7 +146,7 @@ def test_page_renders_from_results_with_its_plots(synthetic, tmp_path):
     assert "per cell lazybatch" in text and "the identical copy" in text
     goals = text.split("goals (load driver)")[1].split("Per load")[0]
     assert "lazybatch_nodevice (the default)" in goals and "(missed)" in goals
-    assert "| lazybatch_2lanes |" in goals
+    assert "| lazybatch_1lane |" in goals
     for img in ("colocation_attainment_vs_load.png", "colocation_attainment_vs_tightness.png"):
         assert (tmp_path / "img" / img).stat().st_size > 1000
     # the raw data's link resolves from the page

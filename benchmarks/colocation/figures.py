@@ -1,5 +1,5 @@
 """The co-location page's figures from the raw cells: means over repetitions, the goal ratios against the best
-Triton configuration, repetition by repetition, of lazybatch (the device scheduler, one lane and two), of lazybatch
+Triton configuration, repetition by repetition, of lazybatch (the device scheduler, two lanes and one), of lazybatch
 without it (the shipped default) and of the identical copy of Triton 0 ms (the noise floor), and their verdicts by
 the one rule (benchmarks/harness/verdict.py).
 

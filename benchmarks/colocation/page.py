@@ -9,14 +9,14 @@ from typing import Sequence
 
 from benchmarks.colocation import figures as F
 from benchmarks.colocation.drive import TIGHTNESS
-from benchmarks.colocation.repo import CONFIGS, DEFAULT, LANES2, OURS, TRITON, TWIN
+from benchmarks.colocation.repo import CONFIGS, DEFAULT, ONE_LANE, OURS, TRITON, TWIN
 from benchmarks.harness.page import table_head
 from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.stats import fmt
 from benchmarks.harness.verdict import count_line
 
 NONE = {"spread": None, "verdict": "-"}  # a configuration the run did not measure
-SIM_NAME = {"lazybatch": "device", "lazybatch_2lanes": "device (one lane)", "lazybatch_nodevice": "eager, ps",
+SIM_NAME = {"lazybatch": "device (one lane)", "lazybatch_1lane": "device", "lazybatch_nodevice": "eager, ps",
             "triton_0us": "graph:0, ps",
             "triton_5000us": "graph:5, ps", "triton_20000us": "graph:20, ps", "triton_0us_rl": "graph:0, token",
             "triton_0us_twin": "graph:0, ps"}
@@ -53,9 +53,10 @@ def header(res: dict) -> list[str]:
         "taking turns (the order reversed every other repetition), driven by `lazybatch load --together` (the "
         "load driver) unless said; the durations are short so that the whole run fits in about half an hour on "
         "this 2-core machine, which leaves a few dozen requests per model and cell at the lower loads.", "",
-        "Configurations: `lazybatch` (the default policy on the device scheduler, `device_group: \"colocated\"`), "
-        "`lazybatch_2lanes` (the same in a group of its own with `device_lanes: \"2\"` and `intra_op_threads: "
-        "\"1\"` on every model: two single-threaded jobs at once; simulated as one lane, the rule's ceiling), "
+        "Configurations: `lazybatch` (the default policy on the device scheduler at its defaults, `device_group: "
+        "\"colocated\"`: two lanes, each model's onnxruntime pool the cores divided among the lanes; "
+        "simulated as one lane, the rule's ceiling), `lazybatch_1lane` (the same in a group of its own with "
+        "`device_lanes: \"1\"`: one job at a time, every core per model), "
         "`lazybatch_nodevice` (`device_group: \"none\"`: what a model gets without the parameter, the shipped "
         "default; its ratios are shown beside the device scheduler's), Triton's dynamic batcher at 0/5/20 ms "
         "(`triton_0us`, ...), "
@@ -112,12 +113,12 @@ def goals_section(res: dict, driver: str) -> list[str]:
     if not v:
         return []
     lines = [f"### Four models at 70-120% load: goals ({driver} driver)", "",
-             *table_head(["mix", "goal", "lazybatch, pooled over the loads", "verdict", f"{LANES2}",
+             *table_head(["mix", "goal", "lazybatch, pooled over the loads", "verdict", f"{ONE_LANE}",
                           "lazybatch_nodevice (the default)", "noise floor (the twin)", "per cell"], compact=True)]
     for mix, goals in v.items():
         for g, d in goals.items():
             o = d[f"{OURS}_pooled"]
-            beside = " | ".join(_judged(d.get(f"{w}_pooled", NONE)) for w in (LANES2, DEFAULT, TWIN))
+            beside = " | ".join(_judged(d.get(f"{w}_pooled", NONE)) for w in (ONE_LANE, DEFAULT, TWIN))
             lines.append(f"| {mix} | {g} >= {F.SWEEP_GOALS[g]:g}x | {_s(o['spread'])} | **{o['verdict']}** | "
                          f"{beside} | "
                          f"{count_line(d['counts'][OURS], d['counts'][TWIN], who='lazybatch') if d['cells'] else '-'}"
@@ -160,11 +161,11 @@ def pair_section(res: dict) -> list[str]:
         lines.append(_pair_row(cfg, [c for c in cells if c["config"] == cfg and not c.get("alone")], small, large))
     g = F.pair_figures(res["cells"], small, large)
     if g:
-        lines += ["", *table_head(["goal", "lazybatch", "verdict", LANES2, "lazybatch_nodevice (the default)",
+        lines += ["", *table_head(["goal", "lazybatch", "verdict", ONE_LANE, "lazybatch_nodevice (the default)",
                                    "noise floor (the twin)"], compact=True)]
         for name, goal in F.PAIR_GOALS.items():
             o = g[OURS][name]
-            beside = " | ".join(_judged(g.get(w, {}).get(name, NONE)) for w in (LANES2, DEFAULT, TWIN))
+            beside = " | ".join(_judged(g.get(w, {}).get(name, NONE)) for w in (ONE_LANE, DEFAULT, TWIN))
             rel = "<=" if name.endswith("alone") else ">="
             lines.append(f"| {name} {rel} {goal:g}x | {_s(o['spread'])} | **{o['verdict']}** | {beside} |")
         lines += ["", f"Best Triton per repetition (by {small}'s avg over the other repetitions): "
@@ -237,7 +238,7 @@ def plots(res: dict, img_dir: Path, driver: str = "load") -> list[Path]:
     mixes = sorted({c["mix"] for c in cells})
     configs = [c for c in CONFIGS if any(x["config"] == c for x in cells)]
     sla = f"{res['settings']['sla_multiple']:g}"
-    style = {OURS: dict(marker="o", linewidth=2.4), LANES2: dict(marker="s", linewidth=1.8),
+    style = {OURS: dict(marker="o", linewidth=2.4), ONE_LANE: dict(marker="s", linewidth=1.8),
              TWIN: dict(marker=".", linestyle=":", color="grey")}
     out = []
     fig, axes = plt.subplots(len(mixes), len(kinds) + 1, figsize=(3.3 * (len(kinds) + 1), 3.0 * len(mixes)),

@@ -18,11 +18,11 @@ from typing import Callable
 from lazybatch.repo import KIND_MAX_BATCH, SEQ2SEQ_KINDS, build_default_repository
 
 GROUP = "colocated"     # the sweep's and the pair's device group
-GROUP_2LANES = "colocated2"  # the same, two lanes (device_lanes is one value per group: a group of its own)
+GROUP_1LANE = "colocated1"  # the same, one lane (device_lanes is one value per group: a group of its own)
 PRIO_GROUP = "prio"     # the priority experiment's group (its models carry priority levels)
-# two lanes, one onnxruntime thread per model: two single-threaded jobs on the 2 cores at once (docs/colocation.md
-# "Lanes": with the default threads two lanes did not help; with one thread each they did, on the pair)
-TWO_LANES = {"device_lanes": "2", "intra_op_threads": "1"}
+# the device scheduler's defaults are two lanes with the cores shared among them (one onnxruntime thread per model
+# here); one lane with every core per model, the default before, is measured beside them (docs/colocation.md "Lanes")
+ONE_LANE_PARAMS = {"device_lanes": "1"}
 RL_PRIORITY = 1         # Triton's rate limiter priority of every model in the sweep: no preference among them
 RL_BEST_EFFORT = 10     # ... and of the best-effort models in the priority experiment (the urgent one keeps 1):
                         # Triton's priority is a weight, priority 10 gets a tenth of priority 1's scheduling chances
@@ -50,7 +50,7 @@ def _group(name: str, extra: dict[str, str] | None = None) -> Callable[[str], di
 # the sweep's configurations (every model of the four under one of them), in the order the page lists them
 CONFIGS: dict[str, Config] = {
     "lazybatch": Config("lazybatch", "eager", _group(GROUP)),
-    "lazybatch_2lanes": Config("lazybatch_2lanes", "eager", _group(GROUP_2LANES, TWO_LANES)),
+    "lazybatch_1lane": Config("lazybatch_1lane", "eager", _group(GROUP_1LANE, ONE_LANE_PARAMS)),
     "lazybatch_nodevice": Config("lazybatch_nodevice", "eager", _group("none")),
     "triton_0us": Config("triton_0us", "triton:0"),
     "triton_5000us": Config("triton_5000us", "triton:5000"),
@@ -59,11 +59,11 @@ CONFIGS: dict[str, Config] = {
     # an identical copy of triton_0us, measured in turn like the others: the noise floor
     "triton_0us_twin": Config("triton_0us_twin", "triton:0"),
 }
-OURS = "lazybatch"  # the device scheduler: what the page's goals judge
-LANES2 = "lazybatch_2lanes"  # the device scheduler with two lanes and one thread per model: judged beside it
+OURS = "lazybatch"  # the device scheduler at its defaults (two lanes): what the page's goals judge
+ONE_LANE = "lazybatch_1lane"  # the device scheduler with one lane: judged beside it
 DEFAULT = "lazybatch_nodevice"  # what a model gets without device_group: judged beside it (the shipped default)
 TWIN = "triton_0us_twin"
-JUDGED = (OURS, LANES2, DEFAULT, TWIN)  # every configuration whose ratios to best Triton the page shows
+JUDGED = (OURS, ONE_LANE, DEFAULT, TWIN)  # every configuration whose ratios to best Triton the page shows
 TRITON = [c for c in CONFIGS if c.startswith("triton") and c != TWIN]  # "best Triton" is chosen among these
 
 
@@ -73,8 +73,9 @@ def prio_configs(urgent: str) -> dict[str, Config]:
     return {
         "lazybatch": Config("lazybatch_prio", "eager", lambda kind: {
             "device_group": PRIO_GROUP, "device_priority_level": "0" if kind == urgent else "1"}),
-        LANES2: Config("lazybatch_2lanes_prio", "eager", lambda kind: {
-            "device_group": PRIO_GROUP + "2", "device_priority_level": "0" if kind == urgent else "1", **TWO_LANES}),
+        ONE_LANE: Config("lazybatch_1lane_prio", "eager", lambda kind: {
+            "device_group": PRIO_GROUP + "1", "device_priority_level": "0" if kind == urgent else "1",
+            **ONE_LANE_PARAMS}),
         "triton_0us": CONFIGS["triton_0us"],
         "triton_0us_rl": Config("triton_0us_rlprio", "triton:0",
                                 rl_priority=lambda kind: RL_PRIORITY if kind == urgent else RL_BEST_EFFORT),

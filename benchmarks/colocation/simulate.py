@@ -13,7 +13,7 @@ from typing import Mapping
 from benchmarks.colocation.drive import pooled, summarise
 
 # served configuration -> (policy on the table, how the device is shared)
-SIM_OF = {"lazybatch": ("eager", "device"), "lazybatch_2lanes": ("eager", "device"),  # one lane: the rule's ceiling
+SIM_OF = {"lazybatch": ("eager", "device"), "lazybatch_1lane": ("eager", "device"),  # one lane: the rule's ceiling
           "lazybatch_nodevice": ("eager", "ps"),
           "triton_0us": ("graph:0", "ps"), "triton_5000us": ("graph:5", "ps"),
           "triton_20000us": ("graph:20", "ps"), "triton_0us_rl": ("graph:0", "token"),

@@ -632,14 +632,23 @@ def test_device_lanes_parameter(tmp_path):
         extra = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in params.items())
         return BackendSettings.from_config(parse_config_text(CONFIG + extra), tmp_path)
 
-    assert settings(device_group="dev0").device_lanes == 1
-    assert settings(device_group="dev0", device_lanes="2").device_lanes == 2
+    assert settings(device_group="dev0").device_lanes == 2  # the default, from the served figures
+    assert settings(device_group="dev0", device_lanes="1").device_lanes == 1
     for bad in ("0", "-1", "1.5", "x", "65"):
         with pytest.raises(ConfigError, match=r"parameters.device_lanes.*device_lanes must be an integer in 1\.\.64"):
             settings(device_group="dev0", device_lanes=bad)
     assert settings(device_group="auto", device_lanes="2").device_lanes == 2
     with pytest.raises(ConfigError, match="device_lanes applies only to a model on a shared device"):
         settings(device_group="none", device_lanes="2")
+
+
+def test_lane_threads_share_the_cores_among_the_lanes():
+    from lazybatch.backend.config import lane_threads
+
+    assert lane_threads(0, 1, 2) == 0  # one lane: onnxruntime's default, as an ungrouped model
+    assert lane_threads(0, 2, 2) == 1 and lane_threads(0, 2, 16) == 8 and lane_threads(0, 3, 16) == 5
+    assert lane_threads(0, 4, 2) == 1  # never below one thread
+    assert lane_threads(3, 2, 2) == 3  # the model's own intra_op_threads wins
 
 
 def test_device_lanes_reach_the_arbiter_and_a_different_value_fails_the_load(models, group):

@@ -97,6 +97,11 @@ def test_settings_from_config(tmp_path):
     own = BackendSettings.from_config(parse_config_text(
         CONFIG + 'parameters { key: "use_per_session_threads" value { string_value: "true" } }'), tmp_path / "1")
     assert own.use_per_session_threads
+    # one CPU arena per model instance unless asked (sessions/arena.py)
+    assert s.use_env_allocators
+    per = BackendSettings.from_config(parse_config_text(
+        CONFIG + 'parameters { key: "use_env_allocators" value { string_value: "false" } }'), tmp_path / "1")
+    assert not per.use_env_allocators
 
 
 @pytest.mark.parametrize("extra, needle", [
@@ -104,6 +109,7 @@ def test_settings_from_config(tmp_path):
     ('parameters { key: "allow_nan" value { string_value: "maybe" } }', "true or false"),
     ('parameters { key: "sla_ms" value { string_value: "-1" } }', "sla_ms"),
     ('parameters { key: "use_per_session_threads" value { string_value: "yes please" } }', "true or false"),
+    ('parameters { key: "use_env_allocators" value { string_value: "shared" } }', "true or false"),
     ('parameters { key: "priority_levels" value { string_value: "3" } }', "default_priority_level must be in 1"),
     ('parameters { key: "default_priority_level" value { string_value: "1" } }', "needs priority_levels"),
 ])

@@ -20,6 +20,7 @@ from benchmarks import pair
 from benchmarks.harness.verdict import VERDICTS
 from lazybatch.backend.arbiter import protocol as P
 from lazybatch.backend.arbiter.client import query
+from lazybatch.backend.config import lane_threads, usable_cores
 from lazybatch.repo import PAIR_GROUP, PAIR_OURS, PAIR_POLICIES
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model
@@ -79,6 +80,14 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
     members = {m["model"]: m for m in query(arbiter)["members"]}
     assert {f"{p}_{PAIR_OURS}" for p in PREFIXES.values()} <= set(members)
     assert all(members[f"{p}_{PAIR_OURS}"]["grants"] > 0 for p in PREFIXES.values())
+    # the group's defaults: two lanes, and (no intra_op_threads in their configs) each member's pool sized to its
+    # share of the cores, said in the server's log
+    assert query(arbiter)["lanes"] == 2
+    cores = usable_cores()
+    log = server.log_file.read_text()
+    for prefix in PREFIXES.values():
+        assert (f"lazybatch: {prefix}_{PAIR_OURS}: intra_op_threads {lane_threads(0, 2, cores)} (device group "
+                f"'{PAIR_GROUP}' runs 2 lanes on {cores} cores") in log, log[-3000:]
 
     text = pair.report(data, tmp_path)
     assert capsys.readouterr().out.strip() == text.strip()  # the page is what the quickstart prints
