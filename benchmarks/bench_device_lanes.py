@@ -10,9 +10,11 @@ machine and choose the default from the data)". The pair is the issue's: the 8-s
 110% of its own (each from its served t1, measured once alone, sequential batch-1 requests, in the first server).
 Configurations, each its own repository and server, taken in a rotated order per repetition:
 
-- ``lanes 1``: ``device_lanes: "1"`` (the default), onnxruntime's default intra-op threads (one per core);
-- ``lanes 2``: ``device_lanes: "2"``, the same threads: two jobs at once, each with a pool as wide as the machine;
-- ``lanes 2, 1 thread``: ``device_lanes: "2"`` and ``intra_op_threads: "1"``: two jobs at once, one core each.
+- ``lanes 1``: ``device_lanes: "1"``, onnxruntime's default intra-op threads (one per core);
+- ``lanes 2, every core``: ``device_lanes: "2"`` and ``intra_op_threads`` the machine's cores: two jobs at once,
+  each with a pool as wide as the machine;
+- ``lanes 2, cores shared``: ``device_lanes: "2"`` and no ``intra_op_threads``, the group's defaults since 73fc393:
+  each model's pool the cores divided among the lanes (one thread each on 2 cores), two jobs at once.
 
 Per configuration and repetition: each model's avg and p99 latency and throughput, and the aggregate.
 """
@@ -29,11 +31,12 @@ from pathlib import Path
 
 from benchmarks.harness import command_line, fmt, machine_meta, spread, write_json
 from benchmarks.harness.served import served
+from lazybatch.backend.config import usable_cores
 
 SMALL, LARGE = "mlp", "resnet50"
 CONFIGS = {"lanes 1": {"device_lanes": "1"},
-           "lanes 2": {"device_lanes": "2"},
-           "lanes 2, 1 thread": {"device_lanes": "2", "intra_op_threads": "1"}}
+           "lanes 2, every core": {"device_lanes": "2", "intra_op_threads": str(usable_cores())},
+           "lanes 2, cores shared": {}}  # the defaults: two lanes, the cores divided among them
 GROUP = "dev0"
 
 

@@ -152,3 +152,18 @@ def test_page_renders_from_results_with_its_plots(synthetic, tmp_path):
     # the raw data's link resolves from the page
     link = text.split("Raw data: [colocation.json](")[1].split(")")[0]
     assert (page.parent / link).resolve() == path.resolve()
+
+
+def test_a_kept_repository_loses_the_models_no_configuration_names(tmp_path):
+    """A configuration renamed since the repository was built (lazybatch_2lanes at 5061e2b) would still be loaded
+    by tritonserver, idle, holding memory: the build removes such models and keeps the named ones."""
+    from benchmarks.colocation.repo import _prune
+
+    for name in ("mlp_lazybatch", "mlp_lazybatch_2lanes", "mlp_triton_0us"):
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "config.pbtxt").write_text(f'name: "{name}"\n')
+    (tmp_path / "notes").mkdir()  # not a model: left alone
+    said = []
+    _prune(tmp_path, {"mlp_lazybatch", "mlp_triton_0us"}, said.append)
+    assert sorted(d.name for d in tmp_path.iterdir()) == ["mlp_lazybatch", "mlp_triton_0us", "notes"]
+    assert said and "mlp_lazybatch_2lanes" in said[0]

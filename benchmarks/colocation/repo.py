@@ -120,7 +120,25 @@ def build(out: Path, kinds: list[str], configs: list[Config], *, profile_reps: i
                     rl.priority = c.rl_priority(kind)
                 path.write_text(config_to_text(cfg))
         log(f"[build] {kind}: {len(configs)} configurations")
+    for repo, cfgs in ((main, [c for c in configs if not c.rate_limited]),
+                       (limited, [c for c in configs if c.rate_limited])):
+        _prune(repo, {model_name(k, c) for k in kinds for c in cfgs}, log)
     return main, limited
+
+
+def _prune(repo: Path, wanted: set[str], log: Callable[[str], None]) -> None:
+    """Remove the models of a kept repository that no configuration of this run names (a configuration renamed or
+    dropped since it was built): tritonserver would load them too, and 8 idle stubs took 5 GB at 73fc393."""
+    import shutil
+
+    if not repo.is_dir():
+        return
+    stale = sorted(d.name for d in repo.iterdir() if d.is_dir() and (d / "config.pbtxt").exists()
+                   and d.name not in wanted)
+    for name in stale:
+        shutil.rmtree(repo / name)
+    if stale:
+        log(f"[build] removed {len(stale)} models of {repo.name} that this run does not serve: {', '.join(stale)}")
 
 
 def lazybatch_table(out: Path, kind: str) -> Path:
