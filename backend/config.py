@@ -256,7 +256,7 @@ class BackendSettings:
     device_weight: float = 1.0  # its weight in the device's fair share
     device_priority_level: int = 0  # its priority at the device (smaller: more urgent)
     device_max_queue_size: int = 0  # samples held across the group's models (0: unbounded)
-    device_lanes: int = 2  # stage jobs the group's device runs at once (alike on the group's models): DEFAULT_DEVICE_LANES
+    device_lanes: int = DEFAULT_DEVICE_LANES  # stage jobs the group's device runs at once (alike on the group's models)
 
     def request_level(self, priority: int) -> tuple[int, str | None]:
         """The scheduler's priority level for a request's ``request_priority`` (0 or absent: the default level),

@@ -4,7 +4,9 @@ One tritonserver serves every configuration without Triton's rate limiter (only 
 time, the others' stubs sit idle); the rate-limited configurations need a server of their own, started with
 ``--rate-limit=execution_count``, because the rate limiter is a server-wide switch. Every lazybatch model names its
 ``device_group`` explicitly (``"none"`` for the configuration without the device scheduler), so the benchmark
-measures the same thing whichever default the backend has.
+measures the same thing whether or not the backend groups models by default; ``lazybatch`` takes the group's other
+defaults (two lanes, each model's pool the cores divided among them: what a user who names a group gets), and
+``lazybatch_1lane`` names one lane.
 
 Configuration -> (model suffix, policy, config parameters, rate limiter priority or None):
 """
