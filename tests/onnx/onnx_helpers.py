@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import onnx
@@ -20,3 +24,23 @@ def light(name: str) -> Path:
 def listing(d: Path) -> set[str]:
     return {p.name for p in d.iterdir()}
 
+
+
+def small_resnet_split(root: Path) -> Path:
+    """The small ResNet-50 exported and split under ``root`` (m.onnx, s/): the process-wide session settings'
+    tests run it in fresh processes."""
+    from lazybatch.onnx_tools.split import split_model
+    from lazybatch.onnx_tools.zoo import export_model
+
+    export_model("resnet50", root / "m.onnx", small=True, seed=0)
+    split_model(root / "m.onnx", root / "s")
+    return root
+
+
+def in_fresh_process(code: str, cwd: Path) -> dict:
+    """Run ``code`` in a new Python process (a process-wide onnxruntime switch must not reach pytest's) and return
+    the JSON object its last line prints."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -7,9 +7,6 @@ fresh Python process."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +15,8 @@ import pytest
 from lazybatch.sessions.arena import shared_arena
 from lazybatch.sessions.chain import StageChain, random_feeds
 from lazybatch.sessions.threads import session_options
+
+from .onnx_helpers import in_fresh_process, small_resnet_split
 
 RUN = """
     import json
@@ -52,20 +51,7 @@ RUN = """
 
 @pytest.fixture(scope="module")
 def split_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from lazybatch.onnx_tools.split import split_model
-    from lazybatch.onnx_tools.zoo import export_model
-
-    root = tmp_path_factory.mktemp("arena")
-    export_model("resnet50", root / "m.onnx", small=True, seed=0)
-    split_model(root / "m.onnx", root / "s")
-    return root
-
-
-def _in_fresh_process(code: str, cwd: Path) -> dict:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return small_resnet_split(tmp_path_factory.mktemp("arena"))
 
 
 def test_this_process_keeps_an_arena_per_session() -> None:
@@ -80,8 +66,8 @@ def test_shared_arena_same_outputs_less_memory(split_dir: Path) -> None:
     feeds = random_feeds(man["graph_inputs"], 3, np.random.default_rng(7))
     np.savez(split_dir / "feeds.npz", **feeds)
     ref = StageChain(split_dir / "s", man).run_chain(feeds)
-    per = _in_fresh_process(RUN.format(shared=False), split_dir)
-    shared = _in_fresh_process(RUN.format(shared=True), split_dir)
+    per = in_fresh_process(RUN.format(shared=False), split_dir)
+    shared = in_fresh_process(RUN.format(shared=True), split_dir)
     assert not per["shared"] and shared["shared"] and shared["entry"] == "1"
     assert per["same_after_shrink"] and shared["same_after_shrink"]
     for name in ("out_False.npz", "out_True.npz"):

@@ -8,9 +8,6 @@ the switch)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -19,23 +16,12 @@ import pytest
 from lazybatch.sessions.chain import StageChain, random_feeds
 from lazybatch.sessions.threads import global_thread_pool, session_options
 
+from .onnx_helpers import in_fresh_process, small_resnet_split
+
 
 @pytest.fixture(scope="module")
 def split_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from lazybatch.onnx_tools.split import split_model
-    from lazybatch.onnx_tools.zoo import export_model
-
-    root = tmp_path_factory.mktemp("threads")
-    export_model("resnet50", root / "m.onnx", small=True, seed=0)
-    split_model(root / "m.onnx", root / "s")
-    return root
-
-
-def _in_fresh_process(code: str, cwd: Path) -> dict:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return small_resnet_split(tmp_path_factory.mktemp("threads"))
 
 
 def test_this_process_stays_on_per_session_pools() -> None:
@@ -53,7 +39,7 @@ def test_global_pool_gives_the_same_outputs_and_every_path_works(split_dir: Path
     feeds = random_feeds(man["graph_inputs"], 3, np.random.default_rng(7))
     np.savez(split_dir / "feeds.npz", **feeds)
     ref = StageChain(split_dir / "s", man).run_chain(feeds)
-    got = _in_fresh_process(f"""
+    got = in_fresh_process(f"""
         import json, warnings
         import numpy as np
         from lazybatch.sessions.threads import use_global_thread_pool, global_thread_pool, session_options
@@ -83,7 +69,7 @@ def test_global_pool_gives_the_same_outputs_and_every_path_works(split_dir: Path
 
 def test_profile_cli_global_thread_pool_flag(split_dir: Path) -> None:
     """`lazybatch profile --global-thread-pool` profiles on the pool the Triton backend uses, and records it."""
-    got = _in_fresh_process("""
+    got = in_fresh_process("""
         import json
         from lazybatch.cli import main
         rc = main(["profile", "s", "--batch-sizes", "1,2", "--repeat", "1", "--warmup", "0", "--no-plot",
