@@ -154,10 +154,11 @@ class TritonPythonModel:
         # the group first: its lanes size the onnxruntime pool (several lanes: the cores shared among them)
         self.device_group = "" if s.whole_graph else self._device_group(cfg, args)
         if self.device_group:
-            threads = lane_threads(s.intra_op_threads, s.device_lanes, usable_cores())
+            cores = usable_cores()
+            threads = lane_threads(s.intra_op_threads, s.device_lanes, cores)
             if threads != s.intra_op_threads:
                 print(f"lazybatch: {s.name}: intra_op_threads {threads} (device group {self.device_group!r} runs "
-                      f"{s.device_lanes} lanes on {usable_cores()} cores; set intra_op_threads to choose)",
+                      f"{s.device_lanes} lanes on {cores} cores; set intra_op_threads to choose)",
                       file=sys.stderr)
                 s.intra_op_threads = threads
         # Inside Triton a model instance is a stub process of its own: one pool for all its sessions. Outside it

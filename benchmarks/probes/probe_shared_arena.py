@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -24,16 +25,14 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import command_line, machine_meta, write_json
+from lazybatch.client.soak import process_rss
 from tqdm import tqdm
 
 SETTINGS = ("per_session", "shared")
 
 
 def _rss_mib() -> float:
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return process_rss(os.getpid()) / 2**20
 
 
 def child(setting: str, model_dir: str, batches: list[int], runs: int) -> dict:

@@ -20,13 +20,15 @@ from .onnx_helpers import in_fresh_process, small_resnet_split
 
 RUN = """
     import json
+    import os
     import numpy as np
     from lazybatch.backend.stages import StageRunner
+    from lazybatch.client.soak import process_rss
     from lazybatch.sessions.arena import shared_arena, use_shared_arena
     from lazybatch.sessions.threads import session_options, use_global_thread_pool
 
     def rss():
-        return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")) / 1024
+        return process_rss(os.getpid()) / 2**20
 
     use_global_thread_pool(0)  # as in a stub
     if {shared}:
