@@ -119,6 +119,12 @@ PARAMETERS.update({
                     "started with the first member's, and a model whose value differs fails its load saying both. "
                     "With more than one lane and intra_op_threads unset, each member's onnxruntime pool gets the "
                     "instance's cores divided among the lanes (at least one thread; docs/colocation.md, \"Lanes\")",
+    "device_solo_intra_op_threads": "device_group models: onnxruntime intra-op threads of a whole-graph pass run "
+                                    "while the model is alone on the device (no other member active: the solo "
+                                    "lease, or no second member yet); default: the instance's cores, where its "
+                                    "lanes leave its stages one thread each; 0: such passes keep the lane's "
+                                    "threads. Shared, the model runs its stages at the lane's threads "
+                                    "(docs/colocation.md, \"Width alone\")",
     "max_queue_size": "most samples the scheduler holds (queued or in flight); more are rejected UNAVAILABLE "
                       "(default 0: unbounded)",
     "timeout_action": "REJECT: refuse a request whose deadline the predictor says cannot be met | DELAY: serve it "
@@ -257,6 +263,7 @@ class BackendSettings:
     device_priority_level: int = 0  # its priority at the device (smaller: more urgent)
     device_max_queue_size: int = 0  # samples held across the group's models (0: unbounded)
     device_lanes: int = DEFAULT_DEVICE_LANES  # stage jobs the group's device runs at once (alike on the group's models)
+    device_solo_intra_op_threads: int = -1  # whole passes alone on the device: -1 the cores (solo_threads), 0 off
 
     def request_level(self, priority: int) -> tuple[int, str | None]:
         """The scheduler's priority level for a request's ``request_priority`` (0 or absent: the default level),
@@ -388,6 +395,9 @@ def _device_settings(cfg: Any, whole_executions: str | None = None) -> dict[str,
         "device_lanes": (int, lambda v: 1 <= v <= MAX_DEVICE_LANES,
                          f"an integer in 1..{MAX_DEVICE_LANES} (stage jobs the group's device runs at once, "
                          f"default {DEFAULT_DEVICE_LANES})"),
+        "device_solo_intra_op_threads": (int, lambda v: 0 <= v <= 4096,
+                                         "an integer >= 0 (threads of a whole-graph pass alone on the device; 0: "
+                                         "the lane's threads)"),
     }
     for key, (parse, valid, must) in checks.items():
         text = _param(cfg, key)
@@ -406,7 +416,7 @@ def _device_settings(cfg: Any, whole_executions: str | None = None) -> dict[str,
                           "request could never be admitted; raise it (or 0 for unbounded)",
                           field="parameters.device_max_queue_size")
     given = [k for k in ("device_weight", "device_priority_level", "device_max_queue_size",
-                                 "device_lanes") if k in out]
+                         "device_lanes", "device_solo_intra_op_threads") if k in out]
     if whole_executions and (group or auto or given):
         what = ", ".join((["device_group"] if group or auto else []) + given)
         raise ConfigError(f"{what}: a model under {whole_executions} runs Triton's batches as whole executions, which "
@@ -429,6 +439,23 @@ def lane_threads(intra_op_threads: int, lanes: int, cores: int) -> int:
     if intra_op_threads > 0 or lanes <= 1:
         return intra_op_threads
     return max(1, cores // lanes)
+
+
+def solo_threads(setting: int, lane: int, cores: int) -> int:
+    """The intra-op threads of a grouped model's whole-graph passes while it is alone on the device, or 0 where they
+    keep the lane's (``lane``: the model's intra_op_threads; 0, onnxruntime's default, is every core already).
+
+    Why: onnxruntime cannot resize a pool, so a model sized for its lane would run on part of the cores the whole
+    time it is alone (served: BERT alone at 110% averaged 1,585 ms on one thread against 184 ms under Triton;
+    docs/colocation.md, "Width alone"). So its whole graph gets a session of its own at this width, used only while
+    no other member is active, and the stages keep the lane's. That takes pools per session (a process with a
+    global pool refuses sessions with their own), which costs nothing where the lane has one thread: such stages
+    need no pool at all. With wider lanes the stages would wake their own pools' workers at every stage
+    (sessions/threads.py), so the default stays off there; a ``setting`` above the lane's turns it on anyway."""
+    if setting == 0 or lane <= 0:
+        return 0
+    want = setting if setting > 0 else (cores if lane == 1 else 0)
+    return want if want > lane else 0
 
 
 def usable_cores() -> int:

@@ -96,6 +96,8 @@ class InlineRoute:
         hooks = self.hooks
         if whole is None or not self.on or hooks is None:
             return None
+        if rt.whole_wide and not rt.alone():  # wider than the lane: only alone on the device (runtime.whole_wide)
+            return self.refuse("the device is shared: the stages run at the lane's width")
         if self.hold_until and time.monotonic() < self.hold_until:
             return self.refuse("a co-located model was active within the window")
         loop = self._loop
@@ -244,5 +246,5 @@ class InlineRoute:
             n, ok, latency, failed, took = deferred.popleft()
             if rt.metrics is not None:
                 rt.metrics.pass_done(n_stages, n, ok, latency, failed)
-            if took > 0.0:
+            if took > 0.0 and not rt.whole_wide:  # a wider pass says nothing of the stages' times
                 rt.calibrate_span(0, n_stages, n, took)

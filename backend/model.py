@@ -34,7 +34,7 @@ from lazybatch.batcher.request import Status
 from lazybatch.batcher.admission import QueuePolicy
 
 from .config import (BackendSettings, default_device_group, lane_threads, parse_config_json, parse_request_parameters,
-                     usable_cores, validate_request)
+                     solo_threads, usable_cores, validate_request)
 from .faults import FaultInjector
 from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
 from .model_kinds import MODEL_KINDS, executor_of, model_kind
@@ -146,6 +146,8 @@ class TritonPythonModel:
         self._responder: ResponseThread | None = None  # sends the answers (response_thread, backend/responder.py)
         self._latches: dict[int, _Latch] = {}  # batch_per_execute: request -> its execute call's latch
         self.fused: str | None = None  # why the stages run as one whole-graph pass (fuse_stages), if they do
+        self.solo_threads = 0  # a grouped model's whole-graph threads alone on the device (config.solo_threads)
+        self.whole_wide = False  # its whole graph was made that wide (model_kinds._whole_graph_for_spans)
         self.segment_dir: Path | None = None  # fuse_segments: the merged segment files
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
         self._stats_path = Path(stats_dir) / f"{s.name}.json" if stats_dir else None
@@ -161,6 +163,9 @@ class TritonPythonModel:
                       f"{s.device_lanes} lanes on {cores} cores; set intra_op_threads to choose)",
                       file=sys.stderr)
                 s.intra_op_threads = threads
+            self.solo_threads = solo_threads(s.device_solo_intra_op_threads, s.intra_op_threads, cores)
+            if self.solo_threads:  # the whole graph's own pool beside the stages': pools per session
+                s.use_per_session_threads = True
         # Inside Triton a model instance is a stub process of its own: one pool for all its sessions. Outside it
         # (in-process tests, embedding) the process is someone else's, and the switch would refuse their sessions.
         if not s.use_per_session_threads and pb_utils is not None:
@@ -198,6 +203,7 @@ class TritonPythonModel:
             inline_ok = False
             if whole is not None:
                 self.runtime.whole_runner = whole
+                self.runtime.whole_wide = self.whole_wide
                 self.runtime.inline = inline_ok = self._inline_allowed(cfg)
             if "boundary_cost_us" in spec.params:  # fixed by the config: not measured
                 self.runtime.measure_boundary_cost = False

@@ -200,10 +200,21 @@ def _whole_graph_for_spans(m: TritonPythonModel, policy: Any, runner: StageRunne
                 intra_op_threads=s.intra_op_threads, name=s.name)
     if done is None:
         return None
-    policy.fused_ratio = measure_fused_ratio(runner, done[0])
+    policy.fused_ratio = measure_fused_ratio(runner, done[0])  # at the stages' width: what eager weighs
     m.fused = (f"a job that spans all {table.graph.n} stages runs as one whole-graph pass "
                f"({policy.fused_ratio:.2f}x the stages' time); the scheduler keeps the stage boundaries where "
                "preempting may pay")
+    if m.solo_threads:  # the device group's member alone on the device: a wider whole graph (config.solo_threads)
+        wide = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,
+                    intra_op_threads=m.solo_threads, name=s.name)
+        if wide is not None:
+            m.whole_wide = True
+            m.fused += (f"; alone on the device it runs on {m.solo_threads} intra-op threads, shared the stages run "
+                        f"on {s.intra_op_threads}")
+            print(f"lazybatch: {s.name}: whole-graph passes alone on the device run {m.solo_threads} intra-op "
+                  f"threads; shared, the stages run {s.intra_op_threads} (device_solo_intra_op_threads)",
+                  file=sys.stderr)
+            return wide[0]
     return done[0]
 
 

@@ -58,6 +58,10 @@ BOUNDARY_COST_WEIGHT = 0.02  # per job: the measured cost of a decision point fo
 RECALIBRATE_INTERVAL_S = 0.25
 
 
+def _always() -> bool:
+    return True
+
+
 class BackendRuntime:
     """Owns the scheduler thread of one model instance."""
 
@@ -74,6 +78,11 @@ class BackendRuntime:
         self.runner = runner
         # the verified whole graph (backend/fusion.py), for jobs that span every stage; None: chain the stages
         self.whole_runner: StageRunner | None = None
+        # a grouped model's whole graph may be wider than its stages (config.solo_threads): then it runs only while
+        # ``alone`` says no other member of the device group is active (arbiter/join.py), and its passes leave the
+        # table alone, which describes the stages at the lane's width, what the scheduler plans with when shared
+        self.whole_wide = False
+        self.alone: Callable[[], bool] = _always
         self.policy = policy
         self._dense = table.dense
         self.calibrator = OnlineCalibrator(table)  # rewrites table.dense in place (the rows _dense holds)
@@ -293,6 +302,10 @@ class BackendRuntime:
         stats = self.stats
         t0 = time.perf_counter()
         whole = self.whole_runner if start == 0 and stop == runner.n_stages else None
+        wide = whole is not None and self.whole_wide
+        if wide and not self.alone():
+            whole = None
+            wide = False
         feeds: dict[str, np.ndarray] = {}
         need = [i for s in range(start, stop) for i in stages[s].inputs
                 if i.source is None or i.source < start]
@@ -329,8 +342,9 @@ class BackendRuntime:
         if self.on_batch is not None:
             self.on_batch(start, len(reqs), t2 - t1)
         # a whole-graph pass too: the table must follow what the device does, and at low load nearly every
-        # request is one (its time shared among the stages by their table times)
-        self.calibrate_span(start, stop, len(reqs), t3 - t0)
+        # request is one (its time shared among the stages by their table times); not a wider one (whole_wide)
+        if not wide:
+            self.calibrate_span(start, stop, len(reqs), t3 - t0)
 
     def _run_batch(self, stage: int, reqs: list[Request]) -> None:
         runner = self.runner

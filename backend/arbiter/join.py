@@ -46,6 +46,7 @@ class Membership:
         self._on_gate = on_gate
         self._solo: Any = None  # the locked solo file while this member is alone and no arbiter runs
         self._closed = threading.Event()
+        runtime.alone = self.alone
         sock = _try_connect(self.path)
         if sock is not None:
             _checked(sock, self.path, group, lanes)
@@ -75,6 +76,13 @@ class Membership:
     @property
     def solo(self) -> bool:
         return self._solo is not None
+
+    def alone(self) -> bool:
+        """Whether no other member may run now: no arbiter joined (solo, or none could start: the model then
+        shares the device as an ungrouped one does), or the arbiter's solo lease held and not revoked. The
+        runtime's whole-graph passes wider than the lane ask this (``BackendRuntime.whole_wide``)."""
+        gate = self.gate
+        return gate is None or (gate.leased and not gate.revoked)
 
     def close(self) -> None:
         """The model is unloaded (its scheduler's close has sent the gate's leave): stop looking, free the lock."""

@@ -20,7 +20,7 @@ from benchmarks import pair
 from benchmarks.harness.verdict import VERDICTS
 from lazybatch.backend.arbiter import protocol as P
 from lazybatch.backend.arbiter.client import query
-from lazybatch.backend.config import lane_threads, usable_cores
+from lazybatch.backend.config import lane_threads, solo_threads, usable_cores
 from lazybatch.repo import PAIR_GROUP, PAIR_OURS, PAIR_POLICIES
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model
@@ -88,6 +88,10 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
     for prefix in PREFIXES.values():
         assert (f"lazybatch: {prefix}_{PAIR_OURS}: intra_op_threads {lane_threads(0, 2, cores)} (device group "
                 f"'{PAIR_GROUP}' runs 2 lanes on {cores} cores") in log, log[-3000:]
+        solo = solo_threads(-1, lane_threads(0, 2, cores), cores)  # alone on the device: the whole graph wider
+        if solo:
+            assert (f"lazybatch: {prefix}_{PAIR_OURS}: whole-graph passes alone on the device run {solo} intra-op "
+                    "threads") in log, log[-3000:]
 
     text = pair.report(data, tmp_path)
     assert capsys.readouterr().out.strip() == text.strip()  # the page is what the quickstart prints
