@@ -14,7 +14,12 @@ Configurations, each its own repository and server, taken in a rotated order per
 - ``lanes 2, every core``: ``device_lanes: "2"`` and ``intra_op_threads`` the machine's cores: two jobs at once,
   each with a pool as wide as the machine;
 - ``lanes 2, cores shared``: ``device_lanes: "2"`` and no ``intra_op_threads``, the group's defaults since 73fc393:
-  each model's pool the cores divided among the lanes (one thread each on 2 cores), two jobs at once.
+  each model's pool the cores divided among the lanes (one thread each on 2 cores), two jobs at once; since a8a79c0
+  a model alone on the device runs its whole graph on every core (``device_solo_intra_op_threads``);
+- ``lanes 2, cores shared, narrow alone``: the same with ``device_solo_intra_op_threads: "0"`` (before a8a79c0).
+
+After the pair, each server also serves the large model alone at the same rate (``--alone-duration``, once the
+small model's last job is past the solo lease's window): what a grouped model gets with its siblings idle.
 
 Per configuration and repetition: each model's avg and p99 latency and throughput, and the aggregate.
 """
@@ -36,7 +41,8 @@ from lazybatch.backend.config import usable_cores
 SMALL, LARGE = "mlp", "resnet50"
 CONFIGS = {"lanes 1": {"device_lanes": "1"},
            "lanes 2, every core": {"device_lanes": "2", "intra_op_threads": str(usable_cores())},
-           "lanes 2, cores shared": {}}  # the defaults: two lanes, the cores divided among them
+           "lanes 2, cores shared": {},  # the defaults: two lanes, the cores divided among them
+           "lanes 2, cores shared, narrow alone": {"device_solo_intra_op_threads": "0"}}
 GROUP = "dev0"
 
 
@@ -88,6 +94,9 @@ def one_run(repo: Path, arbiters: Path, t1: dict[str, float] | None, args: argpa
             rows = run_together(url, {m: r / total for m, r in rates.items()}, total, args.duration,
                                 sla_ms={m: KIND_SLA_MS[m] for m in rates}, seed=args.seed)
             lanes = query(path)["lanes"]
+            time.sleep(P.SIBLING_WINDOW_S + 1.0)  # the small model's last job past the solo lease's window
+            alone = run_together(url, {LARGE: 1.0}, rates[LARGE], args.alone_duration,
+                                 sla_ms={LARGE: KIND_SLA_MS[LARGE]}, seed=args.seed + 1)
     finally:
         try:
             os.kill(query(path, timeout=2)["pid"], signal.SIGKILL)
@@ -98,6 +107,9 @@ def one_run(repo: Path, arbiters: Path, t1: dict[str, float] | None, args: argpa
         out[r.model] = {"avg_ms": r.avg_ms, "p99_ms": r.p99_ms, "throughput": r.throughput,
                         "offered_rate": r.offered_rate, "sent": r.sent, "ok": r.ok, "errors": r.errors,
                         "lost": r.lost, "sla_violation_rate": r.sla_violation_rate}
+    r = next(r for r in alone if r.model == LARGE)
+    out["alone"] = {LARGE: {"avg_ms": r.avg_ms, "p99_ms": r.p99_ms, "throughput": r.throughput, "sent": r.sent,
+                            "ok": r.ok, "errors": r.errors, "lost": r.lost}}
     return out, t1
 
 
@@ -105,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repetitions", type=int, default=3)
     ap.add_argument("--duration", type=float, default=20.0, help="seconds of load per run")
+    ap.add_argument("--alone-duration", type=float, default=10.0, help="seconds of the large model alone per run")
     ap.add_argument("--small-load", type=float, default=0.3, help="the small model's rate x its t1")
     ap.add_argument("--large-load", type=float, default=1.1, help="the large model's rate x its t1")
     ap.add_argument("--seed", type=int, default=0)
@@ -129,18 +142,22 @@ def main(argv: list[str] | None = None) -> int:
                 runs[name].append(fig)
                 print(f"rep {rep} {name}: small {fig[SMALL]['avg_ms']:.2f}/{fig[SMALL]['p99_ms']:.2f} ms, large "
                       f"{fig[LARGE]['avg_ms']:.2f}/{fig[LARGE]['p99_ms']:.2f} ms (avg/p99), throughput "
-                      f"{fig['(all)']['throughput']:.1f}/s ({time.monotonic() - t0:.0f} s)", flush=True)
+                      f"{fig['(all)']['throughput']:.1f}/s; large alone {fig['alone'][LARGE]['avg_ms']:.2f}/"
+                      f"{fig['alone'][LARGE]['p99_ms']:.2f} ms ({time.monotonic() - t0:.0f} s)", flush=True)
     summary = {}
     for name, rs in runs.items():
         summary[name] = {m: {k: spread([r[m][k] for r in rs]) for k in ("avg_ms", "p99_ms", "throughput")}
                          for m in (SMALL, LARGE, "(all)")}
+        summary[name]["alone"] = {k: spread([r["alone"][LARGE][k] for r in rs]) for k in ("avg_ms", "p99_ms")}
     print(f"t1 served alone: {SMALL} {t1[SMALL] * 1e3:.2f} ms, {LARGE} {t1[LARGE] * 1e3:.2f} ms")
     for name, s in summary.items():
         print(f"{name:>18}: small avg {fmt(s[SMALL]['avg_ms'])} p99 {fmt(s[SMALL]['p99_ms'])}; large avg "
-              f"{fmt(s[LARGE]['avg_ms'])} p99 {fmt(s[LARGE]['p99_ms'])}; throughput {fmt(s['(all)']['throughput'], 1)}/s")
+              f"{fmt(s[LARGE]['avg_ms'])} p99 {fmt(s[LARGE]['p99_ms'])}; throughput {fmt(s['(all)']['throughput'], 1)}/s; "
+              f"large alone avg {fmt(s['alone']['avg_ms'])} p99 {fmt(s['alone']['p99_ms'])}")
     if args.json:
         write_json(args.json, {"meta": {**meta, "command": command_line(), "repetitions": args.repetitions,
-                                        "duration_s": args.duration, "small_load": args.small_load,
+                                        "duration_s": args.duration, "alone_duration_s": args.alone_duration,
+                                        "small_load": args.small_load,
                                         "large_load": args.large_load, "seed": args.seed,
                                         "t1_ms": {m: v * 1e3 for m, v in t1.items()},
                                         "configs": CONFIGS},
