@@ -219,18 +219,32 @@ def test_a_leased_member_rejoins_a_restarted_arbiter_through_the_join_and_is_lea
 # ---------------------------------------------------------------- the lazy start (join.py)
 
 
+def eager_runtime(stages, name):
+    """An eager runtime on the stages at one thread, not yet in any group (the caller makes its Membership)."""
+    runner = StageRunner(stages, execution_provider="cpu", intra_op_threads=1)
+    c = Collector()
+    rt = BackendRuntime(runner, runner.profile([1, 2, 4, 8], reps=1),
+                        parse_policy("eager").build(max_batch_size=8), c.respond, name=name)
+    return rt, c
+
+
+def close_members(runtimes, members, path):
+    """Close the runtimes and their memberships, and kill the arbiter they started, if it runs."""
+    for rt in runtimes:
+        rt.close()
+    for m in members:
+        if m is not None:
+            m.close()
+    try:
+        os.kill(query(path)["pid"], signal.SIGKILL)
+    except (OSError, ConnectionError):
+        pass
+
+
 def test_one_member_starts_no_arbiter_and_a_second_one_forms_the_group(models, group):
     path, _ = P.group_paths(group, GROUP)
-
-    def runtime(stages, name):
-        runner = StageRunner(stages, execution_provider="cpu", intra_op_threads=1)
-        c = Collector()
-        rt = BackendRuntime(runner, runner.profile([1, 2, 4, 8], reps=1),
-                            parse_policy("eager").build(max_batch_size=8), c.respond, name=name)
-        return rt, c
-
-    rs, cs = runtime(models["small"][1], "small")
-    rl, cl = runtime(models["large"][1], "large")
+    rs, cs = eager_runtime(models["small"][1], "small")
+    rl, cl = eager_runtime(models["large"][1], "large")
     first = second = None
     try:
         first = Membership(rs, GROUP, group, "small")
@@ -250,15 +264,7 @@ def test_one_member_starts_no_arbiter_and_a_second_one_forms_the_group(models, g
         _check_once(cs, ws)
         _check_once(cl, wl)
     finally:
-        rs.close()
-        rl.close()
-        for m in (first, second):
-            if m is not None:
-                m.close()
-        try:
-            os.kill(query(path)["pid"], signal.SIGKILL)
-        except (OSError, ConnectionError):
-            pass
+        close_members((rs, rl), (first, second), path)
 
 
 def test_a_second_member_with_other_device_lanes_fails_its_load_against_a_solo_one(models, group):

@@ -8,15 +8,12 @@ the stages at the lane's width, and wide passes leave the latency table (which d
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import numpy as np
 import pytest
 
 from lazybatch.backend.arbiter import protocol as P
-from lazybatch.backend.arbiter.client import query
 from lazybatch.backend.arbiter.join import Membership
 from lazybatch.backend.config import solo_threads
 from lazybatch.backend.fusion import fuse
@@ -27,7 +24,7 @@ from lazybatch.batcher.policies import parse_policy
 
 from test_arbiter import GROUP, _check_once, _drive, group, models  # noqa: F401
 from test_backend import Collector
-from test_device_lease import _settings
+from test_device_lease import _settings, close_members, eager_runtime
 
 
 def test_solo_threads_are_the_cores_where_the_lane_has_one_thread():
@@ -116,13 +113,8 @@ def test_a_wide_whole_graph_runs_only_alone_and_leaves_the_table_alone(models):
 
 def test_membership_says_alone_while_solo_or_leased_and_not_while_a_sibling_runs(models, group):
     path, _ = P.group_paths(group, GROUP)
-    rts = {}
-    for name in ("small", "large"):
-        runner = StageRunner(models[name][1], execution_provider="cpu", intra_op_threads=1)
-        c = Collector()
-        rts[name] = (BackendRuntime(runner, runner.profile([1, 2, 4, 8], reps=1),
-                                    parse_policy("eager").build(max_batch_size=8), c.respond, name=name), c)
-    (rs, cs), (rl, cl) = rts["small"], rts["large"]
+    rs, cs = eager_runtime(models["small"][1], "small")
+    rl, cl = eager_runtime(models["large"][1], "large")
     first = second = None
     try:
         first = Membership(rs, GROUP, group, "small")
@@ -147,12 +139,4 @@ def test_membership_says_alone_while_solo_or_leased_and_not_while_a_sibling_runs
         _check_once(cs, want | more)
         assert rs.alone()
     finally:
-        rs.close()
-        rl.close()
-        for m in (first, second):
-            if m is not None:
-                m.close()
-        try:
-            os.kill(query(path)["pid"], signal.SIGKILL)
-        except (OSError, ConnectionError):
-            pass
+        close_members((rs, rl), (first, second), path)
