@@ -326,8 +326,11 @@ def test_tritons_batcher_groups_sources_of_different_lengths(s2s, kind):
     info = s2s.info[kind]
     rng = np.random.default_rng(7)
     before = s2s.stats(model)
-    long = make_request(rng, info, 2, info.max_output_length)
-    queued = [make_request(rng, info, 1 + i % info.max_source_length, 2) for i in range(6)]
+    # seven source lengths, all different (the long one the longest), so that any batch of two or more holds
+    # sources of different lengths: the small models decode in a few ms, and on a busy machine the queued requests
+    # can miss the long one and come in pairs (CI once saw batches of 1 and 2 only, so "3 or more" was flaky)
+    long = make_request(rng, info, info.max_source_length, info.max_output_length)
+    queued = [make_request(rng, info, 1 + i % (info.max_source_length - 1), 2) for i in range(6)]
     with Client(s2s.grpc) as c, ThreadPoolExecutor(7) as pool:
         # the long request goes first; the others queue while it decodes (a sleep here once outlasted the decode on
         # a busy machine: they then arrived one by one and were served so). Should some arrive with it, Triton's
@@ -338,10 +341,10 @@ def test_tritons_batcher_groups_sources_of_different_lengths(s2s, kind):
         _check(s2s, kind, long, first.result(timeout=120))
     for i, feeds in enumerate(queued):
         _check(s2s, kind, feeds, got[i])
-    assert len({f["src_tokens"].shape[1] for f in queued}) == 6
+    assert len({f["src_tokens"].shape[1] for f in [long, *queued]}) == 7
     after = s2s.stats(model)
     grown = {int(b) for b, n in after["batch_hist"].items() if n > before.get("batch_hist", {}).get(b, 0)}
-    assert max(grown) >= 3, (before.get("batch_hist"), after["batch_hist"])
+    assert max(grown) >= 2, (before.get("batch_hist"), after["batch_hist"])
 
 
 def test_batch_per_execute_needs_graph_policy(tmp_path):
