@@ -7,7 +7,7 @@
 # the end. Then, on the same server, the co-located pair (benchmarks/pair.py): the 8 x 2048 MLP beside ResNet-50,
 # both driven at once, under lazybatch's device scheduler (both in device_group "pair") and under Triton's batcher
 # at 0/5 ms, each alone for reference; its table is printed after the first. Results: lazybatch-results/triton-quick/
-# (bench.md, bench.json, bench.png, pair.md, pair.json, tritonserver.log). About 6 minutes on 2 cores.
+# (bench.md, bench.json, bench.png, pair.md, pair.json, tritonserver.log). About 8-12 minutes on 2 cores.
 #
 # Longer, the full experiment: .venv/bin/python -m benchmarks.bench_triton   (about 15 minutes)
 set -euo pipefail
