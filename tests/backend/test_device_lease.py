@@ -243,8 +243,7 @@ def close_members(runtimes, members, path):
 
 def test_one_member_starts_no_arbiter_and_a_second_one_forms_the_group(models, group):
     path, _ = P.group_paths(group, GROUP)
-    rs, cs = eager_runtime(models["small"][1], "small")
-    rl, cl = eager_runtime(models["large"][1], "large")
+    (rs, cs), (rl, cl) = (eager_runtime(models[k][1], k) for k in ("small", "large"))
     first = second = None
     try:
         first = Membership(rs, GROUP, group, "small")

@@ -17,13 +17,9 @@ from lazybatch.backend.arbiter import protocol as P
 from lazybatch.backend.arbiter.join import Membership
 from lazybatch.backend.config import solo_threads
 from lazybatch.backend.fusion import fuse
-from lazybatch.backend.runtime import BackendRuntime
-from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.errors import ConfigError
-from lazybatch.batcher.policies import parse_policy
 
 from test_arbiter import GROUP, _check_once, _drive, group, models  # noqa: F401
-from test_backend import Collector
 from test_device_lease import _settings, close_members, eager_runtime
 
 
@@ -60,10 +56,7 @@ class _Counted:
 
 
 def _wide_runtime(stages, model, *, wide: bool):
-    runner = StageRunner(stages, execution_provider="cpu", intra_op_threads=1)
-    c = Collector()
-    rt = BackendRuntime(runner, runner.profile([1, 2, 4, 8], reps=1),
-                        parse_policy("eager").build(max_batch_size=8), c.respond, name="small")
+    rt, c = eager_runtime(stages, "small")
     got = fuse(rt.runner, rt.scheduler.table, model, execution_provider="cpu", intra_op_threads=2, name="t")
     assert got is not None
     rt.whole_runner = whole = _Counted(got[0])  # type: ignore[assignment]
@@ -113,8 +106,7 @@ def test_a_wide_whole_graph_runs_only_alone_and_leaves_the_table_alone(models):
 
 def test_membership_says_alone_while_solo_or_leased_and_not_while_a_sibling_runs(models, group):
     path, _ = P.group_paths(group, GROUP)
-    rs, cs = eager_runtime(models["small"][1], "small")
-    rl, cl = eager_runtime(models["large"][1], "large")
+    (rs, cs), (rl, cl) = (eager_runtime(models[k][1], k) for k in ("small", "large"))
     first = second = None
     try:
         first = Membership(rs, GROUP, group, "small")
