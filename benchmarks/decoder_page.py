@@ -1,13 +1,13 @@
 """The decoder results page (docs/results/decoder.md), generated whole from its raw data: the step-level batching
-sweep (`bench_decoder`, `lazybatch load` and perf_analyzer) and time to first token streamed (`bench_streaming`,
-three models, both drivers).
+sweep (`bench_decoder`, `lazybatch load` and perf_analyzer). Time to first token streamed has its own page
+(benchmarks/streaming_page.py).
 
     python -m benchmarks.decoder_page              # rewrite docs/results/decoder.md and its plot from docs/data/
 
 Every figure on the page comes from the data files named in ``SOURCES``, one run each; the goals' verdicts come from
 the one rule (benchmarks/harness/verdict.py) on the range over repetitions. Investigations of earlier rounds (the
 GNMT ceiling, light-load probes, the admission replays, a response every 4 tokens) are in git history, not here:
-``git log -- docs/results/decoder.md`` finds them. The README's decoder and streaming rows are ``readme_lines``."""
+``git log -- docs/results/decoder.md`` finds them. The README's decoder row is ``readme_line``."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from benchmarks import bench_decoder, bench_streaming
-from benchmarks.harness.page import page_cli, table_head, write_generated
+from benchmarks import bench_decoder
+from benchmarks.harness.page import commits, goals_table, page_cli, write_generated
 from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.stats import fmt, spread
 from benchmarks.harness.verdict import count, count_text, judge_spread, judge_value
@@ -28,14 +28,7 @@ PAGE = ROOT / "docs" / "results" / "decoder.md"
 MODELS = ("lm", "gnmt", "transformer")
 NAME = {"lm": "LM", "gnmt": "GNMT", "transformer": "Transformer"}
 
-
-def _suffix(m: str) -> str:
-    return "" if m == "lm" else f"_{m}"
-
-
-SOURCES = {"decoder": "decoder.json", "decoder_perf": "decoder_perf_analyzer_seeded.json",
-           **{f"streaming_{m}": f"streaming{_suffix(m)}.json" for m in MODELS},
-           **{f"streaming_perf_{m}": f"streaming_perf_analyzer{_suffix(m)}.json" for m in MODELS}}
+SOURCES = {"decoder": "decoder.json", "decoder_perf": "decoder_perf_analyzer_seeded.json"}
 # every round but the main sweep is rendered where its data is there (a run may stop before it; data from an earlier
 # run must then be deleted, not mixed in: tests/test_docs_data.py fails a page whose data spans commits)
 OPTIONAL = set(SOURCES) - {"decoder"}
@@ -72,33 +65,10 @@ def decoder_goals(res: dict, driver: str) -> list[tuple[str, str, str, dict | No
     return rows
 
 
-def streaming_goal(res: dict, driver: str) -> tuple[str, str, str, dict, str, str]:
-    base, cells = res["unloaded"], [c for c in res["cells"] if abs(c["load"] - bench_streaming.GOAL_LOAD) < 1e-9]
-    r = spread([c["ttft_avg_ms"] / base[c["rep"]]["eager"]["ttft_ms"] for c in cells if c["policy"] == "eager"])
-    return (NAME[res["model"]], f"{bench_streaming.GOAL_LOAD:.0%}", f"eager TTFT / unloaded TTFT ({driver})", r,
-            f"<= {bench_streaming.GOAL:g}", judge_spread(r, bench_streaming.GOAL, lower_is_better=True))
-
-
-def goal_rows(src: dict[str, dict]) -> dict[str, list]:
+def goal_rows(src: dict[str, dict]) -> list[tuple]:
     perf = src["decoder_perf"]["models"] if "decoder_perf" in src else []
-    return {"decoder": [r for m in src["decoder"]["models"] for r in decoder_goals(m, "lazybatch load")]
-            + [r for m in perf for r in decoder_goals(m, "perf_analyzer")],
-            "streaming": [streaming_goal(src[k], "lazybatch load")
-                          for k in (f"streaming_{m}" for m in MODELS) if k in src]
-            + [streaming_goal(src[k], "perf_analyzer") for k in (f"streaming_perf_{m}" for m in MODELS) if k in src]}
-
-
-def goals_table(rows: list) -> list[str]:
-    out = table_head(["model", "load", "figure", "mean [min-max] over repetitions", "goal", "verdict"])
-    for model, f, what, s, goal, v in rows:
-        out.append(f"| {model} | {f} | {what} | {fmt(s) if s else '-'} | {goal} | {v} |")
-    judged = [r[5] for r in rows if not r[5].startswith("not measured")]
-    gaps = len(rows) - len(judged)
-    return out + ["", f"Per cell: {count_text(count(judged))}" + (f"; {gaps} not measured." if gaps else ".")]
-
-
-def commits(src: dict[str, dict]) -> list[str]:
-    return sorted({d["meta"]["commit"] for d in src.values()})
+    return ([r for m in src["decoder"]["models"] for r in decoder_goals(m, "lazybatch load")]
+            + [r for m in perf for r in decoder_goals(m, "perf_analyzer")])
 
 
 def plot(src: dict[str, dict], path: Path) -> bool:
@@ -145,7 +115,8 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
         "decoder-only LM (GPT-2's block, 4 layers, d 512, a prefill over up to 32 prompt tokens, then one decoder "
         "step per token) with the shipped chat-like length histogram, GNMT (4+4 LSTM layers) and the Transformer "
         "base (6+6 layers) with the WMT-like one. Seeded random weights; each request decodes exactly its drawn "
-        "length. t1 is the mean of 20 such requests sent one at a time to Triton 0 ms.", "",
+        "length. t1 is the mean of 20 such requests sent one at a time to Triton 0 ms. The same models streamed: "
+        "[streaming.md](streaming.md).", "",
         "**Policies**, one tritonserver per model, taking turns at each load (order reversed every other "
         "repetition, the same requests at the same send times): `eager` (the default: decoder steps of requests "
         "at different timesteps share a batch, a finished request leaves at once, a newcomer joins at the next "
@@ -158,16 +129,12 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
         "cost; Triton's batcher at N ms is `graph:N` there).", "",
         "**Goals** (the issues that set them): the LM >= 3x lower average and p99 latency than Triton's best "
         "configuration at 70-150% and >= 2x peak throughput; GNMT and the Transformer >= 1.5x lower average at "
-        "70-150%; every model >= 1.0x at every other load; streamed, time to first token (TTFT) at 90% load <= 2x "
-        "its unloaded value. Verdicts by the one rule (benchmarks/harness/verdict.py) on the range over "
+        "70-150%; every model >= 1.0x at every other load. Verdicts by the one rule (benchmarks/harness/verdict.py) on the range over "
         "repetitions: met only where the whole range clears the goal, missed where it is all on the other side, "
         "otherwise a tie. The noise floor here is that range (no identical copy of a Triton configuration runs "
         "in these sweeps).", "",
-        "## Verdicts", "",
-        "### Latency and throughput against Triton's batcher", "",
-        *goals_table(goals["decoder"]), "",
-        "### Time to first token, streamed", "",
-        *goals_table(goals["streaming"]), "",
+        "## Verdicts: latency and throughput against Triton's batcher", "",
+        *goals_table(goals), "",
     ]
     if img:
         lines += [f"![average latency against load]({img})", ""]
@@ -182,54 +149,28 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
                   "```bash", perf["meta"]["command"], "```", ""]
         for res in perf["models"]:
             lines += [*bench_decoder.report(res), ""]
-    lines += ["## Streaming: time to first token", "",
-              "Every model decoupled (`repo default --model <kind> --decoupled`: a response at every token), under "
-              "eager with the decoupled default admission (`admission=first_token`: every queued request joins the "
-              "running decode at the next boundary, up to the batch cap), under `eager_curves` "
-              "(`eager:admission=curves`, the rule of models that answer once) and under Triton's batcher at "
-              "0/5/20 ms, which streams too but makes a newcomer wait for the running batch. Unloaded values: at "
-              "the start of every repetition, 20 requests one at a time, the policies taking turns. TTFT ratio: "
-              "mean TTFT at the load / mean unloaded TTFT of the same policy in the same repetition. Under "
-              "perf_analyzer only eager and eager_curves run: Triton's batcher leaves requests waiting longer than "
-              "perf_analyzer's windows at this load.", ""]
-    for key in [f"streaming_{m}" for m in MODELS] + [f"streaming_perf_{m}" for m in MODELS]:
-        if key in src:
-            res = src[key]
-            lines += ["```bash", res["meta"]["command"], "```", "", *bench_streaming.report(res), ""]
     lines += ["## Earlier rounds", "",
               "Earlier rounds of this page, and the investigations they held (GNMT's ceiling at 70%, the light-load "
-              "probes, the admission rules replayed, a response every 4 tokens, perf_analyzer's fixed schedule), "
+              "probes, perf_analyzer's fixed schedule; until 0cd9c15 the streaming rounds too), "
               "are in git history: `git log -p -- docs/results/decoder.md`. Their figures are not this run's and "
               "are not repeated here.", ""]
     return lines
 
 
-def readme_lines(src: dict[str, dict]) -> tuple[str, str]:
-    """The README's decoder and streaming rows (issue 52: one line each, the verdicts and the commit): the per-cell
-    count per driver, the LM past capacity (the structural win), the cells missed; streamed, each model's TTFT
-    ratio with its range."""
+def readme_line(src: dict[str, dict]) -> str:
+    """The README's decoder row (issue 52: one line, the verdicts and the commit): the per-cell count per driver and
+    the LM past capacity (the structural win); the cells missed are named on the page (its goal table)."""
     goals, stamp = goal_rows(src), ", ".join(commits(src))
 
-    def counted(rows: list, driver: str) -> str:
-        mine = [r[5] for r in rows if ("perf_analyzer" in r[2]) == (driver == "perf_analyzer")
+    def counted(driver: str) -> str:
+        mine = [r[5] for r in goals if ("perf_analyzer" in r[2]) == (driver == "perf_analyzer")
                 and not r[5].startswith("not measured")]  # the peak-throughput row is lazybatch load's
         return f"{count_text(count(mine))} ({driver})" if mine else ""
 
-    dec = goals["decoder"]
-    head = "; ".join(c for c in (counted(dec, "lazybatch load"), counted(dec, "perf_analyzer")) if c)
-    lm = next((r for r in dec if r[0] == "LM" and r[1] == "150%" and "avg" in r[2]), None)
+    head = "; ".join(c for c in (counted("lazybatch load"), counted("perf_analyzer")) if c)
+    lm = next((r for r in goals if r[0] == "LM" and r[1] == "150%" and "avg" in r[2]), None)
     lm_text = f"; LM 150% avg {fmt(lm[3])}x {lm[5].split(' ')[0]} (goal {lm[4]})" if lm else ""
-    # the cells missed are named on the page (its goal table); the row keeps to ~150 characters (issue 52)
-    decoder = f"| [Decoders](docs/results/decoder.md) | cells vs Triton's best: {head}{lm_text}; {stamp} |"
-    by_driver: dict[str, list[tuple[str, str]]] = {}
-    for model, _, what, sp, _, v in goals["streaming"]:
-        by_driver.setdefault(what.rsplit("(", 1)[1].rstrip(")"), []).append((f"{model} {fmt(sp)}", v.split(" ")[0]))
-    parts = "; ".join(
-        (f"{', '.join(x for x, _ in xs)}: all {xs[0][1]}" if len({v for _, v in xs}) == 1
-         else ", ".join(f"{x} {v}" for x, v in xs)) + f" ({d})" for d, xs in by_driver.items())
-    streaming = (f"| [Streaming](docs/results/decoder.md#streaming-time-to-first-token) | TTFT, 90% load / idle "
-                 f"(goal <= 2x): {parts}; {stamp} |")
-    return decoder, streaming
+    return f"| [Decoders](docs/results/decoder.md) | cells vs Triton's best: {head}{lm_text}; {stamp} |"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ not a file in the tree.
     python -m benchmarks.pages decoder         # one page
 
 This prints; it runs nothing (the runs need a quiet machine for hours; run the printed lines there, in order, from
-the repository root). Where a page is generated whole (default, decoder, mixed, regimes, colocation) the last command
+the repository root). Where a page is generated whole (default, decoder, streaming, mixed, regimes, colocation) the last command
 rewrites it; the rest are written by hand from the printed figures. Every run writes its raw data with the commit, a
 dirty tree flagged (changes under docs/ aside), the machine and the load average (harness.meta), and every verdict
 comes from harness.verdict. tests/test_docs_data.py fails where a page marked ``one_commit`` cites data from more
@@ -37,7 +37,7 @@ PAGES: dict[str, Page] = {
         ("python -m benchmarks.bench_default --models mlp,bert,resnet50,mobilenet --reps 3 --duration 3 "
          "--restart --driver both --perf-arrivals seeded --out lazybatch-results/default --json docs/data/default.json",
          "python -m benchmarks.default_page"), one_commit=True),
-    # the whole decoder suite takes about 3 hours on 2 cores (the LM's load round alone about 40 minutes)
+    # about two hours on 2 cores (the main sweep about 95 minutes, the LM's share about 45; perf_analyzer about 25)
     "decoder": Page(
         "docs/results/decoder.md", "whole", "the spread over repetitions (no identical copy in these sweeps)",
         ("python -m benchmarks.bench_decoder --models lm,gnmt,transformer --loads 0.1,0.7,1.5 --reps 3 "
@@ -45,15 +45,19 @@ PAGES: dict[str, Page] = {
          "--data docs/data/decoder.json",
          "python -m benchmarks.bench_decoder --models lm,gnmt,transformer --loads 0.7 --reps 3 --duration 30 "
          "--driver perf_analyzer --perf-arrivals seeded --out lazybatch-results/decoder-perf "
-         "--data docs/data/decoder_perf_analyzer_seeded.json")
-        + tuple(f"python -m benchmarks.bench_streaming --model {m} --loads 0.9,1.2 --reps 3 --duration 12 "
-                f"--out lazybatch-results/streaming-{m} --data docs/data/streaming{'' if m == 'lm' else '_' + m}.json"
-                for m in ("lm", "gnmt", "transformer"))
+         "--data docs/data/decoder_perf_analyzer_seeded.json",
+         "python -m benchmarks.decoder_page"), one_commit=True),
+    # a page apart from the decoder sweep (issue 52 item 1 lists them apart), so that each runs within a session
+    "streaming": Page(
+        "docs/results/streaming.md", "whole", "the spread over repetitions (no identical copy in these rounds)",
+        tuple(f"python -m benchmarks.bench_streaming --model {m} --loads 0.9,1.2 --reps 3 --duration 12 "
+              f"--out lazybatch-results/streaming-{m} --data docs/data/streaming{'' if m == 'lm' else '_' + m}.json"
+              for m in ("lm", "gnmt", "transformer"))
         + tuple(f"python -m benchmarks.bench_streaming --model {m} --driver perf_analyzer --perf-arrivals seeded "
                 f"--loads 0.9 --reps 3 --duration 12 --out lazybatch-results/streaming-perf-{m} "
                 f"--data docs/data/streaming_perf_analyzer{'' if m == 'lm' else '_' + m}.json"
                 for m in ("lm", "gnmt", "transformer"))
-        + ("python -m benchmarks.decoder_page",), one_commit=True),
+        + ("python -m benchmarks.streaming_page",), one_commit=True),
     "mixed": Page(
         "docs/results/mixed.md", "whole", "the spread over repetitions (no identical copy yet)",
         ("python -m benchmarks.bench_mixed --models gnmt,resnet50,mlp --loads 0.7,1.2 --reps 3 --duration 30 "

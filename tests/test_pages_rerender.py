@@ -24,13 +24,16 @@ def test_the_regimes_page_renders_byte_for_byte(tmp_path):
     assert page.read_text() == (RESULTS / "regimes.md").read_text()
 
 
-def test_the_decoder_page_renders_byte_for_byte(tmp_path):
-    """The decoder page (decoding and streaming, eight data files) from its raw data, plot into a scratch folder."""
-    from benchmarks import decoder_page
+@pytest.mark.parametrize("name", ["decoder", "streaming"])
+def test_the_decoder_and_streaming_pages_render_byte_for_byte(tmp_path, name):
+    """The decoder page (its sweep under both drivers) and the streaming page (three models, both drivers) from
+    their raw data, plots into a scratch folder."""
+    import importlib
 
-    page = tmp_path / "results" / "decoder.md"
-    assert decoder_page.main(["--page", str(page), "--img-dir", str(tmp_path / "img")]) == 0
-    assert page.read_text() == (RESULTS / "decoder.md").read_text()
+    gen = importlib.import_module(f"benchmarks.{name}_page")
+    page = tmp_path / "results" / f"{name}.md"
+    assert gen.main(["--page", str(page), "--img-dir", str(tmp_path / "img")]) == 0
+    assert page.read_text() == (RESULTS / f"{name}.md").read_text()
 
 
 def test_the_mixed_page_renders_byte_for_byte(tmp_path):
@@ -67,9 +70,10 @@ def test_the_readme_mixed_line_is_the_mixed_pages_verdict():
     assert line in (ROOT / "README.md").read_text().splitlines()
 
 
-def test_the_readme_decoder_and_streaming_lines_are_the_decoder_pages_verdicts():
-    from benchmarks import decoder_page
+def test_the_readme_decoder_and_streaming_lines_are_their_pages_verdicts():
+    from benchmarks import decoder_page, streaming_page
 
     lines = (ROOT / "README.md").read_text().splitlines()
-    for line in decoder_page.readme_lines(decoder_page.load(DATA)):
-        assert line in lines
+    for gen in (decoder_page, streaming_page):
+        line = gen.readme_line(gen.load(DATA))
+        assert len(line) < 250 and line in lines

@@ -7,6 +7,9 @@ import argparse
 from pathlib import Path
 from typing import Sequence
 
+from benchmarks.harness.stats import fmt
+from benchmarks.harness.verdict import count, count_text
+
 
 def table_head(columns: Sequence[str], *, compact: bool = False) -> list[str]:
     """A markdown table's header row and rule for ``columns`` (``compact``: ``|---|`` cells, as older pages wrote)."""
@@ -38,3 +41,19 @@ def write_generated(page: Path, lines: Sequence[str], img: Path | None) -> None:
     """Write a generated page and say so (``img``: the plot drawn beside it, None where matplotlib is missing)."""
     write_page(page, lines)
     print(f"wrote {page}" + (f" and {img}" if img else " (no plot: matplotlib is not installed)"))
+
+
+def goals_table(rows: Sequence[tuple]) -> list[str]:
+    """A page's verdict table: rows of (model, load, figure, its spread or None, goal, verdict), then the per-cell
+    count (a row whose verdict starts "not measured" is counted apart)."""
+    out = table_head(["model", "load", "figure", "mean [min-max] over repetitions", "goal", "verdict"])
+    for model, f, what, s, goal, v in rows:
+        out.append(f"| {model} | {f} | {what} | {fmt(s) if s else '-'} | {goal} | {v} |")
+    judged = [r[5] for r in rows if not r[5].startswith("not measured")]
+    gaps = len(rows) - len(judged)
+    return out + ["", f"Per cell: {count_text(count(judged))}" + (f"; {gaps} not measured." if gaps else ".")]
+
+
+def commits(src: dict[str, dict]) -> list[str]:
+    """The commits a page's raw data files record (one, once the page holds one run)."""
+    return sorted({d["meta"]["commit"] for d in src.values()})
