@@ -19,7 +19,7 @@ from benchmarks import bench_streaming
 from benchmarks.harness.page import commits, goals_table, page_cli, write_generated
 from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.stats import fmt, spread
-from benchmarks.harness.verdict import judge_spread
+from benchmarks.harness.verdict import count, count_text, judge_spread
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data"
@@ -130,15 +130,12 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
 
 
 def readme_line(src: dict[str, dict]) -> str:
-    """The README's streaming row (issue 52: one line, the verdicts and the commit): each model's TTFT ratio with its
-    range, per driver."""
-    by_driver: dict[str, list[tuple[str, str]]] = {}
-    for model, _, what, sp, _, v in goal_rows(src):
-        by_driver.setdefault(what.rsplit("(", 1)[1].rstrip(")"), []).append((f"{model} {fmt(sp)}", v.split(" ")[0]))
-    parts = "; ".join(
-        (f"{', '.join(x for x, _ in xs)}: all {xs[0][1]}" if len({v for _, v in xs}) == 1
-         else ", ".join(f"{x} {v}" for x, v in xs)) + f" ({d})" for d, xs in by_driver.items())
-    return (f"| [Streaming](docs/results/streaming.md) | TTFT, 90% load / idle (goal <= 2x): {parts}; "
+    """The README's streaming row (issue 52: one line of about 150 characters, the verdicts and the commit): the
+    per-cell count over both drivers and the cell furthest from the goal, with its range."""
+    rows = goal_rows(src)
+    worst = max(rows, key=lambda r: r[3]["mean"])
+    return (f"| [Streaming](docs/results/streaming.md) | TTFT at 90% load / idle (goal <= 2x): "
+            f"{count_text(count(r[5] for r in rows))}; worst {worst[0]} {fmt(worst[3])} ({worst[2].rsplit('(', 1)[1]}; "
             f"{', '.join(commits(src))} |")
 
 
