@@ -412,6 +412,10 @@ class TritonPythonModel:
                     "decisions": dict(runtime.scheduler.log.counts)}
             if hasattr(runtime.runner, "npu_stats"):
                 data["npu"] = runtime.runner.npu_stats()
+            gate = self.gate
+            if gate is not None:  # a grouped model: its use of the shared device (the metrics' device families)
+                data["device"] = {"device_s": gate.device_s, "wait_s": gate.wait_s, "grants": gate.grants,
+                                  "leased": bool(gate.leased)}
             tmp = self._stats_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data, indent=1))
             tmp.replace(self._stats_path)

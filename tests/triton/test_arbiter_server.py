@@ -27,6 +27,7 @@ from lazybatch.formats.prometheus import parse_samples
 from lazybatch.repo import add_model
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model
+from triton_models import settled_stats
 
 GROUP = "dev0"
 MODELS = {"co_small": (32, 4, 1), "co_large": (512, 8, 2)}  # name: width, depth, seed
@@ -55,7 +56,9 @@ def colocated(tmp_path_factory):
     arbiter_dir.mkdir()
     log = root / "tritonserver.log"
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=log, env={"OMP_NUM_THREADS": "1", "LAZYBATCH_ARBITER_DIR": str(arbiter_dir)})
+                          log_file=log, env={"OMP_NUM_THREADS": "1", "LAZYBATCH_ARBITER_DIR": str(arbiter_dir),
+                                             "LAZYBATCH_STATS_DIR": str(root / "stats")})
+    server.stats_dir = root / "stats"
     server.start(timeout=240)
     path = arbiter_dir / P.group_paths(repo, GROUP)[0].name  # where the stubs (LAZYBATCH_ARBITER_DIR) put it
     try:
@@ -128,6 +131,10 @@ def test_colocated_models_share_the_device(colocated):
     assert sum(m["revokes"] + m["decisions"] for m in by.values()) > 0, stats
     if sum(m["decisions"] for m in by.values()):
         assert any("device to" in r for m in by.values() for r in m["recent"])
+    # each stub's statistics file carries its own side of it (benchmarks/probes/probe_device_wait.py reads them)
+    for name in graphs:
+        mine = settled_stats(server.stats_dir / f"{name}.json")["device"]
+        assert mine["grants"] > 0 and mine["device_s"] > 0.0 and mine["wait_s"] >= 0.0, mine
 
 
 def _stub_pid(server, model):
