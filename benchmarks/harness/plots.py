@@ -4,7 +4,7 @@ figures), drawn off-screen, each figure saved where its page links it and closed
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 
 def pyplot() -> Any | None:
@@ -28,3 +28,24 @@ def save(fig: Any, path: str | Path, dpi: int = 100, **kwargs: Any) -> Path:
     fig.savefig(p, dpi=dpi, **kwargs)
     plt.close(fig)
     return p
+
+
+def log_panels(runs: Sequence[Any], draw: Callable[[Any, Any], None], title: Callable[[Any], str], xlabel: str,
+               ylabel: str, path: str | Path) -> bool:
+    """One panel per run side by side, latency on a log scale (``draw(ax, run)`` plots the run's lines, ``title``
+    names its panel), the legend on the first; False where matplotlib is not installed."""
+    plt = pyplot()
+    if plt is None:
+        return False
+    fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.8), squeeze=False)
+    for ax, run in zip(axes[0], runs):
+        draw(ax, run)
+        ax.set_yscale("log")
+        ax.set_title(title(run))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, path)
+    return True
