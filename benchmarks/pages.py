@@ -133,6 +133,10 @@ PAGES: dict[str, Page] = {
                                   "the spread over 3 repetitions (no identical copy)",
                                   ("python -m benchmarks.probes.probe_device_wait "
                                    "--data docs/data/probe_device_wait.json",), one_commit=True),
+    "colocation_two_widths": Page("docs/results/colocation_two_widths.md", "by hand",
+                                  "the spread over 3 rounds, each variant in a process of its own",
+                                  ("python -m benchmarks.probes.probe_two_widths --json docs/data/two_widths.json",),
+                                  one_commit=True),
     "device_lanes": Page("docs/colocation.md#lanes", "by hand", "the spread over 3 repetitions (no identical copy)",
                          ("python -m benchmarks.bench_device_lanes --json docs/data/device_lanes.json",),
                          one_commit=True),
