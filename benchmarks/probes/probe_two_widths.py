@@ -20,7 +20,6 @@ import gc
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 VARIANTS = ("one_thread", "two_threads", "twice", "shared")
@@ -48,6 +47,8 @@ def measure(stages: Path, variant: str, passes: int = 40) -> dict:
     import onnx
     import onnxruntime as ort
     from onnx import numpy_helper
+
+    from lazybatch.onnx_tools.profile import call_times
 
     manifest = json.loads((stages / "manifest.json").read_text())
     files = [stages / s["file"] for s in manifest["stages"]]
@@ -93,14 +94,7 @@ def measure(stages: Path, variant: str, passes: int = 40) -> dict:
             for s in sessions:
                 names = [o.name for o in s.get_outputs()]
                 feeds.update(zip(names, s.run(names, {i.name: feeds[i.name] for i in s.get_inputs()})))
-        for _ in range(5):
-            chain()
-        times = []
-        for _ in range(passes):
-            t = time.perf_counter()
-            chain()
-            times.append(time.perf_counter() - t)
-        pass_ms[str(w)] = float(np.median(times)) * 1e3
+        pass_ms[str(w)] = float(np.median(call_times(chain, 5, passes))) * 1e3
     return {"variant": variant, "rss_added_mib": added, "pass_ms": pass_ms}
 
 

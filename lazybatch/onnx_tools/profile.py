@@ -76,7 +76,8 @@ def default_length_histogram(name: str | None = None) -> Path:
     return shipped_histogram(name)
 
 
-def _times(fn: Callable[[], Any], warmup: int, repeat: int) -> list[float]:
+def call_times(fn: Callable[[], Any], warmup: int, repeat: int) -> list[float]:
+    """Wall seconds of ``repeat`` calls of ``fn`` after ``warmup`` untimed ones (profiles and probes share it)."""
     for _ in range(warmup):
         fn()
     times = []
@@ -93,7 +94,7 @@ def _stage_times(chain: StageChain, k: int, stage_in: Mapping[str, np.ndarray], 
     (the copy made outside the timing, as the previous stage's output is fresh in a real pass)."""
     step = chain.inplace.get(k)
     if step is None:
-        return _times(lambda: chain.run_stage(k, dict(stage_in)), warmup, repeat)
+        return call_times(lambda: chain.run_stage(k, dict(stage_in)), warmup, repeat)
     times = []
     for r in range(warmup + repeat):
         env = {**stage_in, step.input: stage_in[step.input].copy()}
@@ -150,7 +151,7 @@ def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_B
                 del env
                 if whole:
                     w = chain.whole
-                    whole_cells[j].extend(_times(lambda: w.run(None, feeds), wu, per_round))
+                    whole_cells[j].extend(call_times(lambda: w.run(None, feeds), wu, per_round))
                     if bar is not None:
                         bar.update(1)
     finally:
