@@ -149,7 +149,7 @@ def readme_line(src: dict[str, dict]) -> str:
     def counted(driver: str) -> str:
         mine = [r[5] for r in goals if ("perf_analyzer" in r[2]) == (driver == "perf_analyzer")
                 and not r[5].startswith("not measured")]  # the peak-throughput row is lazybatch load's
-        return f"{count_text(count(mine))} ({driver})" if mine else ""
+        return f"{driver} {count_text(count(mine))}" if mine else ""
 
     head = "; ".join(c for c in (counted("lazybatch load"), counted("perf_analyzer")) if c)
     lm = next((r for r in goals if r[0] == "LM" and r[1] == "150%" and "avg" in r[2]), None)
