@@ -15,9 +15,9 @@ every session, as in a grouped stub. A probe, not a results page: it prints and 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,19 +26,16 @@ VARIANTS = ("one_thread", "two_threads", "twice", "shared")
 
 
 def _rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    from lazybatch.client.soak import process_rss
+
+    return process_rss(os.getpid()) / 2**20
 
 
 def _trim() -> None:
+    from lazybatch.backend.memory import malloc_trim
+
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
+    malloc_trim()
 
 
 def measure(stages: Path, variant: str, passes: int = 40) -> dict:
@@ -49,6 +46,7 @@ def measure(stages: Path, variant: str, passes: int = 40) -> dict:
     from onnx import numpy_helper
 
     from lazybatch.onnx_tools.profile import call_times
+    from lazybatch.sessions.chain import random_feeds
 
     manifest = json.loads((stages / "manifest.json").read_text())
     files = [stages / s["file"] for s in manifest["stages"]]
@@ -79,14 +77,7 @@ def measure(stages: Path, variant: str, passes: int = 40) -> dict:
     sets = {w: build(w) for w in widths}
     _trim()
     added = _rss_mib() - base
-    rng = np.random.default_rng(0)
-    first = {}
-    for i in manifest["inputs"]:
-        if i["dtype"] == "int64":
-            lo, hi = i.get("range", [0, 1])
-            first[i["name"]] = rng.integers(lo, hi + 1, size=(1, *i["dims"])).astype(np.int64)
-        else:
-            first[i["name"]] = rng.standard_normal((1, *i["dims"])).astype(np.float32)
+    first = random_feeds(manifest["graph_inputs"], 1, np.random.default_rng(0))
     pass_ms = {}
     for w, sessions in sets.items():
         def chain() -> None:
