@@ -20,6 +20,7 @@ import numpy as np
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.policies.registry import DEFAULT_POLICY as REPO_DEFAULT_POLICY, policy_choices
 from lazybatch.formats.dtypes import TRITON_TO_NUMPY
+from lazybatch.formats.example_dims import parse_example_dims
 
 from .stages import TensorSpec
 
@@ -32,7 +33,7 @@ DEFAULT_CANCEL_POLL_MS = 0.0
 # the asks, and asks paced by stage times (the LM's are under 1 ms: about 1000 asks a second) held the parts back:
 # served at 90% load the LM's mean time to first token at the client was 48-250 ms (p99 0.3-1.6 s) while its parts
 # left the backend 24.5 ms after arrival on average; at a fixed 100 ms the client saw 19-21 ms (p99 39-45 ms), at
-# 1000 ms 22-23 ms (benchmarks/probes/probe_first_part.py; its output is in git at 0cd9c15,
+# 1000 ms 22-23 ms (a probe of git commit 0cd9c15, benchmarks/probes/probe_first_part.py; its output is in git there,
 # docs/data/first_part_probe.txt). A cancel on a stream is then answered within about 100 ms; an explicit
 # cancel_poll_ms wins.
 DECOUPLED_CANCEL_POLL_MS = 100.0
@@ -51,6 +52,9 @@ PARAMETERS = {
     "latency_table": "latency table (JSON/CSV), relative to the version folder",
     "whole_graph_model": "the whole-graph ONNX file (used by policy whole_graph), relative to the version folder",
     "profile_on_load": "true: profile the stages at load time when the latency table is missing",
+    "example_dims": "per-sample sizes of the dynamic (-1) input dims, perf_analyzer's --shape form, ';' between "
+                    "inputs (images:3,320,320): what warm-up feeds and what clients send (`lazybatch repo add` "
+                    "writes the stage manifest's example_dims; without it the manifest's are read, else 1)",
     "scheduler_max_batch_size": "largest sub-batch the scheduler forms, in samples (default: max_batch_size)",
     "dec_timesteps": "decoder steps assumed by the slack predictor (seq2seq)",
     "dec_timesteps_coverage": "fraction of the output-length histogram dec_timesteps covers (default 0.9)",
@@ -291,7 +295,9 @@ class BackendSettings:
         if cfg.max_batch_size < 1:
             raise ConfigError("max_batch_size must be at least 1: the backend batches along dimension 0",
                               field="max_batch_size")
-        inputs = [_spec(t, "input") for t in cfg.input]
+        stage_dir = vdir / (_param(cfg, "stage_dir") or "stages")
+        examples = _example_dims(cfg, stage_dir)
+        inputs = [_spec(t, "input", examples.get(t.name)) for t in cfg.input]
         outputs = [_spec(t, "output") for t in cfg.output]
         if not inputs or not outputs:
             raise ConfigError("the config needs input and output sections", field="input/output")
@@ -318,7 +324,7 @@ class BackendSettings:
             name=cfg.name, policy=policy, max_batch_size=int(cfg.max_batch_size),
             scheduler_max_batch_size=int(smbs) if smbs else int(cfg.max_batch_size),
             inputs=inputs, outputs=outputs, sla_ms=sla,
-            stage_dir=vdir / (_param(cfg, "stage_dir") or "stages"),
+            stage_dir=stage_dir,
             latency_table=vdir / (_param(cfg, "latency_table") or "latency.json"),
             whole_graph_model=vdir / (_param(cfg, "whole_graph_model") or "model.onnx"),
             profile_on_load=_bool(_param(cfg, "profile_on_load"), "profile_on_load"),
@@ -519,13 +525,33 @@ def _production_settings(cfg: Any) -> dict[str, Any]:
             "fault_injection": _param(cfg, "fault_injection", "") or ""}
 
 
-def _spec(t: Any, kind: str) -> TensorSpec:
+def _example_dims(cfg: Any, stage_dir: Path) -> dict[str, tuple[int, ...]]:
+    """The ``example_dims`` parameter, else the stage manifest's (a repository written before the parameter)."""
+    text = _param(cfg, "example_dims")
+    if text:
+        try:
+            return parse_example_dims(text)
+        except ValueError as e:
+            raise ConfigError(f"example_dims: {e}", field="parameters.example_dims") from None
+    try:
+        entries = json.loads((stage_dir / "manifest.json").read_text()).get("graph_inputs", [])
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(e["name"]): tuple(int(d) for d in e["example_dims"]) for e in entries
+            if isinstance(e, dict) and "name" in e and isinstance(e.get("example_dims"), list)}
+
+
+def _spec(t: Any, kind: str, example: tuple[int, ...] | None = None) -> TensorSpec:
     pb = model_config_pb2()
     dt_name = pb.DataType.Name(t.data_type)
     if dt_name not in TRITON_TO_NUMPY:
         raise ConfigError(f"{kind} {t.name!r}: data type {dt_name} is not supported by the lazybatch backend",
                           field=f"{kind}.data_type")
-    return TensorSpec(t.name, TRITON_TO_NUMPY[dt_name], tuple(int(d) for d in t.dims))
+    dims = tuple(int(d) for d in t.dims)
+    if example is not None and len(example) != len(dims):
+        raise ConfigError(f"example_dims gives {kind} {t.name!r} {len(example)} sizes, its dims {list(dims)} have "
+                          f"{len(dims)}", field="parameters.example_dims")
+    return TensorSpec(t.name, TRITON_TO_NUMPY[dt_name], dims, example if example and -1 in dims else None)
 
 
 def validate_request(tensors: Mapping[str, np.ndarray], inputs: list[TensorSpec], max_batch_size: int,

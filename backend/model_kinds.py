@@ -25,6 +25,7 @@ import numpy as np
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.spec import PolicySpec
+from lazybatch.formats.example_dims import feed_shape
 
 from .config import BackendSettings, TensorSpec
 from .fusion import measure_fused_ratio
@@ -106,7 +107,8 @@ def whole_graph(m: TritonPythonModel, cfg: Any, spec: PolicySpec | None, runner:
     s = m.settings
     m.session = make_session(s.whole_graph_model, available_providers(s.execution_provider), s.intra_op_threads)
     m.output_names = [o.name for o in s.outputs]
-    warm = {t.name: np.zeros((1, *[d if d > 0 else 1 for d in t.dims]), t.dtype) for t in s.inputs}
+    # at the example sizes of dynamic dims (example_dims): a 1 there (a 1x1 image) fails in many graphs
+    warm = {t.name: np.zeros((1, *feed_shape(t.dims, t.example)), t.dtype) for t in s.inputs}
     m.session.run(m.output_names, warm)
     return None
 
@@ -133,7 +135,7 @@ def seq2seq_model(m: TritonPythonModel, cfg: Any, spec: PolicySpec, runner: Stag
 
 
 def npu_model(m: TritonPythonModel, cfg: Any, spec: PolicySpec, runner: StageRunner) -> Built:
-    """Stages timed by the NPU model from their table rows (issue 5): kept as they are, never merged or fused."""
+    """Stages timed by the NPU model from their table rows (docs/npu.md): kept as they are, never merged or fused."""
     return _staged(m, cfg, spec, runner, merge=False)
 
 
@@ -164,7 +166,7 @@ def _staged(m: TritonPythonModel, cfg: Any, spec: PolicySpec, runner: StageRunne
         whole = _whole_graph_for_spans(m, policy, runner, table)
         if whole is None:
             runner, table = _fused(m, policy, runner, table)
-    runner, table = maybe_wrap(cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (issue 5)
+    runner, table = maybe_wrap(cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (docs/npu.md)
     runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
     return Built(runner, table, policy, BackendRuntime, whole)
 

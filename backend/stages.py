@@ -19,6 +19,7 @@ from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.graph import ModelGraph, Stage, StageType
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.formats.dtypes import NUMPY_TO_TRITON, TRITON_TO_NUMPY
+from lazybatch.formats.example_dims import feed_shape
 from lazybatch.sessions.inplace import run_inplace, usable
 
 MANIFEST_FORMAT = "lazybatch.stages/1"
@@ -281,7 +282,7 @@ class StageRunner:
         rng = np.random.default_rng(seed)
         out = {}
         for t in self.manifest.inputs:
-            shape = (batch, *(t.example or [d if d > 0 else 1 for d in t.dims]))
+            shape = (batch, *feed_shape(t.dims, t.example))
             if t.dtype.kind == "f":
                 out[t.name] = rng.standard_normal(shape).astype(t.dtype)
             elif t.dtype.kind == "b":

@@ -15,6 +15,7 @@ import numpy as np
 
 from lazybatch.batcher.errors import LazyBatchError
 from lazybatch.formats.dtypes import DATATYPES, NP_TO_DATATYPE
+from lazybatch.formats.example_dims import feed_shape, parse_example_dims
 
 
 class InferError(LazyBatchError):
@@ -138,12 +139,18 @@ class Client:
             return bool(cfg.config.model_transaction_policy.decoupled)
         return bool(cfg.get("config", cfg).get("model_transaction_policy", {}).get("decoupled", False))
 
+    def example_dims(self, model: str) -> dict[str, tuple[int, ...]]:
+        """Sizes the model accepts for its dynamic input dims (the config's ``example_dims``; formats/example_dims.py),
+        by input name; empty where it declares none."""
+        return parse_example_dims(self.model_parameters(model).get("example_dims"))
+
     def random_inputs(self, model: str, batch: int = 1, seed: int | None = None) -> dict[str, np.ndarray]:
-        """Random inputs of the model's shapes (wildcard dims become 1)."""
+        """Random inputs of the model's shapes (wildcard dims at the model's ``example_dims``, else 1)."""
         rng = np.random.default_rng(seed)
         out = {}
+        examples = self.example_dims(model)
         for t in self.model_info(model).inputs:
-            shape = (batch, *[d if d > 0 else 1 for d in t.shape[1:]])
+            shape = (batch, *feed_shape(t.shape[1:], examples.get(t.name)))
             if t.dtype.kind == "f":
                 out[t.name] = rng.standard_normal(shape).astype(t.dtype)
             else:

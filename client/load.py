@@ -163,20 +163,23 @@ async def _run_one_rate(url: str, model: str, rate: float, duration_s: float, *,
     client = aio.InferenceServerClient(url)
     streamer = StreamClient(url) if streaming else None
     try:
+        from lazybatch.formats.example_dims import feed_shape, parse_example_dims
+
+        from .api import DATATYPES
+        from .seq2seq import grpc_parameters, info_from_parameters
+
         md = await client.get_model_metadata(model)
+        config = await client.get_model_config(model)
+        model_params = grpc_parameters(config)
+        examples = parse_example_dims(model_params.get("example_dims"))  # sizes for dynamic dims the model accepts
         rng = np.random.default_rng(seed)
         feeds = {}
-        from .api import DATATYPES
-
         for t in md.inputs:
-            shape = (batch, *[int(d) if int(d) > 0 else 1 for d in list(t.shape)[1:]])
+            shape = (batch, *feed_shape([int(d) for d in list(t.shape)[1:]], examples.get(t.name)))
             dt = DATATYPES[t.datatype]
             feeds[t.name] = (rng.standard_normal(shape) if dt.kind == "f" else rng.integers(0, 10, shape)).astype(dt)
         params = request_parameters(sla_ms if send_sla else None)
-        from .seq2seq import grpc_parameters, info_from_parameters
-
-        config = await client.get_model_config(model)
-        s2s = info_from_parameters(grpc_parameters(config))
+        s2s = info_from_parameters(model_params)
         if getattr(config, "config", config).model_transaction_policy.decoupled and streamer is None:  # it answers only on a stream
             res.streaming, streamer = True, StreamClient(url)
         if offsets is None:

@@ -29,6 +29,9 @@ def register(sub: Any) -> None:
                    "of the generated --input-data are drawn from this histogram (default: the shipped one)")
     p.add_argument("--input-data", default=None, metavar="zero|random|FILE", help="perf_analyzer's --input-data "
                    "(default: its random data; for seq2seq models valid requests generated here)")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME:D1,D2,...", help="perf_analyzer's --shape "
+                   "for an input with dynamic dims (repeatable; default: the model's example_dims, which `repo add` "
+                   "writes from the split's --input-shape)")
     p.add_argument("--seed", type=int, default=0, help="seq2seq models: seed of the generated input data")
     p.add_argument("--poisson-seed", type=int, default=None, metavar="N", help="draw the Poisson arrivals here "
                    "with seed N and give them to perf_analyzer as --request-intervals, one run per rate (default: "
@@ -66,8 +69,13 @@ def run(args: argparse.Namespace) -> int:
         print("perf_analyzer not found: installing it from the tritonclient 2.41.0 wheel ...", flush=True)
         binary = perf.install()
     out = Path(args.out)
-    own = {m: {"sla_ms": slas[m], "input_data": args.input_data or _seq2seq_input_data(args, m, out),
-               "extra": ["--streaming"] if args.streaming or _decoupled(args.url, m) else []} for m in args.models}
+    own = {}
+    for m in args.models:
+        data = args.input_data or _seq2seq_input_data(args, m, out)
+        from_file = data not in (None, "zero", "random")  # a JSON file of inputs gives each its shape
+        own[m] = {"sla_ms": slas[m], "input_data": data,
+                  "extra": (["--streaming"] if args.streaming or _decoupled(args.url, m) else [])
+                  + ([] if from_file else _shape_arguments(args.url, m, args.shape))}
     common = dict(batch=args.batch, measurement_ms=args.measurement_ms, max_trials=args.max_trials,
                   stability_percentage=args.stability_percentage, poisson_seed=args.poisson_seed)
     all_rows = []
@@ -107,6 +115,30 @@ def run(args: argparse.Namespace) -> int:
     if combined is not None:
         print(f"wrote {combined} (and report.csv: both load drivers side by side)")
     return 0
+
+
+def _shape_arguments(url: str, model: str, given: list[str]) -> list[str]:
+    """perf_analyzer's ``--shape`` for each input with a dynamic dim: the user's, else the model's example_dims
+    (perf_analyzer refuses a dynamic input without one); a clear error where neither says a size."""
+    from lazybatch.batcher.errors import ConfigError
+    from lazybatch.client.api import Client
+    from lazybatch.formats.example_dims import format_example_dims, parse_example_dims
+
+    try:
+        explicit = parse_example_dims(";".join(given))
+    except ValueError as e:
+        raise ConfigError(f"--shape: {e}", field="--shape") from None
+    with Client(url) as c:
+        dynamic = [t for t in c.model_info(model).inputs if any(d < 0 for d in t.shape[1:])]
+        examples = c.example_dims(model) if dynamic else {}
+    out = []
+    for t in dynamic:
+        dims = explicit.get(t.name, examples.get(t.name))
+        if dims is None:
+            raise ConfigError(f"{model}: input {t.name!r} has dynamic dims {list(t.shape[1:])} and the model declares "
+                              f"no example_dims: pass --shape {t.name}:D1,D2,... (one size per dim)", field="--shape")
+        out += ["--shape", format_example_dims({t.name: dims})]
+    return out
 
 
 def _decoupled(url: str, model: str) -> bool:
