@@ -3,13 +3,13 @@
 ``request.is_cancelled()`` in the Python backend is a round trip to the Triton process (Triton 2.51's
 python_backend has no other way to learn of a cancellation: no callback, no batch query; the stub caches a "yes"
 only). Asked by the scheduler thread for every held request at every stage boundary, it cost more than an MLP stage
-(issue: 2 ms polls, a round trip per held request per stage). The watcher asks instead, on a thread of its own; the
+(the problem: 2 ms polls, a round trip per held request per stage). The watcher asks instead, on a thread of its own; the
 scheduler thread only reads the flags it sets (``Request.cancelled``, read at the next stage boundary: a cancelled
 request's compute stops there) and answers a cancelled request at once when woken.
 
-When it asks (issue 19: "cancellation of queued and running requests answered within one stage time"):
+When it asks (the goal: "cancellation of queued and running requests answered within one stage time", docs/operations.md):
 
-- ``interval`` > 0 (``cancel_poll_ms: <ms>``): every held request at most once per interval, as before issue 19.
+- ``interval`` > 0 (``cancel_poll_ms: <ms>``): every held request at most once per interval, the earlier fixed rule.
   With the old 50 ms default a cancel was answered ~40 ms (median) after it, and a running request ran on for as
   many stages (docs/operations.md, Cancellation).
 - ``interval`` == 0 (``cancel_poll_ms: auto``, the default): paced by the stage boundaries. The scheduler thread
@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterable, Sequence
 # Sweeps are at least this far apart: a model of 0.1 ms stages is not asked every stage, and a watcher asked to poll
 # "continuously" (tests) still yields the core between sweeps.
 MIN_INTERVAL_S = 0.001
-MAX_AUTO_INTERVAL_S = 0.05  # auto never asks less often than the fixed default before issue 19 did
+MAX_AUTO_INTERVAL_S = 0.05  # auto never asks less often than the earlier fixed default (50 ms) did
 # Requests asked per sweep, in turn. Each ask is a message to the Triton process: asking every held request every
 # sweep (a thousand held past capacity, twenty sweeps a second) drove tritonserver to 11 GB and a heap-corruption
 # abort in an overload run (MobileNet at 300% load); the scheduler thread's bounded polling of earlier versions,

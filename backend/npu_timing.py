@@ -1,4 +1,4 @@
-"""The ``npu_timing`` Triton model: NPU latency queries over gRPC/HTTP (issue 5, "the plug-in, three ways" #2).
+"""The ``npu_timing`` Triton model: NPU latency queries over gRPC/HTTP (docs/npu.md: the plug-in as a Python API, as tables, and as this model).
 
 A request names what to time, either
 

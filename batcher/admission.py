@@ -23,7 +23,7 @@ after a 5x burst refused). A request is
 rejected when that would end after its deadline. Why the learned part: the bare drain is optimistic on a real
 server (a policy that does not always run full whole-graph batches, a device slower than its profile, a busy
 machine): with it alone 1-2% of the requests accepted during a 5x burst ended past their 1 s SLA under a busy core,
-and an accepted request is a promise (issue 19: >= 99% of accepted requests on time). The same idea as the deadline
+and an accepted request is a promise (the goal: >= 99% of accepted requests on time, docs/operations.md). The same idea as the deadline
 guard's slip margin (policies/monitor.py); on an exact device (the simulator) nothing is late and the rule is the
 bare drain's.
 """

@@ -15,7 +15,7 @@ cancels B a few stages into A's pass, then cancels A a stage or two later. Measu
   cancel, and how many stages began after it.
 
 The variants are two models in the same server, taking turns trial by trial, so that a slow spell of the machine
-hits both: ``fixed50`` (``cancel_poll_ms: 50``, the rule before issue 19) and ``auto`` (the default: paced by the
+hits both: ``fixed50`` (``cancel_poll_ms: 50``, the earlier fixed rule) and ``auto`` (the default: paced by the
 model's stage time, backend/cancel_watch.py). Printed: median and p99 of each figure, and auto over fixed50.
 """
 

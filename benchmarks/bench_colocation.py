@@ -1,4 +1,4 @@
-"""Many models, one device, served (issue 50 item 5): four models of different sizes on one tritonserver under
+"""Many models, one device, served (docs/colocation.md): four models of different sizes on one tritonserver under
 lazybatch's device scheduler, without it, and under Triton's dynamic batcher (0/5/20 ms, and 0 ms behind Triton's
 rate limiter), with an identical copy of Triton 0 ms as the noise floor; the simulated ceiling on the same arrivals
 beside every served figure.

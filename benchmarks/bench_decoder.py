@@ -5,7 +5,7 @@
     python -m benchmarks.bench_decoder --models gnmt --variants eager_join     # an opt-in rule beside the default
     python -m benchmarks.bench_decoder --models gnmt --loads 0.7 --driver perf_analyzer   # the load from perf_analyzer
 
-Goal (issue "Decoder models"): on the decoder-only LM with long-tail lengths, at 70-150% of the batch-1 rate, best
+Goal (docs/results/decoder.md): on the decoder-only LM with long-tail lengths, at 70-150% of the batch-1 rate, best
 Triton dynamic-batcher config (0/5/20 ms queue delay) average and p99 latency / lazybatch's >= 3, and lazybatch's peak
 throughput >= 2x Triton's best; on GNMT and the Transformer, average >= 1.5 at 70-150% and >= 1.0 at every load.
 

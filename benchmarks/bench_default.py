@@ -3,7 +3,7 @@
     python -m benchmarks.bench_default                                 # MLP, BERT, ResNet-50, MobileNet-v1
     python -m benchmarks.bench_default --models mlp --reps 3 --driver both --out lazybatch-results/default
 
-Goal (issue "Never slower than Triton's own batcher"): best Triton dynamic-batcher config (0/5/20 ms queue delay)
+Goal ("never slower than Triton's own batcher", docs/results/default.md): best Triton dynamic-batcher config (0/5/20 ms queue delay)
 average latency / eager's >= 1.00 at every load from 10% to 300% of the batch-1 rate, p99 and 5x-SLA violations no
 worse, peak throughput no lower; under `lazybatch load` (client/load.py, open-loop Poisson) and under NVIDIA
 perf_analyzer (Poisson, --async).
@@ -226,7 +226,7 @@ def pooled(results: list[dict], driver: str, restart: bool = False, draws: int =
     same rule on the pooled interval against 1.00.
 
     The 90% interval resamples session draws, not cells (a cluster bootstrap). Identical onnxruntime sessions run a
-    few percent apart (probe_session_spread), and every cell a server ran shares its sessions: without ``restart``
+    few percent apart (a probe retired to git history), and every cell a server ran shares its sessions: without ``restart``
     one draw per model for all its loads, repetitions and drivers; with it one per (model, driver, repetition).
     Resampling cells counted one slow session seven times as seven independent pieces of evidence, an interval too
     narrow to hold. Under MIN_DRAWS draws there is no interval: the verdict is "unresolved"."""

@@ -1,4 +1,4 @@
-"""The device scheduler's own cost per stage job (issue 50's goal: <= 2% of t1 on the 8-stage MLP).
+"""The device scheduler's own cost per stage job (its goal: <= 2% of t1 on the 8-stage MLP, docs/colocation.md).
 
     python -m benchmarks.bench_device_cost                      # 7 rounds x 400 turns, about 2 minutes on 2 cores
     python -m benchmarks.bench_device_cost --json docs/data/device_cost_mlp.json

@@ -3,8 +3,8 @@
     python -m benchmarks.bench_device_lanes                       # 3 repetitions x 3 configurations x 20 s
     python -m benchmarks.bench_device_lanes --json docs/data/device_lanes.json
 
-Issue 50 item 1: "one job on the device at a time, or a configured number of lanes (measure 1 and 2 on this 2-core
-machine and choose the default from the data)". The pair is the issue's: the 8-stage MLP (small) and ResNet-50
+The device group's design (docs/colocation.md): "one job on the device at a time, or a configured number of lanes (measure 1 and 2 on this 2-core
+machine and choose the default from the data)". The pair is the quickstart's: the 8-stage MLP (small) and ResNet-50
 (large), both eager in one ``device_group``, driven at once by ``client/together.py`` (``lazybatch load
 --together``): one open-loop Poisson stream per model, the small one at 30% of its batch-1 rate and the large one at
 110% of its own (each from its served t1, measured once alone, sequential batch-1 requests, in the first server).

@@ -4,7 +4,7 @@ batcher with priority levels and queue timeouts, on a real tritonserver.
     python -m benchmarks.bench_mixed                                   # MLP and ResNet-50, 70/100/120% load
     python -m benchmarks.bench_mixed --models resnet50 --loads 0.7,1.2 --reps 3 --duration 10
 
-Goal (issue "Mixed traffic on one model"): 20% interactive requests (SLA 2 x t1, priority level 1) and 80% bulk
+Goal (docs/results/mixed.md): 20% interactive requests (SLA 2 x t1, priority level 1) and 80% bulk
 (SLA 20 x t1, level 2) at 70-120% of the batch-1 rate: the interactive class misses its SLA at least 5x less often
 than under the best Triton configuration, while the bulk class keeps >= 0.9x of its throughput and misses no more
 than 1.1x as often.
@@ -67,7 +67,7 @@ OURS = ["eager", "eager_seg4"]
 SEGMENTS = {"eager_seg4": 4}
 TRITON = [p for p in POLICIES if p.startswith("triton")]
 SIM_POLICIES = {"eager": "eager:urgency=true", "triton_0us": "graph:0", "triton_5000us": "graph:5", "triton_20000us": "graph:20"}
-# (name, share, SLA in multiples of t1, priority level): the issue's mix
+# (name, share, SLA in multiples of t1, priority level): the goal's mix (docs/results/mixed.md)
 MIX = [("interactive", 0.2, 2.0, 1), ("bulk", 0.8, 20.0, 2)]
 GOALS = {"interactive_misses": 5.0, "bulk_throughput": 0.9, "bulk_misses": 1.1}
 

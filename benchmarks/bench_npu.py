@@ -7,7 +7,7 @@
 Same array (128x128), SRAM sizes (Table I) and dataflow in both. Prints, per distinct layer shape: our compute
 cycles, SCALE-Sim's, the error, the wall time of one latency query (one layer, one batch size) and of SCALE-Sim's
 run of that layer, and their ratio; then the network totals (each shape weighted by its occurrences among the 53
-convolutions). Goals (issue 5): |error| <= 5% per layer and <= 2% over the network; query time <= 1/1000 of
+convolutions). Goals (docs/npu.md): |error| <= 5% per layer and <= 2% over the network; query time <= 1/1000 of
 SCALE-Sim's.
 """
 

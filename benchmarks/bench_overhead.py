@@ -3,7 +3,7 @@
     python -m benchmarks.bench_overhead                      # the 8-stage MLP (8 x 2048), 7 rounds x 2000 turns
     python -m benchmarks.bench_overhead --json docs/data/overhead_mlp.json     # about 5 minutes on 2 cores
 
-Goal (issue "Never slower than Triton's own batcher", item 4): on the 8-stage MLP, what lazybatch adds to a request
+Goal (the backend's own cost, docs/triton.md): on the 8-stage MLP, what lazybatch adds to a request
 served alone (its scheduler thread, the hand-off, tensors joined and split, the response) is at most 3% of the whole
 graph's batch-1 time t1.
 

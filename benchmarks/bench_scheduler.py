@@ -4,7 +4,7 @@
     python -m benchmarks.bench_scheduler --quick    # decision cost and simulator throughput only
     python -m benchmarks.bench_scheduler --json docs/data/bench_scheduler.json   # also write every figure as JSON
 
-Each figure is printed next to a baseline measured in the same run, and as a ratio to the goal of issue 2:
+Each figure is printed next to a baseline measured in the same run, and as a ratio to its goal:
 decision <= 20 us with 64 requests queued; >= 100,000 simulated stage executions/s on one core; the paper-sized
 sweep (3 models x 8 rates x 6+ policies x 20 seeds) in < 10 minutes on 2 cores.
 """

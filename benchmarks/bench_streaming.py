@@ -5,7 +5,7 @@
     python -m benchmarks.bench_streaming --loads 0.9 --reps 3 --duration 30
     python -m benchmarks.bench_streaming --driver perf_analyzer --loads 0.9 --reps 3   # the load from perf_analyzer
 
-Goal (issue "Decoder models"): time to first token (TTFT) at 90% of the batch-1 rate <= 2x its unloaded value, under
+Goal (docs/results/streaming.md): time to first token (TTFT) at 90% of the batch-1 rate <= 2x its unloaded value, under
 lazybatch's default policy (eager), with the model decoupled (`repo add --decoupled`: each token is sent as it is
 made), which admits up to the batch cap (`admission=first_token`). Beside it eager with the batch-curve admission
 of models that answer once (`eager_curves`: every deadline that can still be met must hold), and the same model,

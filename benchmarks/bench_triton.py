@@ -1,6 +1,6 @@
 """Real-server benchmark: lazybatch's default policy (eager) vs Triton's dynamic batcher (0/5/20 ms) vs serial.
 
-    python -m benchmarks.bench_triton                    # the issue's Speed experiment on ResNet-50 (~12 minutes)
+    python -m benchmarks.bench_triton                    # the static-model experiment on ResNet-50 (~12 minutes)
     python -m benchmarks.bench_triton --model mlp        # the same where batching pays (8 x 2048 MLP, SLA 10/25 ms)
     python -m benchmarks.bench_triton --duration 5 --fractions 0.1,0.9   # a quick look
     python -m benchmarks.bench_triton ... --pair         # then the co-located pair on the same server (the quickstart)

@@ -111,7 +111,7 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
         "hold a minimum number of expected requests (the command's `--min-requests`). Beside each served table, "
         "the same loads replayed on a virtual clock on the latency table the served policies read (no serving "
         "cost; Triton's batcher at N ms is `graph:N` there).", "",
-        "**Goals** (the issues that set them): the LM >= 3x lower average and p99 latency than Triton's best "
+        "**Goals**: the LM >= 3x lower average and p99 latency than Triton's best "
         "configuration at 70-150% and >= 2x peak throughput; GNMT and the Transformer >= 1.5x lower average at "
         "70-150%; every model >= 1.0x at every other load. Verdicts by the one rule (benchmarks/harness/verdict.py) on the range over "
         "repetitions: met only where the whole range clears the goal, missed where it is all on the other side, "
@@ -142,7 +142,7 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
 
 
 def readme_line(src: dict[str, dict]) -> str:
-    """The README's decoder row (issue 52: one line, the verdicts and the commit): the per-cell count per driver and
+    """The README's decoder row (one line: the verdicts and the commit): the per-cell count per driver and
     the LM past capacity (the structural win); the cells missed are named on the page (its goal table)."""
     goals, stamp = goal_rows(src), ", ".join(commits(src))
 

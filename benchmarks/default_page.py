@@ -111,7 +111,7 @@ def verdict_lines(results: list[dict], restart: bool) -> list[str]:
 
 
 def readme_line(data: dict) -> str:
-    """The README's static-models row (issue 52: about 150 characters of text): per driver the pooled verdict and
+    """The README's static-models row (about 150 characters of text): per driver the pooled verdict and
     figure with its interval, the models behind on their own, the commit, a link."""
     runs = runs_of(data)
     results = [res for run in runs for res in run["results"]]

@@ -1,4 +1,4 @@
-"""One command per results page (issue 52 item 1): what re-runs each page at the current commit, with the
+"""One command per results page: what re-runs each page at the current commit, with the
 repetitions and the noise floor it needs, and what regenerates it from the raw data. A page's design history (a
 figure that explains why a default is what it is, from an earlier commit) cites git, ``git show <commit>:<path>``,
 not a file in the tree.
@@ -50,7 +50,7 @@ PAGES: dict[str, Page] = {
          "--driver perf_analyzer --perf-arrivals seeded --out lazybatch-results/decoder-perf "
          "--data docs/data/decoder_perf_analyzer_seeded.json",
          "python -m benchmarks.decoder_page"), one_commit=True),
-    # a page apart from the decoder sweep (issue 52 item 1 lists them apart), so that each runs within a session
+    # a page apart from the decoder sweep, so that each runs within a session
     "streaming": Page(
         "docs/results/streaming.md", "whole", "the spread over repetitions (no identical copy in these rounds)",
         tuple(f"python -m benchmarks.bench_streaming --model {m} --loads 0.9,1.2 --reps 3 --duration 12 "

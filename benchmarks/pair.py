@@ -1,4 +1,4 @@
-"""The quickstart's co-located pair (issue 50): a small model beside a large one on one tritonserver, both driven at
+"""The quickstart's co-located pair (docs/colocation.md): a small model beside a large one on one tritonserver, both driven at
 once, under lazybatch's device scheduler and under Triton's batcher.
 
     python -m benchmarks.pair                     # serves model_repository (built with `lazybatch repo default --pair`)
@@ -42,9 +42,9 @@ from lazybatch.repo import KIND_SLA_MS, PAIR_KINDS, PAIR_OURS, PAIR_POLICIES
 
 ROLES = ("small", "large")
 TRITON = [s for s in PAIR_POLICIES if s.startswith("triton_")]
-# (figure, lower is better for us as a ratio best Triton / lazybatch: higher is better) -> issue 50's goal
+# (figure, lower is better for us as a ratio best Triton / lazybatch: higher is better) -> its goal (docs/colocation.md)
 GOALS = {("small", "avg_ms"): 2.0, ("small", "p99_ms"): 3.0, ("large", "avg_ms"): 0.95}
-ALONE_GOAL = 1.3  # the small model beside the large one within 1.3x of its latency alone (issue 50)
+ALONE_GOAL = 1.3  # the small model beside the large one within 1.3x of its latency alone (docs/colocation.md)
 # between configurations: past the device lease's sibling window, so that a model measured "alone" right after the
 # other model's turn is alone for the arbiter too (0.3 s left it within the window: one-stage jobs for 0.7 s)
 PAUSE_S = SIBLING_WINDOW_S + 0.1
@@ -129,7 +129,7 @@ def per_rep(data: dict, mode: str, config: str, role: str, key: str) -> list[flo
 
 def score(data: dict) -> list[dict]:
     """The verdict rows: per figure of GOALS, best Triton / lazybatch per repetition (held out), its geometric mean
-    and range, judged against 1.00 (lazybatch lower) and against issue 50's goal; then the small model beside the
+    and range, judged against 1.00 (lazybatch lower) and against the co-location goal; then the small model beside the
     large one / alone, under lazybatch, against ALONE_GOAL."""
     ours, tri = data["meta"]["configs"][0], data["meta"]["configs"][1:]
     out = []
@@ -182,7 +182,7 @@ def markdown(data: dict) -> str:
             lines.append(f"| {role} {runs[0]['model']} | {label[cfg]} | {'yes' if mode == 'together' else 'alone'} "
                          f"| {p['sent']} | {p['errors']} | {p['avg_ms']:.1f} | {p['p99_ms']:.1f} |")
     lines += ["", *table_head(["figure", "ratio [range over repetitions]", "lazybatch lower (>= 1.00x)",
-                               "issue 50's goal", "verdict at the goal"])]
+                               "goal", "verdict at the goal"])]
     for v in score(data):
         one = "-" if v["lower_is_better"] else v["vs_one"]
         sign = "<=" if v["lower_is_better"] else ">="

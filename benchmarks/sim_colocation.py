@@ -9,7 +9,7 @@ equally or 70% to resnet50. lazybatch's default (eager) on the shared device (ba
 dynamic batcher per model (graph:0 and graph:5) under processor sharing and behind one rate-limiter token, and
 against eager per model without the shared device (lazybatch/simulator/colocated_experiment.py). Prints the tables
 and the headline ratios, best baseline / co-located seed by seed with their spread (mean [min-max]), at 70-120%
-(the issue's goals) and over every load; writes the raw runs with the machine and commit as JSON.
+(the goals of docs/colocation.md) and over every load; writes the raw runs with the machine and commit as JSON.
 """
 
 from __future__ import annotations

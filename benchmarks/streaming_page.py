@@ -3,7 +3,7 @@ of the three decoder models streamed (`bench_streaming`, `lazybatch load` and pe
 
     python -m benchmarks.streaming_page            # rewrite docs/results/streaming.md and its plot from docs/data/
 
-A page of its own, apart from the decoder page (issue 52 item 1 lists them apart): each re-runs in well under a
+A page of its own, apart from the decoder page: each re-runs in well under a
 session on 2 cores, the decoder sweep about two hours, these rounds under one. Every figure comes from the data
 files named in ``SOURCES``, one run each; the goal's verdicts come from the one rule
 (benchmarks/harness/verdict.py) on the range over repetitions. The README's streaming row is ``readme_line``."""
@@ -87,7 +87,7 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
         "policies taking turns. TTFT ratio: mean TTFT at the load / mean unloaded TTFT of the same policy in the "
         "same repetition. Under perf_analyzer only eager and eager_curves run: Triton's batcher leaves requests "
         "waiting longer than perf_analyzer's windows at this load.", "",
-        "**Goal** (issue \"Decoder models\"): TTFT at 90% load <= 2x its unloaded value. Verdicts by the one rule "
+        "**Goal**: TTFT at 90% load <= 2x its unloaded value. Verdicts by the one rule "
         "(benchmarks/harness/verdict.py) on the range over repetitions: met only where the whole range clears the "
         "goal, missed where it is all on the other side, otherwise a tie. The noise floor is that range (no "
         "identical copy of a configuration runs in these rounds).", "",
@@ -112,7 +112,7 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
 
 
 def readme_line(src: dict[str, dict]) -> str:
-    """The README's streaming row (issue 52: one line of about 150 characters, the verdicts and the commit): the
+    """The README's streaming row (one line of about 150 characters: the verdicts and the commit): the
     per-cell count over both drivers and the cell furthest from the goal, with its range."""
     rows = goal_rows(src)
     worst = max(rows, key=lambda r: r[3]["mean"])

@@ -1,1 +1,1 @@
-"""Triton gRPC/HTTP clients and load generators (installed as ``lazybatch.client``); arrive with the plugin issue."""
+"""Triton gRPC/HTTP clients and load generators (installed as ``lazybatch.client``)."""

@@ -1,4 +1,4 @@
-"""Several models driven at once: co-located load (issue 50), for ``lazybatch load --together`` and
+"""Several models driven at once: co-located load (docs/colocation.md), for ``lazybatch load --together`` and
 ``lazybatch perf --together``.
 
 One aggregate request rate is split across the models by a mix (``m1=0.7,m2=0.3``; equal shares by default), and

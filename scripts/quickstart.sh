@@ -9,7 +9,7 @@
 # at 0/5 ms, each alone for reference; its table is printed after the first. Results: lazybatch-results/triton-quick/
 # (bench.md, bench.json, bench.png, pair.md, pair.json, tritonserver.log). About 8-12 minutes on 2 cores.
 #
-# Longer, the issue's full experiment: .venv/bin/python -m benchmarks.bench_triton   (about 15 minutes)
+# Longer, the full static-model experiment: .venv/bin/python -m benchmarks.bench_triton   (about 15 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${LAZYBATCH_VENV:-.venv}"

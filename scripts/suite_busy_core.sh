@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite N times in a row (default 5), each on a fresh clone of this repository's HEAD, while another
-# process keeps one core busy (issue "Drop-in and dependable", item 6). One line per run goes to SUMMARY.
+# process keeps one core busy (the suite must pass on a busy machine). One line per run goes to SUMMARY.
 #
 #   scripts/suite_busy_core.sh [N] [SUMMARY]      # e.g. scripts/suite_busy_core.sh 5 /tmp/suite.summary
 #

@@ -1,4 +1,4 @@
-"""Data hygiene for the docs (issue 52 item 4): every file under docs/data/ is cited by a page (a markdown link or a
+"""Data hygiene for the docs (docs/results/README.md): every file under docs/data/ is cited by a page (a markdown link or a
 path mention in docs/**.md or README.md), and every docs/data/ path a page cites exists. A citation may name a
 folder (it covers the files under it), use shell braces (``cancel_run{1,2,3}.json``) or a ``*`` glob. A path
 written as ``git show <commit>:docs/data/...`` is history (an earlier run, kept in git, not in the tree) and is not

@@ -55,7 +55,7 @@ def test_the_default_page_renders_byte_for_byte(tmp_path):
 
 
 def test_the_readme_static_line_is_the_default_pages_verdict():
-    """The README's "Where it stands" row for static models is the one the page's data gives (issue 52 item 3)."""
+    """The README's "Where it stands" row for static models is the one the page's data gives."""
     from benchmarks import default_page
 
     line = default_page.readme_line(json.loads((DATA / "default.json").read_text()))

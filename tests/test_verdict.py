@@ -1,4 +1,4 @@
-"""The one verdict rule every results page uses (benchmarks/harness/verdict.py, issue 52): met only where the
+"""The one verdict rule every results page uses (benchmarks/harness/verdict.py): met only where the
 interval's bound on the far side clears the goal, missed only where the near bound falls short, a tie otherwise;
 and the pages' generators say what it says (no server: synthetic figures)."""
 
@@ -36,7 +36,7 @@ def test_lower_is_better(lo, hi, expect):
 
 
 def test_a_goal_met_in_one_run_of_several_is_judged_per_run_not_by_the_best():
-    """The LM's 3x goal (issue 52): a 2-repetition run whose range clears 3x, and later runs that straddle it."""
+    """The LM's 3x goal (docs/results/decoder.md): a 2-repetition run whose range clears 3x, and later runs that straddle it."""
     runs = [(3.1, 3.6), (2.20, 4.28), (2.38, 12.22), (1.30, 29.08)]
     assert [judge(lo, hi, 3.0) for lo, hi in runs] == [MET, TIE, TIE, TIE]
 

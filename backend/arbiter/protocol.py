@@ -1,7 +1,7 @@
 """The arbiter's wire protocol: one-byte codes, a few bytes each, over a Unix stream socket.
 
 Why this small: a message crosses at most once per stage boundary in each direction, and the device scheduler's
-own cost must stay near 2% of a small model's batch-1 time (issue 50), so nothing is shipped that the arbiter does
+own cost must stay near 2% of a small model's batch-1 time (the device cost goal, docs/colocation.md), so nothing is shipped that the arbiter does
 not need to decide: a stub sends when its most urgent request must start (``least_slack`` turned into an absolute
 ``time.monotonic()`` instant, which every process on the host shares) and how long its job ran; the arbiter answers
 with a grant.

@@ -1,4 +1,4 @@
-"""The one verdict rule every results page uses (issue 52): a figure's interval against its goal.
+"""The one verdict rule every results page uses (docs/results/README.md): a figure's interval against its goal.
 
 "met" only where the whole interval is on the goal's side: for a goal of at least ``goal`` (higher is better) its
 lower bound is at or above the goal; for a goal of at most ``goal`` (lower is better: a latency ratio, a miss

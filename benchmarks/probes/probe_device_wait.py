@@ -1,4 +1,4 @@
-"""Where a grouped model's latency goes at light load (issue 50: at 40% of the device the grouped models met a tight
+"""Where a grouped model's latency goes at light load (docs/colocation.md: at 40% of the device the grouped models met a tight
 SLO far less often than ungrouped ones, and the MLP's average was twice its ungrouped figure at a8a79c0).
 
     python -m benchmarks.probes.probe_device_wait                       # 40% and 70%, equal mix, 3 x 15 s per cell

@@ -52,7 +52,7 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
                              "cancel_poll_ms": "1000"}),
 }
 
-EXTRA = ("triton_0us_twin2", "triton_0us_twin3", "eager_bare")  # asked for by name (probe_loaded_cost.py's runs)
+EXTRA = ("triton_0us_twin2", "triton_0us_twin3", "eager_bare")  # asked for by name
 
 
 def main(argv: list[str] | None = None) -> int:

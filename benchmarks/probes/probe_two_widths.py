@@ -1,4 +1,4 @@
-"""What stage sessions at two widths would cost a grouped model (issue 50: a member alone runs its one-stage jobs
+"""What stage sessions at two widths would cost a grouped model (docs/colocation.md: a member alone runs its one-stage jobs
 at the lane's one onnxruntime thread, because onnxruntime cannot resize a session's pool; a second set of stage
 sessions at every core would run them wide while it is alone).
 

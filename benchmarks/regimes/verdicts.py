@@ -1,4 +1,4 @@
-"""The issue's goals judged on a model's cells, served and simulated: the lines of the page that say met or not."""
+"""The regimes page's goals judged on a model's cells, served and simulated: the lines of the page that say met or not."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def best_of(by: dict, policies: list[str], load: float) -> str:
 
 
 def simulated_goals(res: dict) -> list[str]:
-    """The issue's goals judged on the simulated run: where it misses one too, the algorithm misses it here."""
+    """The regimes page's goals judged on the simulated run: where it misses one too, the algorithm misses it here."""
     sim = res.get("simulated")
     if not sim or res["scaling"]["regime"] == "no batching gain":
         return []
@@ -103,7 +103,7 @@ def simulated_table(res: dict) -> list[str]:
 
 
 def goals(res: dict) -> list[str]:
-    """The issue's goals, evaluated on this run's figures (lazybatch load driver, scheduling SLA)."""
+    """The goals, evaluated on this run's figures (lazybatch load driver, scheduling SLA)."""
     kind = res["model"]
     cells = res["cells"]
     key = f"{res['sched_multiple']:g}x"
@@ -178,7 +178,7 @@ def goals(res: dict) -> list[str]:
                          f"{what.split(' (')[0]} / lazy: "
                          + ", ".join(f"{f:.0%}: {by[(b, f)]['avg_ms'] / by[('lazy', f)]['avg_ms']:.2f}x vs {b}"
                                      for f, b in ((f, best_of(by, tri, f)) for f in over))
-                         + " (reported, not a goal of the issue).")
+                         + " (reported, not a goal of the page).")
     lowest, missed = 0, []
     for f in loads:
         v = {p: by[(p, f)]["violation"][key] for p in pols if p not in VARIANTS}

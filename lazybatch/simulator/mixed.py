@@ -1,5 +1,5 @@
 """Mixed traffic replayed on a virtual clock: several classes of callers (deadline and priority) on one model's latency
-table, per-class results, the same policies as served (issue "Mixed traffic on one model").
+table, per-class results, the same policies as served (docs/results/mixed.md).
 
 Loads are fractions of the table's batch-1 rate (as in loads_on_table.py). Each request is drawn into a class with
 the classes' shares (lazybatch.traffic.assign, the draw `lazybatch load --class` makes); it carries its class's SLA

@@ -1,4 +1,4 @@
-"""The device scheduler on by default (issue 50 item 1): the default group, and the solo lease that makes a model
+"""The device scheduler on by default (docs/colocation.md): the default group, and the solo lease that makes a model
 alone in time cost what an ungrouped one costs.
 
 In-process, with a real arbiter process where one runs: a lone member sends nothing per job and keeps its inline

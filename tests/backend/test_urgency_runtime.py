@@ -1,4 +1,4 @@
-"""Issue "Mixed traffic on one model", in-process with real onnxruntime sessions: a late urgent request overtakes a
+"""Mixed traffic on one model (docs/results/mixed.md), in-process with real onnxruntime sessions: a late urgent request overtakes a
 running bulk batch at a stage boundary, and the bulk batch finishes afterwards with the whole graph's outputs.
 
 tests/test_urgency.py covers the rule's decisions on a virtual clock; this runs it on the backend's runtime (the
@@ -55,7 +55,7 @@ def test_a_late_urgent_request_overtakes_the_running_bulk_batch_which_then_finis
     rng = np.random.default_rng(0)
     xs: dict[int, np.ndarray] = {}
     bulk = RequestOptions(sla_s=60.0, priority=BULK)
-    # 1.5 x t1, not the issue's 2 x t1: on this weights-bound model a batch of 4 costs about what one request does,
+    # 1.5 x t1, not the page's 2 x t1: on this weights-bound model a batch of 4 costs about what one request does,
     # so waiting for the bulk batch answers the urgent request about 2 x t1 after it came, right at a 2 x t1 SLA,
     # where a table a few percent off decides either way (1 CI run in 10 failed so); at 1.5 x t1 waiting misses by
     # half a t1 and preempting (about t1) meets it by as much

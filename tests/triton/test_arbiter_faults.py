@@ -1,4 +1,4 @@
-"""Faults of co-located models on a real tritonserver (issue 50 item 3): the group's arbiter killed under load and
+"""Faults of co-located models on a real tritonserver (docs/colocation.md): the group's arbiter killed under load and
 restarted by the stubs (backend/arbiter/reconnect.py), a member unloaded and reloaded under load, a member's stub
 killed with ``kill -9`` while it holds the device.
 
@@ -257,7 +257,7 @@ def test_a_stub_killed_while_it_holds_the_device_frees_it(faults):
 
     The stub is not paused first (SIGSTOP): a stub stopped inside one of the Python backend's shared-memory
     exchanges makes tritonserver itself abort on a timed-out interprocess lock (seen once in CI), which is Triton's
-    limit, not the arbiter's. Killing it outright is what the issue asks."""
+    limit, not the arbiter's. Killing it outright is the fault to survive."""
     server, graphs, path = faults
     _until(lambda: _both_members(path), 30, "both models are members before the test")
     senders = _senders(server, graphs, 3)

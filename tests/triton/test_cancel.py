@@ -1,4 +1,4 @@
-"""Cancellation on a real tritonserver (issue 19): a cancelled request is let go within about one stage time.
+"""Cancellation on a real tritonserver: a cancelled request is let go within about one stage time.
 
 A heavy model (``make_heavy``, 16 layers cut into 16 stages of several ms at batch 3) under ``graph:30`` with
 ``fuse_stages: false``: three requests run as one batch, stage by stage, and a fourth waits in the queue behind
@@ -7,7 +7,7 @@ batch log (one line per stage run: its end time and batch size) shows when the c
 (the batch drops from 3 to 2), its cancel log (``<model>.cancels.csv``) when each CANCELLED answer was sent; the
 client's own callback fires at once, locally, so only the server side says when the request was let go.
 
-With the rule before issue 19 (``cancel_poll_ms: 50``) the median stop came ~4 stages after the cancel (run with
+With the earlier fixed rule (``cancel_poll_ms: 50``) the median stop came ~4 stages after the cancel (run with
 that parameter, this test fails; docs/operations.md, Cancellation).
 """
 
@@ -109,7 +109,7 @@ def test_cancelled_running_request_stops_within_a_stage_and_the_batch_goes_on(ca
       fifth of a stage is seen one boundary later, by design; this shared two-core machine now and then costs one
       more (the cancel's way through gRPC into Triton, the ask's round trip, measured at up to ~1 ms under load, a
       thread that wakes late, stage times that vary by half between runs). Stages are counted, not only timed,
-      because one stage's time varies as much. The median is what the rule before issue 19 (``cancel_poll_ms:
+      because one stage's time varies as much. The median is what the earlier fixed rule (``cancel_poll_ms:
       50``) fails: its asks come at a random moment of a 50 ms period, ~3 boundaries late on the median here.
     - Request 3 (queued) is answered CANCELLED within one stage time of its cancel (median over the trials, + 5 ms;
       at most one boundary later on the median, two in every trial), long before the batch ends. Timed, not counted

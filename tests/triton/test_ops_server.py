@@ -240,7 +240,7 @@ def test_burst_at_5x_capacity_then_normal_load(prod):
     reasons = {o.error.split("rejected: ")[1][:26] for o in burst.outcomes.values() if o.kind == "rejected"}
     assert all(r.startswith(("the deadline cannot be met", "the queue is full")) for r in reasons), reasons
     assert burst.count("ok") > 0
-    # promises kept (issue 19): at least 99% of the accepted requests met the 1 s SLA as the client saw it, and
+    # promises kept (docs/operations.md): at least 99% of the accepted requests met the 1 s SLA as the client saw it, and
     # the refused ones were told at once: within the time of one whole-graph pass at the largest batch + slack for
     # a loaded 2-core machine (a rejection waits at most for the job in flight on the scheduler thread)
     # The deadline runs from the backend's arrival and admission sees only its own side (batcher/admission.py);
@@ -257,7 +257,7 @@ def test_burst_at_5x_capacity_then_normal_load(prod):
     assert normal2.count("rejected") <= normal1.count("rejected") + max(2, len(normal2.outcomes) // 10), \
         (normal1.summary(), normal2.summary())
     assert normal2.count("ok") >= len(normal2.outcomes) * 0.8, normal2.summary()
-    # memory: back within 10% of its level before the burst (issue 19; without the release it stayed +25%)
+    # memory: back within 10% of its level before the burst (docs/operations.md; without the release it stayed +25%)
     assert rss1 <= rss0 * 1.10, (rss0, rss1)
     # the server's counts are the client's
     sent = [normal1, burst, normal2]

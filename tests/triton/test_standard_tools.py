@@ -1,4 +1,4 @@
-"""Standard tools with their default options (issue 19): perf_analyzer's default random data and Triton's own HTTP
+"""Standard tools with their default options: perf_analyzer's default random data and Triton's own HTTP
 and gRPC clients with any float data, NaN and Inf included, as Triton's own backends serve them."""
 
 from __future__ import annotations

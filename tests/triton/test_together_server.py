@@ -1,4 +1,4 @@
-"""Co-located load on a real tritonserver (issue 50): `lazybatch load --together` and `lazybatch perf --together`
+"""Co-located load on a real tritonserver: `lazybatch load --together` and `lazybatch perf --together`
 drive two of the session server's models at once, a few seconds each. Per-model counts add up to the aggregate
 row, every request is answered exactly once (the client's counts, perf_analyzer's export and Triton's own
 statistics agree), the two models are served over the same time, and a bad mix is refused before any load."""

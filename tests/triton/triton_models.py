@@ -149,7 +149,7 @@ def build_prod_repository(root: Path) -> ProdModels:
     # request priorities (Triton's names): two levels, requests without one at level 2
     add_model(heavy, repo, name="prod_heavy_prio", policy="serial", sla_ms=60000, latency_table=table,
               parameters={"priority_levels": "2", "default_priority_level": "2"}, **hcommon)
-    # mixed traffic (issue 18): eager with two levels and its urgency rule; Triton's own batcher with two levels and
+    # mixed traffic (docs/results/mixed.md): eager with two levels and its urgency rule; Triton's own batcher with two levels and
     # a queue timeout per level
     for name, policy in (("prod_heavy_urgency", "eager:urgency=true"),):
         add_model(heavy, repo, name=name, policy=policy, sla_ms=60000, latency_table=table, priority_levels=2,

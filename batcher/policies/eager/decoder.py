@@ -21,8 +21,8 @@ weighs the time to the first token; the rows already streaming pay for a newcome
 the batch cap bounds. The curves guard end-to-end deadlines instead, and on the chat-like LM's long tail that holds
 newcomers behind long sequences: replayed on the served LM's table (3 seeds x 400 requests, SLA 5 s), the time to
 first token at 150% load is 11.4 ms under first_token against 38.2 ms under the curves (7.2 ms unloaded), at 300%
-49 ms against 3.2 s, at the price of 148 ms against 78 ms per output token at 300% (benchmarks/
-replay_first_token.py; docs/results/decoder.md).
+49 ms against 3.2 s, at the price of 148 ms against 78 ms per output token at 300% (docs/results/decoder.md;
+the replay script is in git history).
 """
 
 from __future__ import annotations
