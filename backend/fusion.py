@@ -31,8 +31,8 @@ import numpy as np
 
 from lazybatch.batcher.graph import ModelGraph, Stage, StageType
 from lazybatch.batcher.latency_table import LatencyTable
-from lazybatch.batcher.policies.eager import EagerBatching
-from lazybatch.batcher.policies.lazy import LazyBatching, useful_batch_size
+from lazybatch.batcher.policies.lazy import useful_batch_size
+from lazybatch.batcher.policies.spec import PolicySpec
 
 from .stages import Manifest, StageInput, StageRunner, StageSpec
 
@@ -40,21 +40,21 @@ FUSE_MODES = ("auto", "true", "false")
 FUSED_STAGE = "whole_graph"
 
 
-def wants_whole_graph_spans(mode: str, policy: Any) -> bool:
+def wants_whole_graph_spans(mode: str, spec: PolicySpec, policy: Any) -> bool:
     """Whether the backend should hold the whole graph beside the stages: for a policy that asks for spans of stages
-    (``StageJob.stop``: eager), a span of every stage runs as one onnxruntime call. ``fuse_stages: auto`` (and
-    ``true`` keeps its meaning: whole passes only; ``false``: never)."""
-    return mode == "auto" and isinstance(policy, EagerBatching) and policy.spans
+    (``StageJob.stop``; the registry's ``whole_graph_spans``), a span of every stage runs as one onnxruntime call.
+    ``fuse_stages: auto`` (and ``true`` keeps its meaning: whole passes only; ``false``: never)."""
+    return mode == "auto" and spec.entry.whole_graph_spans and bool(getattr(policy, "spans", True))
 
 
-def fuse_reason(mode: str, policy: Any, table: LatencyTable) -> str | None:
+def fuse_reason(mode: str, spec: PolicySpec, policy: Any, table: LatencyTable) -> str | None:
     """Why this model should run whole passes, or None where stage boundaries are (or may be) of use."""
     if mode == "false":
         return None
     if mode == "true":
         return "fuse_stages: true"
-    if isinstance(policy, LazyBatching) and not isinstance(policy, EagerBatching) and useful_batch_size(table, policy.max_batch_size,
-                                                              policy.min_batch_gain) == 1:
+    if spec.entry.whole_when_unbatched and useful_batch_size(table, policy.max_batch_size,
+                                                             policy.min_batch_gain) == 1:
         return (f"fuse_stages: auto, {policy.name}'s batch cap is 1 (one more sample costs at least "
                 f"{1 - policy.min_batch_gain:.0%} of a batch-1 run): no sub-batch to preempt or merge")
     return None

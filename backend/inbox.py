@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 from .memory import malloc_trim
 
 if TYPE_CHECKING:
-    from .config import RequestOptions
+    from .request_parsing import RequestOptions
     from .rows import Parent
     from .runtime import BackendRuntime
 

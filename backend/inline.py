@@ -24,7 +24,7 @@ import numpy as np
 from lazybatch.batcher.policies.backend_hooks import inline_hooks
 from lazybatch.batcher.policies.base import Policy
 
-from .config import RequestOptions
+from .request_parsing import RequestOptions
 from .stages import StageRunner
 
 if TYPE_CHECKING:

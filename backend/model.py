@@ -33,8 +33,9 @@ from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
 from lazybatch.batcher.admission import QueuePolicy
 
-from .config import (BackendSettings, default_device_group, lane_threads, parse_config_json, parse_request_parameters,
-                     solo_threads, usable_cores, validate_request)
+from .settings import BackendSettings, parse_config_json
+from .arbiter.sizing import default_device_group, lane_threads, solo_threads, usable_cores
+from .request_parsing import parse_request_parameters, validate_request
 from .faults import FaultInjector
 from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
 from .model_kinds import MODEL_KINDS, executor_of, model_kind
@@ -146,7 +147,7 @@ class TritonPythonModel:
         self._responder: ResponseThread | None = None  # sends the answers (response_thread, backend/responder.py)
         self._latches: dict[int, _Latch] = {}  # batch_per_execute: request -> its execute call's latch
         self.fused: str | None = None  # why the stages run as one whole-graph pass (fuse_stages), if they do
-        self.solo_threads = 0  # a grouped model's whole-graph threads alone on the device (config.solo_threads)
+        self.solo_threads = 0  # a grouped model's whole-graph threads alone on the device (arbiter/sizing.py solo_threads)
         self.whole_wide = False  # its whole graph was made that wide (model_kinds._whole_graph_for_spans)
         self.segment_dir: Path | None = None  # fuse_segments: the merged segment files
         stats_dir = os.environ.get("LAZYBATCH_STATS_DIR")  # where the runtime's own statistics go (benchmarks)
@@ -184,7 +185,7 @@ class TritonPythonModel:
             kind, spec, runner = "whole_graph", None, None
         else:
             spec = parse_policy(s.policy)
-            if spec.kind == "serial" and s.scheduler_max_batch_size != 1:
+            if not spec.entry.batches and s.scheduler_max_batch_size != 1:  # one request at a time (serial)
                 s.scheduler_max_batch_size = 1
             runner = StageRunner(s.stage_dir, execution_provider=s.execution_provider,
                                  intra_op_threads=s.intra_op_threads, inplace_residuals=s.inplace_residuals)

@@ -27,7 +27,8 @@ from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.spec import PolicySpec
 from lazybatch.formats.example_dims import feed_shape
 
-from .config import BackendSettings, TensorSpec
+from .settings import BackendSettings
+from .stages import TensorSpec
 from .fusion import measure_fused_ratio
 from .npu_executor import maybe_wrap
 from .stages import StageRunner, available_providers, make_session, profile_batch_sizes
@@ -98,7 +99,7 @@ def load_table(settings: BackendSettings, runner: StageRunner) -> LatencyTable:
 
 
 def _max_batch(m: TritonPythonModel, spec: PolicySpec) -> int | None:
-    return None if spec.kind == "serial" else m.settings.scheduler_max_batch_size
+    return m.settings.scheduler_max_batch_size if spec.entry.batches else None
 
 
 # ---------------------------------------------------------------------- the kinds
@@ -163,9 +164,9 @@ def _staged(m: TritonPythonModel, cfg: Any, spec: PolicySpec, runner: StageRunne
     whole = None
     if merge:
         runner, table = _segments(m, runner, table)
-        whole = _whole_graph_for_spans(m, policy, runner, table)
+        whole = _whole_graph_for_spans(m, spec, policy, runner, table)
         if whole is None:
-            runner, table = _fused(m, policy, runner, table)
+            runner, table = _fused(m, spec, policy, runner, table)
     runner, table = maybe_wrap(cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (docs/npu.md)
     runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
     return Built(runner, table, policy, BackendRuntime, whole)
@@ -190,13 +191,14 @@ def _segments(m: TritonPythonModel, runner: StageRunner, table: LatencyTable) ->
     return done
 
 
-def _whole_graph_for_spans(m: TritonPythonModel, policy: Any, runner: StageRunner, table: LatencyTable) -> Any:
+def _whole_graph_for_spans(m: TritonPythonModel, spec: PolicySpec, policy: Any, runner: StageRunner,
+                           table: LatencyTable) -> Any:
     """The verified whole-graph runner for a policy that runs spans of stages (backend/fusion.py
     ``spans_whole_graph``), or None: the stages then stay as they are and fuse_stages decides as before."""
     from .fusion import fuse, wants_whole_graph_spans
 
     s = m.settings
-    if not wants_whole_graph_spans(s.fuse_stages, policy):
+    if not wants_whole_graph_spans(s.fuse_stages, spec, policy):
         return None
     done = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,
                 intra_op_threads=s.intra_op_threads, name=s.name)
@@ -206,7 +208,7 @@ def _whole_graph_for_spans(m: TritonPythonModel, policy: Any, runner: StageRunne
     m.fused = (f"a job that spans all {table.graph.n} stages runs as one whole-graph pass "
                f"({policy.fused_ratio:.2f}x the stages' time); the scheduler keeps the stage boundaries where "
                "preempting may pay")
-    if m.solo_threads:  # the device group's member alone on the device: a wider whole graph (config.solo_threads)
+    if m.solo_threads:  # the device group's member alone on the device: a wider whole graph (arbiter/sizing.py solo_threads)
         wide = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,
                     intra_op_threads=m.solo_threads, name=s.name)
         if wide is not None:
@@ -220,13 +222,14 @@ def _whole_graph_for_spans(m: TritonPythonModel, policy: Any, runner: StageRunne
     return done[0]
 
 
-def _fused(m: TritonPythonModel, policy: Any, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any]:
+def _fused(m: TritonPythonModel, spec: PolicySpec, policy: Any, runner: StageRunner,
+           table: LatencyTable) -> tuple[Any, Any]:
     """Whole passes where no stage boundary would be used (backend/fusion.py); the NPU executor times stages
     from their table rows and keeps them (the ``npu`` kind never comes here)."""
     from .fusion import fuse, fuse_reason
 
     s = m.settings
-    reason = fuse_reason(s.fuse_stages, policy, table)
+    reason = fuse_reason(s.fuse_stages, spec, policy, table)
     if reason is None:
         return runner, table
     done = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,

@@ -39,7 +39,7 @@ from lazybatch.sessions.inplace import InPlaceRunError
 from . import metrics as M
 from .cancel_watch import CancelWatcher, auto_interval, typical_stage_s
 from .clock import WallClock
-from .config import RequestOptions
+from .request_parsing import RequestOptions
 from .faults import FaultInjector, InjectedFault
 from .inbox import MEMORY_RELEASE_INTERVAL_S, Group, InboxLoop
 from .inline import InlineRoute
@@ -78,7 +78,7 @@ class BackendRuntime:
         self.runner = runner
         # the verified whole graph (backend/fusion.py), for jobs that span every stage; None: chain the stages
         self.whole_runner: StageRunner | None = None
-        # a grouped model's whole graph may be wider than its stages (config.solo_threads): then it runs only while
+        # a grouped model's whole graph may be wider than its stages (arbiter/sizing.py solo_threads): then it runs only while
         # ``alone`` says no other member of the device group is active (arbiter/join.py), and its passes leave the
         # table alone, which describes the stages at the lane's width, what the scheduler plans with when shared
         self.whole_wide = False

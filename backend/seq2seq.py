@@ -485,12 +485,13 @@ def build_policy(spec: PolicySpec, s2s: Seq2SeqSpec, table: LatencyTable, *, max
     admitted up to the batch cap wherever that step kept the deadlines). A decoupled model's eager admits up to the
     batch cap (``admission=first_token``: its users weigh the first token; batcher/policies/eager.py says why)
     unless the policy names its admission."""
-    if decoupled and spec.kind == "eager" and "admission" not in spec.params:
+    entry = spec.entry  # the registry's traits, never the policy's name
+    if decoupled and entry.takes_length_histogram and entry.takes("admission") and "admission" not in spec.params:
         spec = PolicySpec(spec.kind, {**spec.params, "admission": "first_token"}, spec.text)
     hist = None
-    if spec.kind == "eager" and "dec_timesteps" not in spec.params:
+    if entry.takes_length_histogram and "dec_timesteps" not in spec.params:
         hist = _length_histogram(s2s, table)
-    if hist is None and spec.kind in ("lazy", "oracle", "eager") and "dec_timesteps" not in spec.params:
+    if hist is None and entry.takes("dec_timesteps") and "dec_timesteps" not in spec.params:
         dec = dec_timesteps or table.meta.get("dec_timesteps") or table.meta.get("dec_timesteps_90")
         if dec:
             spec = PolicySpec(spec.kind, {**spec.params, "dec_timesteps": min(int(dec), s2s.max_length)}, spec.text)

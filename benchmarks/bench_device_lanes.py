@@ -36,7 +36,7 @@ from pathlib import Path
 
 from benchmarks.harness import command_line, fmt, machine_meta, spread, write_json
 from benchmarks.harness.served import served
-from lazybatch.backend.config import usable_cores
+from lazybatch.backend.arbiter.sizing import usable_cores
 
 SMALL, LARGE = "mlp", "resnet50"
 CONFIGS = {"lanes 1": {"device_lanes": "1"},

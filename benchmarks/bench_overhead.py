@@ -36,7 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks.harness import command_line, fmt, judge_spread, machine_meta, spread, write_json
-from lazybatch.backend.config import RequestOptions
+from lazybatch.backend.request_parsing import RequestOptions
 from lazybatch.backend.fusion import fuse, measure_fused_ratio
 from lazybatch.backend.runtime import BackendRuntime
 from lazybatch.backend.stages import StageRunner, profile_batch_sizes

@@ -19,7 +19,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from lazybatch.backend.config import WHOLE_GRAPH, config_to_text, model_config_pb2
+from lazybatch.backend.parameters import WHOLE_GRAPH
+from lazybatch.backend.settings import config_to_text, model_config_pb2
 from lazybatch.backend.seq2seq import Seq2SeqSpec
 from lazybatch.backend.stages import StageRunner, load_manifest, profile_batch_sizes
 from lazybatch.batcher.errors import ConfigError
@@ -125,7 +126,7 @@ def set_priority_timeouts(model_dir: str | Path, timeouts_us: Mapping[int, int])
     """Rewrite ``model_dir``'s Triton queue timeouts per priority level (a model under Triton's batcher with
     priority_levels), e.g. once the served batch-1 time is measured; a reload (explicit model control) applies them.
     Levels not in ``timeouts_us`` lose any timeout they had (an empty mapping removes them all)."""
-    from lazybatch.backend.config import load_config
+    from lazybatch.backend.settings import load_config
 
     path = Path(model_dir) / "config.pbtxt"
     cfg = load_config(path)
@@ -308,7 +309,7 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
         else:
             # eager runs a pass the scheduler would run whole in Triton's execute call (backend/inline.py
             # run_inline), on the group Triton's batcher queued meanwhile: that needs dynamic_batching, no delay
-            inline = getattr(pol, "kind", "") == "eager"
+            inline = pol.entry.inline_passes
             cfg = build_config(name, man.inputs, man.outputs, max_batch_size=max_batch_size, parameters=params,
                                dynamic_batching_us=0 if inline else None, **prio)
     (mdir / "config.pbtxt").write_text(config_to_text(cfg))

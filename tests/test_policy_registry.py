@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lazybatch.backend.config import DEFAULT_POLICY as CONFIG_DEFAULT, PARAMETERS
+from lazybatch.backend.parameters import PARAMETERS, DEFAULT_POLICY as CONFIG_DEFAULT
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.policies import POLICY_NAMES, Policy, parse_policy, sla_aware
 from lazybatch.batcher.policies import registry
@@ -71,13 +71,18 @@ def test_adding_an_entry_is_enough(monkeypatch) -> None:
         parse_policy("fifo:depth=x")
 
 
-def test_the_defaults_are_stated_where_they_hold() -> None:
-    """`repo add` writes eager; a config.pbtxt without a policy parameter gets lazy: the config help says both."""
-    assert registry.DEFAULT_POLICY == "eager" and CONFIG_DEFAULT == "lazy"
+def test_one_default_policy() -> None:
+    """`repo add` writes the registry's default, and a config.pbtxt without a policy parameter gets the same one."""
+    from lazybatch.backend.settings import BackendSettings, parse_config_text
+
+    assert CONFIG_DEFAULT is registry.DEFAULT_POLICY == "eager"
     assert f"default {CONFIG_DEFAULT} where the parameter is absent" in PARAMETERS["policy"]
-    assert f"`lazybatch repo add` writes {registry.DEFAULT_POLICY}" in PARAMETERS["policy"]
     args = build_parser().parse_args(["repo", "add", "m.onnx"])
     assert args.policy == registry.DEFAULT_POLICY
+    cfg = parse_config_text('name: "m" backend: "python" max_batch_size: 4 '
+                            'input { name: "x" data_type: TYPE_FP32 dims: [ 8 ] } '
+                            'output { name: "y" data_type: TYPE_FP32 dims: [ 8 ] }')
+    assert BackendSettings.from_config(cfg, "/nonexistent").policy == registry.DEFAULT_POLICY
 
 
 def test_tritons_batcher_is_an_entry_too() -> None:

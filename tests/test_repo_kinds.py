@@ -26,7 +26,7 @@ def test_repo_default_offers_every_model_kind() -> None:
 def test_per_suffix_parameters_reach_only_that_models_config(tmp_path) -> None:
     """The pair's lazybatch models join a device group named in their config (build_pair_repository passes it as
     ``parameters``); Triton's models of the same build do not, and ``replace`` rewrites a directory that exists."""
-    from lazybatch.backend.config import load_config
+    from lazybatch.backend.settings import load_config
     from lazybatch.repo import PAIR_GROUP, PAIR_OURS, build_default_repository
 
     repo = tmp_path / "repo"

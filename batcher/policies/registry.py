@@ -1,6 +1,6 @@
 """Every policy a user can name, in one table: how its string parses, what it builds, how results label it, and
 whether its decisions read deadlines. Parsing (``spec.parse_policy``), building (``PolicySpec.build``), labels,
-the config help (backend/config.py), the CLI's help (lazybatch/commands/) and ``repo add``'s ``triton:<us>``
+the config help (backend/parameters.py), the CLI's help (lazybatch/commands/) and ``repo add``'s ``triton:<us>``
 (lazybatch/repo.py) all read it, so adding a policy is one ``PolicyEntry`` here and one class.
 
 Keys follow Triton's config names (max_batch_size, max_queue_delay_microseconds, preferred_batch_size).
@@ -27,7 +27,7 @@ INT = "int"
 FLOAT = "float"
 SIZES = "sizes"  # 4/8 or "4 8": a tuple of ints
 
-# The default of ``lazybatch repo add --policy`` (a config.pbtxt without a policy parameter gets backend/config.py's).
+# The default policy: what `lazybatch repo add --policy` writes and what a config.pbtxt without a policy parameter gets.
 DEFAULT_POLICY = "eager"
 
 
@@ -54,6 +54,20 @@ class PolicyEntry:
     sla_aware: bool = False  # its decisions depend on request deadlines (so one run per SLA target is needed)
     aliases: tuple[str, ...] = ()
     bare_value: str | None = None  # the key a bare value sets (graph:5 -> max_queue_delay_ms=5)
+    # Traits the backend and `repo add` read instead of a policy's name or class:
+    batches: bool = True  # False: one request at a time (serial): the backend caps its sub-batches at 1
+    whole_graph_spans: bool = False  # asks for spans of stages (StageJob.stop): a span of every stage may run as
+    #   one whole-graph pass (backend/fusion.py); the policy's own ``spans`` attribute may turn it off
+    whole_when_unbatched: bool = False  # where its batch cap comes out at 1 no stage boundary is ever used, so
+    #   fuse_stages: auto runs whole passes (the slack predictor's min_batch_gain decides the cap)
+    inline_passes: bool = False  # answers the inline route's questions (backend/inline.py): `repo add` puts Triton's
+    #   dynamic batcher at 0 ms in front, so that execute may run whole passes on what it queued
+    takes_length_histogram: bool = False  # seq2seq: reads the output-length histogram itself (backend/seq2seq.py),
+    #   and a decoupled model's admission rule where the policy names none
+
+    def takes(self, key: str) -> bool:
+        """Whether the policy accepts parameter ``key`` (dec_timesteps, admission, ...)."""
+        return key in self.params
 
 
 # ------------------------------------------------------------------ labels
@@ -105,8 +119,10 @@ ENTRIES: tuple[PolicyEntry, ...] = (
                 {**_STACK, "min_gain": FLOAT, "boundary_cost_us": FLOAT, "spans": FLAG, "urgency": FLAG,
                  "admission": WORD, "join": WORD},
                 _stack(EagerBatching, ("min_gain", "boundary_cost_us", "spans", "urgency", "admission", "join")),
-                _label("Eager", _BATCH + _DEC), sla_aware=True),
-    PolicyEntry("serial", "one request at a time, whole graph", {}, lambda p, a: Serial(), lambda p: "Serial"),
+                _label("Eager", _BATCH + _DEC), sla_aware=True, whole_graph_spans=True, inline_passes=True,
+                takes_length_histogram=True),
+    PolicyEntry("serial", "one request at a time, whole graph", {}, lambda p, a: Serial(), lambda p: "Serial",
+                batches=False),
     PolicyEntry("graph", "GraphB(N): graph:5 is a max_queue_delay of 5 ms (the paper's batching time-window); "
                 "graph:max_queue_delay_microseconds=5000,max_batch_size=64,preferred_batch_size=4/8",
                 {"max_batch_size": INT, "max_queue_delay_microseconds": INT, "max_queue_delay_ms": FLOAT,
@@ -129,10 +145,10 @@ ENTRIES: tuple[PolicyEntry, ...] = (
     PolicyEntry("lazy", "the paper's LazyBatching: lazy:max_batch_size=32,dec_timesteps=10,min_batch_gain=0.2; "
                 "lazy:preempt=benefit preempts only where it also lowers the summed latency (not the paper's rule)",
                 _LAZY, _stack(LazyBatching, ("min_batch_gain", "preempt")), _label("LazyB", _BATCH + _DEC), sla_aware=True,
-                aliases=("lazyb", "lazybatching")),
+                aliases=("lazyb", "lazybatching"), whole_when_unbatched=True),
     PolicyEntry("oracle", "LazyBatching whose slack test knows the batched latencies: oracle:dec_timesteps_coverage=0.8",
                 _LAZY, _stack(OracleLazyBatching, ("min_batch_gain", "preempt")), _label("Oracle", _BATCH + _DEC),
-                sla_aware=True),
+                sla_aware=True, whole_when_unbatched=True),
 )
 BY_NAME: dict[str, PolicyEntry] = {e.name: e for e in ENTRIES}
 ALIASES: dict[str, str] = {a: e.name for e in ENTRIES for a in e.aliases}

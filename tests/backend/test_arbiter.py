@@ -23,7 +23,7 @@ import pytest
 from lazybatch.backend.arbiter import protocol as P
 from lazybatch.backend.arbiter.client import attach, query
 from lazybatch.backend.runtime import BackendRuntime
-from lazybatch.backend.config import RequestOptions
+from lazybatch.backend.request_parsing import RequestOptions
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
@@ -447,7 +447,7 @@ def test_device_weight_and_priority_level_reach_the_arbiter_from_the_gate(models
 
 
 def test_device_weight_and_priority_level_parameters(tmp_path):
-    from lazybatch.backend.config import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings, parse_config_text
     from lazybatch.batcher.errors import ConfigError
 
     from test_backend import CONFIG
@@ -597,7 +597,7 @@ def test_the_device_wide_queue_bound_refuses_with_the_shared_devices_message(mod
 
 
 def test_device_max_queue_size_parameter(tmp_path):
-    from lazybatch.backend.config import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings, parse_config_text
     from lazybatch.batcher.errors import ConfigError
 
     from test_backend import CONFIG
@@ -623,7 +623,7 @@ def test_device_max_queue_size_parameter(tmp_path):
 
 
 def test_device_lanes_parameter(tmp_path):
-    from lazybatch.backend.config import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings, parse_config_text
     from lazybatch.batcher.errors import ConfigError
 
     from test_backend import CONFIG
@@ -643,7 +643,7 @@ def test_device_lanes_parameter(tmp_path):
 
 
 def test_lane_threads_share_the_cores_among_the_lanes():
-    from lazybatch.backend.config import lane_threads
+    from lazybatch.backend.arbiter.sizing import lane_threads
 
     assert lane_threads(0, 1, 2) == 0  # one lane: onnxruntime's default, as an ungrouped model
     assert lane_threads(0, 2, 2) == 1 and lane_threads(0, 2, 16) == 8 and lane_threads(0, 3, 16) == 5

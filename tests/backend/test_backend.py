@@ -14,8 +14,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from lazybatch.backend.config import (BackendSettings, RequestOptions, load_config, parse_config_text,
-                                      parse_request_parameters, validate_request)
+from lazybatch.backend.settings import BackendSettings, load_config, parse_config_text
+from lazybatch.backend.request_parsing import parse_request_parameters, RequestOptions, validate_request
 from lazybatch.backend.model import TritonPythonModel
 from lazybatch.backend.runtime import BackendRuntime
 from lazybatch.backend.stages import StageRunner, TensorSpec, load_manifest

@@ -21,7 +21,8 @@ import pytest
 from lazybatch.backend.arbiter import protocol as P
 from lazybatch.backend.arbiter.client import ArbiterGate, attach, query
 from lazybatch.backend.arbiter.join import SOLO_POLL_S, Membership
-from lazybatch.backend.config import BackendSettings, default_device_group, parse_config_text
+from lazybatch.backend.settings import BackendSettings, parse_config_text
+from lazybatch.backend.arbiter.sizing import default_device_group
 from lazybatch.backend.runtime import BackendRuntime
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.errors import ConfigError
@@ -294,7 +295,7 @@ def test_a_seq2seq_model_shares_the_device_per_decoder_step(group, tmp_path):
     its encoder and decoder-step jobs each wait for a grant, and every sequence still decodes to the reference."""
     import threading
 
-    from lazybatch.backend.config import RequestOptions
+    from lazybatch.backend.request_parsing import RequestOptions
     from lazybatch.backend.seq2seq import Seq2SeqRuntime, Seq2SeqSpec, build_policy
     from lazybatch.onnx_tools.split import split_model
     from lazybatch.onnx_tools.zoo import export_model

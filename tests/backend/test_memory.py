@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from lazybatch.backend.config import RequestOptions
+from lazybatch.backend.request_parsing import RequestOptions
 from lazybatch.backend.memory import arena_shrinkage_option, malloc_trim
 from lazybatch.backend.runtime import BackendRuntime
 from lazybatch.backend.stages import StageRunner
@@ -98,7 +98,7 @@ def test_runtime_releases_at_idle_moments_at_most_every_interval(heavy_stages):
 
 
 def test_memory_release_ms_parameter(tmp_path):
-    from lazybatch.backend.config import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings, parse_config_text
     from lazybatch.batcher.errors import ConfigError
 
     from test_backend import CONFIG

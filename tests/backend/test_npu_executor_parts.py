@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import pytest
 
-from lazybatch.backend.config import BackendSettings, parse_config_text
+from lazybatch.backend.settings import BackendSettings, parse_config_text
 from lazybatch.backend.npu_executor import NpuTimedRunner, maybe_wrap
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher import LatencyTable, ModelGraph, StageType

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from lazybatch.backend import metrics as M
-from lazybatch.backend.config import BackendSettings, RequestOptions, parse_config_text
+from lazybatch.backend.settings import BackendSettings, parse_config_text
+from lazybatch.backend.request_parsing import RequestOptions
 from lazybatch.backend.faults import FaultInjector
 from lazybatch.backend.runtime import BackendRuntime
 from lazybatch.backend.stages import StageRunner
@@ -244,7 +245,7 @@ def test_runtime_rejects_when_the_queue_is_full_and_counts_it(mlp):  # noqa: F81
 
 
 def test_repo_add_writes_the_admission_knobs(tmp_path, mlp):  # noqa: F811
-    from lazybatch.backend.config import load_config
+    from lazybatch.backend.settings import load_config
     from lazybatch.cli import main
 
     model, _ = mlp

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lazybatch.backend.config import RequestOptions
+from lazybatch.backend.request_parsing import RequestOptions
 from lazybatch.backend.faults import FaultInjector
 from lazybatch.backend.seq2seq import Seq2SeqRuntime, Seq2SeqSpec, build_policy
 from lazybatch.backend.stages import StageRunner
@@ -509,7 +509,7 @@ def test_streaming_parts_concatenate_to_the_reference(split, every):
 def test_decoupled_configs_are_checked(tmp_path):
     """--decoupled streams tokens: refused with a reason for a model without a decoder loop, for Triton's whole-graph
     policy, and a stream interval needs a decoupled model and at least one token."""
-    from lazybatch.backend.config import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings, parse_config_text
     from lazybatch.batcher.errors import ConfigError
     from lazybatch.repo import add_model
 

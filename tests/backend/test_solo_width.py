@@ -15,7 +15,7 @@ import pytest
 
 from lazybatch.backend.arbiter import protocol as P
 from lazybatch.backend.arbiter.join import Membership
-from lazybatch.backend.config import solo_threads
+from lazybatch.backend.arbiter.sizing import solo_threads
 from lazybatch.backend.fusion import fuse
 from lazybatch.batcher.errors import ConfigError
 

@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from lazybatch.backend.config import RequestOptions
+from lazybatch.backend.request_parsing import RequestOptions
 from lazybatch.backend.runtime import BackendRuntime
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.policies import parse_policy

@@ -134,7 +134,7 @@ def test_backend_stage_runner_switch(split_all):
 
 def test_backend_lazy_serves_inplace_split_correctly(split_all, monkeypatch):
     from lazybatch.backend import stages as stages_mod
-    from lazybatch.backend.config import RequestOptions
+    from lazybatch.backend.request_parsing import RequestOptions
     from lazybatch.backend.runtime import BackendRuntime
     from lazybatch.backend.stages import StageRunner
     from lazybatch.batcher.policies import parse_policy
@@ -186,7 +186,7 @@ def test_backend_lazy_serves_inplace_split_correctly(split_all, monkeypatch):
 
 
 def test_backend_parameter(tmp_path):
-    from lazybatch.backend.config import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings, parse_config_text
     from lazybatch.batcher.errors import ConfigError
 
     cfg = '''name: "m" backend: "python" max_batch_size: 4
@@ -205,7 +205,7 @@ def test_backend_failed_inplace_run_fails_its_batch_without_rerun(split_all, mon
     """A run that fails after it may have written over its input cannot be rerun request by request from that input
     (the base runtime's recovery): every request of that batch gets the error, and the server goes on."""
     from lazybatch.backend import stages as stages_mod
-    from lazybatch.backend.config import RequestOptions
+    from lazybatch.backend.request_parsing import RequestOptions
     from lazybatch.backend.runtime import BackendRuntime
     from lazybatch.backend.stages import StageRunner
     from lazybatch.batcher.policies import parse_policy

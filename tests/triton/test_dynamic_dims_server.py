@@ -50,7 +50,7 @@ def detector(tmp_path_factory) -> tuple[TritonServer, Path]:
 
 def test_repo_add_records_the_example_size() -> None:
     """The config carries the split's size for the dynamic dims, in perf_analyzer's --shape form."""
-    from lazybatch.backend.config import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings, parse_config_text
     from lazybatch.repo import build_config
     from lazybatch.backend.stages import TensorSpec
 

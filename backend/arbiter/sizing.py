@@ -1,0 +1,62 @@
+"""How many onnxruntime threads a co-located model gets, and which device group a model instance joins by default:
+the device group's sizing, beside the arbiter that shares the device.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def lane_threads(intra_op_threads: int, lanes: int, cores: int) -> int:
+    """The intra-op pool of a grouped model: its own ``intra_op_threads`` where set, else onnxruntime's default (0)
+    on one lane, else the cores shared among the lanes. Why: each lane runs a job of its own at once, and pools of
+    all the cores each would fight for them (served on 2 cores, two lanes helped only with one thread each:
+    docs/colocation.md, "Lanes")."""
+    if intra_op_threads > 0 or lanes <= 1:
+        return intra_op_threads
+    return max(1, cores // lanes)
+
+
+def solo_threads(setting: int, lane: int, cores: int) -> int:
+    """The intra-op threads of a grouped model's whole-graph passes while it is alone on the device, or 0 where they
+    keep the lane's (``lane``: the model's intra_op_threads; 0, onnxruntime's default, is every core already).
+
+    Why: onnxruntime cannot resize a pool, so a model sized for its lane would run on part of the cores the whole
+    time it is alone (served: BERT alone at 110% averaged 1,585 ms on one thread against 184 ms under Triton;
+    docs/colocation.md, "Width alone"). So its whole graph gets a session of its own at this width, used only while
+    no other member is active, and the stages keep the lane's. That takes pools per session (a process with a
+    global pool refuses sessions with their own), which costs nothing where the lane has one thread: such stages
+    need no pool at all. With wider lanes the stages would wake their own pools' workers at every stage
+    (sessions/threads.py), so the default stays off there; a ``setting`` above the lane's turns it on anyway."""
+    if setting == 0 or lane <= 0:
+        return 0
+    want = setting if setting > 0 else (cores if lane == 1 else 0)
+    return want if want > lane else 0
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a container's cpuset), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_device_group(cfg: Any, kind: str, device_id: int, executor: str = "") -> tuple[str, str]:
+    """(the default group of a model instance, why it has none where it has none). ``kind`` and ``device_id`` are
+    Triton's ``model_instance_kind`` ("CPU", "GPU") and ``model_instance_device_id``. A model with several
+    instances on one device keeps out: they were asked to run side by side, which one lane would serialise."""
+    kind = (kind or "CPU").upper()
+    on_device = 0
+    for g in cfg.instance_group:
+        g_kind = g.kind  # KIND_AUTO 0, KIND_GPU 1, KIND_CPU 2, KIND_MODEL 3 (model_config.proto)
+        if kind == "GPU" and g_kind == 1 and (not g.gpus or device_id in g.gpus):
+            on_device += max(g.count, 1)
+        elif kind != "GPU" and g_kind in (0, 2, 3):
+            on_device += max(g.count, 1)
+    if on_device > 1:
+        return "", f"{on_device} instances of the model on its device (set device_group to group them)"
+    if executor == "npu":
+        return "npu", ""  # the NPU the stages are timed by, not the CPU that computes their outputs
+    return (f"gpu{device_id}" if kind == "GPU" else "cpu"), ""
