@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import command_line, git_commit, machine_meta, write_json, start_server
+from benchmarks.harness import command_line, git_commit, machine_meta, percentile, start_server, write_json
 
 from lazybatch.backend.model import read_log
 from lazybatch.batcher.latency_table import LatencyTable
@@ -122,11 +122,6 @@ def trial(client, model: str, stats: Path, tag: str, stage_s: float, n_stages: i
     return row
 
 
-def pct(values: list[float], q: float) -> float:
-    v = sorted(values)
-    return v[min(len(v) - 1, int(round(q / 100 * (len(v) - 1))))]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=40, help="trials per variant (they take turns)")
@@ -175,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         s: dict = {"is_cancelled_calls": checks[v]}
         for key in ("answer_queued_ms", "answer_running_ms", "stop_running_ms", "stages_after_cancel"):
             vals = [r[key] for r in rows[v] if key in r]
-            s[key] = {"median": statistics.median(vals), "p99": pct(vals, 99), "n": len(vals)} if vals else None
+            s[key] = {"median": statistics.median(vals), "p99": percentile(vals, 99), "n": len(vals)} if vals else None
         s["not_stopped"] = sum(1 for r in rows[v] if r.get("not_stopped"))
         s["client_late"] = sum(1 for r in rows[v] if r["a_done_before_cancel"])
         summary[v] = s

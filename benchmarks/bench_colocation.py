@@ -37,30 +37,14 @@ from tqdm import tqdm
 
 from benchmarks.colocation import repo as R
 from benchmarks.colocation.drive import alone_cell, load_cell, perf_cell
+from benchmarks.colocation.mix import KINDS, PAIR, PRIO, mixes, rates_for
 from benchmarks.colocation.page import plots, render
 from benchmarks.colocation.simulate import Tables, simulate
 from benchmarks.harness import command_line, machine_meta, seq2seq_t1, served, static_t1, write_json
 from benchmarks.harness.page import write_page
 from lazybatch.batcher.errors import ConfigError
 
-KINDS = ["mlp", "mobilenet", "bert", "lm"]  # a small MLP, a CNN, BERT and one decoder model
-SKEW = 0.7  # the skewed mix: the CNN's share of the requests
-PAIR = ("mlp", "bert", 0.3, 1.1)  # small, large, each one's load as a fraction of its own batch-1 rate
-PRIO = ("mobilenet", 0.2, 0.8)  # the urgent model at 20% of its batch-1 rate; the others 80% of the device together
 PAUSE_S = 0.5
-
-
-def mixes(names: list[str], kinds: list[str], cnn: str) -> dict[str, dict[str, float]]:
-    rest = (1 - SKEW) / (len(kinds) - 1)
-    all_mixes = {"equal": {k: 1 / len(kinds) for k in kinds},
-                 "skewed": {k: SKEW if k == cnn else rest for k in kinds}}
-    return {m: all_mixes[m] for m in names}
-
-
-def rates_for(load: float, shares: dict[str, float], t1: dict[str, float]) -> dict[str, float]:
-    """Requests/s per model: ``shares`` of a total whose batch-1 device time is ``load`` of every second."""
-    total = load / sum(s * t1[k] / 1e3 for k, s in shares.items())
-    return {k: s * total for k, s in shares.items()}
 
 
 def estimate(args: argparse.Namespace) -> float:

@@ -44,8 +44,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from benchmarks.bench_overhead import build, served, whole_graph
 from benchmarks.harness import command_line, fmt, judge_spread, machine_meta, spread, write_json
+from benchmarks.harness.inprocess import mlp_stages, runtime_latencies, whole_graph_latencies
 from lazybatch.backend.arbiter import protocol as P
 from lazybatch.backend.arbiter.client import attach, query
 from lazybatch.backend.fusion import fuse, measure_fused_ratio
@@ -95,10 +95,10 @@ def _runtime(runner, table, whole, spec: str, name: str) -> BackendRuntime:
 
 def one_round(whole, runtimes: dict[str, BackendRuntime], gates: dict, x: np.ndarray, requests: int,
               rng: np.random.Generator) -> dict[str, float]:
-    routes: dict[str, Callable[[], float]] = {"t1": lambda: whole_graph(whole, x, 1)[0],
-                                              "t1 again": lambda: whole_graph(whole, x, 1)[0]}
+    routes: dict[str, Callable[[], float]] = {"t1": lambda: whole_graph_latencies(whole, x, 1)[0],
+                                              "t1 again": lambda: whole_graph_latencies(whole, x, 1)[0]}
     for name, rt in runtimes.items():
-        routes[name] = lambda rt=rt: served(rt, x, 1)[0]
+        routes[name] = lambda rt=rt: runtime_latencies(rt, x, 1)[0]
     names = list(routes)
     times: dict[str, list[float]] = {n: [] for n in names}
     grants_before = {n: g.grants for n, g in gates.items()}
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     runtimes: dict[str, BackendRuntime] = {}
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["LAZYBATCH_ARBITER_DIR"] = tmp  # this run's own arbiters
-        model, stages = build(Path(tmp))
+        model, stages = mlp_stages(Path(tmp))
         runner = StageRunner(stages, execution_provider="cpu")
         table = runner.profile(profile_batch_sizes(16), reps=3)
         whole = fuse(runner, table, model, execution_provider="cpu", intra_op_threads=0, name="mlp")[0]
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 runtimes[name] = rt
             time.sleep(0.5)  # both neighbours joined
             for rt in runtimes.values():
-                served(rt, x, 50)  # warm-up
+                runtime_latencies(rt, x, 50)  # warm-up
             rng = np.random.default_rng(0)
             rounds = [one_round(whole, runtimes, gates, x, args.requests, rng)
                       for _ in tqdm(range(args.rounds), desc="rounds", unit="round")]

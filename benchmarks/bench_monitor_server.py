@@ -40,7 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import machine_meta, start_server, write_json
+from benchmarks.harness import machine_meta, percentile, start_server, write_json
+from benchmarks.harness.measure import service_time
 from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.page import table_head
 from lazybatch.backend.model import read_log
@@ -114,11 +115,6 @@ def table_path(work: Path, kind: str, max_stages: int, max_batch_size: int, thre
     return work / f"{kind}_stages{max_stages}_latency_b{max_batch_size}_t{threads}.json"
 
 
-def service_time(client: Client, model: str, n: int) -> float:
-    """Median latency of ``n`` sequential batch-1 requests (after warm-up): the batch-1 service time."""
-    return client.median_latency(model, client.random_inputs(model, 1, seed=0), n, warmup=2, sla_ms=1e6)
-
-
 def read_batch_log(path: Path) -> list[tuple[float, int, int, float]]:
     """(unix time at the batch's end, stage, batch size, onnxruntime seconds) from the backend's batch log."""
     return [(float(t), int(stage), int(size), float(sec)) for t, stage, size, sec in read_log(path)]
@@ -131,15 +127,6 @@ def wait_for_batches(path: Path, t0: float, t1: float, stage0_samples: int, time
         if sum(s for t, st, s, _ in read_batch_log(path) if t0 <= t <= t1 + 1 and st == 0) >= stage0_samples:
             return
         time.sleep(0.1)
-
-
-def percentile(xs: list[float], q: float) -> float:
-    if not xs:
-        return math.nan
-    s = sorted(xs)
-    k = (len(s) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def run_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
@@ -157,7 +144,7 @@ def run_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         url = server.endpoints.grpc
         with Client(url) as c:
             ref = names["adhoc"] if "adhoc" in names else next(iter(names.values()))
-            t1 = service_time(c, ref, args.calibration)
+            t1 = service_time(c, ref, args.calibration, warmup=2)
         mu = 1.0 / t1
         sla_ms = args.sla_x * t1 * 1e3
         scale = args.load * mu / PEAK
@@ -214,8 +201,8 @@ def run_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         lat = [l for _, l, good in recs if good]
         rows[p] = {"policy": POLICY_LABELS[p], "model": names[p], "sent": sent, "ok": ok, "errors": errors,
                    "unanswered": sent - ok - errors, "executed": executed,
-                   "avg_ms": statistics.fmean(lat) if lat else math.nan, "p50_ms": percentile(lat, 0.5),
-                   "p99_ms": percentile(lat, 0.99),
+                   "avg_ms": statistics.fmean(lat) if lat else math.nan, "p50_ms": percentile(lat, 50),
+                   "p99_ms": percentile(lat, 99),
                    "sla_violation": (sum(1 for l in lat if l > sla_ms) + errors + (sent - ok - errors)) / sent
                    if sent else math.nan,
                    "mean_batch": statistics.fmean(s for _, s in batches) if batches else math.nan,
@@ -277,7 +264,7 @@ def simulate(res: dict, table_path: Path, policies: list[str], slices: int, max_
             reqs = requests([Arrival(o) for o in seg], res["sla_ms"] / 1e3)
             sim.run(reqs)
             lat += [r.latency * 1e3 for r in reqs]
-        out[p] = {"avg_ms": statistics.fmean(lat) if lat else math.nan, "p99_ms": percentile(lat, 0.99),
+        out[p] = {"avg_ms": statistics.fmean(lat) if lat else math.nan, "p99_ms": percentile(lat, 99),
                   "sla_violation": sum(1 for v in lat if v > res["sla_ms"]) / len(lat) if lat else math.nan,
                   "mean_batch": statistics.fmean(sizes) if sizes else math.nan}
     return out

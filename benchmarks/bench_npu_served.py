@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import command_line, machine_meta
+from benchmarks.harness import command_line, machine_meta, percentile
 from lazybatch.batcher import LatencyTable, parse_policy
 from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.simulator import workload
@@ -119,10 +119,6 @@ def stats(path: Path) -> dict:
     return {}
 
 
-def pct(xs: list[float], q: float) -> float:
-    return float(np.percentile(np.array(xs), q))
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="1000,4000,8000", help="NPU-time arrival rates, requests/s")
@@ -188,10 +184,10 @@ def main() -> int:
                     over = npu_a.get("overruns", 0) - npu_b.get("overruns", 0)
                     label = parse_policy(f"graph:{args.window_ms:g}" if pol == "graph" else pol).label
                     row = {"policy": label, "rate": rate, "requests": len(arrivals),
-                           "sim_avg_ms": statistics.fmean(sim["lat"]) * 1e3, "sim_p50_ms": pct(sim["lat"], 50) * 1e3,
-                           "sim_p99_ms": pct(sim["lat"], 99) * 1e3, "sim_mean_batch": sim["mean_batch"],
+                           "sim_avg_ms": statistics.fmean(sim["lat"]) * 1e3, "sim_p50_ms": percentile(sim["lat"], 50) * 1e3,
+                           "sim_p99_ms": percentile(sim["lat"], 99) * 1e3, "sim_mean_batch": sim["mean_batch"],
                            "served_avg_ms": statistics.fmean(srv["lat"]) * 1e3,
-                           "served_p50_ms": pct(srv["lat"], 50) * 1e3, "served_p99_ms": pct(srv["lat"], 99) * 1e3,
+                           "served_p50_ms": percentile(srv["lat"], 50) * 1e3, "served_p99_ms": percentile(srv["lat"], 99) * 1e3,
                            "served_mean_batch": sum(b * c for b, c in hist.items()) / execs if execs else float("nan"),
                            "overrun_fraction": over / runs if runs else float("nan"), "served_wall_s": wall,
                            "overhead_per_stage_ms": after.get("overhead_per_stage_ms", float("nan"))}

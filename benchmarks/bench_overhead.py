@@ -25,8 +25,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,7 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks.harness import command_line, fmt, judge_spread, machine_meta, spread, write_json
-from lazybatch.backend.request_parsing import RequestOptions
+from benchmarks.harness.inprocess import mlp_stages, runtime_latencies, whole_graph_latencies
 from lazybatch.backend.fusion import fuse, measure_fused_ratio
 from lazybatch.backend.runtime import BackendRuntime
 from lazybatch.backend.stages import StageRunner, profile_batch_sizes
@@ -48,52 +46,16 @@ POLICIES = {"eager": "eager", "eager (scheduler)": "eager", "eager:spans=false":
 GOAL = 0.03
 
 
-def build(work: Path) -> tuple[Path, Path]:
-    import onnx
-
-    from lazybatch.staging import make_mlp, split_model
-
-    model = make_mlp(work / "mlp.onnx", in_dim=2048, width=2048, depth=8, out_dim=1000, seed=0)
-    relus = [i for i, n in enumerate(onnx.load(str(model)).graph.node) if n.op_type == "Relu"]
-    return model, split_model(model, work / "stages", cut_after=relus, name="mlp")
-
-
-def served(rt: BackendRuntime, x: np.ndarray, n: int) -> list[float]:
-    """Latency of ``n`` requests sent one at a time (the next after the previous answer), each as Triton's
-    ``execute`` hands it over: inline where the runtime takes it, else through the scheduler thread."""
-    done = threading.Event()
-    rt.respond = lambda handle, outputs, status, error: done.set()
-    out = []
-    for _ in range(n):
-        done.clear()
-        t0 = time.perf_counter()
-        if not rt.inline or rt.run_inline([({"x": x}, 1)]) is None:
-            rt.submit(None, {"x": x}, 1, RequestOptions(sla_s=1.0))
-            done.wait()
-        out.append(time.perf_counter() - t0)
-    return out
-
-
-def whole_graph(whole, x: np.ndarray, n: int) -> list[float]:
-    """t1: the backend's own whole-graph session run directly, ``n`` times."""
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        whole.run(0, {"x": x})
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def one_round(whole, runtimes: dict[str, BackendRuntime], x: np.ndarray, requests: int,
               rng: np.random.Generator) -> dict[str, float]:
     """t1 and every route, taking turns request by request, in a new random order each turn: the route before
     decides how warm onnxruntime's thread pool and the caches are, so a fixed rotation would give each route the
     same predecessor (measured: -2.7% "cost" for a route always run right after t1)."""
     # "t1 again": the same call under a second name, the instrument's noise floor (its ratio to t1 should be 1.00)
-    routes: dict[str, Callable[[], float]] = {"t1": lambda: whole_graph(whole, x, 1)[0],
-                                 "t1 again": lambda: whole_graph(whole, x, 1)[0]}
+    routes: dict[str, Callable[[], float]] = {"t1": lambda: whole_graph_latencies(whole, x, 1)[0],
+                                 "t1 again": lambda: whole_graph_latencies(whole, x, 1)[0]}
     for name, rt in runtimes.items():
-        routes[name] = lambda rt=rt: served(rt, x, 1)[0]
+        routes[name] = lambda rt=rt: runtime_latencies(rt, x, 1)[0]
     names = list(routes)
     times: dict[str, list[float]] = {name: [] for name in names}
     inline_before = {name: rt.stats.inline_requests for name, rt in runtimes.items()}
@@ -118,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     meta = machine_meta()
     with tempfile.TemporaryDirectory() as tmp:
-        model, stages = build(Path(tmp))
+        model, stages = mlp_stages(Path(tmp))
         runner = StageRunner(stages, execution_provider="cpu")
         table = runner.profile(profile_batch_sizes(16), reps=3)
         whole = fuse(runner, table, model, execution_provider="cpu", intra_op_threads=0, name="mlp")[0]
@@ -131,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 rt.whole_runner = whole
                 rt.policy.fused_ratio = measure_fused_ratio(runner, whole)
             rt.inline = name == "eager"
-            served(rt, x, 20)  # warm-up
+            runtime_latencies(rt, x, 20)  # warm-up
             runtimes[name] = rt
         rng = np.random.default_rng(0)
         rounds = [one_round(whole, runtimes, x, args.requests, rng)

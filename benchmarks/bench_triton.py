@@ -45,9 +45,10 @@ import time
 from pathlib import Path
 
 
-from benchmarks import pair as colocated_pair
+from benchmarks.colocation import pair as colocated_pair
 from benchmarks.harness import command_line, geomean, held_out_ratios, served, spread, verdict as goal_verdict
 from benchmarks.harness.plots import pyplot, save
+from benchmarks.harness.measure import service_time
 from benchmarks.harness.page import table_head
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_load, summarize
@@ -59,10 +60,6 @@ TRITON_SUFFIXES = [k for k in COMPARISON if k.startswith("triton_")]
 DEFAULT_SLAS = {"resnet50": "100,200", "mlp": "10,25"}
 # An identical copy of Triton's 0 ms configuration, scored as eager is: the noise floor (an A/A test), never "best".
 TWIN_SUFFIX = "triton_0us_twin"
-
-
-def service_time(client: Client, model: str, n: int) -> float:
-    return client.median_latency(model, client.random_inputs(model, 1, seed=0), n, sla_ms=10_000)
 
 
 def read_stats(stats_dir: Path, model: str, at_least: int = 0, timeout: float = 15.0) -> dict:

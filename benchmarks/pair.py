@@ -1,204 +1,19 @@
-"""The quickstart's co-located pair (docs/colocation.md): a small model beside a large one on one tritonserver, both driven at
-once, under lazybatch's device scheduler and under Triton's batcher.
+"""The quickstart's co-located pair on its own (docs/colocation.md): a small model beside a large one on one
+tritonserver, both driven at once, under lazybatch's device scheduler and under Triton's batcher.
 
     python -m benchmarks.pair                     # serves model_repository (built with `lazybatch repo default --pair`)
     python -m benchmarks.bench_triton ... --pair  # the same after the single-model table, on that run's server
 
-The small model (the 8 x 2048 MLP) gets Poisson arrivals at ``--small-load`` of its batch-1 rate (0.3), the large
-one (ResNet-50) at ``--large-load`` of its own (1.1), both at once (client/together.py, ``lazybatch load
---together``'s code). Configurations: lazybatch's default policy with both models in one device group
-(``<kind>_eager_grouped``: the arbiter picks every stage job across the two), Triton's dynamic batcher at 0 ms and
-5 ms (``<kind>_triton_0us``, ``<kind>_triton_5000us``: two backend processes sharing the cores as Triton lets them),
-and each model alone under lazybatch and under Triton 0 ms (the same arrivals with nothing beside it). Every
-repetition runs every configuration, in an order that turns by one each repetition, with that repetition's seeded
-arrivals.
-
-The verdict (benchmarks/harness/verdict.py): per repetition, the best Triton configuration's figure / lazybatch's,
-Triton's best chosen on the other repetitions (harness.held_out_ratios); the interval is the range over the
-repetitions, and a range across the goal is a tie. Short runs: these are a new user's first look, not the results
-page's figures.
+What it measures and how it is judged: benchmarks/colocation/pair.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import os
 import sys
-import time
 from pathlib import Path
-from typing import Callable, Sequence
 
-import numpy as np
-
-from benchmarks.harness import geomean, held_out_ratios, judge
-from benchmarks.harness.page import table_head
-from lazybatch.backend.arbiter.protocol import SIBLING_WINDOW_S
-from lazybatch.client.api import Client
-from lazybatch.client.load import LoadResult, run_load
-from lazybatch.client.together import model_seed, run_together
-from lazybatch.repo import KIND_SLA_MS, PAIR_KINDS, PAIR_OURS, PAIR_POLICIES
-
-ROLES = ("small", "large")
-TRITON = [s for s in PAIR_POLICIES if s.startswith("triton_")]
-# (figure, lower is better for us as a ratio best Triton / lazybatch: higher is better) -> its goal (docs/colocation.md)
-GOALS = {("small", "avg_ms"): 2.0, ("small", "p99_ms"): 3.0, ("large", "avg_ms"): 0.95}
-ALONE_GOAL = 1.3  # the small model beside the large one within 1.3x of its latency alone (docs/colocation.md)
-# between configurations: past the device lease's sibling window, so that a model measured "alone" right after the
-# other model's turn is alone for the arbiter too (0.3 s left it within the window: one-stage jobs for 0.7 s)
-PAUSE_S = SIBLING_WINDOW_S + 0.1
-
-
-def t1(client: Client, model: str, n: int) -> float:
-    """The batch-1 service time in seconds (median of ``n`` sequential requests, Triton's whole graph)."""
-    return client.median_latency(model, client.random_inputs(model, 1, seed=0), n, sla_ms=10_000)
-
-
-def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, large_load: float = 1.1,
-            duration_s: float = 2.0, reps: int = 3, seed: int = 0, slas: dict[str, float] | None = None,
-            configs: Sequence[str] = (PAIR_OURS, *TRITON), alone: Sequence[str] | None = None,
-            calibration: dict[str, int] | None = None, pause_s: float = PAUSE_S,
-            progress: Callable[[str], None] = print) -> dict:
-    """Run the pair on the server at ``url`` (gRPC); returns the raw data (``score`` and ``markdown`` read it).
-    ``prefixes``: role -> the model name's prefix (a model is ``<prefix>_<suffix>``, suffixes ``configs``, the
-    first lazybatch's); ``alone``: the configurations each model also runs alone in (default lazybatch's and Triton
-    0 ms: what grouping costs a model alone, and what the other model costs it under each); ``slas``: role -> SLA in
-    ms, sent with lazybatch's requests (default the kinds')."""
-    names = {(role, cfg): f"{prefixes[role]}_{cfg}" for role in ROLES for cfg in configs}
-    slas = slas or {role: KIND_SLA_MS.get(PAIR_KINDS[role], 100.0) for role in ROLES}
-    ours = configs[0]
-    cal = calibration or {"small": 100, "large": 15}
-    began = time.monotonic()
-    with Client(url) as c:
-        t1_s = {role: t1(c, names[(role, "triton_0us")] if (role, "triton_0us") in names else names[(role, ours)],
-                         cal[role]) for role in ROLES}
-    rates = {"small": small_load / t1_s["small"], "large": large_load / t1_s["large"]}
-    progress(f"pair: t1 small {t1_s['small'] * 1e3:.1f} ms, large {t1_s['large'] * 1e3:.1f} ms; rates "
-             f"{rates['small']:.1f}/s and {rates['large']:.1f}/s, {reps} x {duration_s:g} s per configuration")
-    alone = [c for c in (alone if alone is not None else (ours, "triton_0us")) if c in configs]
-    turns = [("together", cfg) for cfg in configs] + [("alone", (role, cfg)) for cfg in alone for role in ROLES]
-    runs: list[dict] = []
-    for k in range(reps):
-        for mode, what in turns[k % len(turns):] + turns[:k % len(turns)]:
-            if mode == "together":
-                pair = {names[(role, what)]: rates[role] for role in ROLES}
-                total = sum(pair.values())
-                rows = run_together(url, {m: r / total for m, r in pair.items()}, total, duration_s,
-                                    sla_ms={names[(role, what)]: slas[role] for role in ROLES}, seed=seed + k,
-                                    timeout_s=60.0, send_sla=what == ours)
-                results = dict(zip(ROLES, rows[:2]))
-            else:
-                role, cfg = what
-                results = {role: run_load(url, names[(role, cfg)], rates[role], duration_s, sla_ms=slas[role],
-                                          seed=model_seed(seed + k, ROLES.index(role)), timeout_s=60.0,
-                                          send_sla=cfg == ours)}
-            for role, r in results.items():
-                runs.append(row(r, rep=k, mode=mode, config=what[1] if mode == "alone" else what, role=role))
-                progress(f"  rep {k} {mode:<8} {r.model:<24} sent {r.sent} ok {r.ok} avg {r.avg_ms:.1f} "
-                         f"p99 {r.p99_ms:.1f} ms")
-            time.sleep(pause_s)
-    return {"meta": {"prefixes": prefixes, "configs": list(configs), "alone": alone,
-                     "t1_ms": {r: v * 1e3 for r, v in t1_s.items()},
-                     "rates": rates, "loads": {"small": small_load, "large": large_load}, "slas_ms": slas,
-                     "duration_s": duration_s, "reps": reps, "seed": seed,
-                     "elapsed_s": round(time.monotonic() - began, 1),
-                     "loadavg": " ".join(f"{v:.1f}" for v in os.getloadavg())},
-            "runs": runs}
-
-
-def row(r: LoadResult, **key: object) -> dict:
-    return {**key, "model": r.model, "start_unix": r.start_unix, "sent": r.sent, "ok": r.ok, "errors": r.errors,
-            "avg_ms": r.avg_ms,
-            "p99_ms": r.p99_ms, "latencies_ms": [round(v, 3) for v in r.latencies_ms]}
-
-
-def pooled(runs: list[dict]) -> dict:
-    """Repetitions of one model in one configuration: counts summed, avg and p99 over every answer."""
-    lat = np.array([v for r in runs for v in r["latencies_ms"]], dtype=float)
-    return {"sent": sum(r["sent"] for r in runs), "errors": sum(r["errors"] for r in runs),
-            "avg_ms": float(lat.mean()) if lat.size else math.nan,
-            "p99_ms": float(np.percentile(lat, 99)) if lat.size else math.nan}
-
-
-def per_rep(data: dict, mode: str, config: str, role: str, key: str) -> list[float]:
-    runs = sorted((r for r in data["runs"] if (r["mode"], r["config"], r["role"]) == (mode, config, role)),
-                  key=lambda r: r["rep"])
-    return [r[key] for r in runs]
-
-
-def score(data: dict) -> list[dict]:
-    """The verdict rows: per figure of GOALS, best Triton / lazybatch per repetition (held out), its geometric mean
-    and range, judged against 1.00 (lazybatch lower) and against the co-location goal; then the small model beside the
-    large one / alone, under lazybatch, against ALONE_GOAL."""
-    ours, tri = data["meta"]["configs"][0], data["meta"]["configs"][1:]
-    out = []
-    for (role, key), goal in GOALS.items():
-        ratios, picks = held_out_ratios({c: per_rep(data, "together", c, role, key) for c in tri},
-                                        per_rep(data, "together", ours, role, key))
-        out.append(verdict_row(f"{role} {key.removesuffix('_ms')}: best Triton / lazybatch", ratios, goal,
-                               picks=picks))
-    alone = per_rep(data, "alone", ours, "small", "avg_ms")
-    beside = per_rep(data, "together", ours, "small", "avg_ms")
-    ratios = [b / a for a, b in zip(alone, beside) if a > 0]
-    out.append(verdict_row("small avg under lazybatch: beside the large one / alone", ratios, ALONE_GOAL,
-                           lower_is_better=True))
-    return out
-
-
-def verdict_row(figure: str, ratios: list[float], goal: float, *, lower_is_better: bool = False,
-                picks: Sequence[str] = ()) -> dict:
-    finite = [v for v in ratios if v > 0 and math.isfinite(v)]
-    if not finite:
-        return {"figure": figure, "ratio": math.nan, "lo": math.nan, "hi": math.nan, "goal": goal,
-                "vs_one": "tie", "vs_goal": "tie", "picks": list(picks), "lower_is_better": lower_is_better}
-    lo, hi = min(finite), max(finite)
-    return {"figure": figure, "ratio": geomean(finite), "lo": lo, "hi": hi, "goal": goal,
-            "vs_one": judge(lo, hi, 1.0, lower_is_better=lower_is_better),
-            "vs_goal": judge(lo, hi, goal, lower_is_better=lower_is_better), "picks": list(picks),
-            "lower_is_better": lower_is_better}
-
-
-def markdown(data: dict) -> str:
-    m = data["meta"]
-    ours, configs = m["configs"][0], m["configs"]
-    label = {ours: "lazybatch, one device group",
-             **{c: f"Triton {int(c.removeprefix('triton_').removesuffix('us')) / 1000:g} ms" for c in configs[1:]}}
-    lines = [f"Co-located pair on one tritonserver: small `{m['prefixes']['small']}` (t1 {m['t1_ms']['small']:.1f} "
-             f"ms) at {m['loads']['small']:.0%} of its batch-1 rate ({m['rates']['small']:.1f}/s) beside large "
-             f"`{m['prefixes']['large']}` (t1 {m['t1_ms']['large']:.1f} ms) at {m['loads']['large']:.0%} "
-             f"({m['rates']['large']:.1f}/s), Poisson, both at once; {m['reps']} repetitions of {m['duration_s']:g} "
-             "s per configuration, taking turns. Ratios: best Triton / lazybatch per repetition (Triton's best chosen "
-             f"on the other repetitions), geometric mean [range]; a range across the goal is a tie. Load average "
-             f"{m.get('loadavg', '?')}.", "",
-             *table_head(["model", "configuration", "beside the other", "sent", "err", "avg ms", "p99 ms"])]
-    for role in ROLES:
-        cells = [("alone", c) for c in configs] + [("together", c) for c in configs]
-        for mode, cfg in cells:
-            runs = [r for r in data["runs"] if (r["mode"], r["config"], r["role"]) == (mode, cfg, role)]
-            if not runs:
-                continue
-            p = pooled(runs)
-            lines.append(f"| {role} {runs[0]['model']} | {label[cfg]} | {'yes' if mode == 'together' else 'alone'} "
-                         f"| {p['sent']} | {p['errors']} | {p['avg_ms']:.1f} | {p['p99_ms']:.1f} |")
-    lines += ["", *table_head(["figure", "ratio [range over repetitions]", "lazybatch lower (>= 1.00x)",
-                               "goal", "verdict at the goal"])]
-    for v in score(data):
-        one = "-" if v["lower_is_better"] else v["vs_one"]
-        sign = "<=" if v["lower_is_better"] else ">="
-        lines.append(f"| {v['figure']} | {v['ratio']:.2f}x [{v['lo']:.2f}-{v['hi']:.2f}] | {one} | "
-                     f"{sign} {v['goal']:g}x | {v['vs_goal']} |")
-    return "\n".join(lines) + "\n"
-
-
-def report(data: dict, out: Path) -> str:
-    """Write pair.json (raw, every latency) and pair.md in ``out`` and print the page; returns it."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "pair.json").write_text(json.dumps(data, indent=1))
-    text = markdown(data)
-    (out / "pair.md").write_text(text)
-    print(text, flush=True)
-    return text
+from benchmarks.colocation.pair import add_args, report, run_args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,20 +35,6 @@ def main(argv: list[str] | None = None) -> int:
     report(data, out)
     return 0
 
-
-def add_args(ap: argparse.ArgumentParser, prefix: str = "") -> None:
-    """The pair's options (``prefix``: ``pair-`` where they sit beside another benchmark's --duration)."""
-    ap.add_argument(f"--{prefix}duration", dest="pair_duration", type=float, default=2.0,
-                    help="seconds of load per configuration and repetition (2)")
-    ap.add_argument(f"--{prefix}reps", dest="pair_reps", type=int, default=3, help="repetitions (3)")
-    ap.add_argument(f"--{prefix}small-load", dest="small_load", type=float, default=0.3,
-                    help="the small model's load, a fraction of its batch-1 rate (0.3)")
-    ap.add_argument(f"--{prefix}large-load", dest="large_load", type=float, default=1.1, help="the large model's (1.1)")
-
-
-def run_args(url: str, args: argparse.Namespace) -> dict:
-    return measure(url, dict(PAIR_KINDS), small_load=args.small_load, large_load=args.large_load,
-                   duration_s=args.pair_duration, reps=args.pair_reps, seed=getattr(args, "seed", 0))
 
 
 if __name__ == "__main__":

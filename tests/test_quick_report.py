@@ -79,7 +79,7 @@ def test_runs_without_slices_fall_back_to_the_pooled_ratio(bench):
 def pair_data(small_avg: dict[str, list[float]], alone: list[float], large_avg: float = 100.0) -> dict:
     """Runs of the pair: per configuration the small model's average per repetition (its p99 twice that), the large
     one's ``large_avg`` everywhere; ``alone``: the small model alone under lazybatch per repetition."""
-    from benchmarks import pair
+    from benchmarks.colocation import pair
 
     configs = list(small_avg)
     runs = []
@@ -104,7 +104,7 @@ def pair_data(small_avg: dict[str, list[float]], alone: list[float], large_avg: 
 
 
 def test_the_pair_scores_best_triton_over_lazybatch_held_out_with_the_one_rule():
-    from benchmarks import pair
+    from benchmarks.colocation import pair
 
     data = pair_data({"eager_grouped": [5.0, 5.0, 5.0], "triton_0us": [12.0, 9.0, 10.0],
                       "triton_5000us": [20.0, 20.0, 20.0]}, alone=[4.0, 4.0, 5.0])
@@ -124,7 +124,7 @@ def test_the_pair_scores_best_triton_over_lazybatch_held_out_with_the_one_rule()
 
 
 def test_the_pair_calls_lazybatch_behind_only_where_every_repetition_says_so():
-    from benchmarks import pair
+    from benchmarks.colocation import pair
 
     data = pair_data({"eager_grouped": [10.0, 10.0, 10.0], "triton_0us": [9.0, 8.0, 11.0]}, alone=[4.0] * 3)
     small = pair.score(data)[0]

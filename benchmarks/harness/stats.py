@@ -9,6 +9,17 @@ from typing import Sequence
 from benchmarks.harness.verdict import TIE, judge_spread
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) with linear interpolation between ranks (numpy's default, as every page and
+    client/load.py compute it); NaN for no values."""
+    if not len(values):
+        return math.nan
+    s = sorted(float(v) for v in values)
+    k = (len(s) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
 def spread(values: Sequence[float]) -> dict[str, float]:
     """Repetitions of one figure: mean, min, max and their count (the docs quote mean [min-max])."""
     v = [float(x) for x in values]

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.bench_colocation import KINDS, mixes, rates_for
+from benchmarks.colocation.mix import KINDS, mixes, rates_for
 from benchmarks.colocation import repo as R
 from benchmarks.colocation.drive import load_cell
 from benchmarks.harness import command_line, machine_meta, seq2seq_t1, served, static_t1, write_json

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 from benchmarks.harness import command_line, fmt, machine_meta, seq2seq_requests, spread, write_json, served
-from benchmarks.probes.probe_routes import cpu_seconds, processes
+from benchmarks.harness.procs import cpu_seconds, processes
 
 from lazybatch import repo as repo_mod
 from lazybatch.client.api import Client

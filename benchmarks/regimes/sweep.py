@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import time
 import urllib.request
 from typing import Any
 
-from benchmarks.harness import runtime_stats, seq2seq_requests, served, settled_stats, triton_stats
+from benchmarks.harness import runtime_stats, served, settled_stats, triton_stats
+from benchmarks.harness.measure import sampled_service_time
 from benchmarks.regimes.perf import perf_binary, perf_cell
 from benchmarks.regimes.policies import DESCRIPTION, LAZYBATCH_SCHEDULED, SEQ2SEQ_KINDS, Settings, SLA_AWARE
 from benchmarks.regimes.replay import lazy_table_path, scaling_curve, simulated
@@ -38,29 +38,6 @@ def stats_delta(before: dict, after: dict) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------- measurements
-def request_feeds(client: Client, http: str, model: str, n: int, seed: int = 0) -> list[dict]:
-    """``n`` batch-1 requests: random inputs, or for a seq2seq model source and output lengths drawn from the shipped
-    length histogram as `lazybatch load` draws them (client/seq2seq.py)."""
-    return seq2seq_requests(http, model, n, seed) or [client.random_inputs(model, 1, seed=seed)] * n
-
-
-def service_time(client: Client, http: str, model: str, seconds: float, *, n: int | None = None,
-                 mean: bool = False) -> tuple[float, int]:
-    """Latency of sequential batch-1 requests: the median of about ``seconds`` of them (at least 10, at most 300),
-    or with ``n`` exactly the first ``n`` requests of the seeded draw. ``mean``: their mean, the service time whose
-    inverse is the service rate when requests differ in length (seq2seq: lengths from the histogram)."""
-    feeds = request_feeds(client, http, model, max(300, n or 0))
-    warm = []
-    for x in feeds[:3]:
-        t0 = time.perf_counter()
-        client.infer(model, x)
-        warm.append(time.perf_counter() - t0)
-    if n is None:
-        n = int(max(10, min(300, seconds / max(statistics.median(warm), 1e-4))))
-    times = client.latencies(model, feeds, n, warmup=0)
-    return (statistics.fmean(times) if mean else statistics.median(times)), n
-
-
 def pool(parts: list[LoadResult], sla_ms: float | None) -> LoadResult:
     """One cell from its slices: latencies pooled; throughput = answers / total time under load."""
     first = parts[0]
@@ -123,15 +100,15 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
                 # batch-1 service the loads are fractions of), not a median of a few; lazy measured on the same ones
                 n_cal = st.seq2seq_calibration
                 whole = names.get("serial") or names[pols[0]]
-                t1 = service_time(c, http, whole, 0, n=n_cal, mean=True)[0]
-                t1_lazy = service_time(c, http, names["lazy"], 0, n=n_cal, mean=True)[0] if "lazy" in names \
+                t1 = sampled_service_time(c, http, whole, 0, n=n_cal, mean=True)[0]
+                t1_lazy = sampled_service_time(c, http, names["lazy"], 0, n=n_cal, mean=True)[0] if "lazy" in names \
                     else math.nan
                 t1_serial = t1
             else:
                 whole = names.get("triton_0us") or names.get("graph_0ms") or names[pols[0]]
-                t1, n_cal = service_time(c, http, whole, 3.0)
-                t1_lazy = service_time(c, http, names["lazy"], 1.5)[0] if "lazy" in names else math.nan
-                t1_serial = service_time(c, http, names["serial"], 1.5)[0] if "serial" in names else math.nan
+                t1, n_cal = sampled_service_time(c, http, whole, 3.0)
+                t1_lazy = sampled_service_time(c, http, names["lazy"], 1.5)[0] if "lazy" in names else math.nan
+                t1_serial = sampled_service_time(c, http, names["serial"], 1.5)[0] if "serial" in names else math.nan
         mu = 1.0 / t1
         duration = st.seq2seq_duration if kind in SEQ2SEQ_KINDS else st.duration
         slas = [m * t1 * 1e3 for m in st.sla_multiples]

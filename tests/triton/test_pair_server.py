@@ -16,7 +16,7 @@ import signal
 import onnx
 import pytest
 
-from benchmarks import pair
+from benchmarks.colocation import pair
 from benchmarks.harness.verdict import VERDICTS
 from lazybatch.backend.arbiter import protocol as P
 from lazybatch.backend.arbiter.client import query
