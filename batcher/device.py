@@ -31,7 +31,7 @@ The cross-model rule, at every stage boundary and every arrival that finds a lan
    picks is more than ``lag`` seconds of weighted device time ahead of the waiting member furthest behind, the one
    furthest behind goes instead.
 
-The guarantee (tests/test_device_fairness.py checks it): **whenever the device is granted to member i while member j
+The guarantee (tests/batcher/test_device_fairness.py checks it): **whenever the device is granted to member i while member j
 waits, vt_i <= vt_j + lag**. Hence, while i and j both stay waiting, i's weighted device time never runs ahead of
 j's by more than ``lag`` plus one job of i (divided by its weight), whatever their deadlines, priorities or loads;
 and a member j that starts waiting beside one backlogged member h waits at most the job in flight, one job of h and

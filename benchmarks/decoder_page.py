@@ -31,7 +31,7 @@ NAME = {"lm": "LM", "gnmt": "GNMT", "transformer": "Transformer"}
 
 SOURCES = {"decoder": "decoder.json", "decoder_perf": "decoder_perf_analyzer_seeded.json"}
 # every round but the main sweep is rendered where its data is there (a run may stop before it; data from an earlier
-# run must then be deleted, not mixed in: tests/test_docs_data.py fails a page whose data spans commits)
+# run must then be deleted, not mixed in: tests/meta/test_docs_data.py fails a page whose data spans commits)
 OPTIONAL = set(SOURCES) - {"decoder"}
 
 

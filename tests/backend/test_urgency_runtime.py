@@ -1,7 +1,7 @@
 """Mixed traffic on one model (docs/results/mixed.md), in-process with real onnxruntime sessions: a late urgent request overtakes a
 running bulk batch at a stage boundary, and the bulk batch finishes afterwards with the whole graph's outputs.
 
-tests/test_urgency.py covers the rule's decisions on a virtual clock; this runs it on the backend's runtime (the
+tests/batcher/test_urgency.py covers the rule's decisions on a virtual clock; this runs it on the backend's runtime (the
 scheduler thread, the stage sessions, tensors split and merged between stages) on a model slow enough that a stage
 is several milliseconds, so that the order of the answers is the rule's and not the machine's jitter.
 """

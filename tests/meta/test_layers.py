@@ -38,7 +38,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # layer name -> (import-name prefixes, layers it may import); the longest matching prefix decides a module's layer
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -132,7 +132,7 @@ def violations() -> list[str]:
 
 def test_imports_run_down_the_layers():
     bad = violations()
-    assert not bad, "imports that run back up (tests/test_layers.py says the layers):\n" + "\n".join(bad)
+    assert not bad, "imports that run back up (tests/meta/test_layers.py says the layers):\n" + "\n".join(bad)
 
 
 def test_layers_form_a_stack():

@@ -9,7 +9,7 @@ from lazybatch.batcher import (GraphBatching, LazyBatching, LengthHistogram, Req
 from lazybatch.batcher.decisions import DISPATCH, MERGE, PREEMPT
 from lazybatch.simulator.engine import Simulation
 
-from .simhelpers import flat_table
+from tests.simhelpers import flat_table
 
 
 def run(table, policy, reqs):

@@ -8,7 +8,7 @@ from lazybatch.batcher.errors import ConfigError
 from lazybatch.simulator.mixed import simulate_mixed
 from lazybatch.traffic import TrafficClass, assign, parse_class, parse_classes
 
-from .test_urgency import table
+from tests.batcher.test_urgency import table
 
 
 def test_a_class_spec_reads_name_share_sla_and_priority():

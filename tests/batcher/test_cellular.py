@@ -10,7 +10,7 @@ from lazybatch.batcher import CellularBatching, GraphBatching, Request, StageTyp
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.simulator.engine import Simulation
 
-from .simhelpers import flat_table
+from tests.simhelpers import flat_table
 
 
 def run(table, policy, reqs):

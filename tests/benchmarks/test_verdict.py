@@ -86,7 +86,7 @@ def test_every_results_page_names_its_commands():
 
     from benchmarks import pages
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for name, page in pages.PAGES.items():
         assert page.commands and page.generated in ("whole", "tables", "by hand")
         if name != "colocation":

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA, RESULTS = ROOT / "docs" / "data", ROOT / "docs" / "results"
 
 

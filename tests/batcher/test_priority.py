@@ -10,7 +10,7 @@ from lazybatch.batcher import (BatchMonitor, CellularBatching, GraphBatching, La
 from lazybatch.batcher.policies.base import enqueue_by_priority
 from lazybatch.simulator.engine import Simulation
 
-from .simhelpers import flat_table
+from tests.simhelpers import flat_table
 
 
 def order(reqs):

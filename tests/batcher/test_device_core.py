@@ -17,7 +17,7 @@ from lazybatch.simulator import paper_tables, sweep, workload
 from lazybatch.simulator.colocated import ColocatedSimulation, Tenant
 from lazybatch.simulator.engine import Simulation
 
-from .colocation_helpers import flat, linear_table, periodic, tenant
+from tests.colocation_helpers import flat, linear_table, periodic, tenant
 
 
 def _digest(reqs) -> str:

@@ -15,8 +15,8 @@ from lazybatch.cli import main
 from lazybatch.simulator import colocated_experiment as co
 from lazybatch.simulator.colocated import ColocatedSimulation, Tenant
 
-from .colocation_helpers import flat, linear_table, periodic, tenant
-from .test_properties import scenarios
+from tests.colocation_helpers import flat, linear_table, periodic, tenant
+from tests.batcher.test_properties import scenarios
 
 
 def test_two_identical_models_under_processor_sharing_take_twice_as_long():
@@ -63,7 +63,7 @@ def colocated(draw):
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(colocated())
 def test_colocated_runs_keep_the_invariants(case):
-    """tests/test_properties.py's invariants across models: every request answered exactly once, each request's
+    """tests/batcher/test_properties.py's invariants across models: every request answered exactly once, each request's
     stages once each and in order, never more jobs on the device than lanes (one per model), a monotone clock."""
     models, sharing = case
     tenants = []

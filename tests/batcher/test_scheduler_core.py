@@ -6,7 +6,7 @@ from lazybatch.batcher import (GraphBatching, LatencyTable, LazyBatching, ModelG
                                StageResult, StageType, Status)
 from lazybatch.simulator.engine import Simulation
 
-from .simhelpers import flat_table
+from tests.simhelpers import flat_table
 
 
 class ManualClock:

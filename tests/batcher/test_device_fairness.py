@@ -10,7 +10,7 @@ import math
 from lazybatch.batcher.device import WAITING, SharedDevice
 from lazybatch.simulator.colocated import ColocatedSimulation
 
-from .colocation_helpers import linear_table, periodic, tenant
+from tests.colocation_helpers import linear_table, periodic, tenant
 
 LAG = 0.02
 UNIT = 1e-3  # each model's stage, batch 1; batching buys nothing (linear tables), so the policy runs one at a time

@@ -10,7 +10,7 @@ from lazybatch.batcher.admission import DEADLINE, QUEUE_FULL, Admission
 from lazybatch.simulator.engine import Simulation
 from lazybatch.simulator.workload import poisson, requests as make_requests
 
-from .simhelpers import flat_table
+from tests.simhelpers import flat_table
 from .test_scheduler_core import ManualClock
 
 

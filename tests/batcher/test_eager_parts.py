@@ -1,6 +1,6 @@
 """The parts the default policy holds (batcher/policies/eager/), one at a time: the arrival-rate estimate, the
 work-conserving base, the preemption rule, urgency classes and the decoder admission. The policy's behaviour as a
-whole is in tests/test_eager.py, test_urgency.py, test_decode_admission.py and test_preempt_benefit.py."""
+whole is in tests/batcher/test_eager.py, test_urgency.py, test_decode_admission.py and test_preempt_benefit.py."""
 
 from __future__ import annotations
 
