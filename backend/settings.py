@@ -5,7 +5,6 @@ parameters and their defaults is ``parameters.py``).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from lazybatch.formats.example_dims import parse_example_dims
 from .parameters import (AUTO_DEVICE_GROUP, DECOUPLED_CANCEL_POLL_MS, DEFAULT_CANCEL_POLL_MS, DEFAULT_DEVICE_LANES,
                          DEFAULT_POLICY, MAX_DEVICE_LANES, MAX_DEVICE_PRIORITY_LEVEL, NO_DEVICE_GROUP, PARAMETERS,
                          WHOLE_GRAPH)
-from .stages import TensorSpec
+from .stages import TensorSpec, load_manifest
 
 
 def model_config_pb2() -> Any:
@@ -343,11 +342,10 @@ def _example_dims(cfg: Any, stage_dir: Path) -> dict[str, tuple[int, ...]]:
         except ValueError as e:
             raise ConfigError(f"example_dims: {e}", field="parameters.example_dims") from None
     try:
-        entries = json.loads((stage_dir / "manifest.json").read_text()).get("graph_inputs", [])
-    except (OSError, ValueError, AttributeError):
-        return {}
-    return {str(e["name"]): tuple(int(d) for d in e["example_dims"]) for e in entries
-            if isinstance(e, dict) and "name" in e and isinstance(e.get("example_dims"), list)}
+        inputs = load_manifest(stage_dir).inputs
+    except (ConfigError, OSError, ValueError):
+        return {}  # no stage directory (a whole-graph model of its own): no sizes to read
+    return {t.name: t.example for t in inputs if t.example is not None}
 
 
 def _spec(t: Any, kind: str, example: tuple[int, ...] | None = None) -> TensorSpec:

@@ -93,3 +93,14 @@ def test_load_and_perf_analyzer_feed_the_example_size(detector, tmp_path: Path) 
     log = (perf_out / "perf_det_triton_0us.log").read_text()
     assert "--shape images:3,64,64" in log
     assert json.loads((perf_out / "perf.json").read_text())[0]["throughput"] > 0
+
+
+def test_a_repository_written_before_example_dims_reads_the_manifest(detector) -> None:
+    """A config.pbtxt without the example_dims parameter (written before it existed) takes the stage manifest's."""
+    from lazybatch.backend.settings import BackendSettings, load_config
+
+    server, _ = detector
+    mdir = Path(server.repo) / "det_triton_0us"
+    cfg = load_config(mdir / "config.pbtxt")
+    del cfg.parameters["example_dims"]
+    assert BackendSettings.from_config(cfg, mdir / "1").inputs[0].example == SIZE
