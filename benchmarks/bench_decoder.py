@@ -201,7 +201,8 @@ def report(res: dict) -> list[str]:
     lines += ["", f"Peak throughput over these loads: eager {peak['eager']:.2f}/s, best Triton {best_tri:.2f}/s "
                   f"({peak['eager'] / best_tri:.2f}x on the means"
                   + (f"; per repetition {min(per_rep):.2f}-{max(per_rep):.2f}x" if per_rep else "")
-                  + (f"; goal >= {goal_peak:g}x" if goal_peak else "") + ")."]
+                  + (f"; goal >= {goal_peak:g}x: {verdict(spread(per_rep), goal_peak)}" if goal_peak and per_rep
+                     else "") + ")."]
     if driver == "perf_analyzer":
         lines.append("Errors: none (perf_analyzer stops at the first failed request; every cell completed).")
         if nothing := measured_nothing(cells):
