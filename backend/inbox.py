@@ -5,6 +5,11 @@ requests of one call on a thread-safe queue (``Inbox.put``). The thread sleeps o
 timer (``backend/clock.py``) or a hook is due, takes what came, and runs the job the scheduler gave
 (``BackendRuntime.run_next``). At moments with nothing held it runs the idle hook (counters, metrics) and, once
 nothing has run for a while, the quiet hook (statistics file, memory given back), each at most at its interval.
+
+The interface is narrow both ways. The runtime hands arrivals in (``put``), asks for what came during a job
+(``drain``) and says when it answered or worked (``note_answer``, ``note_work``); the loop drives the runtime
+through the ``Worker`` methods alone. Neither writes the other's fields; the inline route reads ``pending``,
+``closed`` and ``idle`` (docs/architecture.md draws it).
 """
 
 from __future__ import annotations
@@ -13,14 +18,11 @@ import queue
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
-
-from .memory import malloc_trim
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from .request_parsing import RequestOptions
     from .rows import Parent
-    from .runtime import BackendRuntime
 
 # The idle hook (statistics file, metrics) runs at most this often: written at every idle moment it cost a JSON file
 # per request at low load, on the cores onnxruntime needs. Inline passes leave it to the scheduler thread, which
@@ -55,15 +57,36 @@ class Call(NamedTuple):
     fn: Callable[[], None]
 
 
-class InboxLoop:
-    """The inbox and the scheduler thread that empties it, for one ``BackendRuntime``."""
+class Worker(Protocol):
+    """What the loop asks of the runtime it serves (``BackendRuntime``), all on the loop's thread."""
 
-    def __init__(self, rt: BackendRuntime, name: str) -> None:
-        self.rt = rt
-        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Group, WAKE, or None (close)
-        self.lock = threading.Lock()  # guards ``closed`` and ``pending`` (execute's threads and this one)
-        self.closed = False
-        self.pending = 0  # submitted, not yet admitted by the scheduler thread (under ``lock``)
+    def has_job(self) -> bool: ...  # the scheduler gave a job not yet run
+    def holds(self) -> bool: ...  # some request is held (admitted, unanswered)
+    def run_next(self) -> bool: ...  # run the job, drain, report it done; False once closed
+    def admit_group(self, items: list[tuple[Parent, RequestOptions, float]]) -> None: ...
+    def answer_cancelled(self) -> None: ...
+    def next_due(self) -> float | None: ...  # the next timer (monotonic), None: none
+    def fire_due(self) -> None: ...
+    def looks_in(self) -> bool: ...  # inline passes may run, so the loop looks in on their bookkeeping
+    def idle_hook(self) -> None: ...  # counters, metrics, the inline passes' deferred bookkeeping
+    def release_memory(self) -> bool: ...  # True: memory was given back
+    def write_statistics(self) -> None: ...
+    def answer_leftovers(self, queued: Iterable[Parent]) -> None: ...
+
+
+class InboxLoop:
+    """The inbox and the scheduler thread that empties it, for one ``Worker``."""
+
+    def __init__(self, worker: Worker, name: str, busy: threading.Lock, *,
+                 memory_release_s: float = MEMORY_RELEASE_INTERVAL_S) -> None:
+        self.worker = worker
+        self.busy = busy  # held whenever this thread is awake (an inline pass holds it throughout: InlineRoute)
+        self.memory_release_s = memory_release_s  # 0: never (config memory_release_ms)
+        self.idle = threading.Event()  # set while nothing is held or pending (an inline pass may wait for it)
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Group, WAKE, Call, or None (close)
+        self.lock = threading.Lock()  # guards ``_closed`` and ``_pending`` (execute's threads and this one)
+        self._closed = False
+        self._pending = 0  # submitted, not yet admitted by the scheduler thread (under ``lock``)
         self.dirty = False  # something was answered since the idle hook last ran
         self.idle_hook_at = 0.0  # when the idle hook last ran (IDLE_HOOK_INTERVAL_S)
         self.quiet_owed = False  # the statistics file and the memory release wait for a quiet moment (QUIET_S)
@@ -73,6 +96,25 @@ class InboxLoop:
         self.thread = threading.Thread(target=self.run, name=f"{name}-scheduler", daemon=True)
 
     # ------------------------------------------------------------------ any thread
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def put(self, items: list[tuple[Parent, RequestOptions, float]]) -> bool:
+        """Requests of one execute call, admitted together; False (nothing queued) once the loop is closing."""
+        with self.lock:
+            if self._closed:
+                return False
+            if items:
+                self.idle.clear()
+                self.queue.put(Group(items))
+                self._pending += len(items)
+        return True
+
     def wake(self) -> None:
         self.queue.put(WAKE)
 
@@ -83,29 +125,32 @@ class InboxLoop:
     def close(self) -> None:
         """No more arrivals; the thread answers what is left and stops."""
         with self.lock:
-            self.closed = True
+            self._closed = True
             self.queue.put(None)
+
+    def note_answer(self) -> None:
+        """A request was answered: the idle hook is owed."""
+        self.dirty = True
+
+    def note_work(self) -> None:
+        """A job or a pass ended now: the quiet moment starts later."""
+        self.worked_at = time.monotonic()
 
     # ------------------------------------------------------------------ scheduler thread
     def run(self) -> None:
-        rt = self.rt
-        route = rt.route
-        busy = route.lock
-        live = rt.live
-        clock = rt.clock
-        stats = rt.stats
+        w = self.worker
+        busy = self.busy
         try:
             while True:
-                if rt.job is None:
-                    due = clock.next_due()
-                    if (self.dirty or self.quiet_owed) and not live:  # about to wait with nothing held
+                if not w.has_job():
+                    due = w.next_due()
+                    if (self.dirty or self.quiet_owed) and not w.holds():  # about to wait with nothing held
                         now = time.monotonic()
                         if self.dirty and now - self.idle_hook_at >= IDLE_HOOK_INTERVAL_S:
                             with busy:
                                 self.dirty = False
                                 self.quiet_owed = True
                                 self.idle_hook_at = now
-                                route.apply_deferred()
                                 self.idle_hook()
                         if self.quiet_owed and not self.dirty and (
                                 now - self.worked_at >= QUIET_S or now - self.quiet_hook_at >= STATS_MAX_AGE_S):
@@ -119,7 +164,7 @@ class InboxLoop:
                     elif self.quiet_owed:  # ... and then the quiet one, once nothing has run for QUIET_S
                         hook = max(min(self.worked_at + QUIET_S, self.quiet_hook_at + STATS_MAX_AGE_S),
                                    time.monotonic() + 1e-3)
-                    elif route.on:
+                    elif w.looks_in():
                         # inline passes, which never wake this thread, may make it owed (their metrics and
                         # calibration are applied by it, InlineRoute.apply_deferred): look in once an interval.
                         # (Not "at the interval after the last hook": with nothing owed that moment is past, and
@@ -129,27 +174,24 @@ class InboxLoop:
                         due = hook if due is None else min(due, hook)
                     timeout = None if due is None else max(0.0, due - time.monotonic())
                     with self.lock:
-                        if not live and not self.pending:
-                            route.idle.set()  # a group waiting in execute runs inline now
+                        if not w.holds() and not self._pending:
+                            self.idle.set()  # a group waiting in execute runs inline now
                     item = self.wait(timeout)
                     with busy:
                         if item is None or not self.drain(first=item):
                             break
-                        t0 = time.perf_counter()
-                        clock.fire_due()
-                        stats.sched_s += time.perf_counter() - t0
+                        w.fire_due()
                     continue
                 with busy:
-                    if not rt.run_next(stats):
+                    if not w.run_next():
                         break
         except Exception:  # pragma: no cover - a bug; make it loud and answer what is held
             traceback.print_exc()
         finally:
             with busy:
-                rt.answer_leftovers(self._leftovers())
-                route.apply_deferred()
+                w.answer_leftovers(self._leftovers())
                 self.idle_hook()
-                self.write_statistics()
+                w.write_statistics()
 
     def wait(self, timeout: float | None) -> Any:
         """The next inbox item, or WAKE when ``timeout`` (a timer) passes first; None once close() was called."""
@@ -159,9 +201,9 @@ class InboxLoop:
             return WAKE
 
     def drain(self, *, first: Any = None) -> bool:
-        """Submit every queued arrival to the scheduler (``first``: one already taken off the inbox); False once
+        """Hand every queued arrival to the worker (``first``: one already taken off the inbox); False once
         close() was called."""
-        rt = self.rt
+        w = self.worker
         while True:
             if first is not None:
                 item, first = first, None
@@ -173,14 +215,14 @@ class InboxLoop:
             if item is None:
                 return False
             if item is WAKE:
-                rt.answer_cancelled()
+                w.answer_cancelled()
                 continue
             if type(item) is Call:
                 item.fn()
                 continue
-            with rt.scheduler.deferred_dispatch():  # the requests of one execute call: one arrival
-                for one in item.items:
-                    rt.admit(*one)
+            with self.lock:
+                self._pending -= len(item.items)
+            w.admit_group(item.items)
 
     def _leftovers(self) -> list[Parent]:
         """The requests still on the inbox once the thread stops (None, the close, and WAKE, a cancellation to
@@ -197,44 +239,16 @@ class InboxLoop:
     # ------------------------------------------------------------------ hooks (scheduler thread, busy lock held)
     def idle_hook(self) -> None:
         """At most once an IDLE_HOOK_INTERVAL_S with nothing held: the counters the metrics read."""
-        rt = self.rt
-        watcher = rt.watcher
-        if watcher is not None:
-            rt.stats.cancel_checks = watcher.checks
-            rt.stats.cancel_check_s = watcher.check_s
-            rt.stats.cancel_slip = watcher.slip
-        if rt.metrics is not None:
-            rt.sync_metrics()
+        self.worker.idle_hook()
 
     def quiet_hook(self, now: float) -> None:
         """After an idle hook, once nothing has run for QUIET_S (or the file is STATS_MAX_AGE_S old): the statistics
         file, and the memory given back (at most once a ``memory_release_s``)."""
         # memory at rest, or (load that never pauses) at the latest every MEMORY_RELEASE_UNDER_LOAD intervals: a
         # burst's high-water mark is not kept for good by the steady load after it
-        every = self.rt.memory_release_s
+        every = self.memory_release_s
         since = now - self.released_at
         if every and since >= every and (now - self.worked_at >= QUIET_S or since >= MEMORY_RELEASE_UNDER_LOAD * every):
-            self.release_memory(now)
-        self.write_statistics()
-
-    def release_memory(self, now: float) -> None:
-        """Nothing held and something ran since the last release: the sessions' next runs shrink their arenas,
-        and glibc returns its free heap pages now (a few ms at most, on this otherwise idle thread)."""
-        rt = self.rt
-        self.released_at = now
-        for runner in (rt.runner, rt.whole_runner):
-            release = getattr(runner, "release_arenas", None)  # executor wrappers (npu) may have no arenas
-            if release is not None:
-                release()
-        t0 = time.perf_counter()
-        if malloc_trim():
-            rt.stats.memory_releases += 1
-            rt.stats.memory_release_s += time.perf_counter() - t0
-
-    def write_statistics(self) -> None:
-        on_idle = self.rt.on_idle
-        if on_idle is not None:
-            try:
-                on_idle(self.rt)
-            except Exception:  # statistics are best effort
-                traceback.print_exc()
+            self.released_at = now
+            self.worker.release_memory()
+        self.worker.write_statistics()

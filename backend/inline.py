@@ -7,8 +7,10 @@ nothing held, and the policy would start these requests so, with no decision poi
 (``InlineHooks.inline_batch``, batcher/policies/backend_hooks.py). Triton's dynamic batcher queues what arrives
 meanwhile and hands it to the next ``execute`` as one group: its own behaviour with no queue delay.
 
-The route owns the lock the scheduler thread holds whenever it is awake (``lock``): an inline pass holds it
-throughout, so that the policy and the table are only ever touched by one thread at a time.
+An inline pass holds the lock the scheduler thread holds whenever it is awake (``lock``, the runtime's, shared with
+its ``InboxLoop``) throughout, so that the policy and the table are only ever touched by one thread at a time. The
+route reads the inbox's ``pending``, ``closed`` and ``idle`` and tells it when a pass answered (``note_answer``,
+``note_work``); it writes none of the inbox's or the runtime's fields.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .request_parsing import RequestOptions
 from .stages import StageRunner
 
 if TYPE_CHECKING:
+    from .inbox import InboxLoop
     from .runtime import BackendRuntime
 
 # An inline pass waits at most this long for the scheduler thread to finish the bookkeeping of its last job (it
@@ -61,10 +64,11 @@ def classes(requests: Sequence[tuple[Outputs, int]], options: Sequence[RequestOp
 class InlineRoute:
     """Runs groups that find the scheduler idle as whole-graph passes on the caller's thread (``run``)."""
 
-    def __init__(self, rt: BackendRuntime, policy: Policy) -> None:
+    def __init__(self, rt: BackendRuntime, policy: Policy, loop: InboxLoop, lock: threading.Lock, *,
+                 on: bool = False) -> None:
         self.rt = rt
         self.hooks = inline_hooks(policy)  # the inline route's questions, where the policy answers them
-        self.on = False  # run allowed (BackendRuntime.inline; a device group's gate switches it with its lease)
+        self.on = on  # run allowed (BackendRuntime.inline; a device group's gate switches it with its lease)
         # ... but not before this instant (time.monotonic()): a lease holder whose co-located sibling was active
         # within the window keeps to stage jobs, so the sibling waits one stage, not a pass (arbiter/client.py)
         self.hold_until = 0.0
@@ -72,13 +76,19 @@ class InlineRoute:
         self.on_pass: Callable[[float], None] | None = None
         # held by the scheduler thread whenever it is not asleep on the inbox; an inline pass holds it throughout,
         # so that the policy and the table are only ever touched by one thread at a time
-        self.lock = threading.Lock()
-        self.idle = threading.Event()  # set while the scheduler holds nothing (an inline pass may wait for it)
+        self.lock = lock
+        self.idle = loop.idle  # set while the scheduler holds nothing (an inline pass may wait for it)
         # inline passes' metrics and calibration, applied by the scheduler thread at its idle hook (apply_deferred)
         self.deferred: collections.deque[tuple[int, int, float, int, float]] = collections.deque()
-        self._loop = rt.loop
+        self._loop = loop
         self._live = rt.live
         self._stats = rt.stats
+
+    def switch(self, on: bool) -> None:
+        """Allow inline passes or stop them (a device group's gate, with its lease); the scheduler thread, which may
+        sleep with no timeout, is woken: from now on it looks in on their bookkeeping, or stops looking."""
+        self.on = bool(on)
+        self._loop.wake()
 
     def run(self, requests: list[tuple[Outputs, int]], early: Early | None = None,
             options: Sequence[RequestOptions] | None = None) -> list[Outputs | str | None] | None:
@@ -166,7 +176,8 @@ class InlineRoute:
                     for i in idx:
                         early(i, results[i])  # type: ignore[misc,arg-type]
                         results[i] = None
-            loop.worked_at = end = time.monotonic()
+            loop.note_work()
+            end = time.monotonic()
             hooks.inline_done(start, end, n)
             if self.on_pass is not None:
                 self.on_pass(end - start)
@@ -229,7 +240,7 @@ class InlineRoute:
         stats.answered["OK"] = stats.answered.get("OK", 0) + requests
         if failed:
             stats.answered["ERROR"] = stats.answered.get("ERROR", 0) + failed
-        self._loop.dirty = True
+        self._loop.note_answer()
         on_batch = self.rt.on_batch
         if on_batch is not None and ort_s:
             on_batch(0, n, ort_s)

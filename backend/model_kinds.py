@@ -1,8 +1,10 @@
 """What a served model is made of, by kind: the table ``TritonPythonModel.initialize`` picks a builder from.
 
-A kind is one entry of ``MODEL_KINDS``: a function that builds the stage runner, the latency table, the policy and
-the runtime class a model of that kind is served with (``Built``), or sets up a model served without a scheduler
-(None). ``model_kind`` says which kind a model is from its config and its stage manifest.
+A kind is one entry of ``MODEL_KINDS``: a function that takes what the model's config says (``BuildInputs``) and
+returns everything a model of that kind is served with, whole (``ModelParts``): the stage runner, the latency
+table, the policy, the runtime class and what it is built with, or the whole-graph executor of a model served
+without a scheduler. Nothing is written onto the model or the runtime afterwards. ``model_kind`` says which kind a
+model is from its config and its stage manifest.
 
 | kind | what is served |
 |---|---|
@@ -14,40 +16,57 @@ the runtime class a model of that kind is served with (``Built``), or sets up a 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
-
-import numpy as np
+from typing import Any, Callable, NamedTuple
 
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.spec import PolicySpec
-from lazybatch.formats.example_dims import feed_shape
 
 from .settings import BackendSettings
 from .stages import TensorSpec
 from .fusion import measure_fused_ratio
 from .npu_executor import maybe_wrap
-from .stages import StageRunner, available_providers, make_session, profile_batch_sizes
-
-if TYPE_CHECKING:
-    from .model import TritonPythonModel
+from .stages import StageRunner, profile_batch_sizes
+from .whole_graph import WholeGraphExecutor
 
 
-class Built(NamedTuple):
-    """What a model under the scheduler is served with."""
+class BuildInputs(NamedTuple):
+    """What a builder reads: the model's settings and config, and for a scheduled model its policy and stages."""
 
-    runner: Any  # a StageRunner, or a wrapper of one (segments, fused, NPU-timed)
-    table: LatencyTable
-    policy: Any
-    runtime_cls: Callable[..., Any]  # BackendRuntime, or one bound to its model (seq2seq)
+    settings: BackendSettings
+    cfg: Any  # the ModelConfig protobuf
+    spec: PolicySpec | None = None  # None: whole_graph
+    runner: StageRunner | None = None
+    solo_threads: int = 0  # a grouped model's whole-graph threads alone on the device (arbiter/sizing.py)
+    on_batch: Callable[[int, int, float], None] | None = None  # the batch log (backend/stats_logs.py)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelParts:
+    """Everything one model is served with, built whole by its kind's builder."""
+
+    whole_graph: WholeGraphExecutor | None = None  # no scheduler: Triton's batcher groups, this runs the graph
+    runner: Any = None  # a StageRunner, or a wrapper of one (segments, fused, NPU-timed)
+    table: LatencyTable | None = None
+    policy: Any = None
+    runtime_cls: Callable[..., Any] | None = None  # BackendRuntime, or one bound to its model (seq2seq)
     whole: StageRunner | None = None  # the whole graph for jobs that span every stage (eager's spans)
+    whole_wide: bool = False  # that graph runs wider than the stages, alone on the device (solo_threads)
+    fused: str | None = None  # why the stages run as whole-graph passes, if they do (the stats file says)
+    segment_dir: Path | None = None  # fuse_segments: the merged segment files, removed at finalize
+    seq2seq: Any = None  # a seq2seq.Seq2SeqSpec for encoder-decoder models
+
+    @property
+    def scheduled(self) -> bool:
+        return self.runtime_cls is not None
 
 
-Builder = Callable[["TritonPythonModel", Any, "PolicySpec | None", "StageRunner | None"], "Built | None"]
+Builder = Callable[[BuildInputs], ModelParts]
 
 
 def executor_of(cfg: Any) -> str:
@@ -98,52 +117,47 @@ def load_table(settings: BackendSettings, runner: StageRunner) -> LatencyTable:
     return table
 
 
-def _max_batch(m: TritonPythonModel, spec: PolicySpec) -> int | None:
-    return m.settings.scheduler_max_batch_size if spec.entry.batches else None
+def _max_batch(settings: BackendSettings, spec: PolicySpec) -> int | None:
+    return settings.scheduler_max_batch_size if spec.entry.batches else None
 
 
 # ---------------------------------------------------------------------- the kinds
-def whole_graph(m: TritonPythonModel, cfg: Any, spec: PolicySpec | None, runner: StageRunner | None) -> None:
-    """No scheduler: one session of the whole graph, warmed up (``TritonPythonModel._execute_whole_graph``)."""
-    s = m.settings
-    m.session = make_session(s.whole_graph_model, available_providers(s.execution_provider), s.intra_op_threads)
-    m.output_names = [o.name for o in s.outputs]
-    # at the example sizes of dynamic dims (example_dims): a 1 there (a 1x1 image) fails in many graphs
-    warm = {t.name: np.zeros((1, *feed_shape(t.dims, t.example)), t.dtype) for t in s.inputs}
-    m.session.run(m.output_names, warm)
-    return None
+def whole_graph(b: BuildInputs) -> ModelParts:
+    """No scheduler: one session of the whole graph, warmed up (backend/whole_graph.py)."""
+    return ModelParts(whole_graph=WholeGraphExecutor(b.settings, b.on_batch))
 
 
-def seq2seq_model(m: TritonPythonModel, cfg: Any, spec: PolicySpec, runner: StageRunner) -> Built:
+def seq2seq_model(b: BuildInputs) -> ModelParts:
     """The encoder/decoder-step loop (backend/seq2seq.py); its state and loop exits live in its runtime."""
     from . import seq2seq
 
-    s = m.settings
+    s, cfg, spec, runner = b.settings, b.cfg, b.spec, b.runner
+    assert spec is not None and runner is not None
     if executor_of(cfg) == "npu":
         raise ConfigError("executor npu (NPU-timed stages) is not available for seq2seq models yet: the "
                           "encoder/decoder loop runs its own stage calls; use executor onnxruntime",
                           field="parameters.executor")
-    m.seq2seq = seq2seq.Seq2SeqSpec(runner.manifest, str(runner.dir / "manifest.json"))
-    m.seq2seq.check_config(s.inputs, s.outputs, {k: v.string_value for k, v in cfg.parameters.items()}, s.name)
+    model = seq2seq.Seq2SeqSpec(runner.manifest, str(runner.dir / "manifest.json"))
+    model.check_config(s.inputs, s.outputs, {k: v.string_value for k, v in cfg.parameters.items()}, s.name)
     table = load_table(s, runner)
-    policy = seq2seq.build_policy(spec, m.seq2seq, table, coverage=s.dec_timesteps_coverage,
-                                  max_batch_size=_max_batch(m, spec), dec_timesteps=s.dec_timesteps,
+    policy = seq2seq.build_policy(spec, model, table, coverage=s.dec_timesteps_coverage,
+                                  max_batch_size=_max_batch(s, spec), dec_timesteps=s.dec_timesteps,
                                   decoupled=s.decoupled)
-    seq2seq.warm_up(runner, m.seq2seq)
-    runtime_cls = functools.partial(seq2seq.Seq2SeqRuntime, spec=m.seq2seq,
+    seq2seq.warm_up(runner, model)
+    runtime_cls = functools.partial(seq2seq.Seq2SeqRuntime, spec=model,
                                     stream_every=s.stream_interval_tokens if s.decoupled else 0)
-    return Built(runner, table, policy, runtime_cls)
+    return ModelParts(runner=runner, table=table, policy=policy, runtime_cls=runtime_cls, seq2seq=model)
 
 
-def npu_model(m: TritonPythonModel, cfg: Any, spec: PolicySpec, runner: StageRunner) -> Built:
+def npu_model(b: BuildInputs) -> ModelParts:
     """Stages timed by the NPU model from their table rows (docs/npu.md): kept as they are, never merged or fused."""
-    return _staged(m, cfg, spec, runner, merge=False)
+    return _staged(b, merge=False)
 
 
-def stages_model(m: TritonPythonModel, cfg: Any, spec: PolicySpec, runner: StageRunner) -> Built:
+def stages_model(b: BuildInputs) -> ModelParts:
     """The stages, merged into segments where configured; beside them the whole graph for a policy that runs spans
     of stages, or else one whole-graph pass where no stage boundary would be used."""
-    return _staged(m, cfg, spec, runner, merge=True)
+    return _staged(b, merge=True)
 
 
 MODEL_KINDS: dict[str, Builder] = {
@@ -154,88 +168,88 @@ MODEL_KINDS: dict[str, Builder] = {
 }
 
 
-def _staged(m: TritonPythonModel, cfg: Any, spec: PolicySpec, runner: StageRunner, *, merge: bool) -> Built:
+def _staged(b: BuildInputs, *, merge: bool) -> ModelParts:
     from .runtime import BackendRuntime
 
-    s = m.settings
+    s, spec, runner = b.settings, b.spec, b.runner
+    assert spec is not None and runner is not None
     check_against_manifest(s, runner.manifest.inputs, runner.manifest.outputs)
     table = load_table(s, runner)
-    policy = spec.build(max_batch_size=_max_batch(m, spec))
-    whole = None
+    policy = spec.build(max_batch_size=_max_batch(s, spec))
+    whole, wide, fused, segment_dir = None, False, None, None
     if merge:
-        runner, table = _segments(m, runner, table)
-        whole = _whole_graph_for_spans(m, spec, policy, runner, table)
+        runner, table, segment_dir = _segments(s, runner, table)
+        whole, wide, fused = _whole_graph_for_spans(b, policy, runner, table)
         if whole is None:
-            runner, table = _fused(m, spec, policy, runner, table)
-    runner, table = maybe_wrap(cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (docs/npu.md)
+            runner, table, fused = _fused(s, spec, policy, runner, table)
+    runner, table = maybe_wrap(b.cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (docs/npu.md)
     runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
-    return Built(runner, table, policy, BackendRuntime, whole)
+    return ModelParts(runner=runner, table=table, policy=policy, runtime_cls=BackendRuntime, whole=whole,
+                      whole_wide=wide, fused=fused, segment_dir=segment_dir)
 
 
-def _segments(m: TritonPythonModel, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any]:
+def _segments(s: BackendSettings, runner: StageRunner, table: LatencyTable) -> tuple[Any, Any, Path | None]:
     """The stages merged into ``fuse_segments`` segments (backend/fusion.py ``segment``), or as they are. The
     merged files live in a temporary folder of this model instance (the repository may be read-only), removed
     at finalize."""
-    s = m.settings
     if s.fuse_segments < 1 or s.fuse_stages == "false":
-        return runner, table
+        return runner, table, None
     from .fusion import segment
 
-    m.segment_dir = Path(tempfile.mkdtemp(prefix=f"lazybatch-{s.name}-segments-"))
-    done = segment(runner, table, s.fuse_segments, m.segment_dir, execution_provider=s.execution_provider,
+    segment_dir = Path(tempfile.mkdtemp(prefix=f"lazybatch-{s.name}-segments-"))
+    done = segment(runner, table, s.fuse_segments, segment_dir, execution_provider=s.execution_provider,
                    intra_op_threads=s.intra_op_threads, name=s.name)
     if done is None:
-        return runner, table
+        return runner, table, segment_dir
     print(f"lazybatch: {s.name}: {runner.n_stages} stages served as {done[0].n_stages} segments "
           f"({', '.join(st.name for st in done[0].manifest.stages)})", file=sys.stderr)
-    return done
+    return done[0], done[1], segment_dir
 
 
-def _whole_graph_for_spans(m: TritonPythonModel, spec: PolicySpec, policy: Any, runner: StageRunner,
-                           table: LatencyTable) -> Any:
+def _whole_graph_for_spans(b: BuildInputs, policy: Any, runner: StageRunner,
+                           table: LatencyTable) -> tuple[Any, bool, str | None]:
     """The verified whole-graph runner for a policy that runs spans of stages (backend/fusion.py
-    ``spans_whole_graph``), or None: the stages then stay as they are and fuse_stages decides as before."""
+    ``spans_whole_graph``), whether it runs wider than the stages, and why; or None: the stages then stay as they
+    are and fuse_stages decides as before."""
     from .fusion import fuse, wants_whole_graph_spans
 
-    s = m.settings
+    s, spec = b.settings, b.spec
     if not wants_whole_graph_spans(s.fuse_stages, spec, policy):
-        return None
+        return None, False, None
     done = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,
                 intra_op_threads=s.intra_op_threads, name=s.name)
     if done is None:
-        return None
+        return None, False, None
     policy.fused_ratio = measure_fused_ratio(runner, done[0])  # at the stages' width: what eager weighs
-    m.fused = (f"a job that spans all {table.graph.n} stages runs as one whole-graph pass "
-               f"({policy.fused_ratio:.2f}x the stages' time); the scheduler keeps the stage boundaries where "
-               "preempting may pay")
-    if m.solo_threads:  # the device group's member alone on the device: a wider whole graph (arbiter/sizing.py solo_threads)
+    fused = (f"a job that spans all {table.graph.n} stages runs as one whole-graph pass "
+             f"({policy.fused_ratio:.2f}x the stages' time); the scheduler keeps the stage boundaries where "
+             "preempting may pay")
+    if b.solo_threads:  # the device group's member alone on the device: a wider whole graph (arbiter/sizing.py)
         wide = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,
-                    intra_op_threads=m.solo_threads, name=s.name)
+                    intra_op_threads=b.solo_threads, name=s.name)
         if wide is not None:
-            m.whole_wide = True
-            m.fused += (f"; alone on the device it runs on {m.solo_threads} intra-op threads, shared the stages run "
-                        f"on {s.intra_op_threads}")
-            print(f"lazybatch: {s.name}: whole-graph passes alone on the device run {m.solo_threads} intra-op "
+            fused += (f"; alone on the device it runs on {b.solo_threads} intra-op threads, shared the stages run "
+                      f"on {s.intra_op_threads}")
+            print(f"lazybatch: {s.name}: whole-graph passes alone on the device run {b.solo_threads} intra-op "
                   f"threads; shared, the stages run {s.intra_op_threads} (device_solo_intra_op_threads)",
                   file=sys.stderr)
-            return wide[0]
-    return done[0]
+            return wide[0], True, fused
+    return done[0], False, fused
 
 
-def _fused(m: TritonPythonModel, spec: PolicySpec, policy: Any, runner: StageRunner,
-           table: LatencyTable) -> tuple[Any, Any]:
+def _fused(s: BackendSettings, spec: PolicySpec, policy: Any, runner: StageRunner,
+           table: LatencyTable) -> tuple[Any, Any, str | None]:
     """Whole passes where no stage boundary would be used (backend/fusion.py); the NPU executor times stages
     from their table rows and keeps them (the ``npu`` kind never comes here)."""
     from .fusion import fuse, fuse_reason
 
-    s = m.settings
     reason = fuse_reason(s.fuse_stages, spec, policy, table)
     if reason is None:
-        return runner, table
+        return runner, table, None
     done = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,
                 intra_op_threads=s.intra_op_threads, name=s.name)
     if done is None:
-        return runner, table
-    m.fused = f"{table.graph.n} stages run as one whole-graph pass ({reason})"
-    print(f"lazybatch: {s.name}: {m.fused}", file=sys.stderr)
-    return done
+        return runner, table, None
+    fused = f"{table.graph.n} stages run as one whole-graph pass ({reason})"
+    print(f"lazybatch: {s.name}: {fused}", file=sys.stderr)
+    return done[0], done[1], fused

@@ -28,7 +28,6 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from lazybatch.batcher.admission import QueuePolicy
-from lazybatch.batcher.calibration import OnlineCalibrator
 from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.base import Policy
@@ -41,21 +40,18 @@ from .cancel_watch import CancelWatcher, auto_interval, typical_stage_s
 from .clock import WallClock
 from .request_parsing import RequestOptions
 from .faults import FaultInjector, InjectedFault
-from .inbox import MEMORY_RELEASE_INTERVAL_S, Group, InboxLoop
+from .inbox import MEMORY_RELEASE_INTERVAL_S, InboxLoop
 from .inline import InlineRoute
+from .memory import malloc_trim
 from .rows import Parent, Sample, gather, join_rows
 from .runtime_stats import RuntimeStats
 from .stages import StageRunner
+from .table_keeper import TableKeeper
 
 # respond(handle, outputs or None, status, error message or None) -- called from the scheduler thread.
 Respond = Callable[[Any, "dict[str, np.ndarray] | None", Status, "str | None"], None]
 IsCancelled = Callable[[Any], bool]
 DECISION_LOG_CAPACITY = 4096
-BOUNDARY_COST_WEIGHT = 0.02  # per job: the measured cost of a decision point follows the host within ~50 jobs
-# The latency table is rewritten from the observed runs (batcher/calibration.py) at most this often: a rewrite
-# (every stage, every batch size, and the policy's derived tables) cost more than a MobileNet stage, and was due
-# after nearly every run of a noisy span.
-RECALIBRATE_INTERVAL_S = 0.25
 
 
 def _always() -> bool:
@@ -72,31 +68,34 @@ class BackendRuntime:
                  on_idle: "Callable[[BackendRuntime], None] | None" = None,
                  on_batch: "Callable[[int, int, float], None] | None" = None,
                  name: str = "lazybatch", queue_policy: QueuePolicy | None = None,
-                 metrics: "M.ModelMetrics | None" = None, fault: FaultInjector | None = None) -> None:
+                 metrics: "M.ModelMetrics | None" = None, fault: FaultInjector | None = None,
+                 whole_runner: StageRunner | None = None, whole_wide: bool = False,
+                 alone: Callable[[], bool] = _always, inline: bool = False,
+                 measure_boundary_cost: bool = True,
+                 memory_release_s: float = MEMORY_RELEASE_INTERVAL_S) -> None:
+        """Built whole from what ``backend/model_kinds.py`` made of the model (``ModelParts``); the thread starts
+        here. ``whole_runner``: the verified whole graph (backend/fusion.py) for jobs that span every stage (None:
+        chain the stages). ``whole_wide``: that graph is wider than the stages (arbiter/sizing.py solo_threads), so
+        it runs only while ``alone`` says no other member of the device group is active (arbiter/join.py), and its
+        passes leave the table alone, which describes the stages at the lane's width. ``inline``: whole passes may
+        run in ``execute`` (``run_inline``; a device group's gate switches it with its lease)."""
         if table.graph.n != runner.n_stages:
             raise ValueError(f"latency table has {table.graph.n} stages, the stage directory {runner.n_stages}")
         self.runner = runner
-        # the verified whole graph (backend/fusion.py), for jobs that span every stage; None: chain the stages
-        self.whole_runner: StageRunner | None = None
-        # a grouped model's whole graph may be wider than its stages (arbiter/sizing.py solo_threads): then it runs only while
-        # ``alone`` says no other member of the device group is active (arbiter/join.py), and its passes leave the
-        # table alone, which describes the stages at the lane's width, what the scheduler plans with when shared
-        self.whole_wide = False
-        self.alone: Callable[[], bool] = _always
+        self.whole_runner = whole_runner
+        self.whole_wide = whole_wide
+        self.alone = alone
         self.policy = policy
-        self._dense = table.dense
-        self.calibrator = OnlineCalibrator(table)  # rewrites table.dense in place (the rows _dense holds)
-        self._recalibrate_owed = False
-        self._recalibrated_at = float("-inf")
-        # the policy's boundary_cost follows the measured cost of a job, unless the model's config fixed it
-        self.measure_boundary_cost = True
         self.respond = respond
         self.is_cancelled = is_cancelled
         self.cancel_poll_s = cancel_poll_s
-        self.on_idle = on_idle  # statistics: called on the scheduler thread at quiet moments (InboxLoop.quiet_hook)
+        self.on_idle = on_idle  # statistics: called on the scheduler thread at quiet moments (write_statistics)
         self.on_batch = on_batch  # (stage, batch size, onnxruntime seconds) after every stage run (batch logs)
         self.clock = WallClock()
         self.stats = self.stats_class()
+        self.keeper = TableKeeper(table, policy, self.stats, measure_boundary_cost=measure_boundary_cost,
+                                  on_refresh=self._table_refreshed)
+        self.calibrator = self.keeper.calibrator
         self.scheduler = Scheduler(table, policy, _ExecutorAdapter(self), self.clock, on_response=self._on_sample_done)
         # production (docs/operations.md): admission control, metrics, fault injection; and a server keeps only the
         # newest decisions (the metrics read them as they come): the simulator's default of 100,000 records held
@@ -112,28 +111,27 @@ class BackendRuntime:
         self.live: dict[int, Parent] = {}  # requests the scheduler holds, by id()
         self._ids = itertools.count()
         self._cancelled: queue.SimpleQueue[Parent] = queue.SimpleQueue()  # seen cancelled by the watcher
-        self.memory_release_s = MEMORY_RELEASE_INTERVAL_S  # 0: never (config memory_release_ms)
         self._answer_lock = threading.Lock()  # a request is asked for cancellation only while unanswered
-        self.loop = InboxLoop(self, name)
-        self.route = InlineRoute(self, policy)
+        busy = threading.Lock()  # the scheduler thread's whenever it is awake; an inline pass's throughout
+        self.loop = InboxLoop(self, name, busy, memory_release_s=memory_release_s)
+        self.route = InlineRoute(self, policy, self.loop, busy, on=inline)
         self.run_inline = self.route.run  # bound once: execute calls it for every group (docs in InlineRoute.run)
-        self.loop.thread.start()
         # cancel_poll_s 0: paced by the stage times (cancel_poll_ms: auto, backend/cancel_watch.py)
         self.watcher = (CancelWatcher(lambda: self.live.values(), is_cancelled, self._on_cancel, cancel_poll_s,
                                       name, lock=self._answer_lock, stage_s=typical_stage_s(table.dense))
                         if is_cancelled is not None else None)
+        self.loop.thread.start()
 
     # ------------------------------------------------------------------ any thread
     @property
     def inline(self) -> bool:
-        """Whether ``run_inline`` may run passes: the model turns it on where Triton's dynamic batcher hands
-        execute its groups (backend/model.py)."""
+        """Whether ``run_inline`` may run passes: built on where Triton's dynamic batcher hands execute its groups
+        (backend/model.py); a device group's gate switches it with its lease."""
         return self.route.on
 
     @inline.setter
     def inline(self, on: bool) -> None:
-        self.route.on = bool(on)
-        self.loop.wake()  # the scheduler thread may sleep with no timeout: from now on it looks in on them
+        self.route.switch(on)
 
     @staticmethod
     def check_deadline(opts: RequestOptions) -> str | None:
@@ -155,16 +153,10 @@ class BackendRuntime:
         per request None (queued) or why it cannot be accepted (it is then not queued)."""
         arrival = time.monotonic()
         errors: list[str | None] = [self.check_deadline(opts) for *_, opts in group]
-        loop = self.loop
-        with loop.lock:
-            if loop.closed:
-                return [err or "the model is shutting down; retry on another instance" for err in errors]
-            items = [(Parent(h, inputs, batch), opts, arrival)
-                     for (h, inputs, batch, opts), err in zip(group, errors) if err is None]
-            if items:
-                self.route.idle.clear()
-                loop.queue.put(Group(items))
-                loop.pending += len(items)
+        items = [(Parent(h, inputs, batch), opts, arrival)
+                 for (h, inputs, batch, opts), err in zip(group, errors) if err is None]
+        if not self.loop.put(items):
+            return [err or "the model is shutting down; retry on another instance" for err in errors]
         return errors
 
     def close(self, timeout: float = 30.0) -> None:
@@ -183,9 +175,64 @@ class BackendRuntime:
     def submit_job(self, job: StageJob, done: DoneCallback) -> None:
         self.job = (job, done)
 
-    # ------------------------------------------------------------------ scheduler thread (InboxLoop)
-    def run_next(self, stats: RuntimeStats) -> bool:
+    # ------------------------------------------------------------------ scheduler thread (inbox.Worker)
+    def has_job(self) -> bool:
+        return self.job is not None
+
+    def holds(self) -> bool:
+        return bool(self.live)
+
+    def next_due(self) -> float | None:
+        return self.clock.next_due()
+
+    def fire_due(self) -> None:
+        t0 = time.perf_counter()
+        self.clock.fire_due()
+        self.stats.sched_s += time.perf_counter() - t0
+
+    def looks_in(self) -> bool:
+        return self.route.on
+
+    def admit_group(self, items: "list[tuple[Parent, RequestOptions, float]]") -> None:
+        with self.scheduler.deferred_dispatch():  # the requests of one execute call: one arrival
+            for one in items:
+                self.admit(*one)
+
+    def idle_hook(self) -> None:
+        """The inline passes' deferred bookkeeping, and the counters the metrics read."""
+        self.route.apply_deferred()
+        watcher = self.watcher
+        if watcher is not None:
+            self.stats.cancel_checks = watcher.checks
+            self.stats.cancel_check_s = watcher.check_s
+            self.stats.cancel_slip = watcher.slip
+        if self.metrics is not None:
+            self.sync_metrics()
+
+    def release_memory(self) -> bool:
+        """Nothing held and something ran since the last release: the sessions' next runs shrink their arenas,
+        and glibc returns its free heap pages now (a few ms at most, on this otherwise idle thread)."""
+        for runner in (self.runner, self.whole_runner):
+            release = getattr(runner, "release_arenas", None)  # executor wrappers (npu) may have no arenas
+            if release is not None:
+                release()
+        t0 = time.perf_counter()
+        if not malloc_trim():
+            return False
+        self.stats.memory_releases += 1
+        self.stats.memory_release_s += time.perf_counter() - t0
+        return True
+
+    def write_statistics(self) -> None:
+        if self.on_idle is not None:
+            try:
+                self.on_idle(self)
+            except Exception:  # statistics are best effort
+                traceback.print_exc()
+
+    def run_next(self) -> bool:
         """Run the job the scheduler gave, then report it done; False once close() was called."""
+        stats = self.stats
         job, done = self.job  # type: ignore[misc]
         self.job = None
         self.running = job
@@ -193,7 +240,7 @@ class BackendRuntime:
         ort_before = stats.ort_s
         watcher = self.watcher
         if watcher is not None:  # it asks these requests just before the job should end
-            watcher.job_started(job.requests, self._expected_s(job))
+            watcher.job_started(job.requests, self.keeper.expected_s(job))
         result = self._run(job)
         if watcher is not None:
             watcher.job_ended()
@@ -212,10 +259,10 @@ class BackendRuntime:
         if self.metrics is not None:
             self.sync_metrics(0.05)
         t1 = time.perf_counter()
-        self.loop.worked_at = time.monotonic()
+        self.loop.note_work()
         stats.sched_s += t1 - t0
         # what a decision point costs besides onnxruntime (arrivals admitted meanwhile are not its cost)
-        self._boundary_cost((t1 - t_job) - (t0 - t_drain) - (stats.ort_s - ort_before))
+        self.keeper.boundary_cost((t1 - t_job) - (t0 - t_drain) - (stats.ort_s - ort_before))
         return True
 
     def sync_metrics(self, min_interval: float = 0.0) -> None:
@@ -225,9 +272,6 @@ class BackendRuntime:
     def admit(self, parent: Parent, opts: RequestOptions, arrival: float) -> None:
         """One request off the inbox into the scheduler, as one sample request per row."""
         t0 = time.perf_counter()
-        loop = self.loop
-        with loop.lock:
-            loop.pending -= 1
         if opts.deadline_unix_s is not None:
             deadline = arrival + (opts.deadline_unix_s - time.time())
             kw: dict[str, float] = {"deadline": deadline if deadline > arrival else arrival + 1e-9}
@@ -344,7 +388,7 @@ class BackendRuntime:
         # a whole-graph pass too: the table must follow what the device does, and at low load nearly every
         # request is one (its time shared among the stages by their table times); not a wider one (whole_wide)
         if not wide:
-            self.calibrate_span(start, stop, len(reqs), t3 - t0)
+            self.keeper.observe_span(start, stop, len(reqs), t3 - t0)
 
     def _run_batch(self, stage: int, reqs: list[Request]) -> None:
         runner = self.runner
@@ -373,57 +417,15 @@ class BackendRuntime:
         self._calibrate(stage, len(reqs), t3 - t0)  # what the stage costs served: onnxruntime, join and split
 
     def _calibrate(self, stage: int, batch: int, took: float) -> None:
-        """Keep the policy's table true: the onnxruntime time of every stage run goes to the online calibrator
-        (batcher/calibration.py), which rewrites the table per stage and batch size; policies then recompute what
-        they derived from it. Why: the table is profiled once, alone; served next to other work the stages run
-        slower, not uniformly, and a predictor that believes the profile admits work that then misses its
-        deadline."""
-        if self.calibrator.observe(stage, batch, took, refresh=False):
-            self._recalibrate_owed = True
-        self._maybe_recalibrate()
-
-    def _maybe_recalibrate(self) -> None:
-        if self._recalibrate_owed:
-            now = time.monotonic()
-            if now - self._recalibrated_at >= RECALIBRATE_INTERVAL_S:
-                self._recalibrate_owed = False
-                self._recalibrated_at = now
-                self.calibrator.refresh()
-                self.policy.table_changed()
-                self.stats.time_scale = self.calibrator.scale
-                if self.watcher is not None and self.watcher.auto:  # the stage time it is paced by
-                    self.watcher.interval = auto_interval(typical_stage_s(self._dense))
-
-    def _expected_s(self, job: StageJob) -> float:
-        """How long the job should take, from the (calibrated) latency table."""
-        dense = self._dense
-        b = job.batch_size
-        t = 0.0
-        for s in job.span:
-            row = dense[s]
-            t += row[b] if b < len(row) else row[-1] * b / (len(row) - 1)
-        return t
+        """The stage run into the table the policy plans with (backend/table_keeper.py)."""
+        self.keeper.observe(stage, batch, took)
 
     def calibrate_span(self, start: int, stop: int, batch: int, took: float) -> None:
-        """A span's time shared among its stages in proportion to their table times (a whole-graph pass has no
-        per-stage times of its own)."""
-        if batch >= len(self._dense[start]):
-            return
-        if self.calibrator.observe_span(start, stop, batch, took, refresh=False):
-            self._recalibrate_owed = True
-        self._maybe_recalibrate()
+        self.keeper.observe_span(start, stop, batch, took)
 
-    def _boundary_cost(self, host_s: float) -> None:
-        """A moving average of what one job costs the scheduler thread besides onnxruntime: tensors joined and
-        split, the policy's decision, the hand-off. A policy that weighs decision points against their cost
-        (``boundary_cost``, batcher/policies/eager.py) reads it, unless the model's config fixed it."""
-        stats = self.stats
-        if host_s < 0.0:
-            return
-        stats.host_per_job_s += BOUNDARY_COST_WEIGHT * (host_s - stats.host_per_job_s) if stats.stage_runs > 1 \
-            else host_s - stats.host_per_job_s
-        if self.measure_boundary_cost and hasattr(self.policy, "boundary_cost"):
-            self.policy.boundary_cost = stats.host_per_job_s
+    def _table_refreshed(self, dense: list[list[float]]) -> None:
+        if self.watcher is not None and self.watcher.auto:  # the stage time it is paced by
+            self.watcher.interval = auto_interval(typical_stage_s(dense))
 
     def answer_cancelled(self) -> None:
         """Answer the requests the watcher saw cancelled, at once: queued ones need not wait for their turn, running
@@ -462,7 +464,7 @@ class BackendRuntime:
                 error: str | None) -> None:
         with self._answer_lock:  # the watcher never asks an answered request (backend/cancel_watch.py)
             parent.answered = True
-        self.loop.dirty = True
+        self.loop.note_answer()
         self.live.pop(id(parent), None)
         self.stats.answered[status.name] = self.stats.answered.get(status.name, 0) + 1
         if self.metrics is not None:

@@ -34,7 +34,7 @@ import numpy as np
 
 from benchmarks.harness import command_line, git_commit, machine_meta, percentile, start_server, write_json
 
-from lazybatch.backend.model import read_log
+from lazybatch.backend.stats_logs import read_log
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.repo import add_model
 from lazybatch.staging import make_heavy, split_model

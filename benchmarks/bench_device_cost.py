@@ -85,12 +85,11 @@ while True:
 
 
 def _runtime(runner, table, whole, spec: str, name: str) -> BackendRuntime:
-    rt = BackendRuntime(runner, type(table).from_dict(table.to_dict()),
-                        parse_policy(spec).build(max_batch_size=16), lambda *a: None, name=name)
-    rt.whole_runner = whole  # as the server sets an eager model up (backend/model.py)
-    rt.policy.fused_ratio = measure_fused_ratio(runner, whole)
-    rt.inline = False  # a grouped model never runs inline; the baselines take the same route
-    return rt
+    policy = parse_policy(spec).build(max_batch_size=16)
+    policy.fused_ratio = measure_fused_ratio(runner, whole)  # as the server builds an eager model (model_kinds.py)
+    # a grouped model never runs inline; the baselines take the same route
+    return BackendRuntime(runner, type(table).from_dict(table.to_dict()), policy, lambda *a: None, name=name,
+                          whole_runner=whole, inline=False)
 
 
 def one_round(whole, runtimes: dict[str, BackendRuntime], gates: dict, x: np.ndarray, requests: int,

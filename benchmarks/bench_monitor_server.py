@@ -44,7 +44,7 @@ from benchmarks.harness import machine_meta, percentile, start_server, write_jso
 from benchmarks.harness.measure import service_time
 from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.page import table_head
-from lazybatch.backend.model import read_log
+from lazybatch.backend.stats_logs import read_log
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_schedule, schedule_from_rates
 from lazybatch.repo import add_model, split_into

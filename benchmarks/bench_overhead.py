@@ -87,12 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         x = np.random.default_rng(0).standard_normal((1, 2048)).astype(np.float32)
         runtimes = {}
         for name, spec in POLICIES.items():
-            rt = BackendRuntime(runner, type(table).from_dict(table.to_dict()), parse_policy(spec).build(
-                max_batch_size=16), lambda *a: None, name=name)
-            if spec.startswith("eager"):  # as the server sets it up (backend/model.py)
-                rt.whole_runner = whole
-                rt.policy.fused_ratio = measure_fused_ratio(runner, whole)
-            rt.inline = name == "eager"
+            policy = parse_policy(spec).build(max_batch_size=16)
+            eager = spec.startswith("eager")
+            if eager:  # as the server builds it (backend/model_kinds.py)
+                policy.fused_ratio = measure_fused_ratio(runner, whole)
+            rt = BackendRuntime(runner, type(table).from_dict(table.to_dict()), policy, lambda *a: None, name=name,
+                                whole_runner=whole if eager else None, inline=name == "eager")
             runtime_latencies(rt, x, 20)  # warm-up
             runtimes[name] = rt
         rng = np.random.default_rng(0)

@@ -218,8 +218,7 @@ class ArbiterGate:
 
     def _inline(self, on: bool) -> None:
         if self.route is not None and self.route.on != on:
-            self.route.on = on
-            self.route.rt.loop.wake()  # it may sleep with no timeout: from now on it looks in on inline passes
+            self.route.switch(on)
 
     # ------------------------------------------------------------------ the Scheduler's gate
     def acquire(self, wants: bool) -> bool:

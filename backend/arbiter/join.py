@@ -46,7 +46,6 @@ class Membership:
         self._on_gate = on_gate
         self._solo: Any = None  # the locked solo file while this member is alone and no arbiter runs
         self._closed = threading.Event()
-        runtime.alone = self.alone
         sock = _try_connect(self.path)
         if sock is not None:
             _checked(sock, self.path, group, lanes)
@@ -80,7 +79,8 @@ class Membership:
     def alone(self) -> bool:
         """Whether no other member may run now: no arbiter joined (solo, or none could start: the model then
         shares the device as an ungrouped one does), or the arbiter's solo lease held and not revoked. The
-        runtime's whole-graph passes wider than the lane ask this (``BackendRuntime.whole_wide``)."""
+        runtime's whole-graph passes wider than the lane ask this (``BackendRuntime``'s ``alone``, which the model
+        builds to ask the membership)."""
         gate = self.gate
         return gate is None or (gate.leased and not gate.revoked)
 

@@ -5,7 +5,8 @@ the device group's sizing, beside the arbiter that shares the device.
 from __future__ import annotations
 
 import os
-from typing import Any
+import sys
+from typing import Any, NamedTuple
 
 
 def lane_threads(intra_op_threads: int, lanes: int, cores: int) -> int:
@@ -60,3 +61,38 @@ def default_device_group(cfg: Any, kind: str, device_id: int, executor: str = ""
     if executor == "npu":
         return "npu", ""  # the NPU the stages are timed by, not the CPU that computes their outputs
     return (f"gpu{device_id}" if kind == "GPU" else "cpu"), ""
+
+
+class DevicePlan(NamedTuple):
+    """Where a model instance runs and how wide: its device group ("": none), and the thread settings that follow."""
+
+    group: str
+    intra_op_threads: int
+    solo_threads: int  # its whole graph's threads alone on the device (0: the lane's)
+    per_session_threads: bool  # pools per session (a wider whole graph beside the stages' pools)
+
+
+def plan_device(settings: Any, cfg: Any, instance_kind: str, device_id: int, executor: str) -> DevicePlan:
+    """The device group this instance joins (the config's ``device_group``, or its device's with ``auto``; said
+    why where none), and the onnxruntime threads its lanes size: several lanes share the cores among them."""
+    s = settings
+    plain = DevicePlan("", s.intra_op_threads, 0, s.use_per_session_threads)
+    if s.whole_graph:
+        return plain
+    group = s.device_group
+    if not group:
+        if not s.device_group_auto or s.batch_per_execute:  # batch_per_execute: Triton's batcher runs executions
+            return plain
+        group, why = default_device_group(cfg, instance_kind, device_id, executor)
+        if why:
+            print(f"lazybatch: {s.name}: device_group auto: on no shared device ({why})", file=sys.stderr)
+        if not group:
+            return plain
+    cores = usable_cores()
+    threads = lane_threads(s.intra_op_threads, s.device_lanes, cores)
+    if threads != s.intra_op_threads:
+        print(f"lazybatch: {s.name}: intra_op_threads {threads} (device group {group!r} runs {s.device_lanes} "
+              f"lanes on {cores} cores; set intra_op_threads to choose)", file=sys.stderr)
+    solo = solo_threads(s.device_solo_intra_op_threads, threads, cores)
+    # the whole graph's own pool beside the stages': pools per session
+    return DevicePlan(group, threads, solo, s.use_per_session_threads or bool(solo))

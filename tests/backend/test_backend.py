@@ -210,12 +210,19 @@ class Collector:
         raise AssertionError(f"{len(self.answers)} of {n} answered")
 
 
-def _runtime(stages, policy="lazy", collector=None, mbs=8):
+def _runtime(stages, policy="lazy", collector=None, mbs=8, whole_model=None, **kw):
+    """A runtime built whole; ``whole_model``: with the verified whole graph of that model for its spans."""
+    from lazybatch.backend.fusion import fuse
+
     runner = StageRunner(stages, execution_provider="cpu")
     table = runner.profile([1, 2, 4, 8], reps=1)
     c = collector or Collector()
+    if whole_model is not None:
+        got = fuse(runner, table, whole_model, execution_provider="cpu", intra_op_threads=0, name="t")
+        assert got is not None
+        kw["whole_runner"] = got[0]
     rt = BackendRuntime(runner, table, parse_policy(policy).build(max_batch_size=mbs), c.respond,
-                        is_cancelled=c.is_cancelled, cancel_poll_s=0.0)
+                        is_cancelled=c.is_cancelled, cancel_poll_s=0.0, **kw)
     return rt, c
 
 
@@ -408,10 +415,10 @@ def test_runtime_recalibrates_the_table_the_policy_reads(mlp, factor, expect_abo
     """The stage runs the server observes rewrite the policy's latency table per stage and batch size
     (batcher/calibration.py), and the policy recomputes its slack predictor from it. (Rewrites are rate-limited
     in time, RECALIBRATE_INTERVAL_S: off here, where 80 requests take a fraction of it.)"""
-    from lazybatch.backend import runtime as runtime_module
+    from lazybatch.backend import table_keeper as keeper_module
     from lazybatch.batcher.latency_table import LatencyTable
 
-    monkeypatch.setattr(runtime_module, "RECALIBRATE_INTERVAL_S", 0.0)
+    monkeypatch.setattr(keeper_module, "RECALIBRATE_INTERVAL_S", 0.0)
 
     _, stages = mlp
     runner = StageRunner(stages, execution_provider="cpu")
@@ -441,14 +448,8 @@ def test_runtime_recalibrates_the_table_the_policy_reads(mlp, factor, expect_abo
 def test_runtime_runs_spans_of_stages_with_the_stages_result(mlp, whole):
     """eager asks for spans of stages (StageJob.stop): the runtime runs them chained, or as the verified whole graph
     when it holds one; every answer is still the whole graph's result, and spans really ran."""
-    from lazybatch.backend.fusion import fuse
-
     model, stages = mlp
-    rt, c = _runtime(stages, "eager")
-    if whole:
-        got = fuse(rt.runner, rt.scheduler.table, model, execution_provider="cpu", intra_op_threads=0, name="t")
-        assert got is not None
-        rt.whole_runner = got[0]
+    rt, c = _runtime(stages, "eager", whole_model=model if whole else None)
     sess = ort.InferenceSession(str(model))
     xs = {}
     for h in range(12):
@@ -467,7 +468,7 @@ def test_runtime_runs_spans_of_stages_with_the_stages_result(mlp, whole):
     if whole:  # what cutting a whole pass loses: measured once, at most 1
         from lazybatch.backend.fusion import measure_fused_ratio
 
-        assert 0.0 < measure_fused_ratio(rt.runner, got[0], reps=3) <= 1.0
+        assert 0.0 < measure_fused_ratio(rt.runner, rt.whole_runner, reps=3) <= 1.0
 
 
 def test_cancel_watcher_asks_a_bounded_number_per_sweep_in_turn():
@@ -491,20 +492,9 @@ def test_cancel_watcher_asks_a_bounded_number_per_sweep_in_turn():
         w.close()
 
 
-def _inline_runtime(mlp, on_idle=None):
-    from lazybatch.backend.fusion import fuse
-
+def _inline_runtime(mlp, on_idle=None, **kw):
     model, stages = mlp
-    runner = StageRunner(stages, execution_provider="cpu")
-    table = runner.profile([1, 2, 4, 8], reps=1)
-    c = Collector()
-    rt = BackendRuntime(runner, table, parse_policy("eager").build(max_batch_size=8), c.respond,
-                        is_cancelled=c.is_cancelled, cancel_poll_s=0.0, on_idle=on_idle)
-    got = fuse(rt.runner, rt.scheduler.table, model, execution_provider="cpu", intra_op_threads=0, name="t")
-    assert got is not None
-    rt.whole_runner = got[0]
-    rt.inline = True
-    return rt, c
+    return _runtime(stages, "eager", whole_model=model, on_idle=on_idle, inline=True, **kw)
 
 
 def test_inline_pass_gives_the_whole_graphs_result_and_is_counted(mlp):
@@ -685,8 +675,8 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
     from lazybatch.backend import inbox
 
     writes: list[float] = []
-    rt, _ = _inline_runtime(mlp, on_idle=lambda r: writes.append(time.monotonic()))
-    rt.memory_release_s = 0.3  # under endless load, at the latest after 4 x 0.3 s: longer than the load below
+    # memory under endless load at the latest after 4 x 0.3 s: longer than the load below
+    rt, _ = _inline_runtime(mlp, on_idle=lambda r: writes.append(time.monotonic()), memory_release_s=0.3)
     hooks: list[float] = []
     idle_hook = rt.loop.idle_hook
     rt.loop.idle_hook = lambda: (hooks.append(time.monotonic()), idle_hook())[1]
@@ -724,8 +714,8 @@ def test_statistics_and_memory_under_endless_load(mlp, monkeypatch):
 
     monkeypatch.setattr(inbox, "STATS_MAX_AGE_S", 0.3)
     writes: list[float] = []
-    rt, _ = _inline_runtime(mlp, on_idle=lambda r: writes.append(time.monotonic()))
-    rt.memory_release_s = 0.1  # at the latest every 0.4 s under load
+    rt, _ = _inline_runtime(mlp, on_idle=lambda r: writes.append(time.monotonic()),
+                            memory_release_s=0.1)  # at the latest every 0.4 s under load
     released = rt.stats.memory_releases
     try:
         x = np.ones((1, 16), np.float32)
@@ -744,7 +734,7 @@ def test_table_rewrites_are_rate_limited_and_none_is_lost(mlp):
     """A rewrite of the table (and of what the policy derives from it) costs a pass over every stage and batch size:
     the runtime does it at most once per RECALIBRATE_INTERVAL_S however many runs ask for it, and a rewrite owed
     when the interval ends is done at the next run."""
-    from lazybatch.backend import runtime as runtime_module
+    from lazybatch.backend import table_keeper as keeper_module
     from lazybatch.batcher.latency_table import LatencyTable
 
     _, stages = mlp
@@ -761,8 +751,8 @@ def test_table_rewrites_are_rate_limited_and_none_is_lost(mlp):
         c.wait(40)
         first = rt.calibrator.version
         assert first == 1, "one rewrite within the interval, however many were due"
-        assert rt._recalibrate_owed
-        time.sleep(runtime_module.RECALIBRATE_INTERVAL_S + 0.05)
+        assert rt.keeper.owed
+        time.sleep(keeper_module.RECALIBRATE_INTERVAL_S + 0.05)
         assert rt.submit(99, {"x": x}, 1, RequestOptions(sla_s=1.0)) is None
         c.wait(41)
         assert rt.calibrator.version == 2

@@ -438,13 +438,12 @@ def test_a_real_holder_beside_a_recently_active_sibling_keeps_inline_off_and_sta
     other = _Member(path, "other")  # alone: leased
     model, stages = models["small"]
     runner = StageRunner(stages, execution_provider="cpu", intra_op_threads=1)
-    c = Collector()
-    rt = BackendRuntime(runner, runner.profile([1, 2, 4, 8], reps=1),
-                        parse_policy("eager").build(max_batch_size=8), c.respond, name="small")
-    got = fuse(rt.runner, rt.scheduler.table, model, execution_provider="cpu", intra_op_threads=0, name="t")
+    table = runner.profile([1, 2, 4, 8], reps=1)
+    got = fuse(runner, table, model, execution_provider="cpu", intra_op_threads=0, name="t")
     assert got is not None
-    rt.whole_runner = got[0]
-    rt.inline = True
+    c = Collector()
+    rt = BackendRuntime(runner, table, parse_policy("eager").build(max_batch_size=8), c.respond, name="small",
+                        whole_runner=got[0], inline=True)
     gate = attach(rt, GROUP, group, "small", inline_ok=True)
     jobs: list[tuple[bool, int]] = []
     started = gate.started

@@ -70,8 +70,8 @@ def test_runtime_releases_at_idle_moments_at_most_every_interval(heavy_stages):
     runner = StageRunner(heavy_stages, execution_provider="cpu", intra_op_threads=1)
     table = runner.profile([1, 2, 4, 8], reps=1)
     c = Collector()
-    rt = BackendRuntime(runner, table, parse_policy("eager").build(max_batch_size=8), c.respond)
-    rt.memory_release_s = 0.3
+    rt = BackendRuntime(runner, table, parse_policy("eager").build(max_batch_size=8), c.respond,
+                        memory_release_s=0.3)
     x = np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32)
     try:
         for h in range(4):

@@ -121,7 +121,7 @@ def test_the_backend_serves_the_segments_and_removes_their_files(tmp_path):
         assert runner.n_stages == 2
         assert m.runtime.policy.graph.n == 2  # the scheduler's boundaries are the segments'
         assert m.runtime.whole_runner is not None  # a job over both still runs as the whole graph
-        folder = m.segment_dir
+        folder = m.parts.segment_dir
         assert folder.is_dir()
         x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
         np.testing.assert_allclose(runner.run_all({"x": x})["y"], ort.InferenceSession(str(model)).run(None, {"x": x})[0],

@@ -160,9 +160,9 @@ def test_injected_fault_and_batch_log(split):
         if len(answers) == n:
             done.set()
 
-    rt = Seq2SeqRuntime(runner, table, pol, respond, spec=spec, on_batch=lambda *a: logged.append(a))
     names = [st.name for st in runner.manifest.stages]
-    rt.fault = FaultInjector.parse(f"stage={spec.dec_first},every=3", names)
+    rt = Seq2SeqRuntime(runner, table, pol, respond, spec=spec, on_batch=lambda *a: logged.append(a),
+                        fault=FaultInjector.parse(f"stage={spec.dec_first},every=3", names))
     rng = np.random.default_rng(3)
     requests = [make_request(rng, info, 3, 4, batch=1, ignore_eos=True) for _ in range(n)]
     for k, feeds in enumerate(requests):
@@ -188,10 +188,10 @@ def test_runtime_recalibrates_the_table(split, factor, expect_above, monkeypatch
     """Like the base runtime, the seq2seq loop rewrites the policy's latency table from the stage runs it observes
     (batcher/calibration.py), so that a table profiled alone does not make lazy admit work it cannot finish.
     (Rewrites are rate-limited in time, RECALIBRATE_INTERVAL_S: off here, for a run shorter than the interval.)"""
-    from lazybatch.backend import runtime as runtime_module
+    from lazybatch.backend import table_keeper as keeper_module
     from lazybatch.batcher.latency_table import LatencyTable
 
-    monkeypatch.setattr(runtime_module, "RECALIBRATE_INTERVAL_S", 0.0)
+    monkeypatch.setattr(keeper_module, "RECALIBRATE_INTERVAL_S", 0.0)
 
     kind, runner, spec, table, ref = split
     off = LatencyTable(table.graph, table.batch_sizes, [[v * factor for v in row] for row in table.measured],
@@ -274,8 +274,8 @@ def test_fault_fails_only_the_poisoned_sequences_and_is_counted(split, policy, w
         answers[handle] = (outputs, status, error)
 
     metrics = M.ModelMetrics("s2s", names, 8)  # the common families
-    rt = Seq2SeqRuntime(runner, table, pol, respond, spec=spec, metrics=metrics)
-    rt.fault = FaultInjector.parse(f"stage={names[stage]},every=3", names)
+    rt = Seq2SeqRuntime(runner, table, pol, respond, spec=spec, metrics=metrics,
+                        fault=FaultInjector.parse(f"stage={names[stage]},every=3", names))
     rng = np.random.default_rng(21)
     wave1 = [make_request(rng, info, int(rng.integers(1, 5)), 4, batch=2 if k == 4 else 1) for k in range(9)]
     wave2 = [make_request(rng, info, int(rng.integers(1, 5)), 3) for _ in range(4)]
@@ -324,8 +324,8 @@ def test_transient_fault_in_a_decoder_step_is_invisible_to_clients(split):
         answers[handle] = (outputs, status, error)
 
     metrics = M.ModelMetrics("s2s", names, 8)  # the common families
-    rt = Seq2SeqRuntime(runner, table, pol, respond, spec=spec, metrics=metrics)
-    rt.fault = FaultInjector.parse(f"stage={spec.dec_last},every=2,mode=run", names)
+    rt = Seq2SeqRuntime(runner, table, pol, respond, spec=spec, metrics=metrics,
+                        fault=FaultInjector.parse(f"stage={spec.dec_last},every=2,mode=run", names))
     rng = np.random.default_rng(4)
     requests = [make_request(rng, info, 2, 5) for _ in range(6)]
     try:

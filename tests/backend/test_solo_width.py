@@ -17,10 +17,14 @@ from lazybatch.backend.arbiter import protocol as P
 from lazybatch.backend.arbiter.join import Membership
 from lazybatch.backend.arbiter.sizing import solo_threads
 from lazybatch.backend.fusion import fuse
+from lazybatch.backend.runtime import BackendRuntime
+from lazybatch.backend.stages import StageRunner
+from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.errors import ConfigError
 
 from test_arbiter import GROUP, _check_once, _drive, group, models  # noqa: F401
 from test_device_lease import _settings, close_members, eager_runtime
+from test_backend import Collector
 
 
 def test_solo_threads_are_the_cores_where_the_lane_has_one_thread():
@@ -55,20 +59,23 @@ class _Counted:
         return self.runner.run(*a, **kw)
 
 
-def _wide_runtime(stages, model, *, wide: bool):
-    rt, c = eager_runtime(stages, "small")
-    got = fuse(rt.runner, rt.scheduler.table, model, execution_provider="cpu", intra_op_threads=2, name="t")
+def _wide_runtime(stages, model, *, wide: bool, alone):
+    """An eager runtime built with a whole graph two threads wide, counted; ``wide``: it is wider than the lane."""
+    runner = StageRunner(stages, execution_provider="cpu", intra_op_threads=1)
+    table = runner.profile([1, 2, 4, 8], reps=1)
+    got = fuse(runner, table, model, execution_provider="cpu", intra_op_threads=2, name="t")
     assert got is not None
-    rt.whole_runner = whole = _Counted(got[0])  # type: ignore[assignment]
-    rt.whole_wide = wide
+    whole = _Counted(got[0])
+    c = Collector()
+    rt = BackendRuntime(runner, table, parse_policy("eager").build(max_batch_size=8), c.respond, name="small",
+                        whole_runner=whole, whole_wide=wide, alone=alone)  # type: ignore[arg-type]
     return rt, c, whole
 
 
 def test_a_wide_whole_graph_runs_only_alone_and_leaves_the_table_alone(models):
     model, stages = models["small"]
     alone = [False]
-    rt, c, whole = _wide_runtime(stages, model, wide=True)
-    rt.alone = lambda: alone[0]
+    rt, c, whole = _wide_runtime(stages, model, wide=True, alone=lambda: alone[0])
     x = np.ones((1, 16), np.float32)
     try:
         rt.inline = True
@@ -93,8 +100,7 @@ def test_a_wide_whole_graph_runs_only_alone_and_leaves_the_table_alone(models):
     finally:
         rt.close()
     # the control: a whole graph at the lane's width calibrates the table from its passes
-    rt, c, whole = _wide_runtime(stages, model, wide=False)
-    rt.alone = lambda: False
+    rt, c, whole = _wide_runtime(stages, model, wide=False, alone=lambda: False)
     try:
         want = _drive(rt, c, model, 6, gap=0.02)
         c.wait(len(want))
@@ -110,25 +116,25 @@ def test_membership_says_alone_while_solo_or_leased_and_not_while_a_sibling_runs
     first = second = None
     try:
         first = Membership(rs, GROUP, group, "small")
-        assert first.solo and rs.alone()  # no arbiter, no sibling: alone
+        assert first.solo and first.alone()  # no arbiter, no sibling: alone
         second = Membership(rl, GROUP, group, "large")
         end = time.monotonic() + 5
         while first.gate is None and time.monotonic() < end:
             time.sleep(0.01)
-        assert first.gate is not None and rs.alone == first.alone
+        assert first.gate is not None and first.alone() == (first.gate.leased and not first.gate.revoked)
         want = _drive(rs, cs, models["small"][0], 3)  # the small model alone in time: its grant is a lease
         cs.wait(len(want))
-        assert first.gate.leased and rs.alone()
+        assert first.gate.leased and first.alone()
         other = _drive(rl, cl, models["large"][0], 3)  # the large one asks: the small one's lease is revoked
         cl.wait(len(other))
         _check_once(cl, other)
         end = time.monotonic() + 2
-        while rs.alone() and time.monotonic() < end:
+        while first.alone() and time.monotonic() < end:
             time.sleep(0.005)
-        assert not rs.alone() and not first.gate.leased
+        assert not first.alone() and not first.gate.leased
         more = _drive(rs, cs, models["small"][0], 3, base=50)  # the sibling idle again: leased at its next ask
         cs.wait(len(want) + len(more))
         _check_once(cs, want | more)
-        assert rs.alone()
+        assert first.alone()
     finally:
         close_members((rs, rl), (first, second), path)

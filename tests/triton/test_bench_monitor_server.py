@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from benchmarks import bench_monitor_server
-from lazybatch.backend.model import BatchLog, read_log
+from lazybatch.backend.stats_logs import BatchLog, read_log
 from lazybatch.client.load import schedule_from_rates
 
 

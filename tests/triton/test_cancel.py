@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from lazybatch.backend.model import read_log
+from lazybatch.backend.stats_logs import read_log
 from lazybatch.repo import add_model
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_heavy, split_model

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lazybatch.backend.model import read_log
+from lazybatch.backend.stats_logs import read_log
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.cli import main
 from lazybatch.client.api import Client, InferError
