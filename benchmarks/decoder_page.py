@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_decoder
+from benchmarks.reports import decoder as decoder_report
 from benchmarks.harness.page import commits, generate, goals_table, run_header
 from benchmarks.harness.plots import log_panels
 from benchmarks.harness.stats import fmt, spread
@@ -43,8 +43,8 @@ def load(data: Path) -> dict[str, dict]:
 def decoder_goals(res: dict, driver: str) -> list[tuple[str, str, str, dict | None, str, str]]:
     """(model, load, figure, its spread (None: one figure), goal, verdict) for every goal cell of a sweep."""
     kind, rows = res["model"], []
-    g_avg, g_p99, g_peak = bench_decoder.GOALS.get(kind, (1.5, None, None))
-    for f, reps, by, best in bench_decoder.by_load(res["cells"]):
+    g_avg, g_p99, g_peak = decoder_report.GOALS.get(kind, (1.5, None, None))
+    for f, reps, by, best in decoder_report.by_load(res["cells"]):
         in_band = 0.7 <= f <= 1.5
         goal = g_avg if in_band else 1.0
         if best is None or not reps:
@@ -59,7 +59,7 @@ def decoder_goals(res: dict, driver: str) -> list[tuple[str, str, str, dict | No
             rows.append((NAME[kind], f"{f:.0%}", f"best Triton p99 / eager p99 ({driver})", p99, f">= {g_p99:g}",
                          judge_spread(p99, g_p99)))
     if g_peak and driver == "lazybatch load":
-        peak = spread(bench_decoder.peak_ratios(res["cells"]))  # per repetition, as every other cell
+        peak = spread(decoder_report.peak_ratios(res["cells"]))  # per repetition, as every other cell
         rows.append((NAME[kind], "peak", "eager peak throughput / best Triton's", peak, f">= {g_peak:g}",
                      judge_spread(peak, g_peak)))
     return rows
@@ -123,7 +123,7 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
         lines += [f"![average latency against load]({img})", ""]
     lines += ["## Served under `lazybatch load`", "", "```bash", dec["meta"]["command"], "```", ""]
     for res in dec["models"]:
-        lines += [*bench_decoder.report(res), ""]
+        lines += [*decoder_report.report(res), ""]
     if perf:
         lines += ["## Served under perf_analyzer (arrivals drawn per repetition)", "",
                   "NVIDIA perf_analyzer offers the load (`lazybatch perf`, Poisson, `--async`, arrivals drawn with "
@@ -131,7 +131,7 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
                   "Throughput here counts completions inside its windows, not the peak.", "",
                   "```bash", perf["meta"]["command"], "```", ""]
         for res in perf["models"]:
-            lines += [*bench_decoder.report(res), ""]
+            lines += [*decoder_report.report(res), ""]
     lines += ["## Earlier rounds", "",
               "Earlier rounds of this page, and the investigations they held (GNMT's ceiling at 70%, the light-load "
               "probes, perf_analyzer's fixed schedule; until 0cd9c15 the streaming rounds too), "

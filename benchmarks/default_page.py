@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks import bench_default
+from benchmarks.reports import default as default_report
 from benchmarks.harness import fmt
 from benchmarks.harness.page import page_cli, write_generated
 from benchmarks.harness.verdict import count_line
@@ -42,18 +42,18 @@ def drivers(results: list[dict]) -> list[str]:
 
 def peak_ratios(res: dict, driver: str) -> tuple[float, float]:
     """(eager, the identical copy) peak throughput / best Triton configuration's."""
-    pk = bench_default.peaks(res, driver)
-    best = max(pk[p] for p in bench_default.TRITON)
-    return pk["eager"] / best, pk[bench_default.TWIN] / best
+    pk = default_report.peaks(res, driver)
+    best = max(pk[p] for p in default_report.TRITON)
+    return pk["eager"] / best, pk[default_report.TWIN] / best
 
 
 def missed_cells(results: list[dict], driver: str) -> list[str]:
     """The cells whose range falls below the goal (best Triton avg / eager avg >= 1.00), eager's and the copy's."""
     out = []
     for res in results:
-        for r in bench_default.ratios(res, driver):
+        for r in default_report.ratios(res, driver):
             for who, s in (("eager", r["avg"]), ("the copy", r["twin"])):
-                if s and bench_default.verdict(s, 1.0) == "missed":
+                if s and default_report.verdict(s, 1.0) == "missed":
                     out.append(f"{res['model']} {r['load']:.0%} ({who} {fmt(s)})")
     return out
 
@@ -63,35 +63,35 @@ def model_lines(results: list[dict], driver: str, restart: bool) -> list[str]:
     pool of four. Its draws are that model's servers (three with --restart and 3 repetitions: a coarse interval)."""
     out = []
     for res in results:
-        p = bench_default.pooled([res], driver, restart)
+        p = default_report.pooled([res], driver, restart)
         if p is not None:
-            out.append(f"{res['model']} {bench_default.interval(p)}, {p['verdict'].split(' (')[0]}")
+            out.append(f"{res['model']} {default_report.interval(p)}, {p['verdict'].split(' (')[0]}")
     return out
 
 
 def behind_models(results: list[dict], driver: str, restart: bool) -> list[str]:
     """The models whose own pooled interval is below 1.00 (``model_lines``)."""
     return [res["model"] for res in results
-            if (p := bench_default.pooled([res], driver, restart)) is not None and p["verdict"] == "behind"]
+            if (p := default_report.pooled([res], driver, restart)) is not None and p["verdict"] == "behind"]
 
 
 def verdict_lines(results: list[dict], restart: bool) -> list[str]:
     lines = ["## Verdict", ""]
     for d in drivers(results):
-        p = bench_default.pooled(results, d, restart)
+        p = default_report.pooled(results, d, restart)
         if p is None:
             continue
         missed = missed_cells(results, d)
         peak = "; ".join(f"{res['model']} {e:.2f}x (the copy {t:.2f}x)"
                          for res in results for e, t in [peak_ratios(res, d)])
         lines += [f"- **Under {DRIVERS[d]}: eager / an identical copy of Triton 0 ms, pooled over {p['cells']} "
-                  f"cells, {bench_default.interval(p)}: {p['verdict']}.** "
+                  f"cells, {default_report.interval(p)}: {p['verdict']}.** "
                   f"Goal \"never slower\" (best Triton avg / eager avg >= 1.00), "
                   f"{count_line(p['counts']['eager'], p['counts']['twin'])}."
                   + (f" Missed: {', '.join(missed)}." if missed else "")
                   + f" Peak throughput / best Triton's: {peak}."]
         lines += [f"  - Per model ({DRIVERS[d]}): " + "; ".join(model_lines(results, d, restart)) + "."]
-    inline = [r["inline"]["mean"] for res in results for d in drivers(results) for r in bench_default.ratios(res, d)
+    inline = [r["inline"]["mean"] for res in results for d in drivers(results) for r in default_report.ratios(res, d)
               if r["inline"]]
     if inline:
         share = f"{min(inline):.0%}" if f"{min(inline):.0%}" == f"{max(inline):.0%}" else \
@@ -102,7 +102,7 @@ def verdict_lines(results: list[dict], restart: bool) -> list[str]:
               "far as eager's: its met and missed above are the per-cell rule's false verdicts on this machine), so "
               "the pooled line is the verdict: per cell, the mean log ratio of eager's goal ratio minus the copy's, "
               "averaged over the cells, with a 90% bootstrap interval from resampling the session draws, not the "
-              "cells (`bench_default.pooled`): identical onnxruntime sessions run a few percent apart, and every "
+              "cells (`pooled` in benchmarks/reports/default.py): identical onnxruntime sessions run a few percent apart, and every "
               "cell one server ran shares its sessions, so a server's cells are one draw (with `--restart`, one "
               "per model, driver and repetition; without, one per model). An interval that straddles 1.00 is a "
               "tie: eager level with Triton's stock configuration, as the simulated ceiling (last column) says any "
@@ -118,7 +118,7 @@ def readme_line(data: dict) -> str:
     ds = drivers(results)
     parts, behind = [], {}
     for d in ds:
-        p = bench_default.pooled(results, d, restarted(runs))
+        p = default_report.pooled(results, d, restarted(runs))
         word = {"ahead": "ahead", "behind": "behind"}.get(p["verdict"], "tie" if p["verdict"].startswith("level")
                                                             else "unresolved")
         span = "no interval" if p["lo"] != p["lo"] else f"{p['lo']:.3f}-{p['hi']:.3f}"
@@ -138,12 +138,12 @@ def render(data: dict, img: str | None) -> list[str]:
              "`python -m benchmarks.pages default` prints the commands that re-run it).", ""]
     lines += verdict_lines(results, restarted(runs))
     for run in runs:
-        lines += ["## The run", ""] + bench_default.header(run["meta"])[2:]
+        lines += ["## The run", ""] + default_report.header(run["meta"])[2:]
         for d in drivers(run["results"]):
             lines += [f"## Under {DRIVERS[d]}", ""]
             for res in run["results"]:
-                lines += bench_default.report(res, d) + [""]
-            lines += bench_default.pooled_line(run["results"], d, bool(run["meta"].get("restart")))
+                lines += default_report.report(res, d) + [""]
+            lines += default_report.pooled_line(run["results"], d, bool(run["meta"].get("restart")))
     if img:
         lines += [f"![best Triton / eager average latency per load, served beside the simulated ceiling]({img})", ""]
     return lines
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     data_path, page, img_dir = page_cli(__doc__, DATA, PAGE, "the run's raw data (docs/data/default.json)", argv)
     data = json.loads(data_path.read_text())
     img = img_dir / "default_ratio.png"
-    drawn = bench_default.plot([res for run in runs_of(data) for res in run["results"]], img)
+    drawn = default_report.plot([res for run in runs_of(data) for res in run["results"]], img)
     write_generated(page, render(data, f"../img/{img.name}" if drawn else None), img if drawn else None)
     print("README line:\n" + readme_line(data))
     return 0

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_streaming
+from benchmarks.reports import streaming as streaming_report
 from benchmarks.harness.page import commits, generate, goals_table, run_header
 from benchmarks.harness.plots import log_panels
 from benchmarks.harness.stats import fmt, spread
@@ -25,7 +25,7 @@ from benchmarks.harness.verdict import count, count_text, judge_spread
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data"
 PAGE = ROOT / "docs" / "results" / "streaming.md"
-MODELS = bench_streaming.MODELS
+MODELS = streaming_report.MODELS
 NAME = {"lm": "LM", "gnmt": "GNMT", "transformer": "Transformer"}
 
 
@@ -46,10 +46,10 @@ def load(data: Path) -> dict[str, dict]:
 
 
 def streaming_goal(res: dict, driver: str) -> tuple[str, str, str, dict, str, str]:
-    base, cells = res["unloaded"], [c for c in res["cells"] if abs(c["load"] - bench_streaming.GOAL_LOAD) < 1e-9]
+    base, cells = res["unloaded"], [c for c in res["cells"] if abs(c["load"] - streaming_report.GOAL_LOAD) < 1e-9]
     r = spread([c["ttft_avg_ms"] / base[c["rep"]]["eager"]["ttft_ms"] for c in cells if c["policy"] == "eager"])
-    return (NAME[res["model"]], f"{bench_streaming.GOAL_LOAD:.0%}", f"eager TTFT / unloaded TTFT ({driver})", r,
-            f"<= {bench_streaming.GOAL:g}", judge_spread(r, bench_streaming.GOAL, lower_is_better=True))
+    return (NAME[res["model"]], f"{streaming_report.GOAL_LOAD:.0%}", f"eager TTFT / unloaded TTFT ({driver})", r,
+            f"<= {streaming_report.GOAL:g}", judge_spread(r, streaming_report.GOAL, lower_is_better=True))
 
 
 def goal_rows(src: dict[str, dict]) -> list[tuple]:
@@ -60,7 +60,7 @@ def goal_rows(src: dict[str, dict]) -> list[tuple]:
 def plot(src: dict[str, dict], path: Path) -> bool:
     """Mean TTFT against load per model under `lazybatch load`, each policy's unloaded TTFT at 0%."""
     def draw(ax: Any, res: dict) -> None:
-        for p in bench_streaming.POLICIES:
+        for p in streaming_report.POLICIES:
             idle = statistics.fmean(b[p]["ttft_ms"] for b in res["unloaded"])
             loads = sorted({c["load"] for c in res["cells"] if c["policy"] == p})
             ys = [statistics.fmean(c["ttft_avg_ms"] for c in res["cells"] if c["policy"] == p and c["load"] == f)
@@ -103,7 +103,7 @@ def render(src: dict[str, dict], img: str | None) -> list[str]:
             continue
         lines += [f"## {title}", ""]
         for k in present:
-            lines += ["```bash", src[k]["meta"]["command"], "```", "", *bench_streaming.report(src[k]), ""]
+            lines += ["```bash", src[k]["meta"]["command"], "```", "", *streaming_report.report(src[k]), ""]
     lines += ["## Earlier rounds", "",
               "Until commit 0cd9c15 these rounds were a section of the decoder page; earlier rounds and the "
               "investigations they held (the admission rules replayed, a response every 4 tokens, perf_analyzer's "

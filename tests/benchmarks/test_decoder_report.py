@@ -13,7 +13,7 @@ import pytest
 from lazybatch.batcher.lengths import LengthHistogram
 from lazybatch.formats.histograms import shipped_histogram
 from lazybatch.simulator import paper_tables
-from benchmarks import bench_decoder
+from benchmarks.reports import decoder as bench_decoder
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""benchmarks/bench_default.py's arithmetic: the best Triton configuration by its mean over repetitions against eager,
+"""The static-models benchmark's arithmetic (benchmarks/reports/default.py; its run schedule and routes,
+benchmarks/bench_default.py): the best Triton configuration by its mean over repetitions against eager,
 spread over repetitions, the A/A noise floor (Triton 0 ms against its twin), eager's routes, and a range that
 straddles the goal called a tie (no server: synthetic cells)."""
 
@@ -6,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import bench_default
+from benchmarks import bench_default as runner
+from benchmarks.reports import default as bench_default
 
 
 def cell(load, rep, policy, avg, p99, thr=10.0, viol=0.0):
@@ -55,13 +57,13 @@ def test_route_counts_are_per_cell_differences(bench, tmp_path):
     path = tmp_path / "m_eager.json"
     path.write_text(json.dumps({"requests": 10, "inline_requests": 8, "inline_groups": 4, "span_runs": 1,
                                 "inline_refused": {"scheduler busy": 2}}))
-    first, seen = bench.routes(path, {})
+    first, seen = runner.routes(path, {})
     assert first == {"inline": 8, "scheduler": 2, "inline_groups": 4, "span_runs": 1, "refused": {"scheduler busy": 2}}
     path.write_text(json.dumps({"requests": 25, "inline_requests": 23, "inline_groups": 9, "span_runs": 1,
                                 "inline_refused": {"scheduler busy": 2}}))
-    second, _ = bench.routes(path, seen)
+    second, _ = runner.routes(path, seen)
     assert second == {"inline": 15, "scheduler": 0, "inline_groups": 5, "span_runs": 0, "refused": {}}
-    assert bench.routes(tmp_path / "missing.json", seen) == ({}, seen)
+    assert runner.routes(tmp_path / "missing.json", seen) == ({}, seen)
 
 
 def test_verdicts(bench):
@@ -160,10 +162,10 @@ def test_pooled_skips_rounds_without_a_twin(bench):
 def test_restart_schedule_runs_each_repetition_as_one_block(bench):
     """With --restart a server is started per (driver, repetition): that block's cells must be contiguous, or the
     run would restart at every cell (and lose the pairing of a repetition's policies on one server)."""
-    plain = bench.schedule(["load"], [0.1, 0.7], 3, restart=False)
+    plain = runner.schedule(["load"], [0.1, 0.7], 3, restart=False)
     assert plain[:3] == [("load", 0.1, 0), ("load", 0.1, 1), ("load", 0.1, 2)]
-    steps = bench.schedule(["load", "perf"], [0.1, 0.7, 2.0], 2, restart=True)
-    assert sorted(steps) == sorted(bench.schedule(["load", "perf"], [0.1, 0.7, 2.0], 2, restart=False))
+    steps = runner.schedule(["load", "perf"], [0.1, 0.7, 2.0], 2, restart=True)
+    assert sorted(steps) == sorted(runner.schedule(["load", "perf"], [0.1, 0.7, 2.0], 2, restart=False))
     blocks = [(d, k) for d, _, k in steps]
     starts = [b for i, b in enumerate(blocks) if i == 0 or blocks[i - 1] != b]
     assert starts == [("load", 0), ("load", 1), ("perf", 0), ("perf", 1)]  # each block once: one server start each

@@ -70,7 +70,7 @@ def test_counts_per_cell_beside_the_noise_floor():
 
 def test_generators_call_the_rule():
     """Mixed traffic's bulk-miss goal is at most 1.1 (lower is better); streaming's TTFT goal at most 2x."""
-    from benchmarks import bench_mixed
+    from benchmarks.reports import mixed as bench_mixed
 
     assert bench_mixed._verdict(spread([0.9, 1.1]), 1.1, at_most=True) == MET
     assert bench_mixed._verdict(spread([1.0, 1.3]), 1.1, at_most=True) == TIE
