@@ -157,6 +157,19 @@ class ModelMetrics:
         self._last_sync = 0.0
 
     # ------------------------------------------------------------------ updates (any thread)
+    def answered(self, samples: Sequence[Any], outcome: str, *, reject_reason: str | None = None) -> None:
+        """One answered client request (its scheduler samples): outcome, and for OK its latency, queue delay and
+        whether it met its SLA."""
+        if outcome != OK:
+            self.request_done(outcome, reject_reason=reject_reason)
+            return
+        now = time.monotonic()
+        first = samples[0]
+        starts = [r.start for r in samples if r.start is not None]
+        deadline = min(r.deadline for r in samples)
+        self.request_done(OK, latency=now - first.arrival, queue_delay=min(starts) - first.arrival if starts else None,
+                          sla_met=None if deadline == float("inf") else now <= deadline)
+
     def request_done(self, outcome: str, *, latency: float | None = None, queue_delay: float | None = None,
                      sla_met: bool | None = None, reject_reason: str | None = None) -> None:
         with self._lock:
@@ -371,3 +384,10 @@ class TritonMetricsExporter:
         self._series.clear()
         self.families.clear()
 
+
+def outcome_of(status: str, *, rejected: bool = False) -> str:
+    """The metrics outcome of an answer's scheduler status (``Status.name``); an UNAVAILABLE answer given while
+    admitting is a rejection."""
+    if rejected:
+        return REJECTED
+    return {"OK": OK, "CANCELLED": CANCELLED, "ERROR": ERROR}.get(status, UNAVAILABLE)

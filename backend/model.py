@@ -31,7 +31,7 @@ from lazybatch.batcher.admission import QueuePolicy
 
 from .settings import BackendSettings, parse_config_json
 from .arbiter.sizing import plan_device
-from .request_parsing import parse_request_parameters, validate_request
+from .request_parsing import check_deadline, parse_request_parameters, validate_request
 from .execute_latch import Latch
 from .faults import FaultInjector
 from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
@@ -199,7 +199,7 @@ class TritonPythonModel:
                     if err is None:
                         opts.priority, err = s.request_level(opts.priority)
                     if err is None:
-                        err = self.runtime.check_deadline(opts)
+                        err = check_deadline(opts)
             if err is None:
                 good.append((request, tensors, batch, opts))
                 continue

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -112,3 +113,12 @@ def _parse_request_parameters(text: Any, default_sla_ms: float | None) -> tuple[
             return opts, f"request parameter {key} must be an integer, got {v!r}"
         opts.priority = v
     return opts, None
+
+
+def check_deadline(opts: RequestOptions) -> str | None:
+    """An error message for a request whose own deadline passed before it reached the model, else None."""
+    if opts.deadline_unix_s is not None:
+        left = opts.deadline_unix_s - time.time()
+        if left <= 0:
+            return f"the request's deadline passed {-left * 1e3:.1f} ms before it reached the model"
+    return None

@@ -38,7 +38,7 @@ from lazybatch.sessions.inplace import InPlaceRunError
 from . import metrics as M
 from .cancel_watch import CancelWatcher, auto_interval, typical_stage_s
 from .clock import WallClock
-from .request_parsing import RequestOptions
+from .request_parsing import RequestOptions, check_deadline
 from .faults import FaultInjector, InjectedFault
 from .inbox import MEMORY_RELEASE_INTERVAL_S, InboxLoop
 from .inline import InlineRoute
@@ -133,15 +133,6 @@ class BackendRuntime:
     def inline(self, on: bool) -> None:
         self.route.switch(on)
 
-    @staticmethod
-    def check_deadline(opts: RequestOptions) -> str | None:
-        """An error message for a request whose own deadline passed before it reached the model, else None."""
-        if opts.deadline_unix_s is not None:
-            left = opts.deadline_unix_s - time.time()
-            if left <= 0:
-                return f"the request's deadline passed {-left * 1e3:.1f} ms before it reached the model"
-        return None
-
     def submit(self, handle: Any, inputs: dict[str, np.ndarray], batch: int, opts: RequestOptions) -> str | None:
         """Queue a validated request; returns an error message instead when it cannot be accepted."""
         return self.submit_group([(handle, inputs, batch, opts)])[0]
@@ -152,7 +143,7 @@ class BackendRuntime:
         admits them in one go and asks its policy once, so an idle device does not start the first alone. Returns
         per request None (queued) or why it cannot be accepted (it is then not queued)."""
         arrival = time.monotonic()
-        errors: list[str | None] = [self.check_deadline(opts) for *_, opts in group]
+        errors: list[str | None] = [check_deadline(opts) for *_, opts in group]
         items = [(Parent(h, inputs, batch), opts, arrival)
                  for (h, inputs, batch, opts), err in zip(group, errors) if err is None]
         if not self.loop.put(items):
@@ -468,28 +459,13 @@ class BackendRuntime:
         self.live.pop(id(parent), None)
         self.stats.answered[status.name] = self.stats.answered.get(status.name, 0) + 1
         if self.metrics is not None:
-            self._record(parent, status)
+            rejected = status is Status.UNAVAILABLE and self._admitting
+            self.metrics.answered(parent.samples, M.outcome_of(status.name, rejected=rejected),
+                                  reject_reason=(self.scheduler.last_rejection or "refused") if rejected else None)
         try:
             self.respond(parent.handle, outputs, status, error)
         except Exception:  # a response that cannot be sent must not stop the thread
             traceback.print_exc()
-
-    def _record(self, parent: Parent, status: Status) -> None:
-        """One answered client request into the metrics: outcome, latencies, SLA."""
-        samples = parent.samples
-        if status is Status.OK:
-            now = time.monotonic()
-            first = samples[0]
-            starts = [r.start for r in samples if r.start is not None]
-            deadline = min(r.deadline for r in samples)
-            self.metrics.request_done(M.OK, latency=now - first.arrival,
-                                      queue_delay=min(starts) - first.arrival if starts else None,
-                                      sla_met=None if deadline == float("inf") else now <= deadline)
-        elif status is Status.UNAVAILABLE and self._admitting:
-            self.metrics.request_done(M.REJECTED, reject_reason=self.scheduler.last_rejection or "refused")
-        else:
-            outcome = {Status.CANCELLED: M.CANCELLED, Status.ERROR: M.ERROR}.get(status, M.UNAVAILABLE)
-            self.metrics.request_done(outcome)
 
     def answer_leftovers(self, queued: Iterable[Parent]) -> None:
         """The thread stops: answer what is still held, and ``queued`` (left on the inbox): nothing is lost."""

@@ -43,7 +43,7 @@ from tqdm import tqdm
 from benchmarks.harness import (PerfMeasuredNothing, add_perf_arrivals_arg, add_sweep_args, command_line, machine_meta,
                                 parse_sweep_args, perf_row, seq2seq_t1, served, served_table, turns, write_json)
 from lazybatch.client.load import run_load
-from lazybatch.repo import KIND_SLA_MS, build_default_repository
+from lazybatch.shipped import KIND_SLA_MS, build_default_repository
 from benchmarks.reports.decoder import POLICIES, VARIANTS, report
 from benchmarks.reports.decoder import simulated
 

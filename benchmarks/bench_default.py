@@ -38,7 +38,7 @@ from tqdm import tqdm
 from benchmarks.harness import add_perf_arrivals_arg, command_line, machine_meta, start_server, static_t1, write_json
 from benchmarks.harness.page import write_page
 from lazybatch.client.load import run_load
-from lazybatch.repo import KIND_SLA_MS, build_default_repository
+from lazybatch.shipped import KIND_SLA_MS, build_default_repository
 from lazybatch.serving import TritonServer
 from benchmarks.reports.default import POLICIES, SLA_MULTIPLE, pooled_line, report
 

@@ -48,7 +48,8 @@ GROUP = "dev0"
 
 def build(root: Path, work: Path) -> dict[str, Path]:
     """One repository per configuration, the two models' stages and tables built once (``work``)."""
-    from lazybatch.repo import KIND_MAX_BATCH, KIND_SLA_MS, add_model, build_default_repository
+    from lazybatch.repo import add_model
+    from lazybatch.shipped import KIND_MAX_BATCH, KIND_SLA_MS, build_default_repository
 
     scratch = root / "scratch"
     for kind in (SMALL, LARGE):
@@ -80,7 +81,7 @@ def one_run(repo: Path, arbiters: Path, t1: dict[str, float] | None, args: argpa
     from lazybatch.backend.arbiter import protocol as P
     from lazybatch.backend.arbiter.client import query
     from lazybatch.client.together import run_together
-    from lazybatch.repo import KIND_SLA_MS
+    from lazybatch.shipped import KIND_SLA_MS
 
     env = {"LAZYBATCH_ARBITER_DIR": str(arbiters)}
     path = arbiters / P.group_paths(repo, GROUP)[0].name

@@ -50,7 +50,8 @@ from lazybatch.backend.fusion import segment_table
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.client.load import run_load
 from lazybatch.sessions.segments import balanced_cuts, segment_ranges
-from lazybatch.repo import KIND_MAX_BATCH, SEQ2SEQ_KINDS, build_default_repository, set_priority_timeouts
+from lazybatch.repo import set_priority_timeouts
+from lazybatch.shipped import KIND_MAX_BATCH, SEQ2SEQ_KINDS, build_default_repository
 from lazybatch.simulator.loads_on_table import single_request_ms
 from lazybatch.simulator.mixed import simulate_mixed
 from lazybatch.traffic import TrafficClass
@@ -70,7 +71,8 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     decoder = kind in SEQ2SEQ_KINDS
     policies = {p: v for p, v in POLICIES.items() if not (decoder and p in SEGMENTS)}
     build_default_repository(repo, kind=kind, work=work, profile_reps=5, seq2seq_baselines=False, policies=policies,
-                             priority_levels=2, default_priority_level=2)
+                             priority_levels=2, default_priority_level=2,
+                             parameters={p: {"fuse_segments": str(k)} for p, k in SEGMENTS.items() if p in policies})
     if decoder:
         table, hist = served_table(repo / f"{kind}_eager" / "1")
     else:

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from lazybatch.backend.fusion import fuse, segment
     from lazybatch.backend.stages import StageRunner
     from lazybatch.batcher.latency_table import LatencyTable
-    from lazybatch.repo import build_default_repository
+    from lazybatch.shipped import build_default_repository
 
     work = Path(args.work)
     build_default_repository(work / "repo", kind="resnet50", work=work / "build", policies={"eager": "eager"},

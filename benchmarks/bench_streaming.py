@@ -46,7 +46,7 @@ from benchmarks.harness import (add_perf_arrivals_arg, add_sweep_args, command_l
                                 perf_row, seq2seq_requests, served, write_json)
 from lazybatch.client.load import run_load
 from lazybatch.client.stream import StreamClient
-from lazybatch.repo import KIND_SLA_MS, build_default_repository
+from lazybatch.shipped import KIND_SLA_MS, build_default_repository
 from benchmarks.reports.streaming import MODELS, POLICIES, report
 
 

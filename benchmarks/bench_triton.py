@@ -52,7 +52,7 @@ from benchmarks.harness.measure import service_time
 from benchmarks.harness.page import table_head
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_load, summarize
-from lazybatch.repo import COMPARISON, build_default_repository, build_pair_repository, default_build_dir
+from lazybatch.shipped import COMPARISON, build_default_repository, build_pair_repository, default_build_dir
 
 OURS = "eager"  # the default policy (batcher/policies/eager.py)
 BASELINE_SUFFIXES = [k for k in COMPARISON if k != OURS]

@@ -19,7 +19,7 @@ from benchmarks.colocation.pair import add_args, report, run_args
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.harness import command_line, served
     from benchmarks.harness.meta import machine_meta
-    from lazybatch.repo import build_pair_repository
+    from lazybatch.shipped import build_pair_repository
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_args(ap)

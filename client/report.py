@@ -1,4 +1,6 @@
-"""One report for both load drivers: ``lazybatch load`` (load.json) and perf_analyzer (perf.json) side by side.
+"""What a load run reports: ``lazybatch load``'s table and files (``format_table``, ``write_reports``: CSV, JSON,
+plots), and one report for both load drivers, ``lazybatch load`` (load.json) and perf_analyzer (perf.json) side by
+side (``write_combined``).
 
 Why: the two drivers measure differently (our open-loop client counts client-side latency per request and SLA
 violations; perf_analyzer reports its own percentiles and the server's queue/compute split), and users compare a
@@ -14,7 +16,12 @@ import csv
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .load import AGGREGATE
+
+if TYPE_CHECKING:
+    from .load import LoadResult
 
 COLUMNS = ("model", "rate", "driver", "throughput", "avg_ms", "p50_ms", "p90_ms", "p99_ms", "sla_violation_rate",
            "errors", "server_queue_ms", "server_compute_ms", "ttft_avg_ms", "ttft_p99_ms", "tpot_avg_ms")
@@ -97,3 +104,142 @@ def write_combined(out_dir: str | Path) -> Path | None:
     md = d / "report.md"
     md.write_text("\n".join(lines) + "\n" + note)
     return md
+
+
+# ---------------------------------------------------------------------- lazybatch load's own report
+LOAD_COLUMNS = ("model", "offered_rate", "send_rate", "sent", "ok", "errors", "throughput", "avg_ms", "p50_ms",
+           "p90_ms", "p99_ms", "sla_violation_rate")
+
+
+def format_table(results: Sequence[LoadResult]) -> str:
+    head = (f"{'model':<22} {'rate/s':>7} {'sent/s':>7} {'sent':>6} {'ok':>6} {'err':>5} {'thr/s':>7} "
+            f"{'avg ms':>8} {'p50':>8} {'p90':>8} {'p99':>8} {'SLA viol':>8}")
+    lines = [head, "-" * len(head)]
+    for k, r in enumerate(results):
+        if r.model == AGGREGATE:  # models driven together: their pooled row under them, a group a rate
+            lines.append("-" * len(head))
+        elif k and results[k - 1].model == AGGREGATE:
+            lines.append("")
+        lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {r.send_rate:>7.1f} {r.sent:>6d} {r.ok:>6d} "
+                     f"{r.errors:>5d} {r.throughput:>7.1f} {r.avg_ms:>8.1f} {r.p50_ms:>8.1f} {r.p90_ms:>8.1f} "
+                     f"{r.p99_ms:>8.1f} {r.sla_violation_rate * 100 if r.sent else math.nan:>7.1f}%")
+    if any(r.model == AGGREGATE for r in results):  # models driven together: each one's SLA, share, answers
+        lines += ["", together_table(results)]
+    mixed = [r for r in results if r.classes]
+    if mixed:  # traffic classes: each class's own figures, against its own SLA
+        head = (f"{'model':<22} {'rate/s':>7} {'class':<12} {'SLA ms':>7} {'sent':>6} {'ok':>6} {'thr/s':>7} "
+                f"{'avg ms':>8} {'p99':>8} {'SLA viol':>8}")
+        lines += ["", head, "-" * len(head)]
+        for r in mixed:
+            for name, c in r.classes.items():
+                sla = "-" if c["sla_ms"] is None else f"{c['sla_ms']:g}"
+                lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {name:<12} {sla:>7} {c['sent']:>6d} {c['ok']:>6d} "
+                             f"{c['throughput']:>7.1f} {c['avg_ms']:>8.1f} {c['p99_ms']:>8.1f} "
+                             f"{c['sla_violation_rate'] * 100 if c['sent'] else math.nan:>7.1f}%")
+    streamed = [r for r in results if r.streaming]
+    if streamed:  # time to first token, time per output token after it
+        head = (f"{'streamed':<22} {'rate/s':>7} {'tokens':>7} {'TTFT avg':>9} {'p50':>8} {'p99':>8} "
+                f"{'TPOT avg':>9} {'p99':>8}")
+        lines += ["", head, "-" * len(head)]
+        for r in streamed:
+            lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {r.tokens:>7d} {r.ttft_avg_ms:>9.1f} "
+                         f"{r.ttft_p50_ms:>8.1f} {r.ttft_p99_ms:>8.1f} {r.tpot_avg_ms:>9.2f} {r.tpot_p99_ms:>8.2f}")
+    return "\n".join(lines)
+
+
+def shares_in_groups(models: Sequence[str], rates: Sequence[float]) -> list[float]:
+    """Rows of models driven together, each group closed by its ``AGGREGATE`` row: each row's rate as a share of
+    its group's aggregate rate (1 for the aggregate row; NaN for a row with no aggregate after it)."""
+    out, agg = [], math.nan
+    for model, rate in zip(reversed(models), reversed(rates)):
+        agg = rate if model == AGGREGATE else agg
+        out.append(rate / agg if agg else math.nan)
+    return out[::-1]
+
+
+def together_table(results: Sequence[LoadResult]) -> str:
+    """Models driven together (``load --together``): each model's share of the aggregate rate, its SLA, requests
+    lost or answered twice (both must be 0), and its p99 against its p99 alone (``--alone``)."""
+    head = (f"{'together':<22} {'rate/s':>7} {'share':>6} {'SLA ms':>7} {'lost':>5} {'dup':>5} "
+            f"{'p99 alone':>9} {'p99/alone':>9}")
+    lines = [head, "-" * len(head)]
+    share = shares_in_groups([r.model for r in results], [r.offered_rate for r in results])
+    for k, r in enumerate(results):
+        sla = "each" if r.model == AGGREGATE else "-" if r.sla_ms is None else f"{r.sla_ms:g}"
+        lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {share[k]:>6.2f} {sla:>7} {r.lost:>5d} "
+                     f"{r.duplicated:>5d} {r.p99_alone_ms:>9.1f} {r.p99_ms / r.p99_alone_ms:>9.2f}")
+    return "\n".join(lines)
+
+
+def write_reports(results: Sequence[LoadResult], out_dir: str | Path, *, stem: str = "load",
+                  plot: bool = True) -> list[Path]:
+    """``stem.csv``, ``stem.json`` and (with matplotlib) ``stem.png``: p50/p99 latency vs offered load per model."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = []
+    rows = [r.row() for r in results]
+    p = d / f"{stem}.csv"
+    with p.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else list(LOAD_COLUMNS))
+        w.writeheader()
+        w.writerows(rows)
+    paths.append(p)
+    p = d / f"{stem}.json"
+    p.write_text(json.dumps([r.row() | {"error_kinds": r.error_kinds, "classes": r.classes} for r in results],
+                            indent=1))
+    paths.append(p)
+    if plot and results:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return paths
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for model in dict.fromkeys(r.model for r in results):
+            rs = sorted((r for r in results if r.model == model), key=lambda r: r.offered_rate)
+            x = [r.offered_rate for r in rs]
+            axes[0].plot(x, [r.p50_ms for r in rs], marker="o", label=f"{model} p50")
+            axes[0].plot(x, [r.p99_ms for r in rs], marker="x", linestyle="--", label=f"{model} p99")
+            axes[1].plot(x, [r.sla_violation_rate * 100 for r in rs], marker="o", label=model)
+        axes[0].set_xlabel("offered load (requests/s)")
+        axes[0].set_ylabel("latency (ms)")
+        axes[0].set_yscale("log")
+        axes[0].legend(fontsize=7)
+        axes[1].set_xlabel("offered load (requests/s)")
+        axes[1].set_ylabel("SLA violations (%)")
+        axes[1].legend(fontsize=7)
+        fig.tight_layout()
+        p = d / f"{stem}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+        if any(r.classes for r in results):
+            paths.append(plot_classes(results, d / f"{stem}_classes.png"))
+    return paths
+
+
+def plot_classes(results: Sequence[LoadResult], path: Path) -> Path:
+    """Per traffic class: p99 latency and SLA violations against offered load, a line per model and class."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for model in dict.fromkeys(r.model for r in results if r.classes):
+        rs = sorted((r for r in results if r.model == model and r.classes), key=lambda r: r.offered_rate)
+        for name in dict.fromkeys(n for r in rs for n in r.classes):
+            x = [r.offered_rate for r in rs if name in r.classes]
+            cs = [r.classes[name] for r in rs if name in r.classes]
+            axes[0].plot(x, [c["p99_ms"] for c in cs], marker="o", label=f"{model} {name}")
+            axes[1].plot(x, [c["sla_violation_rate"] * 100 for c in cs], marker="o", label=f"{model} {name}")
+    axes[0].set_xlabel("offered load (requests/s)")
+    axes[0].set_ylabel("p99 latency (ms)")
+    axes[0].set_yscale("log")
+    axes[1].set_xlabel("offered load (requests/s)")
+    axes[1].set_ylabel("SLA violations of the class (%)")
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

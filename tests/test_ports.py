@@ -12,7 +12,7 @@ import socket
 import pytest
 
 from lazybatch.batcher.errors import ConfigError
-from lazybatch.scale_out import Nginx, Upstream, find_nginx
+from lazybatch.nginx import Nginx, Upstream, find_nginx
 from lazybatch.serving import free_port
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from lazybatch.cli import build_parser
-from lazybatch.repo import KIND_MAX_BATCH, KIND_SLA_MS, MODEL_KINDS
+from lazybatch.shipped import KIND_MAX_BATCH, KIND_SLA_MS, SHIPPED_MODELS
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
@@ -19,15 +19,15 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 def test_repo_default_offers_every_model_kind() -> None:
     default = _subparser(_subparser(build_parser(), "repo"), "default")
     model = next(a for a in default._actions if a.dest == "model")
-    assert tuple(model.choices) == MODEL_KINDS
-    assert set(KIND_MAX_BATCH) == set(KIND_SLA_MS) == set(MODEL_KINDS)
+    assert tuple(model.choices) == SHIPPED_MODELS
+    assert set(KIND_MAX_BATCH) == set(KIND_SLA_MS) == set(SHIPPED_MODELS)
 
 
 def test_per_suffix_parameters_reach_only_that_models_config(tmp_path) -> None:
     """The pair's lazybatch models join a device group named in their config (build_pair_repository passes it as
     ``parameters``); Triton's models of the same build do not, and ``replace`` rewrites a directory that exists."""
     from lazybatch.backend.settings import load_config
-    from lazybatch.repo import PAIR_GROUP, PAIR_OURS, build_default_repository
+    from lazybatch.shipped import PAIR_GROUP, PAIR_OURS, build_default_repository
 
     repo = tmp_path / "repo"
     policies = {PAIR_OURS: "eager", "triton_0us": "triton:0"}

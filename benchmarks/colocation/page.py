@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
 
 from benchmarks.colocation import figures as F
 from benchmarks.colocation.drive import TIGHTNESS
-from benchmarks.colocation.repo import CONFIGS, DEFAULT, ONE_LANE, OURS, TRITON, TWIN
+from benchmarks.colocation.repo import CONFIGS, DEFAULT, ONE_LANE, OURS, TWIN
 from benchmarks.harness.page import table_head
 from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.stats import fmt

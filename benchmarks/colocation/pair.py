@@ -38,7 +38,7 @@ from lazybatch.backend.arbiter.protocol import SIBLING_WINDOW_S
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_load
 from lazybatch.client.together import model_seed, run_together
-from lazybatch.repo import KIND_SLA_MS, PAIR_KINDS, PAIR_OURS, PAIR_POLICIES
+from lazybatch.shipped import KIND_SLA_MS, PAIR_KINDS, PAIR_OURS, PAIR_POLICIES
 
 ROLES = ("small", "large")
 TRITON = [s for s in PAIR_POLICIES if s.startswith("triton_")]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lazybatch.repo import KIND_MAX_BATCH, SEQ2SEQ_KINDS, build_default_repository
+from lazybatch.shipped import KIND_MAX_BATCH, SEQ2SEQ_KINDS, build_default_repository
 
 GROUP = "colocated"     # the sweep's and the pair's device group
 GROUP_1LANE = "colocated1"  # the same, one lane (device_lanes is one value per group: a group of its own)

@@ -30,7 +30,7 @@ import numpy as np
 from benchmarks.harness import command_line, machine_meta, write_json
 
 import lazybatch.backend.model as model_mod
-from lazybatch import repo as repo_mod
+from lazybatch import shipped as repo_mod
 
 
 class _Tensor:
@@ -114,7 +114,7 @@ PB_UTILS = SimpleNamespace(Tensor=_Tensor, TritonError=_Error, InferenceResponse
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="mlp", choices=[k for k in repo_mod.MODEL_KINDS
+    ap.add_argument("--model", default="mlp", choices=[k for k in repo_mod.SHIPPED_MODELS
                                                        if k not in repo_mod.SEQ2SEQ_KINDS])
     ap.add_argument("--calls", type=int, default=400, help="execute calls per model (and as many profiled)")
     ap.add_argument("--group", type=int, default=1, help="requests per execute call")

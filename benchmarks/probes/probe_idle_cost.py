@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 from benchmarks.harness import command_line, fmt, machine_meta, seq2seq_requests, spread, write_json, served
 from benchmarks.harness.procs import cpu_seconds, processes
 
-from lazybatch import repo as repo_mod
+from lazybatch import shipped as repo_mod
 from lazybatch.client.api import Client
 
 # suffix -> (policy, parameters switched from the default)
@@ -57,7 +57,7 @@ EXTRA = ("triton_0us_twin2", "triton_0us_twin3", "eager_bare")  # asked for by n
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="mlp", choices=repo_mod.MODEL_KINDS)
+    ap.add_argument("--model", default="mlp", choices=repo_mod.SHIPPED_MODELS)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--requests", type=int, default=150, help="sequential requests per model and round")
     ap.add_argument("--gap", type=float, default=9.0, help="mean idle gap between requests, in multiples of t1 "
@@ -68,14 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the per-round figures here (raw data for the docs)")
     args = ap.parse_args(argv)
     names = args.variants.split(",")
-    for n in names:
-        policy, params = VARIANTS[n]
-        if params:
-            repo_mod.POLICY_PARAMETERS[n] = params
     out = Path(args.out)
     repo = repo_mod.build_default_repository(out / "repos" / args.model, kind=args.model,
                                              work=out / "build" / args.model,
                                              policies={n: VARIANTS[n][0] for n in names}, profile_reps=5,
+                                             parameters={n: VARIANTS[n][1] for n in names if VARIANTS[n][1]},
                                              seq2seq_baselines=False)  # triton_<us>: Triton's own batcher
     rng = random.Random(0)
     lat: dict[str, list[float]] = {n: [] for n in names}

@@ -9,12 +9,11 @@ import statistics
 from pathlib import Path
 
 from benchmarks.regimes.plots import plot_model, plot_scaling
-from benchmarks.regimes.policies import NOT_SERVED, ROW_ORDER, SEQ2SEQ_KINDS, Settings, VARIANTS
+from benchmarks.regimes.policies import ALL_POLICIES, NOT_SERVED, ROW_ORDER, SEQ2SEQ_KINDS, Settings, VARIANTS
 from benchmarks.regimes.replay import regime_of
 from benchmarks.regimes.verdicts import (default_vs_best, fmt, goals, max_rate, min_rate, simulated_goals,
                                         simulated_table, why)
 from benchmarks.harness.page import table_head
-from lazybatch.repo import ALL_POLICIES
 
 
 def driver_notes(res: dict) -> list[str]:

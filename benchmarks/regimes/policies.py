@@ -7,13 +7,38 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lazybatch.batcher.policies.spec import parse_policy
-from lazybatch.repo import ALL_POLICIES, POLICY_PARAMETERS
+from lazybatch.shipped import COMPARISON, SEQ2SEQ_BASELINES
+
+# Every policy the backend serves, for evaluations that compare them all (the regimes sweep).
+ALL_POLICIES = {**COMPARISON, "lazy": "lazy", "oracle": "oracle", "monitor": "monitor"}
+ALL_POLICIES.update({k: v for k, v in SEQ2SEQ_BASELINES.values()})
+# Variants: lazy with one knob set (a policy parameter or further config.pbtxt parameters), for evaluations that
+# weigh that knob. lazy_fused: whole-graph passes (fuse_stages: true) whatever its batch cap, to measure what the
+# stage boundaries cost and buy on a model where batching pays (fuse_stages: auto fuses only where it does not).
+# lazy_inline: responses sent by the scheduler thread (response_thread: false), to measure the response thread.
+# lazy_benefit: preemptions only where they also lower the summed latency (batcher/policies/lazy.py).
+VARIANT_POLICIES: dict[str, tuple[str, dict[str, str]]] = {
+    "lazy_fused": ("lazy", {"fuse_stages": "true"}),
+    "lazy_inline": ("lazy", {"response_thread": "false"}),
+    "lazy_benefit": ("lazy:preempt=benefit", {}),
+    # eager's urgency rule on 4 merged segments (fuse_segments: 4), benchmarks/bench_mixed.py
+    "eager_seg4": ("eager:urgency=true", {"fuse_segments": "4"}),
+}
+POLICY_PARAMETERS: dict[str, dict[str, str]] = {k: params for k, (_, params) in VARIANT_POLICIES.items()}
+
+
+def parameters_for(names: "list[str] | dict[str, str]") -> dict[str, dict[str, str]]:
+    """The config.pbtxt parameters of the variants among ``names`` (build_default_repository's ``parameters``)."""
+    return {k: POLICY_PARAMETERS[k] for k in names if POLICY_PARAMETERS.get(k)}
+
+
+ALL_POLICIES.update({k: policy for k, (policy, _) in VARIANT_POLICIES.items()})
 
 
 # eager: the default of `repo add` and the quickstart (batcher/policies/eager.py); lazy: the paper's algorithm
 POLICY_ORDER = ["eager", "lazy", "oracle", "serial", "triton_0us", "triton_5000us", "triton_20000us", "monitor"]
-# Asked for by name only (--policies): a variant of a policy with one backend knob set (lazybatch/repo.py
-# POLICY_PARAMETERS). A variant is not one of "all policies" in the goals: lazy is not judged against itself.
+# Asked for by name only (--policies): a variant of a policy with one backend knob set (POLICY_PARAMETERS,
+# above). A variant is not one of "all policies" in the goals: lazy is not judged against itself.
 VARIANT_NOTES = {"lazy_fused": "whole-graph passes whatever the batch cap",
                  "lazy_inline": "responses sent by the scheduler thread",
                  "lazy_benefit": "preempts only where that also lowers the summed latency"}

@@ -13,12 +13,14 @@ from typing import Any
 from benchmarks.harness import runtime_stats, served, settled_stats, triton_stats
 from benchmarks.harness.measure import sampled_service_time
 from benchmarks.regimes.perf import perf_binary, perf_cell
-from benchmarks.regimes.policies import DESCRIPTION, LAZYBATCH_SCHEDULED, SEQ2SEQ_KINDS, Settings, SLA_AWARE
+from benchmarks.regimes.policies import (ALL_POLICIES, DESCRIPTION, LAZYBATCH_SCHEDULED, SEQ2SEQ_KINDS, parameters_for,
+                                        Settings, SLA_AWARE)
 from benchmarks.regimes.replay import lazy_table_path, scaling_curve, simulated
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_load, summarize
-from lazybatch.repo import ALL_POLICIES, build_default_repository, SEQ2SEQ_BASELINES
+
+from lazybatch.shipped import SEQ2SEQ_BASELINES, build_default_repository
 
 
 def stats_delta(before: dict, after: dict) -> dict[str, float]:
@@ -70,6 +72,7 @@ def measure_model(kind: str, st: Settings, bar: Any) -> dict:
         bar.refresh()
     policies = {k: ALL_POLICIES[k] for k in pols}
     build_default_repository(repo, kind=kind, work=out / "build" / kind, policies=policies,
+                             parameters=parameters_for(pols),
                              reprofile=st.reprofile, log=lambda m: bar.write(f"[{kind}] {m}"))
     table = LatencyTable.load(lazy_table_path(repo, kind))
     scaling = scaling_curve(table, table.max_batch_size)

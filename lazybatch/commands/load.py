@@ -64,7 +64,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lazybatch.batcher.errors import ConfigError
-    from lazybatch.client.load import format_table, sweep, write_reports
+    from lazybatch.client.load import sweep
+    from lazybatch.client.report import format_table, write_reports
     from lazybatch.client.together import parse_mix, parse_sla, sweep_together
 
     classes = None

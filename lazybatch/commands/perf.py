@@ -48,7 +48,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from lazybatch import perf
     from lazybatch.batcher.errors import ConfigError
-    from lazybatch.client.load import AGGREGATE, shares_in_groups
+    from lazybatch.client.load import AGGREGATE
+    from lazybatch.client.report import shares_in_groups
     from lazybatch.client.together import parse_mix, parse_sla
     from lazybatch.commands.load import _rates
 

@@ -159,7 +159,7 @@ def run_add(args: argparse.Namespace) -> int:
 
 
 def run_default(args: argparse.Namespace) -> int:
-    from lazybatch.repo import build_default_repository
+    from lazybatch.shipped import build_default_repository
 
     repo = build_default_repository(args.repository, kind=args.model, max_batch_size=args.max_batch_size,
                                     sla_ms=args.sla_ms,
@@ -167,7 +167,7 @@ def run_default(args: argparse.Namespace) -> int:
                                     seq2seq_baselines=args.model != "lm",  # lm: Triton's own batcher, not graph:N
                                     decoupled=args.decoupled)
     if args.pair:
-        from lazybatch.repo import build_pair_repository
+        from lazybatch.shipped import build_pair_repository
 
         build_pair_repository(repo, force=args.force, built=(args.model,))
     if not args.no_npu_timing:

@@ -101,11 +101,12 @@ def test_lazy_fused_is_measured_against_lazy_not_counted_among_all_policies():
 
 
 def test_lazy_fused_model_directory_asks_for_whole_graph_passes(tmp_path):
-    from lazybatch.repo import build_default_repository
+    from benchmarks.regimes.policies import parameters_for
+    from lazybatch.shipped import build_default_repository
 
+    policies = {"lazy": "lazy", "lazy_fused": "lazy", "lazy_inline": "lazy"}
     repo = build_default_repository(tmp_path / "repo", kind="tiny", work=tmp_path / "build", profile_reps=1,
-                                    policies={"lazy": "lazy", "lazy_fused": "lazy", "lazy_inline": "lazy"},
-                                    log=lambda m: None)
+                                    policies=policies, parameters=parameters_for(policies), log=lambda m: None)
     fused = (repo / "tiny_lazy_fused" / "config.pbtxt").read_text()
     assert 'key: "fuse_stages"' in fused and 'string_value: "true"' in fused
     inline = (repo / "tiny_lazy_inline" / "config.pbtxt").read_text()

@@ -11,7 +11,8 @@ import pytest
 
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.cli import main
-from lazybatch.client.load import AGGREGATE, LoadResult, format_table, poisson_schedule
+from lazybatch.client.load import AGGREGATE, LoadResult, poisson_schedule
+from lazybatch.client.report import format_table
 from lazybatch.client.together import aggregate, model_seed, parse_mix, parse_sla, split_rate
 
 MODELS = ["m1", "m2", "m3", "m4"]

@@ -93,7 +93,7 @@ def test_scale_out_profile_balances_two_replicas_with_the_recipes_nginx(config, 
     """Two replicas of the CPU server on the one repository, unpublished; nginx (Debian's package) in front on 8000
     and 8001 with deploy/nginx-scale-out.conf, which is what lazybatch.scale_out generates for those names, and
     which nginx accepts (`nginx -t`, names swapped for 127.0.0.1 as no compose DNS runs here)."""
-    from lazybatch import scale_out
+    from lazybatch import nginx as scale_out
 
     services = {n: s for n, s in config["services"].items() if "scale-out" in s.get("profiles", [])}
     replicas = list(scale_out.COMPOSE_REPLICAS)
@@ -112,7 +112,7 @@ def test_scale_out_profile_balances_two_replicas_with_the_recipes_nginx(config, 
     conf = ROOT / "deploy" / "nginx-scale-out.conf"
     assert conf_mount.startswith(str(conf)), conf_mount
     text = conf.read_text()
-    assert text == scale_out.compose_nginx_config(), "regenerate: python -m lazybatch.scale_out > " + str(conf)
+    assert text == scale_out.compose_nginx_config(), "regenerate: python -m lazybatch.nginx > " + str(conf)
     assert "grpc_pass grpc://triton_grpc;" in text
     dockerfile = (ROOT / "deploy" / "nginx.Dockerfile").read_text()
     assert "FROM debian:bookworm" in dockerfile and "apt-get install -y --no-install-recommends nginx" in dockerfile

@@ -359,7 +359,8 @@ def test_request_priority_overtakes_the_queue(prod):
 def test_traffic_classes_under_load_against_tritons_priority_queue(prod):
     """`lazybatch load --class` on the default policy and on Triton's batcher with two levels and a queue timeout
     per level (config accepted by the real server): every request answered, each class reported on its own."""
-    from lazybatch.client.load import format_table, run_load
+    from lazybatch.client.load import run_load
+    from lazybatch.client.report import format_table
     from lazybatch.traffic import parse_classes
 
     server, _ = prod

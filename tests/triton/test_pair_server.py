@@ -21,7 +21,7 @@ from benchmarks.harness.verdict import VERDICTS
 from lazybatch.backend.arbiter import protocol as P
 from lazybatch.backend.arbiter.client import query
 from lazybatch.backend.arbiter.sizing import lane_threads, solo_threads, usable_cores
-from lazybatch.repo import PAIR_GROUP, PAIR_OURS, PAIR_POLICIES
+from lazybatch.shipped import PAIR_GROUP, PAIR_OURS, PAIR_POLICIES
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model
 

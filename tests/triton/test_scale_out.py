@@ -40,7 +40,8 @@ import pytest
 from benchmarks.harness.meta import git_commit
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.repo import add_model
-from lazybatch.scale_out import ScaleOut, find_nginx
+from lazybatch.nginx import find_nginx
+from lazybatch.scale_out import ScaleOut
 from lazybatch.staging import make_mlp, split_model
 
 MODEL = "mlp_lazy"
