@@ -4,7 +4,7 @@ The CSVs were written by the `lazybatch simulate` commands docs/npu.md lists, on
 arrivals: the figures depend on the code and the seeds, not on the machine or its load. So instead of a commit
 recorded once, every commit re-runs one cell per file (the first lazy row's model, rate and SLA, with one other
 policy of that cell) and compares it with the file: a change that moves these figures fails here until the
-summaries are regenerated (docs/data/npu_sim.PROVENANCE.txt says how)."""
+summaries are regenerated with the commands docs/npu.md lists."""
 
 from __future__ import annotations
 
