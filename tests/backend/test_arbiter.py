@@ -101,8 +101,8 @@ def _load_both(small, large, n=60, base=0):
     t.start()
     out["s"] = _drive(rs, cs, ms, n, seed=2, base=base)
     t.join()
-    cs.wait(len(out["s"]))
-    cl.wait(len(out["l"]))
+    cs.wait_for(out["s"])
+    cl.wait_for(out["l"])
     return out["s"], out["l"]
 
 
@@ -122,8 +122,8 @@ def test_two_models_share_the_device_through_the_arbiter(models, group):
         time.sleep(0.2)
         assert not any(h >= 500 for h in list(cs.answers) + list(cl.answers)), "ran while another held the device"
         holder.s.sendall(P.FINISHED + P.F64.pack(0.0001) + P.NOTHING)
-        cs.wait(len(ws) + len(bs))
-        cl.wait(len(wl) + len(bl))
+        cs.wait_for([*ws, *bs])
+        cl.wait_for([*wl, *bl])
         _check_once(cs, ws | bs)
         _check_once(cl, wl | bl)
         holder.s.close()
@@ -169,7 +169,7 @@ def test_a_member_killed_while_it_holds_the_device_frees_it(models, group):
         assert not cs.answers, "the small model ran while another member held the only lane"
         t0 = time.monotonic()
         os.kill(holder.pid, signal.SIGKILL)
-        cs.wait(len(want), timeout=10)
+        cs.wait_for(want, timeout=10)
         released = time.monotonic() - t0
         _check_once(cs, want)
         assert released < 5.0, f"the device came back {released:.2f} s after the holder died"
@@ -215,8 +215,8 @@ def test_the_arbiter_killed_under_load_falls_back_then_both_rejoin_a_restarted_o
         # and the device is shared again: both are granted by the new arbiter
         grants = gs.grants, gl.grants
         ws2, wl2 = _load_both((rs, cs, models["small"][0]), (rl, cl, models["large"][0]), base=1000)
-        cs.wait(len(ws) + len(ws2))
-        cl.wait(len(wl) + len(wl2))
+        cs.wait_for([*ws, *ws2])
+        cl.wait_for([*wl, *wl2])
         _check_once(cs, ws2)
         _check_once(cl, wl2)
         by = {m["model"]: m for m in query(path)["members"]}
@@ -241,7 +241,7 @@ def test_a_model_unloaded_while_its_gate_retries_stops_retrying(models, group, m
             time.sleep(0.05)
         assert gs.dead and gs.reconnect.tries >= 2 and gs.reconnect.rejoins == 0
         want = _drive(rs, cs, models["small"][0], 6)  # served alone meanwhile
-        cs.wait(len(want))
+        cs.wait_for(want)
         _check_once(cs, want)
     finally:
         rs.close()
@@ -270,7 +270,7 @@ def test_a_member_leaves_and_another_joins_under_load(models, group):
         rs2, cs2, gs2 = _runtime(models["small"][1], group, "small")  # reloaded
         want2 = _drive(rs2, cs2, models["small"][0], 20, seed=3)
         t.join()
-        cs2.wait(len(want2))
+        cs2.wait_for(want2)
         cl.wait(30)
         _check_once(cs2, want2)
         assert all(len(a) == 1 and a[0][1] is Status.OK for a in cl.answers.values())
@@ -717,7 +717,7 @@ def test_a_second_lane_runs_a_models_jobs_while_another_member_holds_the_first(m
             time.sleep(0.5)
             assert not cs.answers, f"{len(cs.answers)} request(s) ran while the only lane was held"
             hog.s.sendall(P.FINISHED + P.F64.pack(0.0001) + P.NOTHING)  # the lane given back
-        cs.wait(len(want))
+        cs.wait_for(want)
         _check_once(cs, want)
         states = {m["model"]: m["state"] for m in query(path)["members"]}
         assert states["hog"] == ("granted" if lanes == 2 else "idle"), states

@@ -209,6 +209,18 @@ class Collector:
             time.sleep(0.01)
         raise AssertionError(f"{len(self.answers)} of {n} answered")
 
+    def wait_for(self, handles, timeout=30.0):
+        """Until every one of ``handles`` is answered: a count would also count answers from before."""
+        want = set(handles)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self.lock:
+                missing = want - self.answers.keys()
+            if not missing:
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"{len(missing)} of {len(want)} unanswered, e.g. {sorted(missing)[:5]}")
+
 
 def _runtime(stages, policy="lazy", collector=None, mbs=8, whole_model=None, **kw):
     """A runtime built whole; ``whole_model``: with the verified whole graph of that model for its spans."""

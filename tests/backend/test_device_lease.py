@@ -124,7 +124,7 @@ def test_the_lease_is_revoked_by_a_second_member_and_comes_back_when_alone(model
         # alone: leased from the join, its inline route on, and not one message per job
         assert gs.leased and rs.route.on
         want = _drive(rs, cs, models["small"][0], 20, base=5000)
-        cs.wait(len(want))
+        cs.wait_for(want)
         _check_once(cs, want)
         assert gs.sent == 0
         (me,) = query(path)["members"]
@@ -150,11 +150,11 @@ def test_the_lease_is_revoked_by_a_second_member_and_comes_back_when_alone(model
 
         # alone again: the first job asks once, its grant is a lease, and from then on nothing is sent
         first = _drive(rs, cs, models["small"][0], 1, base=1000)
-        cs.wait(len(want) + len(ws) + 1)
+        cs.wait_for(first)
         assert gs.leased and rs.route.on
         sent = gs.sent
         more = _drive(rs, cs, models["small"][0], 15, seed=4, base=2000)
-        cs.wait(len(want) + len(ws) + 1 + len(more))
+        cs.wait_for(more)
         _check_once(cs, first | more)
         assert gs.sent == sent, "a member alone again sent messages per job"
     finally:
@@ -210,7 +210,7 @@ def test_a_leased_member_rejoins_a_restarted_arbiter_through_the_join_and_is_lea
         assert done and gs.leased and not gs.revoked and rs.route.on
         sent = gs.sent
         want = _drive(rs, cs, models["small"][0], 10, base=3000)
-        cs.wait(len(want))
+        cs.wait_for(want)
         _check_once(cs, want)
         assert gs.sent == sent, "a member leased again after the rejoin sent messages per job"
     finally:
@@ -251,7 +251,7 @@ def test_one_member_starts_no_arbiter_and_a_second_one_forms_the_group(models, g
         time.sleep(5 * SOLO_POLL_S)
         assert first.solo and first.gate is None and rs.scheduler.gate is None and not path.exists()
         want = _drive(rs, cs, models["small"][0], 5, base=5000)  # served ungated
-        cs.wait(len(want))
+        cs.wait_for(want)
         _check_once(cs, want)
         second = Membership(rl, GROUP, group, "large")  # finds the first solo: starts the arbiter, joins
         assert second.gate is not None and path.exists()
@@ -458,7 +458,7 @@ def test_a_real_holder_beside_a_recently_active_sibling_keeps_inline_off_and_sta
         assert other.leased and not gate.leased and not rt.route.on
         other.s.sendall(P.give_back_message(0.001, 0.0) + P.NOTHING)  # the sibling's lease back: its job just ended
         want = _drive(rt, c, model, 3, gap=0.01)
-        c.wait(len(want))
+        c.wait_for(want)
         _check_once(c, want)
         assert gate.leased and gate.near_sibling() and rt.route.on and rt.route.hold_until > time.monotonic()
         sent = gate.sent
@@ -472,7 +472,7 @@ def test_a_real_holder_beside_a_recently_active_sibling_keeps_inline_off_and_sta
         outs = rt.run_inline([({"x": x}, 1)])
         assert outs is not None and outs[0] is not None  # inline again
         more = _drive(rt, c, model, 3, gap=0.01, base=100)
-        c.wait(len(want) + len(more))
+        c.wait_for([*want, *more])
         _check_once(c, more)
         assert max(k for recent, k in jobs if not recent) > 1 and rt.stats.span_runs > 0  # spans whole again
         assert gate.sent == sent  # no message per job under the lease, window or not

@@ -82,7 +82,7 @@ def test_a_wide_whole_graph_runs_only_alone_and_leaves_the_table_alone(models):
         assert rt.run_inline([({"x": x}, 1)]) is None  # shared: no inline pass at the wider width
         assert rt.stats.inline_refused.get("the device is shared: the stages run at the lane's width", 0) == 1
         shared = _drive(rt, c, model, 6, gap=0.02)  # lone requests: eager spans them whole
-        c.wait(len(shared))
+        c.wait_for(shared)
         _check_once(c, shared)
         assert whole.runs == 0 and rt.stats.span_runs > 0  # spans, run as the stages at the lane's width
 
@@ -93,7 +93,7 @@ def test_a_wide_whole_graph_runs_only_alone_and_leaves_the_table_alone(models):
         seen = rt.calibrator.observations
         runs = rt.stats.stage_runs
         mine = _drive(rt, c, model, 6, gap=0.02, base=100)
-        c.wait(len(shared) + len(mine))
+        c.wait_for([*shared, *mine])
         _check_once(c, mine)
         assert whole.runs > 1 and rt.stats.stage_runs - runs == whole.runs - 1  # every one a wide pass
         assert rt.calibrator.observations == seen  # which say nothing of the stages' times
@@ -103,7 +103,7 @@ def test_a_wide_whole_graph_runs_only_alone_and_leaves_the_table_alone(models):
     rt, c, whole = _wide_runtime(stages, model, wide=False, alone=lambda: False)
     try:
         want = _drive(rt, c, model, 6, gap=0.02)
-        c.wait(len(want))
+        c.wait_for(want)
         _check_once(c, want)
         assert whole.runs > 0 and rt.calibrator.observations >= whole.runs
     finally:
@@ -123,17 +123,17 @@ def test_membership_says_alone_while_solo_or_leased_and_not_while_a_sibling_runs
             time.sleep(0.01)
         assert first.gate is not None and first.alone() == (first.gate.leased and not first.gate.revoked)
         want = _drive(rs, cs, models["small"][0], 3)  # the small model alone in time: its grant is a lease
-        cs.wait(len(want))
+        cs.wait_for(want)
         assert first.gate.leased and first.alone()
         other = _drive(rl, cl, models["large"][0], 3)  # the large one asks: the small one's lease is revoked
-        cl.wait(len(other))
+        cl.wait_for(other)
         _check_once(cl, other)
         end = time.monotonic() + 2
         while first.alone() and time.monotonic() < end:
             time.sleep(0.005)
         assert not first.alone() and not first.gate.leased
         more = _drive(rs, cs, models["small"][0], 3, base=50)  # the sibling idle again: leased at its next ask
-        cs.wait(len(want) + len(more))
+        cs.wait_for([*want, *more])
         _check_once(cs, want | more)
         assert first.alone()
     finally:
