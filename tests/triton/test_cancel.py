@@ -1,12 +1,13 @@
 """Cancellation on a real tritonserver: a cancelled request is let go within about one stage time.
 
 A heavy model (``make_heavy``, 16 layers cut into 16 stages of several ms at batch 3) under ``graph:200`` with
-``fuse_stages: false``: three requests run as one batch, stage by stage, and a fourth waits in the queue behind
-them. The window is wide so that all three join one batch even where a loaded two-core machine spreads the
-client's three sends (with 30 ms, one CI run saw no batch of 3 form within 10 s). The client cancels one request of the running batch a few stages in, then the queued one. The backend's
-batch log (one line per stage run: its end time and batch size) shows when the cancelled request's compute stopped
-(the batch drops from 3 to 2), its cancel log (``<model>.cancels.csv``) when each CANCELLED answer was sent; the
-client's own callback fires at once, locally, so only the server side says when the request was let go.
+``fuse_stages: false``: three requests run as one batch, stage by stage, and a fourth waits in the queue behind them.
+The window is wide so that all three join one batch even where a loaded two-core machine spreads the client's three
+sends (with 30 ms, one CI run saw no batch of 3 form within 10 s). The client cancels one request of the running batch
+a few stages in, then the queued one. The backend's batch log (one line per stage run: its end time and batch size)
+shows when the cancelled request's compute stopped (the batch drops from 3 to 2), its cancel log
+(``<model>.cancels.csv``) when each CANCELLED answer was sent; the client's own callback fires at once, locally, so
+only the server side says when the request was let go.
 
 With the earlier fixed rule (``cancel_poll_ms: 50``) the median stop came ~4 stages after the cancel (run with
 that parameter, this test fails; docs/operations.md, Cancellation).
