@@ -78,6 +78,17 @@ DEVICE_FAMILIES: dict[str, tuple[str, str]] = {
     "lazybatch_device_grants_total": (COUNTER, "Grants of the shared device to this model (device_group)"),
 }
 FAMILIES.update(DEVICE_FAMILIES)
+# CPU-share models only (backend/cpu_share.py): how the model's threads yielded the cores to more urgent models
+CPU_SHARE_FAMILIES: dict[str, tuple[str, str]] = {
+    "lazybatch_cpu_share_nice": (GAUGE, "The nice value the CPU share gives the model's threads now (0: not "
+                                        "lowered)"),
+    "lazybatch_cpu_share_lowered_seconds_total": (COUNTER, "Seconds the model's threads were lowered beside more "
+                                                           "urgent models"),
+    "lazybatch_cpu_share_weight_changes_total": (COUNTER, "Thread weight changes made (setpriority calls)"),
+    "lazybatch_cpu_share_refused_total": (COUNTER, "Thread weight changes not made: they could not have been undone "
+                                                   "without CAP_SYS_NICE or RLIMIT_NICE (the log says what to grant)"),
+}
+FAMILIES.update(CPU_SHARE_FAMILIES)
 
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 
@@ -131,8 +142,9 @@ class ModelMetrics:
     """The metrics of one model (see the module docstring); thread-safe, cheap to update."""
 
     def __init__(self, model: str, stages: Sequence[str], max_batch_size: int, *, seq2seq: bool = False,
-                 device: bool = False) -> None:
+                 device: bool = False, cpu_share: Any = None) -> None:
         self.model = model
+        self.cpu_share = cpu_share  # its CpuShare (backend/cpu_share.py), read at each collect; None: no families
         # device_group models: the families of DEVICE_FAMILIES, read from ``device_source`` (the arbiter gate, which
         # keeps device_s, wait_s and grants) at each collect; set once the gate is attached
         self.device = device
@@ -236,7 +248,8 @@ class ModelMetrics:
     def family_names(self) -> list[str]:
         """The metric families this model exports (the seq2seq ones only for a seq2seq model)."""
         return [f for f in FAMILIES if (self.seq2seq is not None or f not in SEQ2SEQ_FAMILIES)
-                and (self.device or f not in DEVICE_FAMILIES)]
+                and (self.device or f not in DEVICE_FAMILIES)
+                and (self.cpu_share is not None or f not in CPU_SHARE_FAMILIES)]
 
     def sync_scheduler(self, log: Any, *, held: int, policy: Any = None, now: float | None = None,
                        min_interval: float = 0.0) -> None:
@@ -297,6 +310,12 @@ class ModelMetrics:
             out += [Sample("lazybatch_device_time_seconds_total", m, g.device_s),
                     Sample("lazybatch_device_wait_seconds_total", m, g.wait_s),
                     Sample("lazybatch_device_grants_total", m, g.grants)]
+        share = self.cpu_share
+        if share is not None:
+            out += [Sample("lazybatch_cpu_share_nice", m, share.nice),
+                    Sample("lazybatch_cpu_share_lowered_seconds_total", m, share.lowered_seconds()),
+                    Sample("lazybatch_cpu_share_weight_changes_total", m, share.weights.changes),
+                    Sample("lazybatch_cpu_share_refused_total", m, share.weights.refused)]
         return out
 
     def to_prometheus(self) -> str:

@@ -78,6 +78,7 @@ class TritonPythonModel:
         self.device_group = plan.group  # "": none (docs/colocation.md)
         self.membership: Any = None  # its place there (backend/arbiter/join.py): solo, or the arbiter's gate
         self.metrics: ModelMetrics | None = None
+        self.cpu_share: Any = None  # its member of the server's CPU share (backend/cpu_share.py), or None
         self.exporter: TritonMetricsExporter | None = None
         self.runtime: Any = None
         self._responder: ResponseThread | None = None  # sends the answers (response_thread, backend/responder.py)
@@ -100,22 +101,26 @@ class TritonPythonModel:
         if not parts.scheduled:
             return
         try:
-            self._start(parts, cfg, spec, Path(args["model_repository"]).parent, batch_log)
+            self._start(parts, cfg, spec, Path(args["model_repository"]).parent, batch_log,
+                        str(args.get("model_instance_kind", "CPU")), executor_of(cfg))
         except BaseException:
             # A bad admission or fault-injection parameter fails the load: stop the scheduler and responder threads
             # started above, so that a model that did not load leaves nothing running in the stub.
             self.finalize()
             raise
 
-    def _start(self, parts: ModelParts, cfg: Any, spec: Any, server_dir: Path, batch_log: Any) -> None:
+    def _start(self, parts: ModelParts, cfg: Any, spec: Any, server_dir: Path, batch_log: Any, instance_kind: str,
+               executor: str) -> None:
         """The scheduler's runtime, built whole; then, for a grouped model, its place in the device group."""
         s = self.settings
         stage_names = [st.name for st in parts.runner.manifest.stages]
         fault = FaultInjector.parse(s.fault_injection, stage_names)
+        self.cpu_share = self._cpu_share(parts, instance_kind, executor)
         if s.metrics:
             self.metrics = ModelMetrics(s.name, stage_names, s.scheduler_max_batch_size,
                                         seq2seq=parts.seq2seq is not None,  # + the decoder loop's families
-                                        device=bool(self.device_group))  # + the shared device's (arbiter gate)
+                                        device=bool(self.device_group),  # + the shared device's (arbiter gate)
+                                        cpu_share=self.cpu_share)  # + the CPU share's
             if pb_utils is not None:  # outside Triton (unit tests) the bookkeeping runs, nothing is exported
                 self.exporter = TritonMetricsExporter(self.metrics, pb_utils, s.metrics_interval_ms / 1e3)
         stats = self.logs.stats_file({"model": s.name, "policy": s.policy, "fused": parts.fused},
@@ -150,6 +155,24 @@ class TritonPythonModel:
                 priority=s.device_priority_level, max_queue_size=s.device_max_queue_size, inline_ok=inline_ok,
                 lanes=s.device_lanes, on_gate=on_gate)
 
+    def _cpu_share(self, parts: ModelParts, instance_kind: str, executor: str) -> Any:
+        """Its member of the server's CPU share (backend/cpu_share.py), or None: opted out, in a device group (its
+        arbiter takes turns), or not computing on the CPU."""
+        s = self.settings
+        on_cpu = instance_kind.upper() != "GPU" and executor != "npu" and \
+            all(p == "CPUExecutionProvider" for p in parts.runner.providers)
+        if s.cpu_share == "none" or self.device_group or not on_cpu:
+            return None
+        from lazybatch.batcher.cpu_rank import ShareMember
+
+        from .cpu_share import CpuShare
+
+        try:
+            return CpuShare(ShareMember(s.name, s.sla_ms, s.cpu_share))
+        except OSError as e:  # never fails a load: the model serves as an unshared one
+            print(f"lazybatch: {s.name}: cpu_share off: cannot join the server's CPU share ({e})", file=sys.stderr)
+            return None
+
     def _inline_allowed(self, cfg: Any) -> bool:
         """Whether whole passes may run in execute (``BackendRuntime.run_inline``): only where Triton's dynamic
         batcher hands execute everything that queued meanwhile (without it, each execute would hold one request
@@ -182,6 +205,8 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any] | None:
         if self.runtime is None:
             return self._execute_whole_graph(requests)
+        if self.cpu_share is not None:
+            self.cpu_share.note_active()
         seq2seq = self.parts.seq2seq
         s = self.settings
         good: list[tuple[Any, dict[str, np.ndarray], int, Any]] = []
@@ -245,6 +270,8 @@ class TritonPythonModel:
             self.runtime.close()  # answers every request it holds (queued to the responder)
         if self.membership is not None:
             self.membership.close()
+        if self.cpu_share is not None:
+            self.cpu_share.close()  # every thread back to its weight
         if self._responder is not None:
             self._responder.close()  # ... and those answers are sent before the model goes
         if self.exporter is not None:

@@ -19,7 +19,7 @@ So without the privilege a change that cannot be undone is refused here, not mad
 thread only where it could put it back (``Privileges.can_restore``), says why once (``Privileges.explain``: what
 to grant, ``cap_add: [SYS_NICE]`` or ``ulimits: nice`` in a compose file), and never raises.
 
-Not yet wired: the device scheduler does not call this yet, so nothing in a served model changes weight today.
+The CPU share (backend/cpu_share.py) pulls it: when, and how far, is its rank rule's (batcher/cpu_rank.py).
 """
 
 from __future__ import annotations
@@ -109,6 +109,9 @@ class ThreadWeights:
     refused: int = 0  # changes not made because they could not be undone (or the kernel said no)
     changes: int = 0  # syscalls made
     said: str | None = None  # the one explanation logged, where something was refused
+    # the original of a thread first seen (None: its weight then). A thread started by a lowered thread inherits
+    # the lowered weight, so a caller that lowers a whole process names the weight its threads come back to
+    baseline: Weight | None = None
 
     def set(self, tids: Iterable[int], weight: Weight) -> int:
         """Move these threads to ``weight`` where that can be undone; returns how many now have it."""
@@ -118,7 +121,7 @@ class ThreadWeights:
                 now = read_weight(tid)
             except OSError:  # the thread ended
                 continue
-            before = self.original.get(tid, now)
+            before = self.original.get(tid, self.baseline or now)
             if not self.privileges.can_restore(before, weight):
                 self._refuse()
                 continue

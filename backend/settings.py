@@ -135,6 +135,7 @@ class BackendSettings:
     device_priority_level: int = 0  # its priority at the device (smaller: more urgent)
     device_max_queue_size: int = 0  # samples held across the group's models (0: unbounded)
     device_lanes: int = DEFAULT_DEVICE_LANES  # stage jobs the group's device runs at once (alike on the group's models)
+    cpu_share: str = "auto"  # the CPU share's role (batcher/cpu_rank.py), or "none" (backend/cpu_share.py)
     device_solo_intra_op_threads: int = -1  # whole passes alone on the device: -1 the cores (solo_threads), 0 off
 
     def request_level(self, priority: int) -> tuple[int, str | None]:
@@ -213,6 +214,7 @@ class BackendSettings:
             stream_interval_tokens=int(interval or 1),
             **_device_settings(cfg, WHOLE_GRAPH if policy == WHOLE_GRAPH else
                                "batch_per_execute" if per_execute else None),
+            cpu_share=_cpu_share(_param(cfg, "cpu_share")),
             **_production_settings(cfg),
         )
 
@@ -225,6 +227,15 @@ def _cancel_poll_ms(text: str | None, decoupled: bool = False) -> float:
         return auto
     ms = float(_number(text, "cancel_poll_ms"))
     return auto if ms == 0.0 else ms
+
+
+def _cpu_share(text: str | None) -> str:
+    from lazybatch.batcher.cpu_rank import ROLES
+
+    role = (text or "auto").strip().lower()
+    if role not in (*ROLES, "none"):
+        raise ConfigError(f"cpu_share must be {', '.join(ROLES)} or none, got {text!r}", field="parameters.cpu_share")
+    return role
 
 
 def _fuse_mode(text: str | None) -> str:

@@ -1,0 +1,164 @@
+"""The CPU share: co-located lazybatch models of one server aim the kernel's preemption through their threads' nice
+values (docs/colocation.md, "The CPU through the operating system").
+
+Why: on a CPU the kernel preempts in microseconds. A model whose turn must wait for another's layer to end (the
+device group's arbiter, which models a non-preemptive accelerator) waits longer than one that takes the cores at
+once. So each model's stub lowers its own threads while a more urgent model (``batcher/cpu_rank.py``) is active,
+and puts them back when it is not. Measured on the quickstart's pair: the small model from 3x its latency alone to
+its latency alone.
+
+How the members meet, without an arbiter: each writes one small file in a folder of its server's
+(``registry_dir``: per tritonserver process, the stubs' parent). The file's mtime says when the model last had a
+request: ``note_active`` touches it at most every ``TOUCH_S``, one syscall at most that often, none per request
+otherwise. A watcher thread in every stub reads the folder every ``POLL_S``. It ignores members whose process is
+gone (a stub killed with ``kill -9`` stops lowering its peers within ``POLL_S``) and members idle for
+``ACTIVE_WINDOW_S``, and moves every thread of its own process (onnxruntime's pools, the scheduler, the responder,
+Triton's stub threads) to the nice the rank rule gives. A stub changes only its own threads, so a dead stub leaves
+nothing lowered behind it.
+
+Privileges (backend/os_weights.py): putting a thread back from nice 10 to 0 needs CAP_SYS_NICE or an RLIMIT_NICE
+of at least 20. Without either, no thread is lowered at all (it could never come back): the share says so once in
+the log and in ``lazybatch_cpu_share_refused_total``, and the model serves as an unshared one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from lazybatch.batcher.cpu_rank import ShareMember, nice_for
+
+from .os_weights import ThreadWeights, Weight, read_weight, threads
+
+POLL_S = 0.1
+ACTIVE_WINDOW_S = 1.0  # a member with a request this recently is active
+TOUCH_S = 0.1  # a member marks itself active at most this often
+
+
+def registry_dir(server_pid: int | None = None) -> Path:
+    """Where the models of one server meet: one folder per tritonserver process (the stub's parent)."""
+    pid = os.getppid() if server_pid is None else server_pid
+    return Path(tempfile.gettempdir()) / f"lazybatch-cpu-share-{os.getuid()}" / str(pid)
+
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+class CpuShare:
+    """This stub's member of its server's CPU share: its file, and the watcher that sets its threads' nice."""
+
+    def __init__(self, me: ShareMember, *, folder: Path | None = None, weights: ThreadWeights | None = None,
+                 poll_s: float = POLL_S, window_s: float = ACTIVE_WINDOW_S,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.me = me
+        self.folder = registry_dir() if folder is None else Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.pid = os.getpid()
+        self.file = self.folder / f"{self.pid}.json"
+        # what every thread of the process comes back to: the weight of the thread that loads the model
+        self.base = read_weight(threading.get_native_id())
+        self.weights = ThreadWeights(baseline=self.base) if weights is None else weights
+        self.poll_s, self.window_s = poll_s, window_s
+        self._log = log or (lambda text: print(f"lazybatch: {me.name}: {text}", file=sys.stderr))
+        self.nice = 0  # the nice the rank rule gives now (what the threads have where allowed)
+        self.lowered_s = 0.0  # seconds spent lowered
+        self.lowerings = 0  # times it went from 0 to a higher nice
+        self._lowered_since: float | None = None
+        self._touched = 0.0
+        self._said: str | None = None  # the one explanation logged
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": self.pid, "name": me.name, "sla_ms": me.sla_ms, "role": me.role}))
+        os.utime(tmp, (0, 0))  # idle until its first request
+        os.replace(tmp, self.file)
+        self._thread = threading.Thread(target=self._watch, name=f"{me.name}-cpu-share", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the request path
+    def note_active(self) -> None:
+        """A request came: touch the file if the last touch is older than TOUCH_S (no syscall otherwise)."""
+        now = time.time()
+        if now - self._touched >= TOUCH_S:
+            self._touched = now
+            try:
+                os.utime(self.file, (now, now))
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------ the watcher
+    def peers(self, now: float | None = None) -> list[ShareMember]:
+        """The other members whose process lives and that had a request within the window."""
+        now = time.time() if now is None else now
+        out = []
+        for f in self.folder.glob("*.json"):
+            try:
+                pid = int(f.stem)
+                if pid == self.pid or not _alive(pid):
+                    continue
+                if now - f.stat().st_mtime > self.window_s:
+                    continue
+                d = json.loads(f.read_text())
+                out.append(ShareMember(str(d["name"]), d.get("sla_ms"), str(d.get("role", "auto"))))
+            except (OSError, ValueError, KeyError):
+                continue  # a file being replaced, or gone
+        return out
+
+    def step(self, now: float | None = None) -> int:
+        """One look: the nice the rank rule gives, applied to every thread of this process; returns it."""
+        want = nice_for(self.me, self.peers(now))
+        with self._lock:
+            t = time.monotonic()
+            if want > 0:
+                self.weights.set(threads(), Weight(self.base.policy, max(want, self.base.nice)))
+                if self.weights.said is not None and not self.weights.original:  # refused: nothing could be lowered
+                    want = 0
+            else:  # back: threads it lowered, and threads they started meanwhile (born lowered)
+                self.weights.set(threads(), self.base)
+                self.weights.restore()
+            if want > 0 and self._lowered_since is None:
+                self._lowered_since = t
+                self.lowerings += 1
+            elif want == 0 and self._lowered_since is not None:
+                self.lowered_s += t - self._lowered_since
+                self._lowered_since = None
+            said_before = self._said
+            self._said = self.weights.said
+            self.nice = want
+        if self._said is not None and said_before is None:
+            self._log(f"cpu_share: threads are not lowered beside more urgent models ({self._said})")
+        return want
+
+    def lowered_seconds(self) -> float:
+        with self._lock:
+            extra = time.monotonic() - self._lowered_since if self._lowered_since is not None else 0.0
+            return self.lowered_s + extra
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.step()
+            except Exception as e:  # never take the model down: say it and keep looking
+                self._log(f"cpu_share: {type(e).__name__}: {e}")
+
+    def close(self) -> None:
+        """The model is unloaded: stop watching, put every thread back, leave the folder."""
+        self._stop.set()
+        self._thread.join(timeout=2 * self.poll_s + 1.0)
+        with self._lock:
+            self.weights.restore()
+            if self._lowered_since is not None:
+                self.lowered_s += time.monotonic() - self._lowered_since
+                self._lowered_since = None
+            self.nice = 0
+        try:
+            self.file.unlink()
+        except OSError:
+            pass

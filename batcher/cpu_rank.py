@@ -1,0 +1,48 @@
+"""Which co-located models yield the CPU to which, and how far: the rank rule of the CPU share
+(docs/colocation.md, "The CPU through the operating system").
+
+Why deadline-monotonic: where the processor preempts (a CPU's kernel does, in microseconds), the fixed priority order
+that meets the most deadlines gives the shorter relative deadline the higher priority (Leung and Whitehead, 1982). A
+model's relative deadline is its SLA. A declared role comes before it, so that an operator can name a model
+latency-critical or best effort whatever its SLA. Models of equal rank are left equal: latency moves between models
+only where an SLA or a declared role asks for it.
+
+How far: each rank above a model that is active (had a request within the share's window) lowers it one step of
+``NICE_STEPS``. The kernel's fair scheduler weighs nice 0 / 10 / 19 as 1024 / 110 / 15, so each step yields about
+ten times the CPU. Measured on the quickstart's pair, nice 10, 19 and SCHED_IDLE gave the small model the same
+latency (docs/colocation.md): the step is not tuned finer than that.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+LATENCY_CRITICAL, AUTO, BEST_EFFORT = "latency_critical", "auto", "best_effort"
+ROLES = (LATENCY_CRITICAL, AUTO, BEST_EFFORT)
+NICE_STEPS = (0, 10, 19)  # the nice value of a model with 0, 1, 2 or more ranks above it active
+
+
+@dataclass(frozen=True)
+class ShareMember:
+    """One co-located model as the rank rule sees it."""
+
+    name: str
+    sla_ms: float | None = None  # its relative deadline; None: none (ranks after every SLA)
+    role: str = AUTO
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
+
+    def rank(self) -> tuple[int, float]:
+        """Smaller is more urgent: the declared role, then the SLA."""
+        return ROLES.index(self.role), self.sla_ms if self.sla_ms else math.inf
+
+
+def nice_for(me: ShareMember, active: Iterable[ShareMember]) -> int:
+    """The nice value ``me`` takes while ``active`` (the other members with recent requests) are active."""
+    mine = me.rank()
+    above = {m.rank() for m in active if m.rank() < mine}
+    return NICE_STEPS[min(len(above), len(NICE_STEPS) - 1)]

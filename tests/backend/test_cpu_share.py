@@ -1,0 +1,157 @@
+"""The CPU share (backend/cpu_share.py) between real processes, each thread's nice read back from /proc: a model
+beside a more urgent active one is lowered, every thread of it, and put back when the urgent one goes idle, is
+killed with ``kill -9`` or leaves; equal ranks stay equal; a thread started while lowered comes back too; and an
+unprivileged process lowers nothing and says so once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from lazybatch.backend.os_weights import Privileges, read_weight, threads
+from lazybatch.batcher.cpu_rank import NICE_STEPS
+
+MEMBER = Path(__file__).with_name("cpu_share_member.py")
+LOWERED = NICE_STEPS[1]
+needs_privilege = pytest.mark.skipif(not Privileges.probe().cap_sys_nice,
+                                     reason="needs CAP_SYS_NICE to put a lowered thread back (CI runs as root); the "
+                                            "unprivileged path is tested below")
+
+
+class Member:
+    def __init__(self, folder: Path, name: str, sla: str, role: str = "auto", *extra: str) -> None:
+        self.p = subprocess.Popen([sys.executable, str(MEMBER), str(folder), name, sla, role, *extra],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.pid = self.ask(None)["pid"]
+
+    def ask(self, cmd: str | None) -> dict:
+        if cmd is not None:
+            self.p.stdin.write(cmd + "\n")
+            self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline())
+
+    def send(self, cmd: str) -> None:
+        self.p.stdin.write(cmd + "\n")
+        self.p.stdin.flush()
+
+    def nices(self) -> set[int]:
+        out = set()
+        for t in threads(self.pid):
+            try:
+                out.add(read_weight(t, self.pid).nice)
+            except OSError:
+                pass
+        return out
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait(10)
+
+
+def _until(pred, timeout: float = 5.0) -> float:
+    """Seconds until ``pred()`` holds (fails past ``timeout``)."""
+    t0 = time.monotonic()
+    while not pred():
+        assert time.monotonic() - t0 < timeout, "timed out"
+        time.sleep(0.01)
+    return time.monotonic() - t0
+
+
+@pytest.fixture
+def folder():
+    d = Path(tempfile.mkdtemp(prefix="cpu-share-"))  # not under pytest's root-only tmp_path: nobody writes here too
+    d.chmod(0o777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@needs_privilege
+def test_a_model_is_lowered_beside_a_more_urgent_active_one_and_put_back_when_it_goes_idle(folder):
+    urgent, other = Member(folder, "small", "10"), Member(folder, "large", "100")
+    try:
+        time.sleep(0.2)
+        assert urgent.nices() == other.nices() == {0}  # both idle since they joined: nobody lowered
+        urgent.send("active")
+        _until(lambda: other.nices() == {LOWERED})  # every thread of it
+        assert urgent.nices() == {0}
+        born = other.ask("thread")["tid"]  # started by a lowered thread: born lowered
+        assert read_weight(born, other.pid).nice == LOWERED
+        urgent.send("idle")
+        took = _until(lambda: other.nices() == {0})  # back, the thread born lowered included
+        assert took < 2.0
+        state = other.ask("state")
+        assert state["lowerings"] == 1 and state["changes"] > 0 and state["refused"] == 0 and state["said"] == []
+        assert state["lowered_s"] > 0 and state["nice"] == 0
+        assert urgent.ask("state")["changes"] == 0  # the urgent one never touched its threads
+    finally:
+        urgent.stop()
+        other.stop()
+
+
+@needs_privilege
+def test_a_killed_urgent_member_lowers_nobody_within_a_poll(folder):
+    urgent, other = Member(folder, "small", "10"), Member(folder, "large", "100")
+    try:
+        urgent.send("active")
+        _until(lambda: other.nices() == {LOWERED})
+        os.kill(urgent.pid, signal.SIGKILL)
+        urgent.p.wait(5)
+        took = _until(lambda: other.nices() == {0})
+        assert took < 1.0  # its process gone: ignored at the next look (poll 20 ms here), not after the window
+    finally:
+        urgent.stop()
+        other.stop()
+
+
+@needs_privilege
+def test_closing_puts_every_thread_back_and_leaves_the_folder(folder):
+    urgent, other = Member(folder, "small", "10"), Member(folder, "large", "100")
+    try:
+        urgent.send("active")
+        _until(lambda: other.nices() == {LOWERED})
+        assert other.ask("close") == {"closed": True, "file": False}
+        assert other.nices() == {0}
+        assert len(list(folder.glob("*.json"))) == 1  # the urgent one's file only
+    finally:
+        urgent.stop()
+        other.stop()
+
+
+def test_equal_ranks_stay_equal(folder):
+    a, b = Member(folder, "a", "50"), Member(folder, "b", "50")
+    try:
+        a.send("active")
+        b.send("active")
+        time.sleep(0.5)
+        assert a.nices() == b.nices() == {0}
+        assert a.ask("state")["changes"] == b.ask("state")["changes"] == 0
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_unprivileged_nothing_is_lowered_and_it_says_so_once(folder):
+    """RLIMIT_NICE 0 and not root (dropped to nobody where the test runs as root): a lowered thread could never be
+    put back, so none is lowered; the log line names what to grant."""
+    urgent, other = Member(folder, "small", "10"), Member(folder, "large", "100", "auto", "nobody")
+    try:
+        urgent.send("active")
+        _until(lambda: other.ask("state")["refused"] > 0)
+        time.sleep(0.2)
+        assert other.nices() == {0}
+        state = other.ask("state")
+        assert state["nice"] == 0 and state["lowerings"] == 0 and state["changes"] == 0
+        assert len(state["said"]) == 1 and "SYS_NICE" in state["said"][0] and "ulimits: nice" in state["said"][0]
+    finally:
+        urgent.stop()
+        other.stop()
