@@ -48,7 +48,13 @@ def registry_dir(server_pid: int | None = None) -> Path:
 
 
 def _alive(pid: int) -> bool:
-    return os.path.exists(f"/proc/{pid}")
+    """Whether the process runs: a stub killed but not yet reaped by its server is a zombie, and counts as gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2:][:1] not in ("Z", "X")
 
 
 class CpuShare:

@@ -179,16 +179,14 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
 
 
 # The quickstart's co-located pair (docs/colocation.md): a small model beside a large one on one tritonserver, the small one
-# the 8 x 2048 MLP (t1 a few ms), the large one ResNet-50 (t1 ten times that). Under lazybatch both join one device
-# group, named explicitly (the arbiter schedules their stage jobs across the two); under Triton's batcher each runs
-# in its own backend process and they share the device as Triton lets them. Names are <kind>_<suffix>.
+# the 8 x 2048 MLP (t1 a few ms, SLA 10 ms), the large one ResNet-50 (t1 ten times that, SLA 100 ms). Under lazybatch
+# both run under the default policy with the default CPU share (backend/cpu_share.py): the large model's threads
+# yield the cores while the small one, whose SLA is shorter, has requests. Under Triton's batcher each runs in its
+# own backend process and they share the cores as the kernel shares them by default. Names are <kind>_<suffix>.
 PAIR_KINDS = {"small": "mlp", "large": "resnet50"}
 
 
-PAIR_GROUP = "pair"
-
-
-PAIR_OURS = "eager_grouped"
+PAIR_OURS = "eager"
 
 
 PAIR_POLICIES = {PAIR_OURS: "eager", "triton_0us": "triton:0", "triton_5000us": "triton:5000"}
@@ -196,12 +194,12 @@ PAIR_POLICIES = {PAIR_OURS: "eager", "triton_0us": "triton:0", "triton_5000us": 
 
 def build_pair_repository(repository: str | Path = "model_repository", *, force: bool = False,
                           built: Sequence[str] = (), log: Any = print) -> Path:
-    """Add the co-located pair's models to ``repository`` (PAIR_KINDS under PAIR_POLICIES; the lazybatch ones in
-    device group PAIR_GROUP), beside the default comparison: a model already there is kept, and each kind is split
+    """Add the co-located pair's models to ``repository`` (PAIR_KINDS under PAIR_POLICIES), beside the default
+    comparison: a model already there is kept, and each kind is split
     and profiled once for both (build_default_repository's build folder). ``force`` rebuilds everything but the
     kinds in ``built`` (just rebuilt by the caller): their pair models are only rewritten from that build."""
     for kind in PAIR_KINDS.values():
         again = force and kind in built
         build_default_repository(repository, kind=kind, policies=PAIR_POLICIES, force=force and not again,
-                                 replace=again, log=log, parameters={PAIR_OURS: {"device_group": PAIR_GROUP}})
+                                 replace=again, log=log)
     return Path(repository)

@@ -24,23 +24,24 @@ def test_repo_default_offers_every_model_kind() -> None:
 
 
 def test_per_suffix_parameters_reach_only_that_models_config(tmp_path) -> None:
-    """The pair's lazybatch models join a device group named in their config (build_pair_repository passes it as
-    ``parameters``); Triton's models of the same build do not, and ``replace`` rewrites a directory that exists."""
+    """A per-suffix parameter (here a device group) reaches that suffix's config only; Triton's models of the same
+    build do not get it, and ``replace`` rewrites a directory that exists."""
     from lazybatch.backend.settings import load_config
-    from lazybatch.shipped import PAIR_GROUP, PAIR_OURS, build_default_repository
+    from lazybatch.shipped import PAIR_OURS, build_default_repository
 
+    group = "pair"
     repo = tmp_path / "repo"
     policies = {PAIR_OURS: "eager", "triton_0us": "triton:0"}
     build_default_repository(repo, kind="tiny", policies=policies, profile_reps=1, log=lambda *a: None)
     assert "device_group" not in load_config(repo / f"tiny_{PAIR_OURS}" / "config.pbtxt").parameters
     build_default_repository(repo, kind="tiny", policies=policies, profile_reps=1, log=lambda *a: None,
-                             parameters={PAIR_OURS: {"device_group": PAIR_GROUP}})
+                             parameters={PAIR_OURS: {"device_group": group}})
     # an existing model directory is kept as it is unless asked to replace it
     assert "device_group" not in load_config(repo / f"tiny_{PAIR_OURS}" / "config.pbtxt").parameters
     build_default_repository(repo, kind="tiny", policies=policies, profile_reps=1, log=lambda *a: None,
-                             parameters={PAIR_OURS: {"device_group": PAIR_GROUP}}, replace=True)
+                             parameters={PAIR_OURS: {"device_group": group}}, replace=True)
     grouped = load_config(repo / f"tiny_{PAIR_OURS}" / "config.pbtxt").parameters
-    assert grouped["device_group"].string_value == PAIR_GROUP
+    assert grouped["device_group"].string_value == group
     assert "device_group" not in load_config(repo / "tiny_triton_0us" / "config.pbtxt").parameters
     default = _subparser(_subparser(build_parser(), "repo"), "default")
     assert default.parse_args(["--pair"]).pair and not default.parse_args([]).pair

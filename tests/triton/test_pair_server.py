@@ -1,32 +1,36 @@
 """The quickstart's co-located pair (benchmarks/pair.py, `bench_triton --pair`) in a short mode on a real
-tritonserver: a small MLP beside a larger one, under lazybatch in one device group and under Triton's batcher
-at 0 ms, both driven at once, each alone under each for reference. Every request is answered, the two models of a
-pair run over the same time, lazybatch's pair went through the arbiter (both members granted the device), and the
-printed page has the per-model table and the verdict rows with the one rule's words.
+tritonserver: a small MLP beside a larger one, under lazybatch's defaults (the CPU share on) and under Triton's
+batcher at 0 ms, both driven at once, each alone under each for reference. Every request is answered, the two
+models of a pair run over the same time, lazybatch's large model yielded the cores to the small one (its threads
+lowered while the small one had requests, read from /proc and from its metrics; the small one's never), Triton's
+stubs were left alone, every thread is back at its weight after, and the printed page has the per-model table and
+the verdict rows with the one rule's words.
 
-Its own server and repository: the models are named as the quickstart's (<prefix>_eager_grouped in device group
-``pair``, <prefix>_triton_0us), only smaller, so the whole module runs in well under a minute."""
+Its own server and repository: the models are named as the quickstart's (<prefix>_eager, <prefix>_triton_0us), only
+smaller, so the whole module runs in well under a minute."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
+import threading
+import time
+import urllib.request
 
 import onnx
 import pytest
 
 from benchmarks.colocation import pair
 from benchmarks.harness.verdict import VERDICTS
-from lazybatch.backend.arbiter import protocol as P
-from lazybatch.backend.arbiter.client import query
-from lazybatch.backend.arbiter.sizing import lane_threads, solo_threads, usable_cores
-from lazybatch.shipped import PAIR_GROUP, PAIR_OURS, PAIR_POLICIES
+from lazybatch.backend.cpu_share import ACTIVE_WINDOW_S, POLL_S
+from lazybatch.batcher.cpu_rank import NICE_STEPS
+from lazybatch.shipped import PAIR_OURS, PAIR_POLICIES
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model
+from triton_models import stub_pid, thread_nices
 
 PREFIXES = {"small": "q_small", "large": "q_large"}
 SIZES = {"q_small": (32, 4, 1), "q_large": (1024, 8, 2)}  # width, depth, seed
+SLAS = {"q_small": 100.0, "q_large": 1000.0}  # the small one's is shorter: the large one yields to it
 CONFIGS = (PAIR_OURS, "triton_0us")
 
 
@@ -41,30 +45,48 @@ def pair_server(tmp_path_factory):
         relus = [i for i, n in enumerate(onnx.load(str(model)).graph.node) if n.op_type == "Relu"]
         stages = split_model(model, root / f"{prefix}_stages", cut_after=relus)
         for suffix in CONFIGS:
-            add_model(model, repo, name=f"{prefix}_{suffix}", policy=PAIR_POLICIES[suffix], sla_ms=1000,
-                      max_batch_size=8, stages=stages, profile_reps=1, execution_provider="cpu",
-                      parameters={"device_group": PAIR_GROUP} if suffix == PAIR_OURS else None)
-    arbiter_dir = root / "arbiter"
-    arbiter_dir.mkdir()
+            add_model(model, repo, name=f"{prefix}_{suffix}", policy=PAIR_POLICIES[suffix], sla_ms=SLAS[prefix],
+                      max_batch_size=8, stages=stages, profile_reps=1, execution_provider="cpu")
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=root / "tritonserver.log", env={"LAZYBATCH_ARBITER_DIR": str(arbiter_dir)})
+                          log_file=root / "tritonserver.log")
     server.start(timeout=240)
-    path = arbiter_dir / P.group_paths(repo, PAIR_GROUP)[0].name
     try:
-        yield server, path
+        yield server, repo
     finally:
         server.stop()
-        try:
-            os.kill(query(path)["pid"], signal.SIGKILL)
-        except (OSError, ConnectionError):
-            pass
+
+
+def _share_metric(server, name: str) -> dict[str, float]:
+    """model -> the value of one lazybatch_cpu_share_* series on the server's metrics port."""
+    text = urllib.request.urlopen(server.endpoints.metrics, timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line.rsplit(" ", 1)
+            out[labels.split('model="', 1)[1].split('"', 1)[0]] = float(value)
+    return out
 
 
 def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp_path, capsys):
-    server, arbiter = pair_server
-    data = pair.measure(server.endpoints.grpc, PREFIXES, duration_s=1.0, reps=2, configs=CONFIGS,
-                        slas={"small": 100.0, "large": 1000.0}, calibration={"small": 20, "large": 10},
-                        progress=lambda line: None)
+    server, repo = pair_server
+    pids = {(role, cfg): stub_pid(repo, f"{PREFIXES[role]}_{cfg}") for role in PREFIXES for cfg in CONFIGS}
+    seen: dict[tuple[str, str], set[int]] = {k: set() for k in pids}
+    stop = threading.Event()
+
+    def watch() -> None:  # every thread's nice of every stub, read from /proc while the pair runs
+        while not stop.wait(0.02):
+            for k, pid in pids.items():
+                seen[k] |= thread_nices(pid)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        data = pair.measure(server.endpoints.grpc, PREFIXES, duration_s=1.0, reps=2, configs=CONFIGS,
+                            slas={"small": 100.0, "large": 1000.0}, calibration={"small": 20, "large": 10},
+                            progress=lambda line: None)
+    finally:
+        stop.set()
+        watcher.join(5)
     runs = data["runs"]
     # every repetition: both models together under each configuration, and each alone under each
     assert len(runs) == 2 * (2 * len(CONFIGS) + 2 * len(CONFIGS))
@@ -76,22 +98,18 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
             both = [r for r in runs if (r["rep"], r["mode"], r["config"]) == (k, "together", cfg)]
             assert {r["role"] for r in both} == {"small", "large"}
             assert abs(both[0]["start_unix"] - both[1]["start_unix"]) < 0.5, both  # driven at once, not in turn
-    # lazybatch's pair shared the device through the group's arbiter: both members were granted it
-    members = {m["model"]: m for m in query(arbiter)["members"]}
-    assert {f"{p}_{PAIR_OURS}" for p in PREFIXES.values()} <= set(members)
-    assert all(members[f"{p}_{PAIR_OURS}"]["grants"] > 0 for p in PREFIXES.values())
-    # the group's defaults: two lanes, and (no intra_op_threads in their configs) each member's pool sized to its
-    # share of the cores, said in the server's log
-    assert query(arbiter)["lanes"] == 2
-    cores = usable_cores()
-    log = server.log_file.read_text()
-    for prefix in PREFIXES.values():
-        assert (f"lazybatch: {prefix}_{PAIR_OURS}: intra_op_threads {lane_threads(0, 2, cores)} (device group "
-                f"'{PAIR_GROUP}' runs 2 lanes on {cores} cores") in log, log[-3000:]
-        solo = solo_threads(-1, lane_threads(0, 2, cores), cores)  # alone on the device: the whole graph wider
-        if solo:
-            assert (f"lazybatch: {prefix}_{PAIR_OURS}: whole-graph passes alone on the device run {solo} intra-op "
-                    "threads") in log, log[-3000:]
+    # lazybatch's large model yielded the cores while the small one had requests; nothing else was ever lowered
+    assert NICE_STEPS[1] in seen[("large", PAIR_OURS)], seen
+    assert seen[("small", PAIR_OURS)] == {0} and seen[("small", "triton_0us")] == seen[("large", "triton_0us")] == {0}
+    lowered = _share_metric(server, "lazybatch_cpu_share_lowered_seconds_total")
+    assert lowered[f"{PREFIXES['large']}_{PAIR_OURS}"] > 0 and lowered[f"{PREFIXES['small']}_{PAIR_OURS}"] == 0
+    assert not any(m.endswith("triton_0us") for m in lowered)  # Triton's stubs are not in the share
+    assert sum(_share_metric(server, "lazybatch_cpu_share_refused_total").values()) == 0
+    # and once the small model is idle for the share's window, every thread is back
+    end = time.monotonic() + ACTIVE_WINDOW_S + 10 * POLL_S + 5.0
+    while thread_nices(pids[("large", PAIR_OURS)]) != {0}:
+        assert time.monotonic() < end, "the large model's threads stayed lowered after the small one went idle"
+        time.sleep(0.05)
 
     text = pair.report(data, tmp_path)
     assert capsys.readouterr().out.strip() == text.strip()  # the page is what the quickstart prints

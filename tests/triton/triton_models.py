@@ -6,6 +6,7 @@ The models share one whole graph so that every answer can be checked against onn
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,3 +158,32 @@ def build_prod_repository(root: Path) -> ProdModels:
     add_model(heavy, repo, name="prod_heavy_triton_prio", policy="triton:0", priority_levels=2,
               default_priority_level=2, priority_timeouts_us={1: 2_000_000, 2: 60_000_000}, **hcommon)
     return ProdModels(repo, mlp, heavy, LatencyTable.load(table).graph.n)
+
+
+def stub_pid(repo: Path, model: str) -> int:
+    """The pid of the Python backend stub that serves ``model`` of ``repo`` (its command line names the model's
+    model.py), from /proc."""
+    want = f"{Path(repo) / model}/".encode()
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"triton_python_backend_stub") and any(c.startswith(want) for c in cmd[1:]):
+            return int(p)
+    raise AssertionError(f"no stub serves {model} of {repo}")
+
+
+def thread_nices(pid: int) -> set[int]:
+    """The nice values of every thread of a process, as the kernel reports them."""
+    from lazybatch.backend.os_weights import read_weight, threads
+
+    out = set()
+    for t in threads(pid):
+        try:
+            out.add(read_weight(t, pid).nice)
+        except OSError:  # the thread ended
+            pass
+    return out
