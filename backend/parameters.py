@@ -115,14 +115,15 @@ PARAMETERS.update({
                                     "lanes leave its stages one thread each; 0: such passes keep the lane's "
                                     "threads. Shared, the model runs its stages at the lane's threads "
                                     "(docs/colocation.md, \"Width alone\")",
-    "cpu_share": "auto (default) | latency_critical | best_effort | none: on a CPU, co-located lazybatch models of one "
-                 "server share the cores through the kernel's scheduler: while a more urgent model is active (a "
-                 "request within the last second), this model's threads are lowered (nice 10, 19 under two), and put "
-                 "back after. More urgent: a declared role first (latency_critical, then auto, then best_effort), "
-                 "then the shorter sla_ms (deadline-monotonic). none: the model's threads are never changed and it "
-                 "lowers nobody. Not for models in a device_group (their arbiter takes turns) nor under whole_graph "
-                 "(triton:<us>). Needs CAP_SYS_NICE or RLIMIT_NICE >= 20 to put a thread back; without it, nothing "
-                 "is lowered and the log says so once (docs/colocation.md)",
+    "cpu_share": "none (default) | auto | latency_critical | best_effort: on a CPU, the co-located lazybatch models of "
+                 "one server that set it share the cores through the kernel's scheduler: while a more urgent one is "
+                 "active (a request within the last second), a model's threads are lowered (nice 10, 19 under two) "
+                 "and put back after. More urgent: the declared role first (latency_critical, then auto, then "
+                 "best_effort), then the shorter sla_ms (deadline-monotonic). Off by default: served, the pair's "
+                 "small model gained 1.8x on average and its large neighbour, loaded past its capacity, lost 1.5x "
+                 "(docs/colocation.md, \"The CPU through the operating system\"). Not for models in a device_group "
+                 "(their arbiter takes turns) nor under whole_graph (triton:<us>). Putting a thread back needs "
+                 "CAP_SYS_NICE or RLIMIT_NICE >= 20; without either nothing is lowered and the log says so once",
     "max_queue_size": "most samples the scheduler holds (queued or in flight); more are rejected UNAVAILABLE "
                       "(default 0: unbounded)",
     "timeout_action": "REJECT: refuse a request whose deadline the predictor says cannot be met | DELAY: serve it "

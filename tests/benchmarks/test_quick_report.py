@@ -106,7 +106,7 @@ def pair_data(small_avg: dict[str, list[float]], alone: list[float], large_avg: 
 def test_the_pair_scores_best_triton_over_lazybatch_held_out_with_the_one_rule():
     from benchmarks.colocation import pair
 
-    data = pair_data({"eager": [5.0, 5.0, 5.0], "triton_0us": [12.0, 9.0, 10.0],
+    data = pair_data({"eager_shared": [5.0, 5.0, 5.0], "triton_0us": [12.0, 9.0, 10.0],
                       "triton_5000us": [20.0, 20.0, 20.0]}, alone=[4.0, 4.0, 5.0])
     by = {v["figure"]: v for v in pair.score(data)}
     small = by["small avg: best Triton / lazybatch"]
@@ -119,15 +119,15 @@ def test_the_pair_scores_best_triton_over_lazybatch_held_out_with_the_one_rule()
     assert (alone["lo"], alone["hi"]) == pytest.approx((1.0, 1.25)) and alone["vs_goal"] == "met"
     text = pair.markdown(data)
     assert "| small avg: best Triton / lazybatch | 2.05x [1.80-2.40] | met | >= 2x | tie |" in text
-    assert "| small mlp_eager | lazybatch (CPU share) | alone | 9 | 0 | 4.3 | 5.0 |" in text
+    assert "| small mlp_eager_shared | lazybatch (CPU share) | alone | 9 | 0 | 4.3 | 5.0 |" in text
     assert "| small mlp_triton_5000us | Triton 5 ms | yes | 9 | 0 | 20.0 | 20.0 |" in text
 
 
 def test_the_pair_calls_lazybatch_behind_only_where_every_repetition_says_so():
     from benchmarks.colocation import pair
 
-    data = pair_data({"eager": [10.0, 10.0, 10.0], "triton_0us": [9.0, 8.0, 11.0]}, alone=[4.0] * 3)
+    data = pair_data({"eager_shared": [10.0, 10.0, 10.0], "triton_0us": [9.0, 8.0, 11.0]}, alone=[4.0] * 3)
     small = pair.score(data)[0]
     assert small["vs_one"] == "tie" and small["vs_goal"] == "missed"  # [0.8-1.1]: a tie at 1.00, below 2x
-    data = pair_data({"eager": [10.0, 10.0, 10.0], "triton_0us": [9.0, 8.0, 7.0]}, alone=[4.0] * 3)
+    data = pair_data({"eager_shared": [10.0, 10.0, 10.0], "triton_0us": [9.0, 8.0, 7.0]}, alone=[4.0] * 3)
     assert pair.score(data)[0]["vs_one"] == "missed"

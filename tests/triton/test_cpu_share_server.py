@@ -44,7 +44,8 @@ def shared(tmp_path_factory):
         relus = [i for i, n in enumerate(onnx.load(str(model)).graph.node) if n.op_type == "Relu"]
         stages = split_model(model, root / f"{name}_stages", cut_after=relus)
         add_model(model, repo, name=name, policy=policy, sla_ms=sla, max_batch_size=8, stages=stages,
-                  profile_reps=1, execution_provider="cpu")
+                  profile_reps=1, execution_provider="cpu",
+                  parameters=None if policy.startswith("triton") else {"cpu_share": "auto"})
         graphs[name] = model
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                           log_file=root / "tritonserver.log", extra_args=["--model-control-mode=explicit",

@@ -1,12 +1,12 @@
 """The quickstart's co-located pair (benchmarks/pair.py, `bench_triton --pair`) in a short mode on a real
-tritonserver: a small MLP beside a larger one, under lazybatch's defaults (the CPU share on) and under Triton's
+tritonserver: a small MLP beside a larger one, under lazybatch with the CPU share on (``cpu_share: auto``) and under Triton's
 batcher at 0 ms, both driven at once, each alone under each for reference. Every request is answered, the two
 models of a pair run over the same time, lazybatch's large model yielded the cores to the small one (its threads
 lowered while the small one had requests, read from /proc and from its metrics; the small one's never), Triton's
 stubs were left alone, every thread is back at its weight after, and the printed page has the per-model table and
 the verdict rows with the one rule's words.
 
-Its own server and repository: the models are named as the quickstart's (<prefix>_eager, <prefix>_triton_0us), only
+Its own server and repository: the models are named as the quickstart's (<prefix>_eager_shared, <prefix>_triton_0us), only
 smaller, so the whole module runs in well under a minute."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from benchmarks.colocation import pair
 from benchmarks.harness.verdict import VERDICTS
 from lazybatch.backend.cpu_share import ACTIVE_WINDOW_S, POLL_S
 from lazybatch.batcher.cpu_rank import NICE_STEPS
-from lazybatch.shipped import PAIR_OURS, PAIR_POLICIES
+from lazybatch.shipped import PAIR_OURS, PAIR_PARAMETERS, PAIR_POLICIES
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model
 from triton_models import stub_pid, thread_nices
@@ -46,7 +46,8 @@ def pair_server(tmp_path_factory):
         stages = split_model(model, root / f"{prefix}_stages", cut_after=relus)
         for suffix in CONFIGS:
             add_model(model, repo, name=f"{prefix}_{suffix}", policy=PAIR_POLICIES[suffix], sla_ms=SLAS[prefix],
-                      max_batch_size=8, stages=stages, profile_reps=1, execution_provider="cpu")
+                      max_batch_size=8, stages=stages, profile_reps=1, execution_provider="cpu",
+                      parameters=PAIR_PARAMETERS.get(suffix))
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                           log_file=root / "tritonserver.log")
     server.start(timeout=240)
