@@ -141,6 +141,10 @@ PAGES: dict[str, Page] = {
                                   "the spread over 3 rounds, each variant in a process of its own",
                                   ("python -m benchmarks.probes.probe_two_widths --json docs/data/two_widths.json",),
                                   one_commit=True),
+    # the CPU share (docs/colocation.md, "The CPU through the operating system"), served on the quickstart's pair
+    "cpu_share": Page("docs/results/cpu_share.md", "whole", "the spread over 5 repetitions (no identical copy)",
+                      ("python -m benchmarks.pair --reps 5 --duration 4 --out docs/data/pair_cpu_share "
+                       "--page docs/results/cpu_share.md",), one_commit=True),
     "device_lanes": Page("docs/colocation.md#lanes", "by hand", "the spread over 3 repetitions (no identical copy)",
                          ("python -m benchmarks.bench_device_lanes --json docs/data/device_lanes.json",),
                          one_commit=True),

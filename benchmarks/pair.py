@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_args(ap)
     ap.add_argument("--repository", default="model_repository")
-    ap.add_argument("--out", default="lazybatch-results/pair")
+    ap.add_argument("--out", default="lazybatch-results/pair", help="raw data (pair.json) and the server's log")
+    ap.add_argument("--page", default=None, help="the markdown page (default <out>/pair.md)")
     args = ap.parse_args(argv)
     repo = build_pair_repository(args.repository)
     out = Path(args.out)
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     with served(repo, out / "tritonserver.log") as server:
         data = run_args(server.endpoints.grpc, args)
     data["meta"].update(machine_meta(), command=command_line())
-    report(data, out)
+    report(data, out, args.page)
     return 0
 
 
