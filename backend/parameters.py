@@ -120,7 +120,7 @@ PARAMETERS.update({
                  "active (a request within the last second), a model's threads are lowered (nice 10, 19 under two) "
                  "and put back after. More urgent: the declared role first (latency_critical, then auto, then "
                  "best_effort), then the shorter sla_ms (deadline-monotonic). Off by default: served, the pair's "
-                 "small model gained 1.8x on average and its large neighbour, loaded past its capacity, lost 1.5x "
+                 "small model's average was 1.9x lower than under Triton's best and its large neighbour's, loaded past its capacity, 1.5x higher "
                  "(docs/colocation.md, \"The CPU through the operating system\"). Not for models in a device_group "
                  "(their arbiter takes turns) nor under whole_graph (triton:<us>). Putting a thread back needs "
                  "CAP_SYS_NICE or RLIMIT_NICE >= 20; without either nothing is lowered and the log says so once",
