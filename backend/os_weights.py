@@ -100,6 +100,18 @@ def read_weight(tid: int, pid: int | None = None) -> Weight:
     return Weight(_POLICY_OF.get(int(fields[38]), str(fields[38])), int(fields[16]))
 
 
+def thread_nices(pid: int | None = None) -> set[int]:
+    """The nice values of every thread of a process (this one by default), as the kernel reports them: what an
+    operator or a test reads to see whether a model is lowered."""
+    out = set()
+    for tid in threads(pid):
+        try:
+            out.add(read_weight(tid, pid).nice)
+        except OSError:  # the thread ended
+            pass
+    return out
+
+
 @dataclass
 class ThreadWeights:
     """Sets the weights of some of this process's threads and puts them back; remembers each thread's original."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lazybatch.backend.os_weights import Privileges, read_weight, threads
+from lazybatch.backend.os_weights import Privileges, read_weight, thread_nices
 from lazybatch.batcher.cpu_rank import NICE_STEPS
 
 MEMBER = Path(__file__).with_name("cpu_share_member.py")
@@ -44,13 +44,7 @@ class Member:
         self.p.stdin.flush()
 
     def nices(self) -> set[int]:
-        out = set()
-        for t in threads(self.pid):
-            try:
-                out.add(read_weight(t, self.pid).nice)
-            except OSError:
-                pass
-        return out
+        return thread_nices(self.pid)
 
     def stop(self) -> None:
         if self.p.poll() is None:
@@ -98,33 +92,34 @@ def test_a_model_is_lowered_beside_a_more_urgent_active_one_and_put_back_when_it
         other.stop()
 
 
-@needs_privilege
-def test_a_killed_urgent_member_lowers_nobody_within_a_poll(folder):
+@pytest.fixture
+def lowered(folder):
+    """(urgent, other): a tight-SLA member with requests and a loose one, every thread of it lowered."""
     urgent, other = Member(folder, "small", "10"), Member(folder, "large", "100")
     try:
         urgent.send("active")
         _until(lambda: other.nices() == {LOWERED})
-        os.kill(urgent.pid, signal.SIGKILL)
-        urgent.p.wait(5)
-        took = _until(lambda: other.nices() == {0})
-        assert took < 1.0  # its process gone: ignored at the next look (poll 20 ms here), not after the window
+        yield urgent, other
     finally:
         urgent.stop()
         other.stop()
 
 
 @needs_privilege
-def test_closing_puts_every_thread_back_and_leaves_the_folder(folder):
-    urgent, other = Member(folder, "small", "10"), Member(folder, "large", "100")
-    try:
-        urgent.send("active")
-        _until(lambda: other.nices() == {LOWERED})
-        assert other.ask("close") == {"closed": True, "file": False}
-        assert other.nices() == {0}
-        assert len(list(folder.glob("*.json"))) == 1  # the urgent one's file only
-    finally:
-        urgent.stop()
-        other.stop()
+def test_a_killed_urgent_member_lowers_nobody_within_a_poll(lowered):
+    urgent, other = lowered
+    os.kill(urgent.pid, signal.SIGKILL)
+    urgent.p.wait(5)
+    took = _until(lambda: other.nices() == {0})
+    assert took < 1.0  # its process gone: ignored at the next look (poll 20 ms here), not after the window
+
+
+@needs_privilege
+def test_closing_puts_every_thread_back_and_leaves_the_folder(lowered, folder):
+    _, other = lowered
+    assert other.ask("close") == {"closed": True, "file": False}
+    assert other.nices() == {0}
+    assert len(list(folder.glob("*.json"))) == 1  # the urgent one's file only
 
 
 def test_equal_ranks_stay_equal(folder):
@@ -155,3 +150,19 @@ def test_unprivileged_nothing_is_lowered_and_it_says_so_once(folder):
     finally:
         urgent.stop()
         other.stop()
+
+
+def test_a_bad_cpu_share_fails_the_load_saying_the_choices(tmp_path):
+    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.batcher.errors import ConfigError
+
+    from test_backend import CONFIG
+
+    def settings(value: str | None):
+        extra = "" if value is None else f'parameters {{ key: "cpu_share" value {{ string_value: "{value}" }} }}\n'
+        return BackendSettings.from_config(parse_config_text(CONFIG + extra), tmp_path)
+
+    assert settings(None).cpu_share == "none"  # off by default (docs/colocation.md says why)
+    assert settings("Best_Effort").cpu_share == "best_effort"
+    with pytest.raises(ConfigError, match="cpu_share must be none, latency_critical, auto, best_effort, got 'urgent'"):
+        settings("urgent")

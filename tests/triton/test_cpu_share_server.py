@@ -25,7 +25,8 @@ from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model
 
 from test_arbiter_faults import Sender, _gone, _until  # noqa: E402  (numbered requests, each answer counted)
-from triton_models import stub_pid, thread_nices
+from lazybatch.backend.os_weights import thread_nices
+from triton_models import stub_pid
 
 # name: width, depth, seed, policy, sla_ms
 MODELS = {"co_small": (32, 4, 1, "eager", 100), "co_large": (512, 8, 2, "eager", 5000),

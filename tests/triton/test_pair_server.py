@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.request
 
 import onnx
 import pytest
@@ -26,7 +25,10 @@ from lazybatch.batcher.cpu_rank import NICE_STEPS
 from lazybatch.shipped import PAIR_OURS, PAIR_PARAMETERS, PAIR_POLICIES
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model
-from triton_models import stub_pid, thread_nices
+from lazybatch.backend.os_weights import thread_nices
+from lazybatch.client.soak import scrape
+from lazybatch.formats.prometheus import parse_samples
+from triton_models import stub_pid
 
 PREFIXES = {"small": "q_small", "large": "q_large"}
 SIZES = {"q_small": (32, 4, 1), "q_large": (1024, 8, 2)}  # width, depth, seed
@@ -59,13 +61,7 @@ def pair_server(tmp_path_factory):
 
 def _share_metric(server, name: str) -> dict[str, float]:
     """model -> the value of one lazybatch_cpu_share_* series on the server's metrics port."""
-    text = urllib.request.urlopen(server.endpoints.metrics, timeout=10).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            labels, value = line.rsplit(" ", 1)
-            out[labels.split('model="', 1)[1].split('"', 1)[0]] = float(value)
-    return out
+    return {lab["model"]: v for lab, v in parse_samples(scrape(server.endpoints.metrics), name)}
 
 
 def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp_path, capsys):

@@ -175,15 +175,3 @@ def stub_pid(repo: Path, model: str) -> int:
             return int(p)
     raise AssertionError(f"no stub serves {model} of {repo}")
 
-
-def thread_nices(pid: int) -> set[int]:
-    """The nice values of every thread of a process, as the kernel reports them."""
-    from lazybatch.backend.os_weights import read_weight, threads
-
-    out = set()
-    for t in threads(pid):
-        try:
-            out.add(read_weight(t, pid).nice)
-        except OSError:  # the thread ended
-            pass
-    return out
