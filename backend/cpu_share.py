@@ -37,7 +37,7 @@ from typing import Callable
 
 from lazybatch.batcher.cpu_rank import ShareMember, nice_for
 
-from .os_weights import ThreadWeights, Weight, read_weight, threads
+from .os_weights import ThreadWeights, Weight, process_state, read_weight, threads
 
 POLL_S = 0.1
 ACTIVE_WINDOW_S = 1.0  # a member with a request this recently is active
@@ -52,12 +52,7 @@ def registry_dir(server_pid: int | None = None) -> Path:
 
 def _alive(pid: int) -> bool:
     """Whether the process runs: a stub killed but not yet reaped by its server is a zombie, and counts as gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return False
-    return text[text.rindex(")") + 2:][:1] not in ("Z", "X")
+    return process_state(pid) not in (None, "Z", "X")
 
 
 class CpuShare:

@@ -94,10 +94,23 @@ def threads(pid: int | None = None) -> list[int]:
 def read_weight(tid: int, pid: int | None = None) -> Weight:
     """A thread's weight as the kernel reports it in /proc (stat fields 19, nice, and 41, policy): what tests and
     operators read, independent of what this module believes it set."""
-    with open(f"/proc/{pid or os.getpid()}/task/{tid}/stat") as f:
-        text = f.read()
-    fields = text[text.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+    fields = _stat_fields(f"/proc/{pid or os.getpid()}/task/{tid}/stat")
     return Weight(_POLICY_OF.get(int(fields[38]), str(fields[38])), int(fields[16]))
+
+
+def process_state(pid: int) -> str | None:
+    """A process's state letter from /proc (R, S, D, Z zombie, X dead, ...), or None where it is gone."""
+    try:
+        return _stat_fields(f"/proc/{pid}/stat")[0]
+    except OSError:
+        return None
+
+
+def _stat_fields(path: str) -> list[str]:
+    """The fields of a /proc stat file after the command name, which may hold spaces (field 3, the state, first)."""
+    with open(path) as f:
+        text = f.read()
+    return text[text.rindex(")") + 2:].split()
 
 
 def thread_nices(pid: int | None = None) -> set[int]:
