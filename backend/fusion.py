@@ -89,7 +89,8 @@ def fuse(runner: StageRunner, table: LatencyTable, whole_model: Path, *, executi
     try:
         fused = StageRunner(runner.dir, manifest=fused_manifest(runner.manifest, whole_model),
                             execution_provider=execution_provider, intra_op_threads=intra_op_threads,
-                            inplace_residuals=False)
+                            inplace_residuals=False, device_tensors=runner.resident is not None,
+                            device_id=runner.device_id)
         sample = runner.sample_inputs(2, seed=7)
         want = runner.run_all(sample)
         got = fused.run_all(sample)
@@ -97,6 +98,10 @@ def fuse(runner: StageRunner, table: LatencyTable, whole_model: Path, *, executi
         # graph with a fixed batch dimension of 1 fails on the sample batch of 2: it cannot serve the batches either)
         print(f"lazybatch: {name}: the whole graph cannot stand in for the stages ({e}); serving stage by stage",
               file=sys.stderr)
+        return None
+    if (fused.resident is None) != (runner.resident is None):  # spans hand their tensors to the stages
+        print(f"lazybatch: {name}: the whole graph refused the stages' device path ({fused.resident_refused}); "
+              "serving stage by stage", file=sys.stderr)
         return None
     for o in runner.output_names:
         a, b = np.asarray(want[o]), np.asarray(got[o])
@@ -190,7 +195,8 @@ def segment(runner: StageRunner, table: LatencyTable, k: int, out_dir: Path, *, 
                             all_tensors_to_one_file=True, location=f"segment_{j:02d}.data")
         seg = StageRunner(out_dir, manifest=segment_manifest(runner.manifest, ranges, runner.last_use, files),
                           execution_provider=execution_provider, intra_op_threads=intra_op_threads,
-                          inplace_residuals=False)
+                          inplace_residuals=False, device_tensors=runner.resident is not None,
+                          device_id=runner.device_id)
         checks = []
         for batch in (2, 1):  # a batch where the stages take one (a graph with a fixed batch of 1 does not)
             sample = runner.sample_inputs(batch, seed=11)

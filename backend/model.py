@@ -37,7 +37,7 @@ from .faults import FaultInjector
 from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
 from .model_kinds import MODEL_KINDS, BuildInputs, ModelParts, executor_of, model_kind
 from .responder import ResponseThread
-from .stages import StageRunner
+from .stages import StageRunner, load_manifest, wants_device_tensors
 from .stats_logs import StatsLogs
 
 try:  # only importable inside the Triton Python backend stub
@@ -91,12 +91,21 @@ class TritonPythonModel:
         plain, _ = parse_request_parameters("", s.sla_ms)  # no text: the model's SLA, never an error
         self._plain_options = dataclasses.replace(plain, priority=s.request_level(0)[0])
         batch_log = self.logs.batches.record if self.logs.batches else None
+        # the GPU Triton assigned this instance (KIND_GPU); a CPU instance's id says nothing about a GPU
+        device_id = int(args.get("model_instance_device_id", 0) or 0) if args.get("model_instance_kind") == "GPU" \
+            else 0
         if spec is None:
             kind, runner = "whole_graph", None
         else:
-            runner = StageRunner(s.stage_dir, execution_provider=s.execution_provider,
-                                 intra_op_threads=s.intra_op_threads, inplace_residuals=s.inplace_residuals)
-            kind = model_kind(cfg, runner)
+            manifest = load_manifest(s.stage_dir)
+            kind = model_kind(cfg, manifest)
+            runner = StageRunner(s.stage_dir, manifest=manifest, execution_provider=s.execution_provider,
+                                 intra_op_threads=s.intra_op_threads, inplace_residuals=s.inplace_residuals,
+                                 device_tensors=kind == "stages" and wants_device_tensors(s),
+                                 device_id=device_id)
+            if runner.resident_refused:
+                print(f"lazybatch: {s.name}: device_tensors off, serving through host numpy: "
+                      f"{runner.resident_refused}", file=sys.stderr)
         self.parts = parts = MODEL_KINDS[kind](BuildInputs(s, cfg, spec, runner, plan.solo_threads, batch_log))
         if not parts.scheduled:
             return

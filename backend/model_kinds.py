@@ -31,7 +31,7 @@ from .settings import BackendSettings
 from .stages import TensorSpec
 from .fusion import measure_fused_ratio
 from .npu_executor import maybe_wrap
-from .stages import StageRunner, profile_batch_sizes
+from .stages import Manifest, StageRunner, profile_batch_sizes
 from .whole_graph import WholeGraphExecutor
 
 
@@ -74,9 +74,9 @@ def executor_of(cfg: Any) -> str:
     return cfg.parameters["executor"].string_value.lower() if "executor" in cfg.parameters else ""
 
 
-def model_kind(cfg: Any, runner: StageRunner) -> str:
+def model_kind(cfg: Any, manifest: Manifest) -> str:
     """The kind of a model served under the scheduler (``whole_graph`` is the settings' own switch)."""
-    if "seq2seq" in runner.manifest.raw:  # encoder + decoder-step loop
+    if "seq2seq" in manifest.raw:  # encoder + decoder-step loop
         return "seq2seq"
     return "npu" if executor_of(cfg) == "npu" else "stages"
 

@@ -31,6 +31,8 @@ import numpy as np
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.latency_table import LatencyTable
 
+from .rows import join_rows
+
 PARAMETERS = {
     "executor": "onnxruntime (default: stages complete when onnxruntime finishes) | npu (released at the modelled "
                 "NPU time of the NPU latency table, see npu_executor.py)",
@@ -86,6 +88,14 @@ class NpuTimedRunner:
                 s["overruns"] += 1
                 s["overrun_s"] += cpu - npu
         return outs
+
+    # the served path: host numpy, timed (the NPU is modelled; its stages are never built with device tensors)
+    run_resident = run
+
+    def join(self, parts: list[tuple[np.ndarray, int]]) -> np.ndarray:
+        return join_rows(parts)
+
+    to_host = join
 
     def run_all(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self._runner.run_all(inputs)  # warm-up and reference runs are not timed

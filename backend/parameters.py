@@ -56,6 +56,13 @@ PARAMETERS = {
                           "sessions/arena.py) | false: an arena per session, onnxruntime's default",
     "inplace_residuals": "true (default): residual stages write their output over their shortcut input, as "
                          "onnxruntime does in the whole graph (docs/onnx.md); false: plain session.run",
+    "device_tensors": "auto (default): between stages a tensor stays on the execution provider's device (onnxruntime "
+                      "IOBinding; sub-batches joined there, consecutive rows bound by pointer) where that provider "
+                      "is not the CPU | true: also on the CPU provider | false: host numpy between stages. Checked "
+                      "at load: where the device path's answers on a warm-up batch differ from the host path's in "
+                      "any bit, the model serves through host numpy and logs why (sessions/device_tensors.py). "
+                      "Static stage models under a scheduling policy; seq2seq and the NPU executor keep host "
+                      "numpy",
     "cancel_poll_ms": "auto (default; 0 is the same): the watcher thread asks each running request whether the "
                       "client cancelled it just before its stage ends and queued ones about once a stage time, so "
                       "a cancel is answered and its compute stops within about one stage time (sweeps >= 2 ms apart, "

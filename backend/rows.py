@@ -7,14 +7,15 @@ when one fails. The seq2seq runtime (``backend/seq2seq.py``) extends ``Sample`` 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from lazybatch.batcher.request import Request
 
 # A sample's tensor is a row of a batched array: (array, row). Kept as the pair, not a 1-row view, so that a
-# sub-batch whose members are the rows of one array, in order, is passed on without a copy.
+# sub-batch whose members are the rows of one array, in order, is passed on without a copy. On the device path the
+# array is an onnxruntime OrtValue on the provider's device (sessions/device_tensors.py).
 Row = tuple[np.ndarray, int]
 
 
@@ -54,8 +55,9 @@ def join_rows(parts: list[Row]) -> np.ndarray:
     return np.concatenate([a[k:k + 1] for a, k in parts], axis=0)
 
 
-def gather(inp: Any, reqs: list[Request]) -> np.ndarray:
-    """One stage input (a model input, or a tensor an earlier stage left with each request) as one batch."""
+def gather(inp: Any, reqs: list[Request], join: Callable[[list[Row]], Any] = join_rows) -> Any:
+    """One stage input (a model input, or a tensor an earlier stage left with each request) as one batch:
+    ``join_rows``, or the runner's own join where its tensors live on a device (``StageRunner.join``)."""
     if inp.source is None:
-        return join_rows([(r.payload.parent.inputs[inp.name], r.payload.row) for r in reqs])
-    return join_rows([r.payload.tensors[inp.name] for r in reqs])
+        return join([(r.payload.parent.inputs[inp.name], r.payload.row) for r in reqs])
+    return join([r.payload.tensors[inp.name] for r in reqs])

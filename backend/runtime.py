@@ -43,7 +43,7 @@ from .faults import FaultInjector, InjectedFault
 from .inbox import MEMORY_RELEASE_INTERVAL_S, InboxLoop
 from .inline import InlineRoute
 from .memory import malloc_trim
-from .rows import Parent, Sample, gather, join_rows
+from .rows import Parent, Sample, gather
 from .runtime_stats import RuntimeStats
 from .stages import StageRunner
 from .table_keeper import TableKeeper
@@ -346,19 +346,19 @@ class BackendRuntime:
                 if i.source is None or i.source < start]
         for inp in need:
             if inp.name not in feeds:
-                feeds[inp.name] = gather(inp, reqs)
+                feeds[inp.name] = gather(inp, reqs, runner.join)
         t1 = time.perf_counter()
         if self.fault is not None:
             ids = [r.id for r in reqs]
             for s in range(start, stop):
                 self.fault.check(s, ids)
         if whole is not None:
-            tensors = whole.run(0, feeds, owned=True)
+            tensors = whole.run_resident(0, feeds, owned=True)
         else:
             tensors = dict(feeds)
             for s in range(start, stop):
                 spec = stages[s]
-                tensors.update(runner.run(s, {i.name: tensors[i.name] for i in spec.inputs}, owned=True))
+                tensors.update(runner.run_resident(s, {i.name: tensors[i.name] for i in spec.inputs}, owned=True))
         t2 = time.perf_counter()
         keep = [name for name, arr in tensors.items() if runner.last_use.get(name, -1) >= stop]
         for k, r in enumerate(reqs):
@@ -386,11 +386,11 @@ class BackendRuntime:
         spec = runner.manifest.stages[stage]
         stats = self.stats
         t0 = time.perf_counter()
-        feeds = {inp.name: gather(inp, reqs) for inp in spec.inputs}
+        feeds = {inp.name: gather(inp, reqs, runner.join) for inp in spec.inputs}
         t1 = time.perf_counter()
         if self.fault is not None:
             self.fault.check(stage, [r.id for r in reqs])
-        outs = runner.run(stage, feeds, owned=True)  # join_rows' arrays: this batch's alone, see StageRunner.run
+        outs = runner.run_resident(stage, feeds, owned=True)  # joined: this batch's alone, see StageRunner.run
         t2 = time.perf_counter()
         for k, r in enumerate(reqs):
             tensors = r.payload.tensors
@@ -444,7 +444,7 @@ class BackendRuntime:
             if parent.remaining:
                 return
             rows = parent.rows
-            outputs = {o: join_rows([x[o] for x in rows]) for o in self.runner.output_names}
+            outputs = {o: self.runner.to_host([x[o] for x in rows]) for o in self.runner.output_names}
             self._answer(parent, outputs, Status.OK, None)
         else:
             for sib in parent.samples:

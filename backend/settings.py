@@ -114,6 +114,7 @@ class BackendSettings:
     use_per_session_threads: bool = False
     use_env_allocators: bool = True
     inplace_residuals: bool = True
+    device_tensors: str = "auto"  # stage tensors on the provider's device between stages (sessions/device_tensors.py)
     fuse_stages: str = "auto"
     fuse_segments: int = 0
     response_thread: bool = True
@@ -206,6 +207,7 @@ class BackendSettings:
             use_per_session_threads=_bool(_param(cfg, "use_per_session_threads"), "use_per_session_threads"),
             use_env_allocators=_bool(_param(cfg, "use_env_allocators", "true"), "use_env_allocators"),
             inplace_residuals=_bool(_param(cfg, "inplace_residuals", "true"), "inplace_residuals"),
+            device_tensors=_choice(_param(cfg, "device_tensors", "auto"), "device_tensors", ("auto", "true", "false")),
             fuse_stages=_fuse_mode(_param(cfg, "fuse_stages", "auto")),
             fuse_segments=_fuse_segments(_param(cfg, "fuse_segments")),
             response_thread=_bool(_param(cfg, "response_thread", "true"), "response_thread"),
@@ -236,6 +238,14 @@ def _cpu_share(text: str | None) -> str:
     if role not in (*ROLES, "none"):
         raise ConfigError(f"cpu_share must be none, {', '.join(ROLES)}, got {text!r}", field="parameters.cpu_share")
     return role
+
+
+def _choice(text: str | None, name: str, choices: tuple[str, ...]) -> str:
+    value = (text or choices[0]).strip().lower()
+    if value not in choices:
+        raise ConfigError(f"{name} must be {', '.join(choices[:-1])} or {choices[-1]}, got {text!r}",
+                          field=f"parameters.{name}")
+    return value
 
 
 def _fuse_mode(text: str | None) -> str:

@@ -20,7 +20,10 @@ from lazybatch.batcher.graph import ModelGraph, Stage, StageType
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.formats.dtypes import NUMPY_TO_TRITON, TRITON_TO_NUMPY
 from lazybatch.formats.example_dims import feed_shape
-from lazybatch.sessions.inplace import run_inplace, usable
+from lazybatch.sessions.device_tensors import DeviceTensors, Rows, provider_list
+from lazybatch.sessions.inplace import InPlaceRunError, run_inplace, usable
+
+from .rows import join_rows
 
 MANIFEST_FORMAT = "lazybatch.stages/1"
 
@@ -174,7 +177,16 @@ def available_providers(preference: str = "auto") -> list[str]:
     return (["CUDAExecutionProvider"] if "CUDAExecutionProvider" in have else []) + ["CPUExecutionProvider"]
 
 
-def make_session(path: str | Path, providers: Sequence[str], intra_op_threads: int = 0) -> Any:
+def wants_device_tensors(settings: Any) -> bool:
+    """``device_tensors``: auto keeps tensors on the device where the provider is not the CPU (there the copies
+    through host numpy cost most; on the CPU provider the two paths measured level, docs/onnx.md)."""
+    mode = settings.device_tensors
+    if mode == "auto":
+        return available_providers(settings.execution_provider)[0] != "CPUExecutionProvider"
+    return mode == "true"
+
+
+def make_session(path: str | Path, providers: Sequence[str], intra_op_threads: int = 0, device_id: int = 0) -> Any:
     """One onnxruntime session. A model instance (a process of its own) normally shares one intra-op pool among all
     its stages (model.py switches the process to it; sessions/threads.py says why). Otherwise each
     session has its own pool with spinning off: idle per-stage pools would spin on the cores the running stage
@@ -185,7 +197,7 @@ def make_session(path: str | Path, providers: Sequence[str], intra_op_threads: i
 
     so = session_options(intra_op_threads)
     try:
-        return ort.InferenceSession(str(path), sess_options=so, providers=list(providers))
+        return ort.InferenceSession(str(path), sess_options=so, providers=provider_list(providers, device_id))
     except Exception as e:  # onnxruntime raises its own exception types
         raise ConfigError(f"onnxruntime cannot load it: {e}", source=str(path)) from None
 
@@ -198,16 +210,22 @@ class StageRunner:
 
     ``inplace_residuals``: residual stages write their output over their shortcut input when the caller owns it
     (``run(..., owned=True)``); sessions/inplace.py says which stages and why it is safe.
+
+    ``device_tensors``: the served path (``join`` / ``run_resident`` / ``to_host``) keeps stage tensors on the
+    provider's device (sessions/device_tensors.py) instead of host numpy, once a load-time check has found its
+    answers bit-identical to the host path's; ``run`` and ``run_all`` stay host in, host out for every caller.
     """
 
     def __init__(self, stage_dir: str | Path, *, execution_provider: str = "auto", intra_op_threads: int = 0,
-                 inplace_residuals: bool = True, manifest: Manifest | None = None) -> None:
+                 inplace_residuals: bool = True, manifest: Manifest | None = None, device_tensors: bool = False,
+                 device_id: int = 0) -> None:
         self.dir = Path(stage_dir)
         self.manifest = manifest if manifest is not None else load_manifest(self.dir)  # given: fusion.py
         from lazybatch.sessions.ort_optimize import check_host  # stages split for another CPU: refuse, not misrun
         check_host(self.manifest.raw, f"the stages in {self.dir}")
         self.providers = available_providers(execution_provider)
-        self.sessions = [make_session(self.dir / s.file, self.providers, intra_op_threads)
+        self.device_id = device_id
+        self.sessions = [make_session(self.dir / s.file, self.providers, intra_op_threads, device_id)
                          for s in self.manifest.stages]
         for spec, sess in zip(self.manifest.stages, self.sessions):
             names_in = {i.name for i in sess.get_inputs()}
@@ -237,6 +255,13 @@ class StageRunner:
         for name, s in self.last_use.items():
             if s < n:
                 self.drop_after[s].append(name)
+        # the device path, or None (host numpy between stages); why it is off, when it was asked for and is not
+        self.resident: DeviceTensors | None = None
+        self.resident_refused: str | None = None
+        if device_tensors:
+            tensors = DeviceTensors(self.providers, device_id)
+            self.resident_refused = self._check_resident(tensors)
+            self.resident = tensors if self.resident_refused is None else None
 
     @property
     def n_stages(self) -> int:
@@ -250,19 +275,94 @@ class StageRunner:
         after this stage, so an in-place stage may write its output over its input when that array is writable
         and C-contiguous. Model inputs are never overwritten (not eligible)."""
         spec = self.manifest.stages[stage]
-        options = None
-        if stage in self._shrink_pending:
-            self._shrink_pending.discard(stage)
-            if self._shrink_options is None:
-                from .memory import shrinking_run_options
-
-                self._shrink_options = shrinking_run_options(self.providers)
-            options = self._shrink_options
+        options = self._run_options(stage)
         step = self.inplace.get(stage) if owned else None
         if step is not None and usable(feeds[step.input], step):
             return {step.output: run_inplace(self.sessions[stage], step, feeds, options)}
         res = self.sessions[stage].run(spec.outputs, dict(feeds), options)
         return dict(zip(spec.outputs, res))
+
+    def _run_options(self, stage: int) -> Any:
+        if stage not in self._shrink_pending:
+            return None
+        self._shrink_pending.discard(stage)
+        if self._shrink_options is None:
+            from .memory import shrinking_run_options
+
+            self._shrink_options = shrinking_run_options(self.providers)
+        return self._shrink_options
+
+    # -- the served path: host numpy, or device tensors (sessions/device_tensors.py) ------------------------------
+    def join(self, parts: list[tuple[Any, int]]) -> Any:
+        """Samples' rows (tensor, row) as one stage input: ``join_rows`` on the host path, a device batch else."""
+        return join_rows(parts) if self.resident is None else self.resident.join(parts)
+
+    def to_host(self, parts: list[tuple[Any, int]]) -> np.ndarray:
+        """Samples' rows of a model output as the host array an answer carries."""
+        return join_rows(parts) if self.resident is None else self.resident.to_host(parts)
+
+    def run_resident(self, stage: int, feeds: Mapping[str, Any], *, owned: bool = False) -> dict[str, Any]:
+        """``run`` on the served path: outputs stay on the device (OrtValues, or ``Rows`` where an in-place stage
+        wrote over its input) when the device path is on. ``owned`` as in ``run``."""
+        dev = self.resident
+        if dev is None:
+            return self.run(stage, feeds, owned=owned)
+        spec = self.manifest.stages[stage]
+        sess = self.sessions[stage]
+        io = sess.io_binding()
+        for name, feed in feeds.items():
+            dev.bind(io, name, feed)
+        step = self.inplace.get(stage) if owned else None
+        over = feeds.get(step.input) if step is not None else None
+        if over is not None and not isinstance(over, np.ndarray):  # a device tensor this batch owns
+            dev.bind_over(io, step.output, over)
+            try:
+                sess.run_with_iobinding(io, self._run_options(stage))
+            except Exception as e:
+                raise InPlaceRunError(f"{type(e).__name__}: {e} (in-place stage: its input buffer was consumed)") \
+                    from e
+            return {step.output: over}
+        for name in spec.outputs:
+            io.bind_output(name, dev.device, dev.device_id)
+        sess.run_with_iobinding(io, self._run_options(stage))
+        return dict(zip(spec.outputs, io.get_outputs()))
+
+    def run_all_resident(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``run_all`` through the served path (host answers): the load-time check and device profiling."""
+        tensors: dict[str, Any] = dict(inputs)
+        for spec in self.manifest.stages:
+            tensors.update(self.run_resident(spec.index, {i.name: tensors[i.name] for i in spec.inputs}, owned=True))
+        return {o: self.to_host([(tensors[o], k) for k in range(_batch_of(tensors[o]))]) for o in self.output_names}
+
+    def _fresh(self, t: Any) -> Any:
+        return t.copy() if self.resident is None else self.resident.fresh(t)
+
+    def _check_resident(self, tensors: DeviceTensors) -> str | None:
+        """None where the device path answers a warm-up batch bit for bit as the host path does, else why not.
+
+        The batch is two samples from two arrays, so that the first stage joins them on the device (Concat) and
+        later stages pass consecutive rows by pointer, as served."""
+        ref_in = self.sample_inputs(2, seed=7)
+        try:
+            want = self.run_all({k: v.copy() for k, v in ref_in.items()})
+            self.resident = tensors
+            parts = {k: [v[0:1].copy(), v[1:2].copy()] for k, v in ref_in.items()}
+            first = {i.name: tensors.join([(parts[i.name][0], 0), (parts[i.name][1], 0)])
+                     for i in self.manifest.stages[0].inputs if i.source is None}
+            feeds = {**{k: v.copy() for k, v in ref_in.items()}, **first}
+            got = self.run_all_resident(feeds)
+        except Exception as e:  # noqa: BLE001 - any failure means: serve through host numpy
+            return f"the device path failed on a warm-up batch ({type(e).__name__}: {e})"
+        finally:
+            self.resident = None
+        for name, w in want.items():
+            g = got[name]
+            if g.shape != w.shape or g.dtype != w.dtype or g.tobytes() != w.tobytes():
+                diff = (float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64))))
+                        if g.shape == w.shape else float("nan"))
+                return f"the device path's {name!r} differs from the host path's on a warm-up batch " \
+                       f"(largest difference {diff:.3g})"
+        return None
 
     def release_arenas(self) -> None:
         """Make each stage's next run give back the arena memory it does not use (backend/memory.py): onnxruntime
@@ -308,18 +408,18 @@ class StageRunner:
         times: list[list[list[float]]] = [[[] for _ in sizes] for _ in range(self.n_stages)]
         for rnd in range(n_rounds):
             for k, b in enumerate(sizes):
-                tensors: dict[str, np.ndarray] = self.sample_inputs(b)
+                tensors: dict[str, Any] = self.sample_inputs(b)
                 for spec in self.manifest.stages:
                     feeds = {i.name: tensors[i.name] for i in spec.inputs}
                     step = self.inplace.get(spec.index)
                     if rnd == 0:
                         for _ in range(warmup):
-                            self.run(spec.index, feeds)
+                            self.run_resident(spec.index, feeds)
                     for _ in range(per_round):
                         # an in-place stage runs as served: on a fresh copy of its input (made outside the timing)
-                        run_feeds = feeds if step is None else {**feeds, step.input: feeds[step.input].copy()}
+                        run_feeds = feeds if step is None else {**feeds, step.input: self._fresh(feeds[step.input])}
                         t0 = time.perf_counter()
-                        out = self.run(spec.index, run_feeds, owned=True)
+                        out = self.run_resident(spec.index, run_feeds, owned=True)  # as served: on the device path
                         times[spec.index][k].append(time.perf_counter() - t0)
                     tensors.update(out)
         rows = [[max(float(np.median(cell)), 1e-7) for cell in stage_times] for stage_times in times]
@@ -328,6 +428,12 @@ class StageRunner:
         return LatencyTable(graph, sizes, rows, meta=meta, provenance=provenance or (
             f"lazybatch backend profile, onnxruntime {self.providers[0]}, median of {n_rounds} interleaved rounds "
             f"x {per_round} runs, monotone fit")).monotone()
+
+
+def _batch_of(t: Any) -> int:
+    if isinstance(t, Rows):
+        return t.n
+    return t.shape[0] if isinstance(t, np.ndarray) else t.shape()[0]
 
 
 def profile_batch_sizes(max_batch_size: int) -> list[int]:

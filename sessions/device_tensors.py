@@ -1,0 +1,195 @@
+"""Stage tensors kept on the execution provider's device between stages (onnxruntime IOBinding).
+
+Why: through ``session.run`` every stage copies its inputs to the device and its outputs back to host numpy. On an
+H200 that made the CUDA stage chain 5.8x the whole graph at batch 1 and 17-19x at batch 8-64, while the same chain
+with its tensors left on the device took 1.07-1.49x (docs/deploy.md). Here a stage's outputs stay ``OrtValue``s on
+the device; a sample keeps a row of one, as on the host path (``backend/rows.py``); and a sub-batch is formed on
+the device:
+
+- rows that are consecutive rows of one tensor are bound by pointer (``Rows``): no copy, as ``join_rows`` slices;
+- anything else is one ``Concat`` of such row ranges, run by a small session of its own on the same provider and
+  cached per (parts, element type, rank);
+- a model input is uploaded once, when a stage first needs it, and kept while its array lives;
+- model outputs come back to host memory only at the end (``to_host``).
+
+On the CPU provider the same code runs (uploads are free there: the ``OrtValue`` wraps the numpy memory), which is
+how CI checks it against the host path bit for bit. No host synchronisation is added between stages: each
+``run_with_iobinding`` ends as ``session.run`` does.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Rows ``start .. start+n`` of a device tensor, bound by pointer: a sub-batch of consecutive rows, no copy."""
+
+    value: Any  # an onnxruntime OrtValue on the device
+    start: int
+    n: int
+
+
+Feed = Any  # what a resident stage takes per input: an OrtValue, ``Rows`` of one, or a host numpy array
+
+
+def device_of(providers: Sequence[str]) -> str:
+    """IOBinding's device name for the first provider: the device a session's tensors live on."""
+    return "cuda" if providers and providers[0] == "CUDAExecutionProvider" else "cpu"
+
+
+def provider_list(providers: Sequence[str], device_id: int = 0) -> list[Any]:
+    """onnxruntime's providers argument: the CUDA provider on the GPU Triton assigned the instance
+    (``model_instance_device_id``), not always GPU 0."""
+    return [(p, {"device_id": str(device_id)}) if p == "CUDAExecutionProvider" and device_id else p
+            for p in providers]
+
+
+def _np_type(element_type: int) -> np.dtype:
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    return np.dtype(tensor_dtype_to_np_dtype(element_type))
+
+
+class DeviceTensors:
+    """Uploads, joins, binds and downloads the tensors of one model instance's sessions on one device."""
+
+    def __init__(self, providers: Sequence[str], device_id: int = 0, *, intra_op_threads: int = 0) -> None:
+        self.providers = list(providers)
+        self.device = device_of(self.providers)
+        self.device_id = device_id
+        self.intra_op_threads = intra_op_threads
+        self._uploads: dict[int, Any] = {}  # id(numpy array) -> its OrtValue on the device, while the array lives
+        self._concat: dict[tuple[int, int, int], Any] = {}  # (parts, element type, rank) -> Concat session
+        self.uploads = 0  # counted for tests and the stats JSON: a model input is uploaded once
+        self.concats = 0
+
+    # -- host to device -------------------------------------------------------------------------------------------
+    def value(self, arr: Any) -> Any:
+        """The device tensor for ``arr`` (an OrtValue as it is; a numpy array uploaded once per array)."""
+        if not isinstance(arr, np.ndarray):
+            return arr
+        key = id(arr)
+        got = self._uploads.get(key)
+        if got is None:
+            import onnxruntime as ort
+
+            got = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr), self.device, self.device_id)
+            self._uploads[key] = got
+            weakref.finalize(arr, self._uploads.pop, key, None)
+            self.uploads += 1
+        return got
+
+    # -- sub-batches ------------------------------------------------------------------------------------------------
+    def join(self, parts: Sequence[tuple[Any, int]]) -> Feed:
+        """The rows as one device batch: ``Rows`` (no copy) where they are consecutive rows of one tensor, else one
+        Concat of row ranges on the device. A part is (tensor, row): the tensor an OrtValue, ``Rows`` (an in-place
+        stage's output) or a host array (a model input)."""
+        segs: list[list[Any]] = []  # [value, start, n]
+        for t, k in parts:
+            if isinstance(t, Rows):
+                t, k = t.value, t.start + k
+            v = self.value(t)
+            last = segs[-1] if segs else None
+            if last is not None and last[0] is v and last[1] + last[2] == k:
+                last[2] += 1
+            else:
+                segs.append([v, k, 1])
+        if len(segs) == 1:
+            v, k, n = segs[0]
+            return v if k == 0 and n == v.shape()[0] else Rows(v, k, n)
+        return self._concat_run([Rows(v, k, n) for v, k, n in segs])
+
+    def fresh(self, feed: Feed) -> Any:
+        """A copy of ``feed`` on the device that the caller owns (profiling an in-place stage, as ``ndarray.copy``)."""
+        if isinstance(feed, np.ndarray):
+            import onnxruntime as ort
+
+            return ort.OrtValue.ortvalue_from_numpy(feed.copy(), self.device, self.device_id)
+        rows = feed if isinstance(feed, Rows) else Rows(feed, 0, feed.shape()[0])
+        return self._concat_run([rows])
+
+    def _concat_run(self, segs: list[Rows]) -> Any:
+        first = segs[0].value
+        key = (len(segs), first.element_type(), len(first.shape()))
+        sess = self._concat.get(key)
+        if sess is None:
+            sess = self._concat[key] = self._concat_session(*key)
+        io = sess.io_binding()
+        for j, r in enumerate(segs):
+            self.bind(io, f"x{j}", r)
+        io.bind_output("y", self.device, self.device_id)
+        sess.run_with_iobinding(io)
+        self.concats += 1
+        return io.get_outputs()[0]
+
+    def _concat_session(self, k: int, element_type: int, rank: int) -> Any:
+        """Concat of k tensors along the batch axis, dims symbolic, on this device's provider."""
+        import onnx
+        import onnxruntime as ort
+        from onnx import helper
+
+        from .threads import session_options
+
+        dims = lambda j: [f"d{d}_{j}" for d in range(rank)]  # noqa: E731 - symbolic, every part its own
+        inputs = [helper.make_tensor_value_info(f"x{j}", element_type, dims(j)) for j in range(k)]
+        out = helper.make_tensor_value_info("y", element_type, [f"y{d}" for d in range(rank)])
+        node = helper.make_node("Concat", [f"x{j}" for j in range(k)], ["y"], axis=0)
+        graph = helper.make_graph([node], f"lazybatch_join_{k}", inputs, [out])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = min(model.ir_version, 8)
+        onnx.checker.check_model(model)
+        return ort.InferenceSession(model.SerializeToString(), sess_options=session_options(1),
+                                    providers=provider_list(self.providers, self.device_id))
+
+    # -- binding ----------------------------------------------------------------------------------------------------
+    def bind(self, io: Any, name: str, feed: Feed) -> None:
+        """Bind one input: an OrtValue as it is, ``Rows`` by pointer into its tensor, a host array uploaded."""
+        if isinstance(feed, Rows):
+            v = feed.value
+            shape = v.shape()
+            dtype = _np_type(v.element_type())
+            row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+            io.bind_input(name, self.device, self.device_id, dtype, [feed.n, *shape[1:]],
+                          v.data_ptr() + feed.start * row_bytes)
+        else:
+            io.bind_ortvalue_input(name, self.value(feed))
+
+    def bind_over(self, io: Any, name: str, feed: Feed) -> None:
+        """Bind output ``name`` to ``feed``'s own memory (an in-place stage writes over its input)."""
+        if isinstance(feed, Rows):
+            v = feed.value
+            shape = v.shape()
+            dtype = _np_type(v.element_type())
+            row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+            io.bind_output(name, self.device, self.device_id, dtype, [feed.n, *shape[1:]],
+                           v.data_ptr() + feed.start * row_bytes)
+        else:
+            io.bind_ortvalue_output(name, feed)
+
+    # -- device to host ---------------------------------------------------------------------------------------------
+    def to_host(self, parts: Sequence[tuple[Any, int]]) -> np.ndarray:
+        """The rows as one host array that owns its memory (the answer Triton copies out)."""
+        feed = self.join(parts)
+        if isinstance(feed, np.ndarray):
+            return feed.copy()
+        if isinstance(feed, Rows):
+            feed = self._concat_run([feed])
+        out = feed.numpy()  # on the CPU a view of onnxruntime's buffer: copied so the answer owns its memory
+        return out.copy() if self.device == "cpu" else out
+
+
+def host(feeds: Mapping[str, Any], tensors: DeviceTensors) -> dict[str, np.ndarray]:
+    """Device outputs (OrtValues or ``Rows``) as host arrays: reference runs and the load-time check."""
+    return {k: tensors.to_host([(v, i) for i in range(_rows(v))]) for k, v in feeds.items()}
+
+
+def _rows(v: Any) -> int:
+    if isinstance(v, Rows):
+        return v.n
+    return v.shape[0] if isinstance(v, np.ndarray) else v.shape()[0]
