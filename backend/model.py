@@ -103,6 +103,9 @@ class TritonPythonModel:
                                  intra_op_threads=s.intra_op_threads, inplace_residuals=s.inplace_residuals,
                                  device_tensors=kind == "stages" and wants_device_tensors(s),
                                  device_id=device_id)
+            if runner.resident is not None:
+                print(f"lazybatch: {s.name}: stage tensors stay on the {runner.resident.device} device between "
+                      "stages (device_tensors)", file=sys.stderr)
             if runner.resident_refused:
                 print(f"lazybatch: {s.name}: device_tensors off, serving through host numpy: "
                       f"{runner.resident_refused}", file=sys.stderr)
@@ -132,7 +135,8 @@ class TritonPythonModel:
                                         cpu_share=self.cpu_share)  # + the CPU share's
             if pb_utils is not None:  # outside Triton (unit tests) the bookkeeping runs, nothing is exported
                 self.exporter = TritonMetricsExporter(self.metrics, pb_utils, s.metrics_interval_ms / 1e3)
-        stats = self.logs.stats_file({"model": s.name, "policy": s.policy, "fused": parts.fused},
+        stats = self.logs.stats_file({"model": s.name, "policy": s.policy, "fused": parts.fused,
+                                      "device_tensors": getattr(parts.runner, "resident", None) is not None},
                                      lambda: self.gate)
         inline_ok = parts.whole is not None and self._inline_allowed(cfg)
         membership = None

@@ -1,0 +1,71 @@
+"""The device-resident stage path (``device_tensors: "true"``) on a real tritonserver, on onnxruntime's CPU provider:
+the same models with host numpy between stages answer the same bits, one request at a time, under eager and lazy;
+a burst from many clients is answered once each with its result; a bad request gets its error and harms no other.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from lazybatch.client.api import Client
+from lazybatch.repo import add_model
+from lazybatch.serving import TritonServer, free_port
+from lazybatch.staging import make_mlp
+
+POLICIES = ("eager", "lazy")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("device_tensors")
+    model = make_mlp(root / "mlp.onnx", in_dim=16, width=64, depth=6, out_dim=8)
+    repo = root / "models"
+    for policy in POLICIES:
+        for resident in ("true", "false"):
+            add_model(model, repo, name=f"{policy}_{resident}", policy=policy, max_batch_size=8, profile_reps=1,
+                      execution_provider="cpu", parameters={"device_tensors": resident})
+    log = root / "tritonserver.log"
+    srv = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), log_file=log,
+                       env={"OMP_NUM_THREADS": "1"})
+    srv.start(timeout=300)
+    try:
+        yield srv, model, log
+    finally:
+        assert srv.stop() == 0
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_device_path_answers_the_host_paths_bits(server, policy):
+    srv, model, log = server
+    text = log.read_text()
+    assert f"lazybatch: {policy}_true: stage tensors stay on the cpu device between stages" in text
+    assert f"lazybatch: {policy}_false: stage tensors stay" not in text
+    rng = np.random.default_rng(3)
+    with Client(srv.endpoints.grpc) as c:
+        for batch in (1, 3, 8):
+            x = rng.standard_normal((batch, 16)).astype(np.float32)
+            dev, host = c.infer(f"{policy}_true", {"x": x})["y"], c.infer(f"{policy}_false", {"x": x})["y"]
+            assert dev.tobytes() == host.tobytes()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_burst_on_the_device_path_is_answered_once_each(server, policy):
+    srv, model, _ = server
+    whole = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    xs = [np.random.default_rng(k).standard_normal((1 + k % 3, 16)).astype(np.float32) for k in range(48)]
+
+    def one(k: int):
+        with Client(srv.endpoints.grpc) as c:
+            if k == 5:  # one bad request among them: its error, the others unharmed
+                with pytest.raises(Exception, match=r"(?i)shape"):
+                    c.infer(f"{policy}_true", {"x": np.zeros((1, 15), np.float32)})
+            return c.infer(f"{policy}_true", {"x": xs[k]})["y"]
+
+    with cf.ThreadPoolExecutor(12) as pool:
+        got = list(pool.map(one, range(len(xs))))
+    for x, y in zip(xs, got):
+        np.testing.assert_allclose(y, whole.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
