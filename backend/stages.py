@@ -178,8 +178,9 @@ def available_providers(preference: str = "auto") -> list[str]:
 
 
 def wants_device_tensors(settings: Any) -> bool:
-    """``device_tensors``: auto keeps tensors on the device where the provider is not the CPU (there the copies
-    through host numpy cost most; on the CPU provider the two paths measured level, docs/onnx.md)."""
+    """``device_tensors``: auto keeps tensors on the device where the provider is not the CPU: there every stage's
+    copies through host numpy cost most (docs/deploy.md); on the CPU provider host numpy stays the default, the
+    device path not yet benchmarked against it."""
     mode = settings.device_tensors
     if mode == "auto":
         return available_providers(settings.execution_provider)[0] != "CPUExecutionProvider"
