@@ -20,7 +20,7 @@ from lazybatch.batcher.graph import ModelGraph, Stage, StageType
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.formats.dtypes import NUMPY_TO_TRITON, TRITON_TO_NUMPY
 from lazybatch.formats.example_dims import feed_shape
-from lazybatch.sessions.device_tensors import DeviceTensors, Rows, provider_list
+from lazybatch.sessions.device_tensors import DeviceTensors, provider_list, rows_of
 from lazybatch.sessions.inplace import InPlaceRunError, run_inplace, usable
 
 from .rows import join_rows
@@ -333,7 +333,7 @@ class StageRunner:
         tensors: dict[str, Any] = dict(inputs)
         for spec in self.manifest.stages:
             tensors.update(self.run_resident(spec.index, {i.name: tensors[i.name] for i in spec.inputs}, owned=True))
-        return {o: self.to_host([(tensors[o], k) for k in range(_batch_of(tensors[o]))]) for o in self.output_names}
+        return {o: self.to_host([(tensors[o], k) for k in range(rows_of(tensors[o]))]) for o in self.output_names}
 
     def _fresh(self, t: Any) -> Any:
         return t.copy() if self.resident is None else self.resident.fresh(t)
@@ -429,12 +429,6 @@ class StageRunner:
         return LatencyTable(graph, sizes, rows, meta=meta, provenance=provenance or (
             f"lazybatch backend profile, onnxruntime {self.providers[0]}, median of {n_rounds} interleaved rounds "
             f"x {per_round} runs, monotone fit")).monotone()
-
-
-def _batch_of(t: Any) -> int:
-    if isinstance(t, Rows):
-        return t.n
-    return t.shape[0] if isinstance(t, np.ndarray) else t.shape()[0]
 
 
 def profile_batch_sizes(max_batch_size: int) -> list[int]:

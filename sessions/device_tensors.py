@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -151,24 +151,14 @@ class DeviceTensors:
     def bind(self, io: Any, name: str, feed: Feed) -> None:
         """Bind one input: an OrtValue as it is, ``Rows`` by pointer into its tensor, a host array uploaded."""
         if isinstance(feed, Rows):
-            v = feed.value
-            shape = v.shape()
-            dtype = _np_type(v.element_type())
-            row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
-            io.bind_input(name, self.device, self.device_id, dtype, [feed.n, *shape[1:]],
-                          v.data_ptr() + feed.start * row_bytes)
+            io.bind_input(name, self.device, self.device_id, *_pointer(feed))
         else:
             io.bind_ortvalue_input(name, self.value(feed))
 
     def bind_over(self, io: Any, name: str, feed: Feed) -> None:
         """Bind output ``name`` to ``feed``'s own memory (an in-place stage writes over its input)."""
         if isinstance(feed, Rows):
-            v = feed.value
-            shape = v.shape()
-            dtype = _np_type(v.element_type())
-            row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
-            io.bind_output(name, self.device, self.device_id, dtype, [feed.n, *shape[1:]],
-                           v.data_ptr() + feed.start * row_bytes)
+            io.bind_output(name, self.device, self.device_id, *_pointer(feed))
         else:
             io.bind_ortvalue_output(name, feed)
 
@@ -184,12 +174,17 @@ class DeviceTensors:
         return out.copy() if self.device == "cpu" else out
 
 
-def host(feeds: Mapping[str, Any], tensors: DeviceTensors) -> dict[str, np.ndarray]:
-    """Device outputs (OrtValues or ``Rows``) as host arrays: reference runs and the load-time check."""
-    return {k: tensors.to_host([(v, i) for i in range(_rows(v))]) for k, v in feeds.items()}
+def _pointer(rows: Rows) -> tuple[np.dtype, list[int], int]:
+    """(element type, shape, address) of ``rows`` inside its tensor: what IOBinding binds by pointer."""
+    v = rows.value
+    shape = v.shape()
+    dtype = _np_type(v.element_type())
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+    return dtype, [rows.n, *shape[1:]], v.data_ptr() + rows.start * row_bytes
 
 
-def _rows(v: Any) -> int:
-    if isinstance(v, Rows):
-        return v.n
-    return v.shape[0] if isinstance(v, np.ndarray) else v.shape()[0]
+def rows_of(t: Any) -> int:
+    """The batch size of a stage tensor on either path: a host array, an OrtValue or ``Rows``."""
+    if isinstance(t, Rows):
+        return t.n
+    return t.shape[0] if isinstance(t, np.ndarray) else t.shape()[0]
