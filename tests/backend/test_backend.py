@@ -24,7 +24,8 @@ from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
 from lazybatch.cli import main
 from lazybatch.repo import add_model
-from lazybatch.staging import batchable_light_model, make_mlp, split_model
+from lazybatch.staging import batchable_light_model, split_model
+from tests.backendhelpers import relu_split_mlp
 
 SPEC = [TensorSpec("x", np.dtype(np.float32), (4, -1))]
 
@@ -138,13 +139,7 @@ def test_config_parse_error_names_the_file(tmp_path):
 
 @pytest.fixture(scope="module")
 def mlp(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mlp")
-    model = make_mlp(root / "mlp.onnx", in_dim=16, width=32, depth=5, out_dim=8)
-    import onnx
-
-    relus = [i for i, n in enumerate(onnx.load(str(model)).graph.node) if n.op_type == "Relu"]
-    stages = split_model(model, root / "stages", cut_after=relus)
-    return model, stages
+    return relu_split_mlp(tmp_path_factory.mktemp("mlp"), depth=5)
 
 
 def test_split_stages_compose_to_the_whole_graph(mlp):

@@ -18,9 +18,9 @@ from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Request, Status
 from lazybatch.sessions.device_tensors import DeviceTensors, Rows
-from lazybatch.staging import make_mlp, split_model
 
 from tests.backend.test_backend import Collector
+from tests.backendhelpers import relu_split_mlp
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +37,7 @@ def resnet(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mlp(tmp_path_factory):
-    import onnx
-
-    root = tmp_path_factory.mktemp("resident_mlp")
-    model = make_mlp(root / "mlp.onnx", in_dim=16, width=32, depth=5, out_dim=8)
-    relus = [i for i, n in enumerate(onnx.load(str(model)).graph.node) if n.op_type == "Relu"]
-    return model, split_model(model, root / "stages", cut_after=relus)
+    return relu_split_mlp(tmp_path_factory.mktemp("resident_mlp"), depth=5)
 
 
 def test_join_binds_consecutive_rows_and_concats_the_rest():

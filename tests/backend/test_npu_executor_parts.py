@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import onnx
 import pytest
 
 from lazybatch.backend.settings import BackendSettings, parse_config_text
@@ -18,15 +17,12 @@ from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher import LatencyTable, ModelGraph, StageType
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.npu_repo import add_npu_model
-from lazybatch.staging import make_mlp, split_model
+from tests.backendhelpers import relu_split_mlp
 
 
 @pytest.fixture(scope="module")
 def mlp(tmp_path_factory):
-    root = tmp_path_factory.mktemp("npu_exec")
-    model = make_mlp(root / "mlp.onnx", in_dim=16, width=32, depth=3, out_dim=8)
-    relus = [i for i, n in enumerate(onnx.load(str(model)).graph.node) if n.op_type == "Relu"]
-    return model, split_model(model, root / "stages", cut_after=relus)
+    return relu_split_mlp(tmp_path_factory.mktemp("npu_exec"), depth=3)
 
 
 def _cfg(params: dict[str, str]):
