@@ -309,24 +309,18 @@ class StageRunner:
         if dev is None:
             return self.run(stage, feeds, owned=owned)
         spec = self.manifest.stages[stage]
-        sess = self.sessions[stage]
-        io = sess.io_binding()
-        for name, feed in feeds.items():
-            dev.bind(io, name, feed)
         step = self.inplace.get(stage) if owned else None
         over = feeds.get(step.input) if step is not None else None
         if over is not None and not isinstance(over, np.ndarray):  # a device tensor this batch owns
-            dev.bind_over(io, step.output, over)
             try:
-                sess.run_with_iobinding(io, self._run_options(stage))
+                out = dev.run(self.sessions[stage], dict(feeds), spec.outputs, over=(step.output, over),
+                              options=self._run_options(stage))
             except Exception as e:
                 raise InPlaceRunError(f"{type(e).__name__}: {e} (in-place stage: its input buffer was consumed)") \
                     from e
-            return {step.output: over}
-        for name in spec.outputs:
-            io.bind_output(name, dev.device, dev.device_id)
-        sess.run_with_iobinding(io, self._run_options(stage))
-        return dict(zip(spec.outputs, io.get_outputs()))
+            return {step.output: out[0]}
+        return dict(zip(spec.outputs, dev.run(self.sessions[stage], dict(feeds), spec.outputs,
+                                              options=self._run_options(stage))))
 
     def run_all_resident(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``run_all`` through the served path (host answers): the load-time check and device profiling."""

@@ -13,6 +13,7 @@ import numpy as np
 
 from lazybatch.batcher.errors import ConfigError
 
+from .device_tensors import DeviceTensors
 from .inplace import InPlace, run_inplace, usable, verified_plan
 from .ort_optimize import check_host
 
@@ -71,14 +72,19 @@ class StageChain:
 
     ``inplace``: stages whose output may overwrite their residual-shortcut input do so (inplace.py says which and
     why); the outputs are the same bit for bit. Off, every stage runs with a plain ``session.run``.
+
+    ``device_tensors``: stage tensors stay OrtValues on the provider's device between stages (device_tensors.py),
+    as the Triton backend serves them off the CPU; ``run_stage`` then leaves device tensors in ``env`` and
+    ``run_chain`` / ``run_whole`` still answer host arrays. Off, numpy arrays pass between stages.
     """
 
     def __init__(self, directory: str | Path, manifest: Mapping[str, Any],
                  providers: Sequence[str] = ("CPUExecutionProvider",), threads: int = 0, whole: bool = True,
-                 spinning: bool = False, inplace: bool = True) -> None:
+                 spinning: bool = False, inplace: bool = True, device_tensors: bool = False) -> None:
         d = Path(directory)
         check_host(manifest, f"the stages in {d}")
         self.manifest = manifest
+        self.tensors = DeviceTensors(providers) if device_tensors else None
         self.whole = make_session(d / manifest["whole_model"], providers, threads, spinning) if whole else None
         self.stages = [make_session(d / st["file"], providers, threads, spinning) for st in manifest["stages"]]
         self.inplace: dict[int, InPlace] = verified_plan(d, manifest, self.stages) if inplace else {}
@@ -86,7 +92,16 @@ class StageChain:
     def run_whole(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         assert self.whole is not None
         names = [o.name for o in self.whole.get_outputs()]
+        if self.tensors is not None:
+            return {n: self.tensors.host(v) for n, v in self.run_whole_resident(feeds).items()}
         return dict(zip(names, self.whole.run(names, dict(feeds))))
+
+    def run_whole_resident(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """The whole graph with its outputs left on the device (what a served whole-graph span does before the
+        answers are copied out); host arrays in ``feeds`` are uploaded once per array. Device mode only."""
+        assert self.whole is not None and self.tensors is not None
+        names = [o.name for o in self.whole.get_outputs()]
+        return dict(zip(names, self.tensors.run(self.whole, dict(feeds), names)))
 
     def stage_feeds(self, k: int, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {i["name"]: env[i["name"]] for i in self.manifest["stages"][k]["inputs"]}
@@ -98,10 +113,15 @@ class StageChain:
         st = self.manifest["stages"][k]
         feeds = self.stage_feeds(k, env)
         step = self.inplace.get(k) if inplace else None
+        names = [o["name"] for o in st["outputs"]]
+        if self.tensors is not None:  # a device tensor made by an earlier stage is the caller's to give up
+            over = feeds[step.input] if step is not None else None
+            where = (step.output, over) if over is not None and not isinstance(over, np.ndarray) else None
+            env.update(zip(names, self.tensors.run(self.stages[k], feeds, names, over=where)))
+            return
         if step is not None and usable(feeds[step.input], step):
             env[step.output] = run_inplace(self.stages[k], step, feeds)
             return
-        names = [o["name"] for o in st["outputs"]]
         env.update(zip(names, self.stages[k].run(names, feeds)))
 
     def run_chain(self, feeds: Mapping[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
@@ -111,5 +131,6 @@ class StageChain:
         for k in range(len(self.stages)):
             self.run_stage(k, env, inplace=not keep_all)
         if keep_all:
-            return env
-        return {o["name"]: env[o["name"]] for o in self.manifest["graph_outputs"]}
+            return env if self.tensors is None else {n: self.tensors.host(v) for n, v in env.items()}
+        outs = {o["name"]: env[o["name"]] for o in self.manifest["graph_outputs"]}
+        return outs if self.tensors is None else {n: self.tensors.host(v) for n, v in outs.items()}

@@ -162,16 +162,37 @@ class DeviceTensors:
         else:
             io.bind_ortvalue_output(name, feed)
 
+    # -- running a session ------------------------------------------------------------------------------------------
+    def run(self, sess: Any, feeds: dict[str, Feed], outputs: Sequence[str], *, over: tuple[str, Any] | None = None,
+            options: Any = None) -> list[Any]:
+        """One run of ``sess`` with every tensor on the device: ``feeds`` bound, ``outputs`` left on the device
+        (OrtValues). ``over`` = (output, a device feed): that output is written over the feed's memory (an in-place
+        residual stage) and the feed itself is returned for it. The served path and the profiler share this."""
+        io = sess.io_binding()
+        for name, feed in feeds.items():
+            self.bind(io, name, feed)
+        if over is not None:
+            self.bind_over(io, *over)
+            sess.run_with_iobinding(io, options)
+            return [over[1]]
+        for name in outputs:
+            io.bind_output(name, self.device, self.device_id)
+        sess.run_with_iobinding(io, options)
+        return list(io.get_outputs())
+
     # -- device to host ---------------------------------------------------------------------------------------------
-    def to_host(self, parts: Sequence[tuple[Any, int]]) -> np.ndarray:
-        """The rows as one host array that owns its memory (the answer Triton copies out)."""
-        feed = self.join(parts)
+    def host(self, feed: Feed) -> np.ndarray:
+        """One device tensor (or ``Rows`` of one) as a host array that owns its memory."""
         if isinstance(feed, np.ndarray):
             return feed.copy()
         if isinstance(feed, Rows):
             feed = self._concat_run([feed])
         out = feed.numpy()  # on the CPU a view of onnxruntime's buffer: copied so the answer owns its memory
         return out.copy() if self.device == "cpu" else out
+
+    def to_host(self, parts: Sequence[tuple[Any, int]]) -> np.ndarray:
+        """The rows as one host array that owns its memory (the answer Triton copies out)."""
+        return self.host(self.join(parts))
 
 
 def _pointer(rows: Rows) -> tuple[np.dtype, list[int], int]:

@@ -30,6 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--inplace-residuals", choices=["true", "false"], default="true",
                    help="true (default): residual stages write their output over their shortcut input, as the "
                         "Triton backend runs them (its parameter of the same name; docs/onnx.md); false: plain runs")
+    p.add_argument("--device-tensors", choices=["auto", "true", "false"], default="auto",
+                   help="auto (default): stage tensors stay on the provider's device between stages for any "
+                        "provider but the CPU's, as the Triton backend serves them (its parameter of the same name; "
+                        "docs/deploy.md), so the table carries no host copies; true / false: always / never")
     p.add_argument("--out", type=Path, help="latency table path, .json or .csv (default DIR/latency.json)")
     p.add_argument("--plot", type=Path, help="plot path (default: next to the table, .png)")
     p.add_argument("--no-plot", action="store_true", help="do not draw the plot")
@@ -61,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     table = profile_dir(args.dir, batch_sizes=sizes, provider=args.provider, warmup=args.warmup,
                         repeat=args.repeat, threads=args.threads, seed=args.seed, whole=not args.no_whole,
                         length_histogram=args.length_histogram, spinning=args.spin,
-                        inplace=args.inplace_residuals == "true")
+                        inplace=args.inplace_residuals == "true",
+                        device_tensors=None if args.device_tensors == "auto" else args.device_tensors == "true")
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix, dir=out.parent)
     os.close(fd)
     try:

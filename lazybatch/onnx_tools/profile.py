@@ -95,9 +95,10 @@ def _stage_times(chain: StageChain, k: int, stage_in: Mapping[str, np.ndarray], 
     step = chain.inplace.get(k)
     if step is None:
         return call_times(lambda: chain.run_stage(k, dict(stage_in)), warmup, repeat)
+    fresh = (lambda a: a.copy()) if chain.tensors is None else chain.tensors.fresh
     times = []
     for r in range(warmup + repeat):
-        env = {**stage_in, step.input: stage_in[step.input].copy()}
+        env = {**stage_in, step.input: fresh(stage_in[step.input])}
         t0 = time.perf_counter()
         chain.run_stage(k, env)
         if r >= warmup:
@@ -109,19 +110,28 @@ def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_B
                 provider: str = "CPUExecutionProvider", warmup: int = 2, repeat: int = 5, threads: int = 0,
                 seed: int = 0, progress: bool = True, whole: bool = True,
                 length_histogram: str | Path | None = None, spinning: bool = False,
-                inplace: bool = True, rounds: int = 3) -> LatencyTable:
+                inplace: bool = True, rounds: int = 3, device_tensors: bool | None = None) -> LatencyTable:
     """Profile a stage directory into a latency table (median per cell, monotone fit; see the module docstring).
 
     ``repeat`` timed runs per (stage, batch size) are spread over ``rounds`` interleaved rounds, at least one per
     round (``ceil(repeat / rounds)`` each); ``warmup`` untimed runs precede a cell's first round. The whole graph
     (``whole``) is timed in the same rounds and fitted the same way. ``meta["profile"]`` records
-    ``{"rounds", "reps" (per round), "statistic": "median", "monotone_fit": true}``."""
+    ``{"rounds", "reps" (per round), "statistic": "median", "monotone_fit": true}``.
+
+    ``device_tensors`` (None: on for any provider but the CPU's, as the backend's ``device_tensors: auto``): stage
+    tensors stay on the provider's device between stages and the whole graph's outputs too, so that the table
+    carries no host copies the served path does not make; model inputs are uploaded before the timed runs, for
+    the stages and the whole graph alike. Every run with IO binding ends in onnxruntime's synchronisation, so the
+    host's clock times the device's work. ``meta["device_tensors"]`` records the choice."""
     if warmup < 0 or repeat < 1 or rounds < 1:
         raise ConfigError(f"--warmup must be >= 0, --repeat >= 1 and rounds >= 1 (got {warmup}, {repeat}, "
                           f"{rounds})")
     d = Path(directory)
     manifest = load_manifest(d)
-    chain = StageChain(d, manifest, [provider], threads=threads, whole=whole, spinning=spinning, inplace=inplace)
+    if device_tensors is None:
+        device_tensors = provider != "CPUExecutionProvider"
+    chain = StageChain(d, manifest, [provider], threads=threads, whole=whole, spinning=spinning, inplace=inplace,
+                       device_tensors=device_tensors)
     n = len(manifest["stages"])
     batch_sizes = sorted(batch_sizes)
     per_round = -(-repeat // rounds)  # ceil
@@ -141,7 +151,7 @@ def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_B
             wu = warmup if rnd == 0 else 0
             for j, b in enumerate(batch_sizes):
                 feeds = inputs[j]
-                env: dict[str, np.ndarray] = dict(feeds)
+                env: dict[str, Any] = dict(feeds)
                 for k in range(n):
                     stage_in = chain.stage_feeds(k, env)
                     cells[k][j].extend(_stage_times(chain, k, stage_in, wu, per_round))
@@ -151,7 +161,9 @@ def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_B
                 del env
                 if whole:
                     w = chain.whole
-                    whole_cells[j].extend(call_times(lambda: w.run(None, feeds), wu, per_round))
+                    run_whole = ((lambda: w.run(None, feeds)) if chain.tensors is None
+                                 else (lambda: chain.run_whole_resident(feeds)))
+                    whole_cells[j].extend(call_times(run_whole, wu, per_round))
                     if bar is not None:
                         bar.update(1)
     finally:
@@ -167,6 +179,7 @@ def profile_dir(directory: str | Path, *, batch_sizes: Sequence[int] = DEFAULT_B
         "warmup": warmup, "repeat": repeat, "statistic": "median", "threads": threads or os.cpu_count(),
         "profile": {"rounds": rounds, "reps": per_round, "statistic": "median", "monotone_fit": True},
         "intra_op_spinning": spinning,
+        "device_tensors": device_tensors,  # stage tensors left on the provider's device between stages
         "inplace_stages": sorted(chain.inplace),  # residual stages timed writing over their input (sessions/inplace.py)
         "thread_pool": "global" if global_thread_pool() is not None else "per session",
         "host": platform.node(), "machine": platform.machine(), "processor": platform.processor() or None,
