@@ -120,7 +120,8 @@ PAGES: dict[str, Page] = {
     # only on a lent GPU (the device tool): the figures of docs/deploy.md's "Measured on a GPU"
     "deploy": Page(
         "docs/deploy.md", "by hand", "none: one run of the check, its ratios beside each other",
-        ("bash scripts/gpu_check.sh lazybatch-results/gpu resnet50",)),
+        ("python3 scripts/gpu_carry.py prepare", "scripts/gpu_check.sh $OUT --commit <sha>  # on the lent GPU, "
+         "after the carry calls (docs/deploy.md, \"The GPU check\")")),
     "colocation": Page(
         "docs/results/colocation.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
         ("python -m benchmarks.bench_colocation --reprofile --out lazybatch-results/colocation "
