@@ -28,6 +28,7 @@ import numpy as np
 from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
 from lazybatch.batcher.admission import QueuePolicy
+from lazybatch.sessions.install import require_onnxruntime
 
 from .settings import BackendSettings, parse_config_json
 from .arbiter.sizing import plan_device
@@ -64,6 +65,7 @@ class TritonPythonModel:
     """Serves a staged ONNX model under a batching policy (see the module docstring)."""
 
     def initialize(self, args: dict[str, Any]) -> None:
+        require_onnxruntime()  # every model kind runs onnxruntime: say which extra is missing before anything else
         cfg = parse_config_json(args["model_config"])
         version_dir = Path(args["model_repository"]) / str(args["model_version"])
         s = BackendSettings.from_config(cfg, version_dir)

@@ -46,6 +46,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LazyBatchError as e:
         print(f"lazybatch {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:
+        from lazybatch.sessions.install import is_missing_onnxruntime, missing_message
+
+        if not is_missing_onnxruntime(e):
+            raise
+        print(f"lazybatch {args.command}: error: {missing_message()}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"lazybatch {args.command}: interrupted", file=sys.stderr)
         return 130

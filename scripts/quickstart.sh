@@ -16,7 +16,7 @@ VENV="${LAZYBATCH_VENV:-.venv}"
 PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-"$VENV/bin/python" -m pip install -q -e ".[plots,serve]"
+"$VENV/bin/python" -m pip install -q -e ".[cpu,plots,serve]"
 "$VENV/bin/lazybatch" repo default --pair
 # --min-requests: the 10% cell runs until it expects 60 requests per configuration (5 s would hold about 20)
 exec "$VENV/bin/python" -m benchmarks.bench_triton --duration 5 --min-requests 60 --fractions 0.1,0.7,1.2 --pair \

