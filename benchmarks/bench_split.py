@@ -51,6 +51,7 @@ def model_file(spec: str, work: Path) -> Path:
 VARIANTS = {  # name -> (graph_optimization_level of the split, hand-off)
     "plain": (None, "numpy"),            # the model as given, numpy arrays between stages
     "ortvalue": (None, "ortvalue"),      # same stages, OrtValues between stages through IOBinding
+    "device": (None, "device"),          # same stages, the backend's device_tensors path (sessions/device_tensors.py)
     "ort-extended": ("extended", "numpy"),  # cut after onnxruntime's portable optimisations
     "ort-all": ("all", "numpy"),         # cut after all optimisations (NCHWc layout; this CPU only)
     "ort-all-noinplace": ("all", "numpy-plain"),  # same, residual stages not in place (inplace_residuals false)
@@ -80,6 +81,9 @@ class Timer:
             t = clock()
             if self.handoff.startswith("numpy"):  # StageChain.run_stage: what --verify, profile and the backend run
                 self.chain.run_stage(k, env, inplace=self.handoff == "numpy")
+            elif self.handoff == "device":  # tensors stay on the device; the answers come back to host numpy
+                self.chain.run_stage(k, env)
+                env.update((n, self.chain.tensors.host(env[n])) for n in self.outs[k] if n in self.model_outputs)
             else:
                 io = sess.io_binding()
                 for n in self.ins[k]:
@@ -115,7 +119,11 @@ def bench_model(spec: str, work: Path, sizes: list[int], warmup: int, repeat: in
                              StageChain(res.out, res.manifest, threads=threads, spinning=spinning, whole=False))
             if whole is None:  # the unoptimised model.onnx (the same file in every split directory)
                 whole = StageChain(res.out, res.manifest, threads=threads, spinning=spinning).whole
-        timers[v] = Timer(splits[level][2], handoff, clock)
+        chain = splits[level][2]
+        if handoff == "device":
+            chain = StageChain(splits[level][0].out, splits[level][0].manifest, threads=threads,
+                               spinning=spinning, whole=False, device_tensors=True)
+        timers[v] = Timer(chain, handoff, clock)
     man = next(iter(splits.values()))[0].manifest
     rng = np.random.default_rng(0)
     rows = []
@@ -155,7 +163,7 @@ def bench_model(spec: str, work: Path, sizes: list[int], warmup: int, repeat: in
         rows.append(row)
     return {"model": spec, "stages": {v: len(splits[VARIANTS[v][0]][0].manifest["stages"]) for v in timers},
             "split_s": {v: splits[VARIANTS[v][0]][1] for v in timers}, "rows": rows,
-            "inplace_stages": {v: sorted(tm.chain.inplace) if tm.handoff == "numpy" else []
+            "inplace_stages": {v: sorted(tm.chain.inplace) if tm.handoff in ("numpy", "device") else []
                                for v, tm in timers.items()}}
 
 
