@@ -122,6 +122,10 @@ PAGES: dict[str, Page] = {
         "docs/deploy.md", "by hand", "none: one run of the check, its ratios beside each other",
         ("python3 scripts/gpu_carry.py prepare", "scripts/gpu_check.sh $OUT --commit <sha>  # on the lent GPU, "
          "after the carry calls (docs/deploy.md, \"The GPU check\")")),
+    "device_tensors_cpu": Page(
+        "docs/deploy.md#cpu", "by hand", "paired chain / whole-graph passes in the same rounds, 3 runs",
+        tuple(f"python -m benchmarks.bench_split --models resnet50 bert:small --batch-sizes 1,8 --variants "
+              f"plain,device --repeat 9 --json docs/data/bench_split_device_cpu_run{k}.json" for k in (1, 2, 3))),
     "colocation": Page(
         "docs/results/colocation.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
         ("python -m benchmarks.bench_colocation --reprofile --out lazybatch-results/colocation "
