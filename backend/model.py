@@ -103,7 +103,7 @@ class TritonPythonModel:
             kind = model_kind(cfg, manifest)
             runner = StageRunner(s.stage_dir, manifest=manifest, execution_provider=s.execution_provider,
                                  intra_op_threads=s.intra_op_threads, inplace_residuals=s.inplace_residuals,
-                                 device_tensors=kind == "stages" and wants_device_tensors(s),
+                                 device_tensors=kind in ("stages", "seq2seq") and wants_device_tensors(s),
                                  device_id=device_id)
             if runner.resident is not None:
                 print(f"lazybatch: {s.name}: stage tensors stay on the {runner.resident.device} device between "

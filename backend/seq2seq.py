@@ -43,7 +43,7 @@ from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.policies.spec import PolicySpec
 from lazybatch.batcher.request import Request, Status
 
-from .rows import Parent, Row, Sample, join_rows
+from .rows import Parent, Row, Sample
 from .runtime import BackendRuntime
 from .runtime_stats import RuntimeStats
 from .seq2seq_spec import IGNORE_EOS, MAX_OUT, OUT_LEN, OUT_TOKENS, PAD, SRC_LEN, TOKENS, Seq2SeqSpec
@@ -165,19 +165,15 @@ class Seq2SeqRuntime(BackendRuntime):
         stats: Seq2SeqStats = self.stats  # type: ignore[assignment]
         t0 = time.perf_counter()
         seqs: list[_Seq] = [r.payload for r in reqs]
-        feeds: dict[str, np.ndarray] = {}
+        feeds: dict[str, Any] = {}
         for inp in runner.manifest.stages[stage].inputs:
-            if inp.source is None:
-                x = join_rows([s.value(inp.name, spec) for s in seqs])
-            else:
-                x = join_rows([s.tensors[inp.name] for s in seqs])
-            if pad:
-                x = np.concatenate([x, np.repeat(x[-1:], pad, axis=0)], axis=0)
-            feeds[inp.name] = x
+            rows = [s.value(inp.name, spec) if inp.source is None else s.tensors[inp.name] for s in seqs]
+            # graph batching's padding: copies of the last live row (host numpy or the device, runner.join)
+            feeds[inp.name] = runner.join(rows + rows[-1:] * pad)
         t1 = time.perf_counter()
         if self.fault is not None:  # fault injection (tests, drills): as in the base runtime
             self.fault.check(stage, [r.id for r in reqs])
-        outs = runner.run(stage, feeds)
+        outs = runner.run_resident(stage, feeds)  # state stays on the device between steps where the path is on
         t2 = time.perf_counter()
         exits: set[int] = set()
         mixed = eos = 0
@@ -196,6 +192,8 @@ class Seq2SeqRuntime(BackendRuntime):
                 self._end_encoder_step(s)
         elif stage == spec.dec_last:
             tok = outs[spec.token_output]
+            if runner.resident is not None:  # the step's tokens, the one tensor the loop reads on the host
+                tok = runner.to_host([(tok, k) for k in range(len(seqs))])
             for k, (r, s) in enumerate(zip(reqs, seqs)):
                 t = int(tok[k])
                 s.tokens.append(t)

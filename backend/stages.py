@@ -336,8 +336,9 @@ class StageRunner:
         """None where the device path answers a warm-up batch bit for bit as the host path does, else why not.
 
         The batch is two samples from two arrays, so that the first stage joins them on the device (Concat) and
-        later stages pass consecutive rows by pointer, as served."""
-        ref_in = self.sample_inputs(2, seed=7)
+        later stages pass consecutive rows by pointer, as served. Integer inputs take the ranges split recorded
+        (token ids, positions: a seq2seq step indexes tables with them), where it recorded them."""
+        ref_in = self._valid_inputs(2, seed=7)
         try:
             want = self.run_all({k: v.copy() for k, v in ref_in.items()})
             self.resident = tensors
@@ -358,6 +359,18 @@ class StageRunner:
                 return f"the device path's {name!r} differs from the host path's on a warm-up batch " \
                        f"(largest difference {diff:.3g})"
         return None
+
+    def _valid_inputs(self, batch: int, seed: int) -> dict[str, np.ndarray]:
+        """Random model inputs within the manifest's recorded ranges (``graph_inputs``), else ``sample_inputs``."""
+        specs = self.manifest.raw.get("graph_inputs")
+        if specs:
+            from lazybatch.sessions.chain import random_feeds
+
+            try:
+                return random_feeds(specs, batch, np.random.default_rng(seed))
+            except ConfigError:  # a type random_feeds cannot make: the plain samples
+                pass
+        return self.sample_inputs(batch, seed=seed)
 
     def release_arenas(self) -> None:
         """Make each stage's next run give back the arena memory it does not use (backend/memory.py): onnxruntime

@@ -585,3 +585,43 @@ def test_decoupled_models_default_to_first_token_admission(split):
     assert admission("eager:admission=curves", True) == "curves"
     assert not hasattr(build_policy(parse_policy("lazy"), spec, table, max_batch_size=8, dec_timesteps=None,
                                     coverage=0.9, decoupled=True), "admission")
+
+
+@pytest.mark.parametrize("policy", ["lazy", "graph:1"])
+def test_device_resident_loop_answers_as_the_reference(split, policy):
+    """The decoder loop on the device-resident path (device_tensors, CPU provider): carried state stays an OrtValue
+    between steps, rows of different timesteps join on the device, graph batching pads there, and only the step's
+    tokens come to the host; every answer is the reference loop's."""
+    from lazybatch.sessions.device_tensors import DeviceTensors
+
+    kind, host_runner, spec, table, ref = split
+    runner = StageRunner(host_runner.dir, execution_provider="cpu", intra_op_threads=1, device_tensors=True)
+    assert isinstance(runner.resident, DeviceTensors), runner.resident_refused  # the load-time check passed
+    info = Seq2SeqInfo(spec.max_source_length, spec.max_length, spec.vocab_size)
+    pol = build_policy(parse_policy(policy), spec, table, max_batch_size=8, dec_timesteps=None, coverage=0.9)
+    n, answers, done = 8, {}, threading.Event()
+
+    def respond(handle, outputs, status, error):
+        answers[handle] = (outputs, status, error)
+        if len(answers) == n:
+            done.set()
+
+    rt = Seq2SeqRuntime(runner, table, pol, respond, spec=spec)
+    rng = np.random.default_rng(23)
+    requests = [make_request(rng, info, int(rng.integers(1, info.max_source_length + 1)),
+                             int(rng.integers(1, info.max_output_length + 1)), batch=1 + k % 2, ignore_eos=True)
+                for k in range(n)]
+    for k, feeds in enumerate(requests):
+        assert rt.submit(k, feeds, feeds["src_tokens"].shape[0], RequestOptions()) is None
+        time.sleep(0.0005 * (k % 3))
+    assert done.wait(60)
+    rt.close()
+    for k, feeds in enumerate(requests):
+        outputs, status, error = answers[k]
+        assert error is None
+        for row in range(feeds["src_tokens"].shape[0]):
+            want = _reference(ref, feeds, row)
+            assert outputs["output_tokens"][row][:len(want)].tolist() == want
+    assert runner.resident.uploads > 0 and runner.resident.concats > 0  # joined on the device, not through numpy
+    if policy.startswith("graph"):
+        assert rt.stats.as_dict()["padded_rows"] > 0
