@@ -18,6 +18,9 @@ Phases (docs/deploy.md, "The GPU check"):
 4. ``graphs``: CUDA graph capture (onnxruntime's ``enable_cuda_graph``, one graph per batch size through
    ``gpu_graph_id``, fixed bound buffers): whole graph and stage chain, replay time and whether the replay equals
    the plain run; a stage that cannot be captured is named. Skipped off CUDA, saying so.
+   ``streams``: every stage session on one CUDA stream of ours (``user_compute_stream``, made with cupy), the host
+   synchronised once per chain (``disable_synchronize_execution_providers``) against once per stage: what the
+   end-of-run synchronisations cost per boundary, and whether the answers stay the same. Skipped off CUDA.
 5. ``profile``: ``lazybatch profile`` on the device path: the latency tables (``table_<model>.json``) and the sum
    of stages against the whole graph.
 6. ``simulate``: the default policy against Triton's batcher (graph:0) on the first model's table.
@@ -322,6 +325,73 @@ class Check:
                        f"{out[f'b{batch}']['chain_over_whole']:.2f}x, replays equal plain: {same_chain}/{same_whole}")
         return out
 
+    # -- 4b -----------------------------------------------------------------------------------------------------------
+    def streams(self) -> dict:
+        if not self.cuda:
+            return {"skipped": "one CUDA stream for every stage needs CUDAExecutionProvider"}
+        try:
+            import cupy
+        except ImportError:
+            return {"skipped": "needs cupy to make the CUDA stream the sessions share (the lent image has cupy)"}
+        return {kind: self._stream_probe(d, cupy) for kind, d in self.models.items()}
+
+    def _stream_probe(self, d: Path, cupy: Any) -> dict:
+        """Every stage session on one CUDA stream of ours (``user_compute_stream``), the host synchronised once per
+        chain (``disable_synchronize_execution_providers`` on every run, then the stream) against a
+        synchronisation after every stage: what the end-of-run synchronisations cost."""
+        import numpy as np
+        import onnxruntime as ort
+
+        from lazybatch.sessions.chain import random_feeds
+        from lazybatch.sessions.device_tensors import DeviceTensors
+
+        man = json.loads((d / "manifest.json").read_text())
+        stream = cupy.cuda.Stream(non_blocking=True)
+        prov = [("CUDAExecutionProvider", {"user_compute_stream": str(stream.ptr), "has_user_compute_stream": "1"}),
+                "CPUExecutionProvider"]
+        stages = [ort.InferenceSession(str(d / st["file"]), providers=prov) for st in man["stages"]]
+        whole = ort.InferenceSession(str(d / man["whole_model"]), providers=prov)
+        tensors = DeviceTensors(self.providers)
+        nosync = ort.RunOptions()
+        nosync.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        outs = [o["name"] for o in man["graph_outputs"]]
+        rng = np.random.default_rng(0)
+        out = {}
+        for batch in self.args.batch_sizes:
+            x = {k: tensors.value(v) for k, v in random_feeds(man["graph_inputs"], batch, rng).items()}
+
+            def chain(sync_each: bool) -> dict:
+                env: dict[str, Any] = dict(x)
+                for st, sess in zip(man["stages"], stages):
+                    names = [o["name"] for o in st["outputs"]]
+                    feeds = {i["name"]: env[i["name"]] for i in st["inputs"]}
+                    env.update(zip(names, tensors.run(sess, feeds, names, options=None if sync_each else nosync)))
+                stream.synchronize()
+                return env
+
+            def whole_once() -> None:
+                tensors.run(whole, dict(x), outs, options=nosync)
+                stream.synchronize()
+
+            try:
+                t = timed({"whole": whole_once, "chain_sync_each_stage": lambda: chain(True),
+                           "chain_one_sync": lambda: chain(False)}, 3, self.args.reps)
+                a, b = chain(True), chain(False)
+                same = all(tensors.host(a[o]).tobytes() == tensors.host(b[o]).tobytes() for o in outs)
+            except Exception as e:  # noqa: BLE001 - a finding, recorded
+                out[f"b{batch}"] = {"refused": f"{type(e).__name__}: {str(e)[:400]}"}
+                continue
+            med = {k: v["median_ms"] for k, v in t.items()}
+            n = max(1, len(stages) - 1)
+            out[f"b{batch}"] = {"times": t, "one_sync_equals_sync_each": same,
+                                "sync_cost_per_boundary_us": (med["chain_sync_each_stage"] - med["chain_one_sync"])
+                                / n * 1e3,
+                                "chain_one_sync_over_whole": med["chain_one_sync"] / med["whole"]}
+            self.b.log(f"{d.name} b{batch}: one stream, chain synchronised once {med['chain_one_sync']:.3f} ms "
+                       f"({out[f'b{batch}']['chain_one_sync_over_whole']:.2f}x whole), every stage "
+                       f"{med['chain_sync_each_stage']:.3f} ms; equal: {same}")
+        return out
+
     # -- 5 ------------------------------------------------------------------------------------------------------------
     def profile(self) -> dict:
         from lazybatch.onnx_tools.profile import profile_dir
@@ -396,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     check = Check(bundle, args)
     try:
         bundle.phase("build", check.build)
-        for name in ("correct", "timing", "graphs", "profile", "simulate"):
+        for name in ("correct", "timing", "graphs", "streams", "profile", "simulate"):
             if not check.models:
                 break
             bundle.phase(name, getattr(check, name))

@@ -71,7 +71,7 @@ def test_cpu_rehearsal_runs_every_phase_into_one_bundle(tmp_path):
     check = json.loads((out / "check.json").read_text())
     assert check["ok"] is True and check["meta"]["provider"] == "cpu" and check["meta"]["commit"] != "?"
     phases = check["phases"]
-    assert list(phases) == ["build", "correct", "timing", "graphs", "profile", "simulate"]
+    assert list(phases) == ["build", "correct", "timing", "graphs", "streams", "profile", "simulate"]
     assert all(p["status"] == "ok" for p in phases.values())
     for kind in check["meta"]["models"]:
         assert f"table_{kind}.json" in files
@@ -83,6 +83,7 @@ def test_cpu_rehearsal_runs_every_phase_into_one_bundle(tmp_path):
         table = json.loads((out / f"table_{kind}.json").read_text())
         assert table["meta"]["device_tensors"] is True
     assert "CUDAExecutionProvider" in phases["graphs"]["result"]["skipped"]
+    assert "CUDAExecutionProvider" in phases["streams"]["result"]["skipped"]
 
 
 def test_a_spent_budget_skips_the_later_phases_and_says_so(tmp_path):
