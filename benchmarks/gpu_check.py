@@ -266,24 +266,22 @@ class Check:
         import numpy as np
         import onnxruntime as ort
 
-        from lazybatch.sessions.chain import StageChain
+        from lazybatch.sessions.chain import StageChain, random_feeds
 
         man = json.loads((d / "manifest.json").read_text())
         prov = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"})]
         plain = StageChain(d, man, self.providers)
-        try:
-            whole = ort.InferenceSession(str(d / man["whole_model"]), providers=prov)
-            stages = []
-            for st in man["stages"]:
-                stages.append(ort.InferenceSession(str(d / st["file"]), providers=prov))
-        except Exception as e:  # noqa: BLE001 - a graph that cannot be captured is a finding, not a failure
-            where = man["stages"][len(stages)]["name"] if "whole" in locals() else "the whole graph"
-            return {"refused": f"{where}: {type(e).__name__}: {str(e)[:400]}"}
+        sessions = []  # the whole graph, then each stage: the first that cannot be captured is named
+        files = [("the whole graph", man["whole_model"]), *((st["name"], st["file"]) for st in man["stages"])]
+        for where, file in files:
+            try:
+                sessions.append(ort.InferenceSession(str(d / file), providers=prov))
+            except Exception as e:  # noqa: BLE001 - a graph that cannot be captured is a finding, not a failure
+                return {"refused": f"{where}: {type(e).__name__}: {str(e)[:400]}"}
+        whole, stages = sessions[0], sessions[1:]
         out = {}
         rng = np.random.default_rng(0)
         for gid, batch in enumerate(self.args.batch_sizes):
-            from lazybatch.sessions.chain import random_feeds
-
             x = random_feeds(man["graph_inputs"], batch, rng)
             env = plain.run_chain(x, keep_all=True)  # every tensor's shape and the plain run's values
             ref_whole = plain.run_whole(x)

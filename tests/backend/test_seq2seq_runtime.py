@@ -56,6 +56,19 @@ def _reference(ref: Seq2SeqRunner, feeds: dict[str, np.ndarray], row: int) -> li
     return r.tokens[:limit]
 
 
+def _assert_reference_answers(ref: Seq2SeqRunner, requests: list[dict[str, np.ndarray]],
+                              answers: dict[int, tuple]) -> None:
+    """Every request answered without error, each row the reference loop's tokens, padded with -1 after."""
+    for k, feeds in enumerate(requests):
+        outputs, _, error = answers[k]
+        assert error is None
+        for row in range(feeds["src_tokens"].shape[0]):
+            want = _reference(ref, feeds, row)
+            got = outputs["output_tokens"][row]
+            assert int(outputs["output_len"][row, 0]) == len(want)
+            assert got[:len(want)].tolist() == want and (got[len(want):] == -1).all()
+
+
 def test_validation_messages(split):
     kind, _, spec, _, _ = split
     v = spec.vocab_size
@@ -108,14 +121,7 @@ def test_runtime_matches_reference_with_staggered_arrivals(split, policy):
         time.sleep(0.0005 * (k % 4))
     assert all_done.wait(60)
     rt.close()
-    for k, feeds in enumerate(requests):
-        outputs, status, error = answers[k]
-        assert error is None
-        for row in range(feeds["src_tokens"].shape[0]):
-            want = _reference(ref, feeds, row)
-            got = outputs["output_tokens"][row]
-            assert int(outputs["output_len"][row, 0]) == len(want)
-            assert got[:len(want)].tolist() == want and (got[len(want):] == -1).all()
+    _assert_reference_answers(ref, requests, answers)
     stats = rt.stats.as_dict()
     assert stats["answered"] == {"OK": n}
     assert stats["sched_s"] > 0 and stats["decoder_steps"] > 0  # one statistics object, scheduler time included
@@ -616,12 +622,7 @@ def test_device_resident_loop_answers_as_the_reference(split, policy):
         time.sleep(0.0005 * (k % 3))
     assert done.wait(60)
     rt.close()
-    for k, feeds in enumerate(requests):
-        outputs, status, error = answers[k]
-        assert error is None
-        for row in range(feeds["src_tokens"].shape[0]):
-            want = _reference(ref, feeds, row)
-            assert outputs["output_tokens"][row][:len(want)].tolist() == want
+    _assert_reference_answers(ref, requests, answers)
     assert runner.resident.uploads > 0 and runner.resident.concats > 0  # joined on the device, not through numpy
     if policy.startswith("graph"):
         assert rt.stats.as_dict()["padded_rows"] > 0
