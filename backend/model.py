@@ -38,7 +38,7 @@ from .faults import FaultInjector
 from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
 from .model_kinds import MODEL_KINDS, BuildInputs, ModelParts, executor_of, model_kind
 from .responder import ResponseThread
-from .stages import StageRunner, load_manifest, wants_device_tensors
+from .stages import StageRunner, cuda_graph_buckets, load_manifest, wants_device_tensors
 from .stats_logs import StatsLogs
 
 try:  # only importable inside the Triton Python backend stub
@@ -101,16 +101,12 @@ class TritonPythonModel:
         else:
             manifest = load_manifest(s.stage_dir)
             kind = model_kind(cfg, manifest)
+            buckets, no_graphs = cuda_graph_buckets(s, kind)
             runner = StageRunner(s.stage_dir, manifest=manifest, execution_provider=s.execution_provider,
                                  intra_op_threads=s.intra_op_threads, inplace_residuals=s.inplace_residuals,
                                  device_tensors=kind in ("stages", "seq2seq") and wants_device_tensors(s),
-                                 device_id=device_id)
-            if runner.resident is not None:
-                print(f"lazybatch: {s.name}: stage tensors stay on the {runner.resident.device} device between "
-                      "stages (device_tensors)", file=sys.stderr)
-            if runner.resident_refused:
-                print(f"lazybatch: {s.name}: device_tensors off, serving through host numpy: "
-                      f"{runner.resident_refused}", file=sys.stderr)
+                                 device_id=device_id, graph_buckets=buckets)
+            _log_device_path(s.name, runner, no_graphs)
         self.parts = parts = MODEL_KINDS[kind](BuildInputs(s, cfg, spec, runner, plan.solo_threads, batch_log))
         if not parts.scheduled:
             return
@@ -138,7 +134,8 @@ class TritonPythonModel:
             if pb_utils is not None:  # outside Triton (unit tests) the bookkeeping runs, nothing is exported
                 self.exporter = TritonMetricsExporter(self.metrics, pb_utils, s.metrics_interval_ms / 1e3)
         stats = self.logs.stats_file({"model": s.name, "policy": s.policy, "fused": parts.fused,
-                                      "device_tensors": getattr(parts.runner, "resident", None) is not None},
+                                      "device_tensors": getattr(parts.runner, "resident", None) is not None,
+                                      "cuda_graph_stages": len(getattr(parts.runner, "graphs", {}))},
                                      lambda: self.gate)
         inline_ok = parts.whole is not None and self._inline_allowed(cfg)
         membership = None
@@ -350,6 +347,23 @@ class TritonPythonModel:
                 responses[i] = (_error_response(f"onnxruntime failed: {answers}", "INTERNAL")
                                 if isinstance(answers, str) else self._response(answers[k]))
         return responses
+
+
+def _log_device_path(name: str, runner: StageRunner, no_graphs: str | None) -> None:
+    """One line each: where stage tensors live between stages, and which stages replay CUDA graphs."""
+    if runner.resident is not None:
+        print(f"lazybatch: {name}: stage tensors stay on the {runner.resident.device} device between stages "
+              "(device_tensors)", file=sys.stderr)
+    if runner.resident_refused:
+        print(f"lazybatch: {name}: device_tensors off, serving through host numpy: {runner.resident_refused}",
+              file=sys.stderr)
+    if no_graphs:
+        print(f"lazybatch: {name}: cuda_graphs off: {no_graphs}", file=sys.stderr)
+    if runner.graphs:
+        print(f"lazybatch: {name}: CUDA graphs for {len(runner.graphs)} of {runner.n_stages} stages, batch buckets "
+              f"{list(runner.graph_buckets)} (cuda_graphs)", file=sys.stderr)
+    for why in runner.graphs_refused:
+        print(f"lazybatch: {name}: no CUDA graph for {why}", file=sys.stderr)
 
 
 def _process_wide_onnxruntime(s: BackendSettings) -> None:

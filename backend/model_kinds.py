@@ -183,6 +183,8 @@ def _staged(b: BuildInputs, *, merge: bool) -> ModelParts:
         if whole is None:
             runner, table, fused = _fused(s, spec, policy, runner, table)
     runner, table = maybe_wrap(b.cfg, runner, table, s.scheduler_max_batch_size)  # executor: npu (docs/npu.md)
+    if getattr(runner, "graphs", None):  # a padded batch costs its bucket (sessions/cuda_graphs.py)
+        table = table.bucketed(runner.graph_buckets, sorted(runner.graphs))
     runner.run_all(runner.sample_inputs(1))  # warm-up: the first onnxruntime run is slow
     return ModelParts(runner=runner, table=table, policy=policy, runtime_cls=BackendRuntime, whole=whole,
                       whole_wide=wide, fused=fused, segment_dir=segment_dir)

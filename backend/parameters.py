@@ -61,8 +61,15 @@ PARAMETERS = {
                       "is not the CPU | true: also on the CPU provider | false: host numpy between stages. Checked "
                       "at load: where the device path's answers on a warm-up batch differ from the host path's in "
                       "any bit, the model serves through host numpy and logs why (sessions/device_tensors.py). "
-                      "Static stage models under a scheduling policy; seq2seq and the NPU executor keep host "
+                      "Static stage and seq2seq models under a scheduling policy; the NPU executor keeps host "
                       "numpy",
+    "cuda_graphs": "false (default) | true: on the CUDA provider's device path, each stage captures one CUDA graph "
+                   "per batch bucket (powers of two up to the scheduler's largest batch) and a sub-batch replays "
+                   "its bucket's graph, padded with its last row; the latency table becomes a step function of the "
+                   "batch size. Checked at load: a stage onnxruntime will not capture, or whose padded replay "
+                   "differs in any bit from its unpadded run, runs without a graph and the log names it "
+                   "(sessions/cuda_graphs.py). Off by default until measured to win on a GPU (docs/deploy.md); "
+                   "refused with a log line off CUDA or without device_tensors. Static stage models only",
     "cancel_poll_ms": "auto (default; 0 is the same): the watcher thread asks each running request whether the "
                       "client cancelled it just before its stage ends and queued ones about once a stage time, so "
                       "a cancel is answered and its compute stops within about one stage time (sweeps >= 2 ms apart, "

@@ -20,6 +20,7 @@ from lazybatch.batcher.graph import ModelGraph, Stage, StageType
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.formats.dtypes import NUMPY_TO_TRITON, TRITON_TO_NUMPY
 from lazybatch.formats.example_dims import feed_shape
+from lazybatch.sessions.cuda_graphs import StageGraphs, build_graphs
 from lazybatch.sessions.device_tensors import DeviceTensors, provider_list, rows_of
 from lazybatch.sessions.inplace import InPlaceRunError, run_inplace, usable
 
@@ -187,7 +188,22 @@ def wants_device_tensors(settings: Any) -> bool:
     return mode == "true"
 
 
-def make_session(path: str | Path, providers: Sequence[str], intra_op_threads: int = 0, device_id: int = 0) -> Any:
+def cuda_graph_buckets(settings: Any, kind: str) -> tuple[tuple[int, ...], str | None]:
+    """``cuda_graphs``: the batch buckets to capture, or none and why not (a log line) where it was asked for."""
+    if not settings.cuda_graphs:
+        return (), None
+    if kind != "stages":
+        return (), f"static stage models only; this {kind} model runs without"
+    provider = available_providers(settings.execution_provider)[0]
+    if provider != "CUDAExecutionProvider":
+        return (), f"it needs the CUDA execution provider, and onnxruntime serves this model on {provider}"
+    from lazybatch.sessions.cuda_graphs import graph_buckets
+
+    return graph_buckets(settings.scheduler_max_batch_size), None
+
+
+def make_session(path: str | Path, providers: Sequence[str], intra_op_threads: int = 0, device_id: int = 0, *,
+                 cuda_graph: bool = False) -> Any:
     """One onnxruntime session. A model instance (a process of its own) normally shares one intra-op pool among all
     its stages (model.py switches the process to it; sessions/threads.py says why). Otherwise each
     session has its own pool with spinning off: idle per-stage pools would spin on the cores the running stage
@@ -198,8 +214,11 @@ def make_session(path: str | Path, providers: Sequence[str], intra_op_threads: i
 
     so = session_options(intra_op_threads)
     try:
-        return ort.InferenceSession(str(path), sess_options=so, providers=provider_list(providers, device_id))
+        return ort.InferenceSession(str(path), sess_options=so,
+                                    providers=provider_list(providers, device_id, cuda_graph=cuda_graph))
     except Exception as e:  # onnxruntime raises its own exception types
+        if cuda_graph:  # the refusal is the finding (sessions/cuda_graphs.py): its own words
+            raise
         raise ConfigError(f"onnxruntime cannot load it: {e}", source=str(path)) from None
 
 
@@ -215,17 +234,23 @@ class StageRunner:
     ``device_tensors``: the served path (``join`` / ``run_resident`` / ``to_host``) keeps stage tensors on the
     provider's device (sessions/device_tensors.py) instead of host numpy, once a load-time check has found its
     answers bit-identical to the host path's; ``run`` and ``run_all`` stay host in, host out for every caller.
+
+    ``graph_buckets``: on the device path, each stage that captures and passes the load-time check replays a CUDA
+    graph per batch bucket, a sub-batch padded to its bucket (sessions/cuda_graphs.py); on the CPU provider the same
+    static buffers and padding run without capture (the mechanism's CPU check). ``graphs_refused`` names each
+    stage left without one and why.
     """
 
     def __init__(self, stage_dir: str | Path, *, execution_provider: str = "auto", intra_op_threads: int = 0,
                  inplace_residuals: bool = True, manifest: Manifest | None = None, device_tensors: bool = False,
-                 device_id: int = 0) -> None:
+                 device_id: int = 0, graph_buckets: Sequence[int] = ()) -> None:
         self.dir = Path(stage_dir)
         self.manifest = manifest if manifest is not None else load_manifest(self.dir)  # given: fusion.py
         from lazybatch.sessions.ort_optimize import check_host  # stages split for another CPU: refuse, not misrun
         check_host(self.manifest.raw, f"the stages in {self.dir}")
         self.providers = available_providers(execution_provider)
         self.device_id = device_id
+        self.graph_buckets = tuple(graph_buckets)  # as asked: fusion.py builds its runners alike
         self.sessions = [make_session(self.dir / s.file, self.providers, intra_op_threads, device_id)
                          for s in self.manifest.stages]
         for spec, sess in zip(self.manifest.stages, self.sessions):
@@ -259,10 +284,17 @@ class StageRunner:
         # the device path, or None (host numpy between stages); why it is off, when it was asked for and is not
         self.resident: DeviceTensors | None = None
         self.resident_refused: str | None = None
+        self.graphs: dict[int, StageGraphs] = {}  # stage -> its CUDA graphs (graph_buckets), built below
+        self.graphs_refused: list[str] = []
         if device_tensors:
             tensors = DeviceTensors(self.providers, device_id)
             self.resident_refused = self._check_resident(tensors)
             self.resident = tensors if self.resident_refused is None else None
+        if graph_buckets and self.resident is not None:
+            self._build_graphs(tuple(graph_buckets), intra_op_threads)
+        elif graph_buckets:
+            self.graphs_refused.append("every stage: CUDA graphs run on the device path, and device_tensors is off"
+                                       + (f" ({self.resident_refused})" if self.resident_refused else ""))
 
     @property
     def n_stages(self) -> int:
@@ -308,6 +340,9 @@ class StageRunner:
         dev = self.resident
         if dev is None:
             return self.run(stage, feeds, owned=owned)
+        graph = self.graphs.get(stage)
+        if graph is not None and graph.covers(rows_of(next(iter(feeds.values())))):
+            return graph.run(feeds)  # its outputs are copies: nothing is written over an input
         spec = self.manifest.stages[stage]
         step = self.inplace.get(stage) if owned else None
         over = feeds.get(step.input) if step is not None else None
@@ -328,6 +363,33 @@ class StageRunner:
         for spec in self.manifest.stages:
             tensors.update(self.run_resident(spec.index, {i.name: tensors[i.name] for i in spec.inputs}, owned=True))
         return {o: self.to_host([(tensors[o], k) for k in range(rows_of(tensors[o]))]) for o in self.output_names}
+
+    def _build_graphs(self, buckets: tuple[int, ...], intra_op_threads: int) -> None:
+        """Graphs for the stages that capture and answer as their plain runs (sessions/cuda_graphs.py), checked on
+        a warm-up batch whose every stage input is recorded once on the host path."""
+        dev = self.resident
+        assert dev is not None
+        capture = self.providers[0] == "CUDAExecutionProvider"
+        tensors: dict[str, np.ndarray] = dict(self._valid_inputs(max(buckets), seed=5))
+        for spec in self.manifest.stages:
+            tensors.update(self.run(spec.index, {i.name: tensors[i.name] for i in spec.inputs}))
+        specs = self.manifest.stages
+
+        def open_session(index: int) -> Any:
+            if not capture:
+                return self.sessions[index]
+            return make_session(self.dir / specs[index].file, self.providers, intra_op_threads, self.device_id,
+                                cuda_graph=True)
+
+        def warm_feeds(index: int, n: int) -> dict[str, Any]:
+            return {i.name: dev.value(np.ascontiguousarray(tensors[i.name][:n])) for i in specs[index].inputs}
+
+        def plain_run(index: int, feeds: dict[str, Any]) -> dict[str, Any]:
+            return dict(zip(specs[index].outputs, dev.run(self.sessions[index], feeds, specs[index].outputs)))
+
+        self.graphs, self.graphs_refused = build_graphs(
+            [(s.index, s.name) for s in specs], open_session, dev, lambda i: specs[i].outputs, buckets,
+            capture=capture, warm_feeds=warm_feeds, plain_run=plain_run)
 
     def _fresh(self, t: Any) -> Any:
         return t.copy() if self.resident is None else self.resident.fresh(t)

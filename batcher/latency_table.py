@@ -186,6 +186,23 @@ class LatencyTable:
         return LatencyTable(self.graph, sizes, rows, provenance=self.provenance,
                             meta={**self.meta, "monotone_fit": True})
 
+    def bucketed(self, buckets: Sequence[int], stages: Sequence[int] | None = None) -> "LatencyTable":
+        """A new table in which each of ``stages`` (default: all) costs at batch size b what it costs at the smallest
+        bucket >= b: a step function, as a stage that replays one CUDA graph per bucket, padded, costs. Sizes above
+        the largest bucket keep their own latency. ``meta`` gains ``"buckets"``."""
+        steps = sorted(buckets)
+        pick = set(range(self.graph.n) if stages is None else stages)
+        sizes = list(range(1, self.max_batch_size + 1))
+
+        def at(s: int, b: int) -> float:
+            if s in pick:
+                b = next((k for k in steps if k >= b and k <= self.max_batch_size), b)
+            return self.dense[s][b]
+
+        rows = [[at(s, b) for b in sizes] for s in range(self.graph.n)]
+        return LatencyTable(self.graph, sizes, rows, provenance=self.provenance,
+                            meta={**self.meta, "buckets": steps})
+
     def is_monotone(self, rel_tol: float = 1e-9) -> bool:
         """True when every row is non-decreasing and non-increasing per sample (within ``rel_tol``)."""
         sizes = self.batch_sizes

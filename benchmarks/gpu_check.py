@@ -15,9 +15,11 @@ Phases (docs/deploy.md, "The GPU check"):
    device path, the same chain through host numpy, what the scheduler dispatches for a job with no boundary (a
    whole-graph span through the served path, host answers) against the whole graph with host answers, and the cost
    per stage boundary beside its floor (one run of an empty graph).
-4. ``graphs``: CUDA graph capture (onnxruntime's ``enable_cuda_graph``, one graph per batch size through
-   ``gpu_graph_id``, fixed bound buffers): whole graph and stage chain, replay time and whether the replay equals
-   the plain run; a stage that cannot be captured is named. Skipped off CUDA, saying so.
+4. ``graphs``: the backend's ``cuda_graphs`` path (a graph per stage and batch bucket, padded, outputs copied out;
+   uncaptured on the CPU provider) against the device path without graphs, at each batch size; on CUDA also raw
+   capture (onnxruntime's ``enable_cuda_graph``, one graph per batch size through ``gpu_graph_id``, fixed bound
+   buffers): whole graph and stage chain, replay time and whether the replay equals the plain run; a stage that
+   cannot be captured is named.
    ``streams``: every stage session on one CUDA stream of ours (``user_compute_stream``, made with cupy), the host
    synchronised once per chain (``disable_synchronize_execution_providers``) against once per stage: what the
    end-of-run synchronisations cost per boundary, and whether the answers stay the same. Skipped off CUDA.
@@ -258,9 +260,37 @@ class Check:
 
     # -- 4 ------------------------------------------------------------------------------------------------------------
     def graphs(self) -> dict:
+        out: dict[str, Any] = {"backend": {kind: self._backend_graphs(d) for kind, d in self.models.items()}}
         if not self.cuda:
-            return {"skipped": "CUDA graphs need CUDAExecutionProvider; the rehearsal runs on the CPU provider"}
-        return {kind: self._graph_probe(d) for kind, d in self.models.items()}
+            out["capture"] = {"skipped": "CUDA graph capture needs CUDAExecutionProvider; the rehearsal runs the "
+                                         "backend's buckets, padding and copies on the CPU provider, uncaptured"}
+        else:
+            out["capture"] = {kind: self._graph_probe(d) for kind, d in self.models.items()}
+        return out
+
+    def _backend_graphs(self, d: Path) -> dict:
+        """The backend's ``cuda_graphs`` path (sessions/cuda_graphs.py: a graph per bucket, padded, outputs copied
+        out) against the device path without graphs, at each batch size (each one a bucket)."""
+        from lazybatch.backend.stages import StageRunner
+
+        t0 = time.monotonic()
+        plain = StageRunner(d, execution_provider=self.provider, device_tensors=True)
+        g = StageRunner(d, execution_provider=self.provider, device_tensors=True,
+                        graph_buckets=self.args.batch_sizes)
+        out: dict[str, Any] = {"graph_stages": len(g.graphs), "stages": g.n_stages, "refused": g.graphs_refused,
+                               "build_s": round(time.monotonic() - t0, 1), "rows": []}
+        for batch in self.args.batch_sizes:
+            x = plain.sample_inputs(batch, seed=batch)
+            t = timed({"device": lambda: plain.run_all_resident(x), "graphs": lambda: g.run_all_resident(x)}, 2,
+                      self.args.reps)
+            same = all(a.tobytes() == b.tobytes()
+                       for a, b in zip(plain.run_all_resident(x).values(), g.run_all_resident(x).values()))
+            out["rows"].append({"batch": batch, "times": t, "equal": same,
+                                "graphs_over_device": t["graphs"]["median_ms"] / t["device"]["median_ms"]})
+        self.b.log(f"{d.name}: backend graphs on {len(g.graphs)}/{g.n_stages} stages; " + "; ".join(
+            f"b{r['batch']} {r['graphs_over_device']:.2f}x of the device path, equal {r['equal']}"
+            for r in out["rows"]))
+        return out
 
     def _graph_probe(self, d: Path) -> dict:
         import numpy as np

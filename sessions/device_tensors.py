@@ -43,11 +43,20 @@ def device_of(providers: Sequence[str]) -> str:
     return "cuda" if providers and providers[0] == "CUDAExecutionProvider" else "cpu"
 
 
-def provider_list(providers: Sequence[str], device_id: int = 0) -> list[Any]:
+def provider_list(providers: Sequence[str], device_id: int = 0, *, cuda_graph: bool = False) -> list[Any]:
     """onnxruntime's providers argument: the CUDA provider on the GPU Triton assigned the instance
-    (``model_instance_device_id``), not always GPU 0."""
-    return [(p, {"device_id": str(device_id)}) if p == "CUDAExecutionProvider" and device_id else p
-            for p in providers]
+    (``model_instance_device_id``), not always GPU 0; ``cuda_graph``: its sessions capture CUDA graphs
+    (cuda_graphs.py)."""
+    out: list[Any] = []
+    for p in providers:
+        opts = {}
+        if p == "CUDAExecutionProvider":
+            if device_id:
+                opts["device_id"] = str(device_id)
+            if cuda_graph:
+                opts["enable_cuda_graph"] = "1"
+        out.append((p, opts) if opts else p)
+    return out
 
 
 def _np_type(element_type: int) -> np.dtype:
@@ -65,7 +74,12 @@ class DeviceTensors:
         self.device_id = device_id
         self.intra_op_threads = intra_op_threads
         self._uploads: dict[int, Any] = {}  # id(numpy array) -> its OrtValue on the device, while the array lives
+        # on the CPU: id(numpy array) -> the OrtValue wrapping it, while someone holds that OrtValue
+        self._wrapped: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         self._concat: dict[tuple[int, int, int], Any] = {}  # (parts, element type, rank) -> Concat session
+        self._gather: dict[tuple[int, int], Any] = {}  # (element type, rank) -> Gather session (pad_into)
+        self._indices: dict[tuple[int, int], Any] = {}  # (rows, bucket) -> the row index on the device
+        self._index_arrays: list[Any] = []  # keeps each index's OrtValue alive with this object
         self.uploads = 0  # counted for tests and the stats JSON: a model input is uploaded once
         self.concats = 0
 
@@ -75,13 +89,18 @@ class DeviceTensors:
         if not isinstance(arr, np.ndarray):
             return arr
         key = id(arr)
-        got = self._uploads.get(key)
+        got = self._uploads.get(key) or self._wrapped.get(key)
         if got is None:
             import onnxruntime as ort
 
-            got = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr), self.device, self.device_id)
-            self._uploads[key] = got
-            weakref.finalize(arr, self._uploads.pop, key, None)
+            flat = np.ascontiguousarray(arr)
+            got = ort.OrtValue.ortvalue_from_numpy(flat, self.device, self.device_id)
+            if self.device == "cpu":  # the OrtValue wraps, and holds, the array: a strong entry would keep it alive
+                if flat is arr:  # (a copy's wrapper could outlive ``arr`` and meet a new array at its address)
+                    self._wrapped[key] = got
+            else:
+                self._uploads[key] = got
+                weakref.finalize(arr, self._uploads.pop, key, None)
             self.uploads += 1
         return got
 
@@ -130,22 +149,61 @@ class DeviceTensors:
 
     def _concat_session(self, k: int, element_type: int, rank: int) -> Any:
         """Concat of k tensors along the batch axis, dims symbolic, on this device's provider."""
+        from onnx import helper
+
+        dims = lambda j: [f"d{d}_{j}" for d in range(rank)]  # noqa: E731 - symbolic, every part its own
+        inputs = [helper.make_tensor_value_info(f"x{j}", element_type, dims(j)) for j in range(k)]
+        out = helper.make_tensor_value_info("y", element_type, [f"y{d}" for d in range(rank)])
+        node = helper.make_node("Concat", [f"x{j}" for j in range(k)], ["y"], axis=0)
+        return self._small_session(helper.make_graph([node], f"lazybatch_join_{k}", inputs, [out]))
+
+    def _small_session(self, graph: Any) -> Any:
+        """A one-node helper graph as a session on this device's provider, one thread."""
         import onnx
         import onnxruntime as ort
         from onnx import helper
 
         from .threads import session_options
 
-        dims = lambda j: [f"d{d}_{j}" for d in range(rank)]  # noqa: E731 - symbolic, every part its own
-        inputs = [helper.make_tensor_value_info(f"x{j}", element_type, dims(j)) for j in range(k)]
-        out = helper.make_tensor_value_info("y", element_type, [f"y{d}" for d in range(rank)])
-        node = helper.make_node("Concat", [f"x{j}" for j in range(k)], ["y"], axis=0)
-        graph = helper.make_graph([node], f"lazybatch_join_{k}", inputs, [out])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
         model.ir_version = min(model.ir_version, 8)
         onnx.checker.check_model(model)
         return ort.InferenceSession(model.SerializeToString(), sess_options=session_options(1),
                                     providers=provider_list(self.providers, self.device_id))
+
+    # -- padded static buffers (sessions/cuda_graphs.py) -------------------------------------------------------------
+    def empty_like_rows(self, feed: Feed, rows: int) -> Any:
+        """A device tensor of ``rows`` rows shaped and typed as ``feed``'s rows: a graph's static input buffer."""
+        import onnxruntime as ort
+
+        if isinstance(feed, np.ndarray):
+            shape, dtype = feed.shape[1:], feed.dtype
+        else:
+            v = feed.value if isinstance(feed, Rows) else feed
+            shape, dtype = v.shape()[1:], _np_type(v.element_type())
+        return ort.OrtValue.ortvalue_from_shape_and_type([rows, *shape], dtype, self.device, self.device_id)
+
+    def pad_into(self, feed: Feed, into: Any) -> None:
+        """Write ``feed``'s n rows into ``into`` (b >= n rows), the last row repeated to fill it: one Gather on the
+        device, its row index uploaded once per (n, b)."""
+        from .cuda_graphs import row_index
+
+        n, b = rows_of(feed), into.shape()[0]
+        idx = self._indices.get((n, b))
+        if idx is None:
+            idx = self._indices[(n, b)] = self.value(row_index(n, b))
+            self._index_arrays.append(idx)
+        v = feed if not isinstance(feed, np.ndarray) else self.value(feed)
+        elem = (v.value if isinstance(v, Rows) else v).element_type()
+        rank = len((v.value if isinstance(v, Rows) else v).shape())
+        sess = self._gather.get((elem, rank))
+        if sess is None:
+            sess = self._gather[(elem, rank)] = self._small_session(_gather_graph(elem, rank))
+        io = sess.io_binding()
+        self.bind(io, "x", v)
+        io.bind_ortvalue_input("i", idx)
+        io.bind_ortvalue_output("y", into)
+        sess.run_with_iobinding(io)
 
     # -- binding ----------------------------------------------------------------------------------------------------
     def bind(self, io: Any, name: str, feed: Feed) -> None:
@@ -193,6 +251,16 @@ class DeviceTensors:
     def to_host(self, parts: Sequence[tuple[Any, int]]) -> np.ndarray:
         """The rows as one host array that owns its memory (the answer Triton copies out)."""
         return self.host(self.join(parts))
+
+
+def _gather_graph(element_type: int, rank: int) -> Any:
+    """y = x[i] along the batch axis: rows picked (and repeated) by an int64 index."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", element_type, [f"x{d}" for d in range(rank)])
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, ["b"])
+    y = helper.make_tensor_value_info("y", element_type, ["b", *(f"x{d}" for d in range(1, rank))])
+    return helper.make_graph([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)], "lazybatch_pad", [x, i], [y])
 
 
 def _pointer(rows: Rows) -> tuple[np.dtype, list[int], int]:

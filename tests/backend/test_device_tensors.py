@@ -116,12 +116,16 @@ def _replay(rt: BackendRuntime, reqs: list, schedule: list) -> None:
 def test_runtime_jobs_are_bit_identical_on_a_preempt_and_merge_heavy_schedule(model, resnet, mlp):
     """The runtime's own stage and span jobs, replayed on one schedule through both paths: sub-batches formed in
     shuffled order (Concat on the device), preempted after one stage, merged with others that reached the same
-    stage, split again, and spans of several stages (the whole graph as one pass among them)."""
+    stage, split again, and spans of several stages (the whole graph as one pass among them); and with every stage
+    replaying its graph per batch bucket, padded (sessions/cuda_graphs.py, without capture on the CPU)."""
     onnx_path, stages = resnet if model == "resnet" else mlp
     out = {}
-    for resident in (False, True):
-        runner = StageRunner(stages, execution_provider="cpu", device_tensors=resident)
+    for mode in ("host", "device", "graphs"):
+        resident = mode != "host"
+        runner = StageRunner(stages, execution_provider="cpu", device_tensors=resident,
+                             graph_buckets=(1, 2, 4, 8) if mode == "graphs" else ())
         assert (runner.resident is not None) == resident
+        assert (len(runner.graphs) == runner.n_stages) == (mode == "graphs"), runner.graphs_refused
         table = runner.profile([1, 2, 4, 8], reps=1)
         whole = fuse(runner, table, onnx_path, execution_provider="cpu", intra_op_threads=0, name="t")
         assert whole is not None
@@ -150,15 +154,18 @@ def test_runtime_jobs_are_bit_identical_on_a_preempt_and_merge_heavy_schedule(mo
                 for i in ids:
                     at[i] = stop
             _replay(rt, reqs, schedule)
-            out[resident] = [{o: runner.to_host([r.payload.tensors[o] for r in p.samples])
-                              for o in runner.output_names} for p in parents]
+            out[mode] = [{o: runner.to_host([r.payload.tensors[o] for r in p.samples])
+                          for o in runner.output_names} for p in parents]
             if resident:
                 assert runner.resident.concats > 0 and runner.resident.uploads > 0
+            if mode == "graphs":
+                assert all(g.replays > 0 for g in runner.graphs.values())
         finally:
             rt.close()
     assert len(schedule) > 10
-    for a, b in zip(out[False], out[True]):
-        assert all(a[o].tobytes() == b[o].tobytes() for o in a)
+    for mode in ("device", "graphs"):
+        for a, b in zip(out["host"], out[mode]):
+            assert all(a[o].tobytes() == b[o].tobytes() for o in a), mode
 
 
 @pytest.mark.parametrize("policy", ["eager", "lazy"])
@@ -192,3 +199,18 @@ def test_scheduler_serves_the_device_path(mlp, policy):
         assert status is Status.OK, error
         np.testing.assert_allclose(outputs["y"], sess.run(None, {"x": xs[h]})[0], rtol=1e-5, atol=1e-6)
     assert runner.resident.uploads > 0 and rt.stats.stage_runs > 0
+
+
+def test_a_cpu_upload_does_not_keep_its_input_alive():
+    """On the CPU an OrtValue wraps (and holds) its numpy array: the upload cache must not hold it past its use."""
+    import gc
+    import weakref
+
+    dev = DeviceTensors(["CPUExecutionProvider"])
+    a = np.ones((2, 3), np.float32)
+    gone = weakref.ref(a)
+    v = dev.value(a)
+    assert dev.value(a) is v and dev.uploads == 1  # while in use, one upload
+    del a, v
+    gc.collect()
+    assert gone() is None, "the request's input outlived every use of it"

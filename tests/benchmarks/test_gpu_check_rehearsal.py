@@ -82,7 +82,11 @@ def test_cpu_rehearsal_runs_every_phase_into_one_bundle(tmp_path):
         assert [r["batch"] for r in rows] == [1, 8] and all(r["chain_device_over_whole"] > 0 for r in rows)
         table = json.loads((out / f"table_{kind}.json").read_text())
         assert table["meta"]["device_tensors"] is True
-    assert "CUDAExecutionProvider" in phases["graphs"]["result"]["skipped"]
+    graphs = phases["graphs"]["result"]
+    assert "CUDAExecutionProvider" in graphs["capture"]["skipped"]
+    for kind, g in graphs["backend"].items():  # the backend's buckets and padding, rehearsed uncaptured
+        assert g["graph_stages"] == g["stages"] and g["refused"] == [], kind
+        assert all(r["equal"] for r in g["rows"]), kind
     assert "CUDAExecutionProvider" in phases["streams"]["result"]["skipped"]
 
 
