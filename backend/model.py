@@ -38,6 +38,7 @@ from .faults import FaultInjector
 from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
 from .model_kinds import MODEL_KINDS, BuildInputs, ModelParts, executor_of, model_kind
 from .responder import ResponseThread
+from .input_tensors import described, keeps_gpu_inputs, read_inputs
 from .stages import StageRunner, cuda_graph_buckets, load_manifest, wants_device_tensors
 from .stats_logs import StatsLogs
 
@@ -87,6 +88,7 @@ class TritonPythonModel:
         self._latches: dict[int, Latch] = {}  # batch_per_execute: request -> its execute call's latch
         self.logs = StatsLogs(s.name)  # LAZYBATCH_STATS_DIR's files, for benchmarks (backend/stats_logs.py)
         self.parts = ModelParts()  # what the model's kind builds (backend/model_kinds.py), below
+        self._gpu_inputs: int | None = None  # the GPU whose inputs stay there (backend/input_tensors.py), or None
         _process_wide_onnxruntime(s)
         # the options of every request that sends no parameters (most do not): one object, shared and never
         # written, so that such a request skips their parsing on its path (a few us a call, in-process, ad hoc)
@@ -138,6 +140,8 @@ class TritonPythonModel:
                                       "cuda_graph_stages": len(getattr(parts.runner, "graphs", {}))},
                                      lambda: self.gate)
         inline_ok = parts.whole is not None and self._inline_allowed(cfg)
+        if parts.seq2seq is None:  # (the decoder loop reads token values on the host)
+            self._gpu_inputs = keeps_gpu_inputs(getattr(parts.runner, "resident", None), inline_ok)
         membership = None
 
         def alone() -> bool:  # no other member of the device group active (arbiter/join.py)
@@ -223,9 +227,9 @@ class TritonPythonModel:
         s = self.settings
         good: list[tuple[Any, dict[str, np.ndarray], int, Any]] = []
         for request in requests:
-            tensors = {t.name(): t.as_numpy() for t in request.inputs()}
+            tensors = read_inputs(request, self._gpu_inputs, need_values=not s.allow_nan)
             batch, err = (seq2seq.validate(tensors, s.max_batch_size) if seq2seq is not None else
-                          validate_request(tensors, s.inputs, s.max_batch_size, s.allow_nan))
+                          validate_request(described(tensors), s.inputs, s.max_batch_size, s.allow_nan))
             opts = None
             if err is None:
                 text = request.parameters()
@@ -335,7 +339,7 @@ class TritonPythonModel:
         responses: list[Any] = [None] * len(requests)
         good: list[tuple[int, dict[str, np.ndarray], int]] = []
         for i, request in enumerate(requests):
-            tensors = {t.name(): t.as_numpy() for t in request.inputs()}
+            tensors = read_inputs(request, None)  # a whole-graph session.run: host arrays
             batch, err = validate_request(tensors, s.inputs, s.max_batch_size, s.allow_nan)
             if err is not None:
                 responses[i] = _error_response(err)

@@ -63,6 +63,11 @@ PARAMETERS = {
                       "any bit, the model serves through host numpy and logs why (sessions/device_tensors.py). "
                       "Static stage and seq2seq models under a scheduling policy; the NPU executor keeps host "
                       "numpy",
+    "FORCE_CPU_ONLY_INPUT_TENSORS": "Triton's Python backend's own parameter: \"no\" hands the model inputs that "
+                                    "arrive on a GPU as GPU tensors; where the stage tensors live on that GPU "
+                                    "(device_tensors) they stay there, wrapped through DLPack without a copy, else "
+                                    "they are copied to host memory once (backend/input_tensors.py) | yes (Triton's "
+                                    "default): every input arrives in host memory",
     "cuda_graphs": "false (default) | true: on the CUDA provider's device path, each stage captures one CUDA graph "
                    "per batch bucket (powers of two up to the scheduler's largest batch) and a sub-batch replays "
                    "its bucket's graph, padded with its last row; the latency table becomes a step function of the "

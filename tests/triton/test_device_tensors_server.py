@@ -31,7 +31,10 @@ def server(tmp_path_factory):
     for policy in POLICIES:
         for resident in ("true", "false"):
             add_model(model, repo, name=f"{policy}_{resident}", policy=policy, max_batch_size=8, profile_reps=1,
-                      execution_provider="cpu", parameters={"device_tensors": resident})
+                      execution_provider="cpu",
+                      # Triton's own switch for GPU inputs: on a CPU server every input still arrives on the host
+                      parameters={"device_tensors": resident,
+                                  **({"FORCE_CPU_ONLY_INPUT_TENSORS": "no"} if resident == "true" else {})})
     export_model("gnmt", root / "gnmt.onnx", small=True, seed=3)
     split_model(root / "gnmt.onnx", root / "gnmt_stages")
     table = None
