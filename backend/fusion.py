@@ -90,7 +90,8 @@ def fuse(runner: StageRunner, table: LatencyTable, whole_model: Path, *, executi
         fused = StageRunner(runner.dir, manifest=fused_manifest(runner.manifest, whole_model),
                             execution_provider=execution_provider, intra_op_threads=intra_op_threads,
                             inplace_residuals=False, device_tensors=runner.resident is not None,
-                            device_id=runner.device_id, graph_buckets=runner.graph_buckets)
+                            device_id=runner.device_id, graph_buckets=runner.graph_buckets,
+                            stream=runner.stream)
         sample = runner.sample_inputs(2, seed=7)
         want = runner.run_all(sample)
         got = fused.run_all(sample)
@@ -196,7 +197,8 @@ def segment(runner: StageRunner, table: LatencyTable, k: int, out_dir: Path, *, 
         seg = StageRunner(out_dir, manifest=segment_manifest(runner.manifest, ranges, runner.last_use, files),
                           execution_provider=execution_provider, intra_op_threads=intra_op_threads,
                           inplace_residuals=False, device_tensors=runner.resident is not None,
-                          device_id=runner.device_id, graph_buckets=runner.graph_buckets)
+                          device_id=runner.device_id, graph_buckets=runner.graph_buckets,
+                          stream=runner.stream)
         checks = []
         for batch in (2, 1):  # a batch where the stages take one (a graph with a fixed batch of 1 does not)
             sample = runner.sample_inputs(batch, seed=11)

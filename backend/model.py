@@ -39,7 +39,7 @@ from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
 from .model_kinds import MODEL_KINDS, BuildInputs, ModelParts, executor_of, model_kind
 from .responder import ResponseThread
 from .input_tensors import described, keeps_gpu_inputs, read_inputs
-from .stages import StageRunner, cuda_graph_buckets, load_manifest, wants_device_tensors
+from .stages import StageRunner, cuda_graph_buckets, load_manifest, shared_stream, wants_device_tensors
 from .stats_logs import StatsLogs
 
 try:  # only importable inside the Triton Python backend stub
@@ -104,11 +104,12 @@ class TritonPythonModel:
             manifest = load_manifest(s.stage_dir)
             kind = model_kind(cfg, manifest)
             buckets, no_graphs = cuda_graph_buckets(s, kind)
+            resident = kind in ("stages", "seq2seq") and wants_device_tensors(s)
+            stream, no_stream = shared_stream(s, resident, device_id)
             runner = StageRunner(s.stage_dir, manifest=manifest, execution_provider=s.execution_provider,
                                  intra_op_threads=s.intra_op_threads, inplace_residuals=s.inplace_residuals,
-                                 device_tensors=kind in ("stages", "seq2seq") and wants_device_tensors(s),
-                                 device_id=device_id, graph_buckets=buckets)
-            _log_device_path(s.name, runner, no_graphs)
+                                 device_tensors=resident, device_id=device_id, graph_buckets=buckets, stream=stream)
+            _log_device_path(s.name, runner, no_graphs, no_stream)
         self.parts = parts = MODEL_KINDS[kind](BuildInputs(s, cfg, spec, runner, plan.solo_threads, batch_log))
         if not parts.scheduled:
             return
@@ -137,7 +138,8 @@ class TritonPythonModel:
                 self.exporter = TritonMetricsExporter(self.metrics, pb_utils, s.metrics_interval_ms / 1e3)
         stats = self.logs.stats_file({"model": s.name, "policy": s.policy, "fused": parts.fused,
                                       "device_tensors": getattr(parts.runner, "resident", None) is not None,
-                                      "cuda_graph_stages": len(getattr(parts.runner, "graphs", {}))},
+                                      "cuda_graph_stages": len(getattr(parts.runner, "graphs", {})),
+                                      "shared_cuda_stream": getattr(parts.runner, "stream", None) is not None},
                                      lambda: self.gate)
         inline_ok = parts.whole is not None and self._inline_allowed(cfg)
         if parts.seq2seq is None:  # (the decoder loop reads token values on the host)
@@ -353,8 +355,9 @@ class TritonPythonModel:
         return responses
 
 
-def _log_device_path(name: str, runner: StageRunner, no_graphs: str | None) -> None:
-    """One line each: where stage tensors live between stages, and which stages replay CUDA graphs."""
+def _log_device_path(name: str, runner: StageRunner, no_graphs: str | None, no_stream: str | None) -> None:
+    """One line each: where stage tensors live between stages, which stages replay CUDA graphs, which stream
+    they run on."""
     if runner.resident is not None:
         print(f"lazybatch: {name}: stage tensors stay on the {runner.resident.device} device between stages "
               "(device_tensors)", file=sys.stderr)
@@ -368,6 +371,11 @@ def _log_device_path(name: str, runner: StageRunner, no_graphs: str | None) -> N
               f"{list(runner.graph_buckets)} (cuda_graphs)", file=sys.stderr)
     for why in runner.graphs_refused:
         print(f"lazybatch: {name}: no CUDA graph for {why}", file=sys.stderr)
+    if no_stream:
+        print(f"lazybatch: {name}: shared_cuda_stream off: {no_stream}", file=sys.stderr)
+    if runner.stream is not None:
+        print(f"lazybatch: {name}: every stage session on one CUDA stream, one run in flight (shared_cuda_stream)",
+              file=sys.stderr)
 
 
 def _process_wide_onnxruntime(s: BackendSettings) -> None:

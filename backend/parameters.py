@@ -75,6 +75,13 @@ PARAMETERS = {
                    "differs in any bit from its unpadded run, runs without a graph and the log names it "
                    "(sessions/cuda_graphs.py). Off by default until measured to win on a GPU (docs/deploy.md); "
                    "refused with a log line off CUDA or without device_tensors. Static stage models only",
+    "shared_cuda_stream": "false (default) | true: on the CUDA provider's device path, every stage session of an "
+                          "instance runs on one CUDA stream (onnxruntime's user_compute_stream, made with cupy), each "
+                          "run queued without its end-of-run synchronisation and the host waiting only for the run "
+                          "before, so a preemption is late by at most one queued stage; the profiler times stages "
+                          "with CUDA events (sessions/cuda_stream.py). Off by default until measured on a GPU "
+                          "(docs/deploy.md); refused with a log line off CUDA, without cupy or without "
+                          "device_tensors",
     "cancel_poll_ms": "auto (default; 0 is the same): the watcher thread asks each running request whether the "
                       "client cancelled it just before its stage ends and queued ones about once a stage time, so "
                       "a cancel is answered and its compute stops within about one stage time (sweeps >= 2 ms apart, "

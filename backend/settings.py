@@ -116,6 +116,7 @@ class BackendSettings:
     inplace_residuals: bool = True
     device_tensors: str = "auto"  # stage tensors on the provider's device between stages (sessions/device_tensors.py)
     cuda_graphs: bool = False  # a CUDA graph per (stage, batch bucket) on the device path (sessions/cuda_graphs.py)
+    shared_cuda_stream: bool = False  # every stage session on one CUDA stream, no sync per run (sessions/cuda_stream.py)
     fuse_stages: str = "auto"
     fuse_segments: int = 0
     response_thread: bool = True
@@ -210,6 +211,7 @@ class BackendSettings:
             inplace_residuals=_bool(_param(cfg, "inplace_residuals", "true"), "inplace_residuals"),
             device_tensors=_choice(_param(cfg, "device_tensors", "auto"), "device_tensors", ("auto", "true", "false")),
             cuda_graphs=_bool(_param(cfg, "cuda_graphs", "false"), "cuda_graphs"),
+            shared_cuda_stream=_bool(_param(cfg, "shared_cuda_stream", "false"), "shared_cuda_stream"),
             fuse_stages=_fuse_mode(_param(cfg, "fuse_stages", "auto")),
             fuse_segments=_fuse_segments(_param(cfg, "fuse_segments")),
             response_thread=_bool(_param(cfg, "response_thread", "true"), "response_thread"),

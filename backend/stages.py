@@ -21,6 +21,7 @@ from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.formats.dtypes import NUMPY_TO_TRITON, TRITON_TO_NUMPY
 from lazybatch.formats.example_dims import feed_shape
 from lazybatch.sessions.cuda_graphs import StageGraphs, build_graphs
+from lazybatch.sessions.cuda_stream import SharedStream, StreamRefused, open_stream
 from lazybatch.sessions.device_tensors import DeviceTensors, provider_list, rows_of
 from lazybatch.sessions.inplace import InPlaceRunError, run_inplace, usable
 
@@ -202,8 +203,21 @@ def cuda_graph_buckets(settings: Any, kind: str) -> tuple[tuple[int, ...], str |
     return graph_buckets(settings.scheduler_max_batch_size), None
 
 
+def shared_stream(settings: Any, device_tensors: bool, device_id: int) -> tuple[SharedStream | None, str | None]:
+    """``shared_cuda_stream``: the stream every stage session of the instance shares, or none and why not (a log
+    line) where it was asked for."""
+    if not settings.shared_cuda_stream:
+        return None, None
+    if not device_tensors:
+        return None, "it runs on the device path, and device_tensors is off"
+    try:
+        return open_stream(available_providers(settings.execution_provider), device_id), None
+    except StreamRefused as e:
+        return None, str(e)
+
+
 def make_session(path: str | Path, providers: Sequence[str], intra_op_threads: int = 0, device_id: int = 0, *,
-                 cuda_graph: bool = False) -> Any:
+                 cuda_graph: bool = False, stream: SharedStream | None = None) -> Any:
     """One onnxruntime session. A model instance (a process of its own) normally shares one intra-op pool among all
     its stages (model.py switches the process to it; sessions/threads.py says why). Otherwise each
     session has its own pool with spinning off: idle per-stage pools would spin on the cores the running stage
@@ -215,7 +229,8 @@ def make_session(path: str | Path, providers: Sequence[str], intra_op_threads: i
     so = session_options(intra_op_threads)
     try:
         return ort.InferenceSession(str(path), sess_options=so,
-                                    providers=provider_list(providers, device_id, cuda_graph=cuda_graph))
+                                    providers=provider_list(providers, device_id, cuda_graph=cuda_graph,
+                                                            stream=stream))
     except Exception as e:  # onnxruntime raises its own exception types
         if cuda_graph:  # the refusal is the finding (sessions/cuda_graphs.py): its own words
             raise
@@ -239,11 +254,16 @@ class StageRunner:
     graph per batch bucket, a sub-batch padded to its bucket (sessions/cuda_graphs.py); on the CPU provider the same
     static buffers and padding run without capture (the mechanism's CPU check). ``graphs_refused`` names each
     stage left without one and why.
+
+    ``stream``: on the device path, every session of the instance runs on this one CUDA stream, each run queued
+    without its end-of-run synchronisation and at most one in flight (sessions/cuda_stream.py); ``profile`` then
+    times stages with CUDA events. Runners that hand tensors to this one (fusion.py) take the same stream.
     """
 
     def __init__(self, stage_dir: str | Path, *, execution_provider: str = "auto", intra_op_threads: int = 0,
                  inplace_residuals: bool = True, manifest: Manifest | None = None, device_tensors: bool = False,
-                 device_id: int = 0, graph_buckets: Sequence[int] = ()) -> None:
+                 device_id: int = 0, graph_buckets: Sequence[int] = (),
+                 stream: SharedStream | None = None) -> None:
         self.dir = Path(stage_dir)
         self.manifest = manifest if manifest is not None else load_manifest(self.dir)  # given: fusion.py
         from lazybatch.sessions.ort_optimize import check_host  # stages split for another CPU: refuse, not misrun
@@ -251,8 +271,9 @@ class StageRunner:
         self.providers = available_providers(execution_provider)
         self.device_id = device_id
         self.graph_buckets = tuple(graph_buckets)  # as asked: fusion.py builds its runners alike
-        self.sessions = [make_session(self.dir / s.file, self.providers, intra_op_threads, device_id)
-                         for s in self.manifest.stages]
+        self.stream = stream if device_tensors else None  # the host path's runs synchronise as they return
+        self.sessions = [make_session(self.dir / s.file, self.providers, intra_op_threads, device_id,
+                                      stream=self.stream) for s in self.manifest.stages]
         for spec, sess in zip(self.manifest.stages, self.sessions):
             names_in = {i.name for i in sess.get_inputs()}
             names_out = {o.name for o in sess.get_outputs()}
@@ -287,9 +308,11 @@ class StageRunner:
         self.graphs: dict[int, StageGraphs] = {}  # stage -> its CUDA graphs (graph_buckets), built below
         self.graphs_refused: list[str] = []
         if device_tensors:
-            tensors = DeviceTensors(self.providers, device_id)
+            tensors = DeviceTensors(self.providers, device_id, stream=self.stream)
             self.resident_refused = self._check_resident(tensors)
             self.resident = tensors if self.resident_refused is None else None
+            if self.resident is None:
+                self.stream = None
         if graph_buckets and self.resident is not None:
             self._build_graphs(tuple(graph_buckets), intra_op_threads)
         elif graph_buckets:
@@ -379,7 +402,7 @@ class StageRunner:
             if not capture:
                 return self.sessions[index]
             return make_session(self.dir / specs[index].file, self.providers, intra_op_threads, self.device_id,
-                                cuda_graph=True)
+                                cuda_graph=True, stream=self.stream)
 
         def warm_feeds(index: int, n: int) -> dict[str, Any]:
             return {i.name: dev.value(np.ascontiguousarray(tensors[i.name][:n])) for i in specs[index].inputs}
@@ -433,6 +456,15 @@ class StageRunner:
             except ConfigError:  # a type random_feeds cannot make: the plain samples
                 pass
         return self.sample_inputs(batch, seed=seed)
+
+    def _timed(self, fn: Any) -> tuple[Any, float]:
+        """``fn()`` and its time: device time from CUDA events on a shared stream (what the host measures there is
+        the enqueue), wall time else."""
+        if self.stream is not None:
+            return self.stream.timed(fn)
+        t0 = time.perf_counter()
+        out = fn()
+        return out, time.perf_counter() - t0
 
     def release_arenas(self) -> None:
         """Make each stage's next run give back the arena memory it does not use (backend/memory.py): onnxruntime
@@ -488,9 +520,8 @@ class StageRunner:
                     for _ in range(per_round):
                         # an in-place stage runs as served: on a fresh copy of its input (made outside the timing)
                         run_feeds = feeds if step is None else {**feeds, step.input: self._fresh(feeds[step.input])}
-                        t0 = time.perf_counter()
-                        out = self.run_resident(spec.index, run_feeds, owned=True)  # as served: on the device path
-                        times[spec.index][k].append(time.perf_counter() - t0)
+                        out, took = self._timed(lambda: self.run_resident(spec.index, run_feeds, owned=True))
+                        times[spec.index][k].append(took)  # as served: on the device path
                     tensors.update(out)
         rows = [[max(float(np.median(cell)), 1e-7) for cell in stage_times] for stage_times in times]
         graph = self.manifest.graph()

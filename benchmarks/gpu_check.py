@@ -22,7 +22,8 @@ Phases (docs/deploy.md, "The GPU check"):
    cannot be captured is named.
    ``streams``: every stage session on one CUDA stream of ours (``user_compute_stream``, made with cupy), the host
    synchronised once per chain (``disable_synchronize_execution_providers``) against once per stage: what the
-   end-of-run synchronisations cost per boundary, and whether the answers stay the same. Skipped off CUDA.
+   end-of-run synchronisations cost per boundary, and whether the answers stay the same; then the backend's own
+   ``shared_cuda_stream`` path (one run in flight) against its device path. Skipped off CUDA.
 5. ``profile``: ``lazybatch profile`` on the device path: the latency tables (``table_<model>.json``) and the sum
    of stages against the whole graph.
 6. ``simulate``: the default policy against Triton's batcher (graph:0) on the first model's table.
@@ -361,7 +362,32 @@ class Check:
             import cupy
         except ImportError:
             return {"skipped": "needs cupy to make the CUDA stream the sessions share (the lent image has cupy)"}
-        return {kind: self._stream_probe(d, cupy) for kind, d in self.models.items()}
+        return {kind: {"probe": self._stream_probe(d, cupy), "backend": self._backend_stream(d)}
+                for kind, d in self.models.items()}
+
+    def _backend_stream(self, d: Path) -> dict:
+        """The backend's ``shared_cuda_stream`` path (sessions/cuda_stream.py: one stream, one run in flight)
+        against the device path whose every run synchronises, at each batch size."""
+        from lazybatch.backend.stages import StageRunner
+        from lazybatch.sessions.cuda_stream import open_stream
+
+        plain = StageRunner(d, execution_provider=self.provider, device_tensors=True)
+        shared = StageRunner(d, execution_provider=self.provider, device_tensors=True,
+                             stream=open_stream(self.providers))
+        rows = []
+        for batch in self.args.batch_sizes:
+            x = plain.sample_inputs(batch, seed=batch)
+            t = timed({"device": lambda: plain.run_all_resident(x), "stream": lambda: shared.run_all_resident(x)},
+                      2, self.args.reps)
+            same = all(a.tobytes() == b.tobytes()
+                       for a, b in zip(plain.run_all_resident(x).values(), shared.run_all_resident(x).values()))
+            rows.append({"batch": batch, "times": t, "equal": same,
+                         "stream_over_device": t["stream"]["median_ms"] / t["device"]["median_ms"],
+                         "saved_per_boundary_us": (t["device"]["median_ms"] - t["stream"]["median_ms"])
+                         / max(1, plain.n_stages - 1) * 1e3})
+        self.b.log(f"{d.name}: backend shared stream " + "; ".join(
+            f"b{r['batch']} {r['stream_over_device']:.2f}x of the device path, equal {r['equal']}" for r in rows))
+        return {"stream_present": shared.stream is not None, "rows": rows}
 
     def _stream_probe(self, d: Path, cupy: Any) -> dict:
         """Every stage session on one CUDA stream of ours (``user_compute_stream``), the host synchronised once per

@@ -98,7 +98,7 @@ class StageGraphs:
         else:
             for name in self.outputs:
                 io.bind_output(name, dev.device, dev.device_id)
-        self.session.run_with_iobinding(io, slot.options)
+        dev.launch(self.session, io, slot.options)
         if not slot.outputs:  # kept, so that every later run (the capture, the replays) binds the same addresses
             slot.outputs = dict(zip(self.outputs, io.get_outputs()))
         slot.runs += 1

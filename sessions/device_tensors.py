@@ -14,16 +14,20 @@ the device:
 
 On the CPU provider the same code runs (uploads are free there: the ``OrtValue`` wraps the numpy memory), which is
 how CI checks it against the host path bit for bit. No host synchronisation is added between stages: each
-``run_with_iobinding`` ends as ``session.run`` does.
+``run_with_iobinding`` ends as ``session.run`` does, unless the instance's sessions share one CUDA stream
+(``stream``, cuda_stream.py): then a run is queued without it and the host waits only for the run before.
 """
 
 from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .cuda_stream import SharedStream
 
 
 @dataclass(frozen=True)
@@ -43,10 +47,11 @@ def device_of(providers: Sequence[str]) -> str:
     return "cuda" if providers and providers[0] == "CUDAExecutionProvider" else "cpu"
 
 
-def provider_list(providers: Sequence[str], device_id: int = 0, *, cuda_graph: bool = False) -> list[Any]:
+def provider_list(providers: Sequence[str], device_id: int = 0, *, cuda_graph: bool = False,
+                  stream: SharedStream | None = None) -> list[Any]:
     """onnxruntime's providers argument: the CUDA provider on the GPU Triton assigned the instance
     (``model_instance_device_id``), not always GPU 0; ``cuda_graph``: its sessions capture CUDA graphs
-    (cuda_graphs.py)."""
+    (cuda_graphs.py); ``stream``: its sessions run on one shared stream (cuda_stream.py)."""
     out: list[Any] = []
     for p in providers:
         opts = {}
@@ -55,6 +60,8 @@ def provider_list(providers: Sequence[str], device_id: int = 0, *, cuda_graph: b
                 opts["device_id"] = str(device_id)
             if cuda_graph:
                 opts["enable_cuda_graph"] = "1"
+            if stream is not None:
+                opts.update(stream.provider_options())
         out.append((p, opts) if opts else p)
     return out
 
@@ -68,8 +75,10 @@ def _np_type(element_type: int) -> np.dtype:
 class DeviceTensors:
     """Uploads, joins, binds and downloads the tensors of one model instance's sessions on one device."""
 
-    def __init__(self, providers: Sequence[str], device_id: int = 0, *, intra_op_threads: int = 0) -> None:
+    def __init__(self, providers: Sequence[str], device_id: int = 0, *, intra_op_threads: int = 0,
+                 stream: SharedStream | None = None) -> None:
         self.providers = list(providers)
+        self.stream = stream  # every run queued on one shared stream, at most one in flight (cuda_stream.py)
         self.device = device_of(self.providers)
         self.device_id = device_id
         self.intra_op_threads = intra_op_threads
@@ -143,7 +152,7 @@ class DeviceTensors:
         for j, r in enumerate(segs):
             self.bind(io, f"x{j}", r)
         io.bind_output("y", self.device, self.device_id)
-        sess.run_with_iobinding(io)
+        self.launch(sess, io)
         self.concats += 1
         return io.get_outputs()[0]
 
@@ -169,7 +178,7 @@ class DeviceTensors:
         model.ir_version = min(model.ir_version, 8)
         onnx.checker.check_model(model)
         return ort.InferenceSession(model.SerializeToString(), sess_options=session_options(1),
-                                    providers=provider_list(self.providers, self.device_id))
+                                    providers=provider_list(self.providers, self.device_id, stream=self.stream))
 
     # -- padded static buffers (sessions/cuda_graphs.py) -------------------------------------------------------------
     def empty_like_rows(self, feed: Feed, rows: int) -> Any:
@@ -203,7 +212,7 @@ class DeviceTensors:
         self.bind(io, "x", v)
         io.bind_ortvalue_input("i", idx)
         io.bind_ortvalue_output("y", into)
-        sess.run_with_iobinding(io)
+        self.launch(sess, io)
 
     # -- binding ----------------------------------------------------------------------------------------------------
     def bind(self, io: Any, name: str, feed: Feed) -> None:
@@ -231,12 +240,21 @@ class DeviceTensors:
             self.bind(io, name, feed)
         if over is not None:
             self.bind_over(io, *over)
-            sess.run_with_iobinding(io, options)
+            self.launch(sess, io, options)
             return [over[1]]
         for name in outputs:
             io.bind_output(name, self.device, self.device_id)
-        sess.run_with_iobinding(io, options)
+        self.launch(sess, io, options)
         return list(io.get_outputs())
+
+    def launch(self, sess: Any, io: Any, options: Any = None) -> None:
+        """``run_with_iobinding``; on a shared stream queued without the end-of-run synchronisation, the host
+        waiting only while more than one run is in flight (cuda_stream.py)."""
+        if self.stream is None:
+            sess.run_with_iobinding(io, options)
+            return
+        sess.run_with_iobinding(io, self.stream.run_options(options))
+        self.stream.window.queued()
 
     # -- device to host ---------------------------------------------------------------------------------------------
     def host(self, feed: Feed) -> np.ndarray:
@@ -245,6 +263,8 @@ class DeviceTensors:
             return feed.copy()
         if isinstance(feed, Rows):
             feed = self._concat_run([feed])
+        if self.stream is not None:  # host memory reads it: everything queued first
+            self.stream.drain()
         out = feed.numpy()  # on the CPU a view of onnxruntime's buffer: copied so the answer owns its memory
         return out.copy() if self.device == "cpu" else out
 

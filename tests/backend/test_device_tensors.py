@@ -17,10 +17,11 @@ from lazybatch.backend.runtime import BackendRuntime
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Request, Status
+from lazybatch.sessions.cuda_stream import SharedStream
 from lazybatch.sessions.device_tensors import DeviceTensors, Rows
 
 from tests.backend.test_backend import Collector
-from tests.backendhelpers import relu_split_mlp
+from tests.backendhelpers import FakeCupy, relu_split_mlp
 
 
 @pytest.fixture(scope="module")
@@ -117,13 +118,16 @@ def test_runtime_jobs_are_bit_identical_on_a_preempt_and_merge_heavy_schedule(mo
     """The runtime's own stage and span jobs, replayed on one schedule through both paths: sub-batches formed in
     shuffled order (Concat on the device), preempted after one stage, merged with others that reached the same
     stage, split again, and spans of several stages (the whole graph as one pass among them); and with every stage
-    replaying its graph per batch bucket, padded (sessions/cuda_graphs.py, without capture on the CPU)."""
+    replaying its graph per batch bucket, padded (sessions/cuda_graphs.py, without capture on the CPU); and with
+    every session on one shared stream, one run in flight (sessions/cuda_stream.py, its events from a stand-in)."""
     onnx_path, stages = resnet if model == "resnet" else mlp
     out = {}
-    for mode in ("host", "device", "graphs"):
+    for mode in ("host", "device", "graphs", "stream"):
         resident = mode != "host"
+        fake = FakeCupy() if mode == "stream" else None
         runner = StageRunner(stages, execution_provider="cpu", device_tensors=resident,
-                             graph_buckets=(1, 2, 4, 8) if mode == "graphs" else ())
+                             graph_buckets=(1, 2, 4, 8) if mode == "graphs" else (),
+                             stream=SharedStream(fake) if fake is not None else None)
         assert (runner.resident is not None) == resident
         assert (len(runner.graphs) == runner.n_stages) == (mode == "graphs"), runner.graphs_refused
         table = runner.profile([1, 2, 4, 8], reps=1)
@@ -160,10 +164,13 @@ def test_runtime_jobs_are_bit_identical_on_a_preempt_and_merge_heavy_schedule(mo
                 assert runner.resident.concats > 0 and runner.resident.uploads > 0
             if mode == "graphs":
                 assert all(g.replays > 0 for g in runner.graphs.values())
+            if fake is not None:
+                assert runner.stream.window.waits > len(schedule) and fake.unfinished == 0
+                assert whole[0].stream is runner.stream, "the whole-graph span queues on the stages' stream"
         finally:
             rt.close()
     assert len(schedule) > 10
-    for mode in ("device", "graphs"):
+    for mode in ("device", "graphs", "stream"):
         for a, b in zip(out["host"], out[mode]):
             assert all(a[o].tobytes() == b[o].tobytes() for o in a), mode
 
