@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import threading
-import time
-
-import numpy as np
-import onnxruntime as ort
 import pytest
 
-from lazybatch.backend.settings import BackendSettings, parse_config_text
-from lazybatch.backend.request_parsing import RequestOptions
-from lazybatch.backend.fusion import FUSED_STAGE, fuse, fuse_reason, fused_table
-from lazybatch.backend.runtime import BackendRuntime
+from lazybatch.backend.fusion import fuse_reason
 from lazybatch.backend.stages import StageRunner
-from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.graph import ModelGraph, StageType
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies import parse_policy
-from lazybatch.batcher.request import Status
-from lazybatch.repo import add_model
 from lazybatch.staging import make_mlp, split_model
-from tests.backendhelpers import initialize_model
 
 SIZES = [1, 2, 4]
 
