@@ -46,3 +46,16 @@ def nice_for(me: ShareMember, active: Iterable[ShareMember]) -> int:
     mine = me.rank()
     above = {m.rank() for m in active if m.rank() < mine}
     return NICE_STEPS[min(len(above), len(NICE_STEPS) - 1)]
+
+
+# The kernel's fair-scheduler weight of each nice value, -20 .. 19 (kernel/sched/core.c, sched_prio_to_weight): a
+# runnable thread's share of a contended core is its weight over the sum of the runnable threads' weights.
+CFS_WEIGHTS = (88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916,
+               9548, 7620, 6100, 4904, 3906, 3121, 2501, 1991, 1586, 1277,
+               1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
+               110, 87, 70, 56, 45, 36, 29, 23, 18, 15)
+
+
+def cfs_weight(nice: int) -> int:
+    """The fair scheduler's weight of ``nice`` (clamped to -20 .. 19, as setpriority clamps it)."""
+    return CFS_WEIGHTS[min(max(int(nice), -20), 19) + 20]

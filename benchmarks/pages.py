@@ -150,6 +150,9 @@ PAGES: dict[str, Page] = {
     "cpu_share": Page("docs/results/cpu_share.md", "whole", "the spread over 5 repetitions (no identical copy)",
                       ("python -m benchmarks.pair --reps 5 --duration 4 --out docs/data/pair_cpu_share "
                        "--page docs/results/cpu_share.md",), one_commit=True),
+    "cpu_share_sim": Page("docs/colocation.md#the-cpu-through-the-operating-system", "by hand",
+                          "the spread over the served run's repetitions (simulated on their arrivals)",
+                          ("python -m benchmarks.sim_pair --out docs/data/pair_cpu_share",), one_commit=True),
     "device_lanes": Page("docs/colocation.md#lanes", "by hand", "the spread over 3 repetitions (no identical copy)",
                          ("python -m benchmarks.bench_device_lanes --json docs/data/device_lanes.json",),
                          one_commit=True),

@@ -2,7 +2,8 @@
 its drawn lengths, as `lazybatch load` drew them from the same seeds) on a virtual clock, every model on the latency
 table its lazybatch configuration reads, shared as lazybatch/simulator/colocated.py models it: lazybatch's
 ``SharedDevice`` (``device``), processor sharing (``ps``: Triton's per-model backends with nothing across them) or
-one token per whole execution (``token``: Triton's rate limiter). No serving cost; the ps and token figures
+one token per whole execution (``token``: Triton's rate limiter), or weighted processor sharing (``wps``: the CPU
+share's nice values aimed perfectly, its ceiling). No serving cost; the ps and token figures
 beside the served Triton 0 ms and Triton + rate limiter are the check of those models against served figures."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ SIM_OF = {"lazybatch": ("eager", "device"), "lazybatch_1lane": ("eager", "device
           "lazybatch_nodevice": ("eager", "ps"),
           "triton_0us": ("graph:0", "ps"), "triton_5000us": ("graph:5", "ps"),
           "triton_20000us": ("graph:20", "ps"), "triton_0us_rl": ("graph:0", "token"),
-          "triton_0us_twin": ("graph:0", "ps")}
+          "triton_0us_twin": ("graph:0", "ps"), "eager_shared": ("eager", "wps")}
 
 
 class Tables:
@@ -63,6 +64,7 @@ def simulate(tables: Tables, config: str, rates: Mapping[str, float], duration: 
     used (``model_seed(seed, index)``, index the kind's place among the models driven together, or ``indices``),
     each model under ``config``'s policy and sharing; ``levels``: device priority levels (``device`` only). Returns
     the cell's summary (drive.summarise) against the served SLAs and t1s."""
+    from lazybatch.batcher.cpu_rank import ShareMember
     from lazybatch.batcher.decisions import DecisionLog
     from lazybatch.batcher.device import SharedDevice
     from lazybatch.batcher.policies.spec import parse_policy
@@ -78,6 +80,7 @@ def simulate(tables: Tables, config: str, rates: Mapping[str, float], duration: 
         pol = parse_policy(policy).build(max_batch_size=tables.table[kind].max_batch_size,
                                          length_histogram=tables.hist[kind])
         tenants.append(Tenant(kind, tables.table[kind], pol, reqs[kind], priority=(levels or {}).get(kind, 0),
+                              share=ShareMember(kind, sla_ms=slas[kind]),  # its rank under "wps"
                               log=DecisionLog(capacity=1, enabled=False)))
     tenants = [t for t in tenants if t.requests]
     if not tenants:

@@ -8,6 +8,12 @@ How the device is shared (``ColocatedSimulation(..., sharing=)``):
   them: every model runs its own batcher and submits its jobs when its own last job ends, and while k jobs are on
   the device each progresses at 1/k of its table speed (egalitarian PS: k processes' thread pools on one set of
   cores, or k CUDA streams, each slowed by the others; no preemption, no priorities, no switching cost).
+- ``"wps"``: **weighted processor sharing**, the CPU share (backend/cpu_share.py) aimed perfectly: as ``"ps"``, but
+  while jobs of k models are on the device each progresses at its model's fair-scheduler weight over the sum of
+  theirs, the weight that of the nice the share's rank rule (batcher/cpu_rank.py) gives a model while the others
+  with a job in service are active. The served share lowers a model while a peer had a request within a window and
+  pays what the kernel does (a preempted thread stalling its sibling at a parallel op's barrier); this mode pays
+  neither, so it is the lever's ceiling on a device that preempts at once.
 - ``"token"``: **serialised whole executions**, Triton's rate limiter with one device resource
   (``--rate-limit=execution_count``): a model's whole execution (every job of one batch, one ``StageJob.token``)
   holds the one token; executions formed meanwhile wait in arrival order and run whole, at full speed.
@@ -26,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from lazybatch.batcher.admission import QueuePolicy
+from lazybatch.batcher.cpu_rank import ShareMember, cfs_weight, nice_for
 from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.batcher.device import SharedDevice
 from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
@@ -37,7 +44,7 @@ from lazybatch.batcher.errors import ConfigError
 
 from .engine import _COMPLETION, _TIMER, _Timer, job_seconds
 
-SHARING = ("device", "ps", "token")
+SHARING = ("device", "ps", "wps", "token")
 EPS = 1e-12  # seconds of work left that count as done (PS rounding)
 _ARRIVAL = 2  # after the engine's completions (0) and timers (1) at the same instant
 
@@ -57,6 +64,7 @@ class Tenant:
     weight: float = 1.0
     priority: int = 0
     queue_policy: QueuePolicy | None = None
+    share: ShareMember | None = None  # its place in the CPU share's rank rule ("wps"); None: no SLA, no role
     log: DecisionLog = field(default_factory=lambda: DecisionLog(capacity=1, enabled=False))
 
 
@@ -71,18 +79,23 @@ class _Job:
 
 
 class ProcessorSharing:
-    """Egalitarian processor sharing on the simulation's clock: k jobs in service each progress at 1/k speed.
+    """Processor sharing on the simulation's clock: k jobs in service each progress at 1/k speed, or, with
+    ``weight_of`` (model index, models in service -> weight), at its weight over the sum of theirs.
 
     Each job keeps the solo work it has left; every start or completion first charges the time since the last
-    change to the jobs in service (O(k)), then one completion event is scheduled for the job with least work left
-    (earlier ones go stale by version). A job alone finishes exactly ``work`` after it started."""
+    change to the jobs in service (O(k)), then one completion event is scheduled for the job that ends first
+    (earlier ones go stale by version). Weights change only when the jobs in service do, so each interval between
+    two events runs at fixed rates. A job alone finishes exactly ``work`` after it started."""
 
-    def __init__(self, sim: "ColocatedSimulation") -> None:
+    def __init__(self, sim: "ColocatedSimulation",
+                 weight_of: Callable[[int, frozenset[int]], float] | None = None) -> None:
         self.sim = sim
+        self.weight_of = weight_of
         self.jobs: list[_Job] = []
         self.last = 0.0
         self.version = 0
         self.peak = 0  # most jobs in service at once
+        self._rates: list[float] = []  # each job's share of the device since the last change
 
     def start(self, work: float, job: StageJob, done: DoneCallback, model: int) -> None:
         sim = self.sim
@@ -97,24 +110,35 @@ class ProcessorSharing:
     def _charge(self, now: float) -> None:
         jobs = self.jobs
         if jobs and now > self.last:
-            dt = (now - self.last) / len(jobs)
-            for j in jobs:
-                j.left -= dt
+            dt = now - self.last
+            for j, rate in zip(jobs, self._rates):
+                j.left -= dt * rate
         self.last = now
+
+    def _shares(self) -> list[float]:
+        jobs = self.jobs
+        if self.weight_of is None:
+            return [1.0 / len(jobs)] * len(jobs)
+        models = frozenset(j.model for j in jobs)
+        w = [self.weight_of(j.model, models) for j in jobs]
+        total = sum(w)
+        return [x / total for x in w]
 
     def _schedule(self) -> None:
         self.version += 1
         jobs = self.jobs
+        self._rates = self._shares() if jobs else []
         if jobs:
-            first = min(jobs, key=lambda j: j.left)
-            self.sim._push(self.last + max(first.left, 0.0) * len(jobs), _COMPLETION, self, self.version)
+            first = min(range(len(jobs)), key=lambda i: jobs[i].left / self._rates[i])
+            self.sim._push(self.last + max(jobs[first].left, 0.0) / self._rates[first], _COMPLETION, self,
+                           self.version)
 
     def fire(self, version: int) -> None:
         if version != self.version:
             return  # stale: the jobs in service changed since it was scheduled
         self._charge(self.sim.t)
         jobs = self.jobs
-        first = min(jobs, key=lambda j: j.left)
+        first = jobs[min(range(len(jobs)), key=lambda i: jobs[i].left / self._rates[i])]
         done = [j for j in jobs if j.left <= EPS or j is first]
         self.jobs = [j for j in jobs if not (j.left <= EPS or j is first)]
         self._schedule()
@@ -186,7 +210,7 @@ class ColocatedSimulation:
         self.tenants = list(tenants)
         self.on_job = on_job
         self.result_for = result_for
-        self.ps = ProcessorSharing(self)
+        self.ps = ProcessorSharing(self, self._share_weight if sharing == "wps" else None)
         self._token = _Token(self.ps) if sharing == "token" else None
         self.device = (device if device is not None else SharedDevice()) if sharing == "device" else None
         self.executors = [_TableExecutor(self, i, t.table) for i, t in enumerate(self.tenants)]
@@ -215,6 +239,11 @@ class ColocatedSimulation:
             self._token.submit(work, job, done, model)
         else:
             self.ps.start(work, job, done, model)
+
+    def _share_weight(self, model: int, in_service: frozenset[int]) -> float:
+        """``model``'s fair-scheduler weight while the models ``in_service`` have jobs on the device ("wps")."""
+        members = [t.share or ShareMember(t.name) for t in self.tenants]
+        return float(cfs_weight(nice_for(members[model], (members[m] for m in in_service if m != model))))
 
     def _result(self, model: int, job: StageJob) -> StageResult | None:
         return None if self.result_for is None else self.result_for(model, job)

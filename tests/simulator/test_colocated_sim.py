@@ -8,6 +8,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lazybatch.batcher.cpu_rank import ShareMember, cfs_weight
 from lazybatch.batcher.device import SharedDevice
 from lazybatch.batcher.request import Status
 from lazybatch.batcher.interfaces import StageResult
@@ -41,6 +42,30 @@ def test_processor_sharing_charges_each_job_its_share():
     assert abs(b.requests[0].latency - 2e-3) < 1e-9 and abs(a.requests[0].finish - 5e-3) < 1e-9
 
 
+def test_the_fair_schedulers_weights():
+    assert (cfs_weight(0), cfs_weight(10), cfs_weight(19), cfs_weight(-20)) == (1024, 110, 15, 88761)
+    assert cfs_weight(25) == 15 and cfs_weight(-30) == 88761, "clamped as setpriority clamps"
+
+
+def test_weighted_sharing_gives_the_tighter_sla_its_weight_and_conserves_work():
+    """A 1 ms job of the tighter SLA beside a 10 ms one: it runs at 1024 / (1024 + 110) of the device (the other
+    at nice 10 while it is in service), ends at 1.107 ms, and the long job still ends at 11 ms (work conserving);
+    under plain processor sharing 2 ms and 11 ms; with equal ranks the weighted mode is plain sharing."""
+    short, long_ = linear_table(1, 1e-3, "short"), linear_table(1, 10e-3, "long")
+
+    def run(sharing, fast_sla, slow_sla):
+        a = tenant("short", short, periodic(1, 0.0, 1.0), "graph:0", share=ShareMember("short", sla_ms=fast_sla))
+        b = tenant("long", long_, periodic(1, 0.0, 1.0), "graph:0", share=ShareMember("long", sla_ms=slow_sla))
+        ColocatedSimulation([a, b], sharing=sharing).run()
+        return a.requests[0].latency, b.requests[0].latency
+
+    s, l = run("wps", 10.0, 100.0)
+    assert abs(s - 1e-3 * (1024 + 110) / 1024) < 1e-9 and abs(l - 11e-3) < 1e-9
+    s, l = run("ps", 10.0, 100.0)
+    assert abs(s - 2e-3) < 1e-9 and abs(l - 11e-3) < 1e-9
+    assert run("wps", 50.0, 50.0) == run("ps", 50.0, 50.0)
+
+
 def test_the_token_serialises_whole_executions():
     """Behind one token a batch runs every stage before another model's batch starts (Triton's rate limiter)."""
     big, small = flat(5, 1e-3, "big"), flat(1, 0.5e-3, "small")
@@ -56,7 +81,7 @@ def test_the_token_serialises_whole_executions():
 def colocated(draw):
     k = draw(st.integers(2, 3))
     models = [draw(scenarios()) for _ in range(k)]
-    sharing = draw(st.sampled_from(["device", "device2", "ps", "token"]))
+    sharing = draw(st.sampled_from(["device", "device2", "ps", "wps", "token"]))
     return models, sharing
 
 
@@ -68,7 +93,8 @@ def test_colocated_runs_keep_the_invariants(case):
     models, sharing = case
     tenants = []
     for i, (table, policy, reqs, fail, cancel) in enumerate(models):
-        tenants.append(Tenant(f"m{i}", table, policy, reqs))
+        share = ShareMember(f"m{i}", sla_ms=10.0 * (i + 1)) if sharing == "wps" else None  # unequal weights
+        tenants.append(Tenant(f"m{i}", table, policy, reqs, share=share))
     visits = [{r.id: [] for r in t.requests} for t in tenants]
     failed: list[set[int]] = [set() for _ in tenants]
     running = [0] * len(tenants)
