@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from lazybatch.batcher.cpu_rank import ShareMember, nice_for
+from lazybatch.batcher.cpu_rank import NICE_STEPS, ShareMember, nice_for
 
 from .os_weights import ThreadWeights, Weight, process_state, read_weight, threads
 
@@ -59,9 +59,10 @@ class CpuShare:
     """This stub's member of its server's CPU share: its file, and the watcher that sets its threads' nice."""
 
     def __init__(self, me: ShareMember, *, folder: Path | None = None, weights: ThreadWeights | None = None,
-                 poll_s: float = POLL_S, window_s: float = ACTIVE_WINDOW_S,
+                 poll_s: float = POLL_S, window_s: float = ACTIVE_WINDOW_S, steps: tuple[int, ...] = NICE_STEPS,
                  log: Callable[[str], None] | None = None) -> None:
         self.me = me
+        self.steps = steps  # the nice under 0, 1, 2+ more urgent active members (its cpu_share_nice)
         self.folder = registry_dir() if folder is None else Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.pid = os.getpid()
@@ -129,7 +130,7 @@ class CpuShare:
     def step(self, now: float | None = None) -> int:
         """One look: the nice the rank rule gives, applied to every thread of this process; returns it. Nothing to
         do (not lowered, and nothing to lower) costs no per-thread syscall."""
-        want = nice_for(self.me, self.peers(now))
+        want = nice_for(self.me, self.peers(now), self.steps)
         with self._lock:
             t = time.monotonic()
             if want > 0:  # every look: threads started since the last one are lowered too

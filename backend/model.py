@@ -181,12 +181,12 @@ class TritonPythonModel:
             all(p == "CPUExecutionProvider" for p in parts.runner.providers)
         if s.cpu_share == "none" or self.device_group or not on_cpu:
             return None
-        from lazybatch.batcher.cpu_rank import ShareMember
+        from lazybatch.batcher.cpu_rank import ShareMember, nice_steps
 
         from .cpu_share import CpuShare
 
         try:
-            return CpuShare(ShareMember(s.name, s.sla_ms, s.cpu_share))
+            return CpuShare(ShareMember(s.name, s.sla_ms, s.cpu_share), steps=nice_steps(s.cpu_share_nice))
         except OSError as e:  # never fails a load: the model serves as an unshared one
             print(f"lazybatch: {s.name}: cpu_share off: cannot join the server's CPU share ({e})", file=sys.stderr)
             return None

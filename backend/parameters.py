@@ -150,6 +150,9 @@ PARAMETERS.update({
                  "(docs/colocation.md, \"The CPU through the operating system\"). Not for models in a device_group "
                  "(their arbiter takes turns) nor under whole_graph (triton:<us>). Putting a thread back needs "
                  "CAP_SYS_NICE or RLIMIT_NICE >= 20; without either nothing is lowered and the log says so once",
+    "cpu_share_nice": "cpu_share models: the nice value the model's threads take while one more urgent model is "
+                      "active (an integer 1..19, default 10; under two or more, the larger of it and 19). The "
+                      "kernel's fair scheduler weighs nice 0 / 5 / 10 / 19 as 1024 / 335 / 110 / 15",
     "max_queue_size": "most samples the scheduler holds (queued or in flight); more are rejected UNAVAILABLE "
                       "(default 0: unbounded)",
     "timeout_action": "REJECT: refuse a request whose deadline the predictor says cannot be met | DELAY: serve it "

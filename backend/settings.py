@@ -139,6 +139,7 @@ class BackendSettings:
     device_max_queue_size: int = 0  # samples held across the group's models (0: unbounded)
     device_lanes: int = DEFAULT_DEVICE_LANES  # stage jobs the group's device runs at once (alike on the group's models)
     cpu_share: str = "none"  # the CPU share's role (batcher/cpu_rank.py), or "none": off (backend/cpu_share.py)
+    cpu_share_nice: int = 10  # the nice its threads take under one more urgent active model (cpu_rank.nice_steps)
     device_solo_intra_op_threads: int = -1  # whole passes alone on the device: -1 the cores (solo_threads), 0 off
 
     def request_level(self, priority: int) -> tuple[int, str | None]:
@@ -221,6 +222,7 @@ class BackendSettings:
             **_device_settings(cfg, WHOLE_GRAPH if policy == WHOLE_GRAPH else
                                "batch_per_execute" if per_execute else None),
             cpu_share=_cpu_share(_param(cfg, "cpu_share")),
+            cpu_share_nice=_cpu_share_nice(_param(cfg, "cpu_share_nice")),
             **_production_settings(cfg),
         )
 
@@ -242,6 +244,19 @@ def _cpu_share(text: str | None) -> str:
     if role not in (*ROLES, "none"):
         raise ConfigError(f"cpu_share must be none, {', '.join(ROLES)}, got {text!r}", field="parameters.cpu_share")
     return role
+
+
+def _cpu_share_nice(text: str | None) -> int:
+    if text is None or not text.strip():
+        return 10
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 19:
+        raise ConfigError(f"cpu_share_nice must be an integer 1..19 (the nice value under one more urgent model), "
+                          f"got {text!r}", field="parameters.cpu_share_nice")
+    return value
 
 
 def _choice(text: str | None, name: str, choices: tuple[str, ...]) -> str:

@@ -41,11 +41,19 @@ class ShareMember:
         return ROLES.index(self.role), self.sla_ms if self.sla_ms else math.inf
 
 
-def nice_for(me: ShareMember, active: Iterable[ShareMember]) -> int:
+def nice_steps(first: int = NICE_STEPS[1]) -> tuple[int, ...]:
+    """The steps with ``first`` (1..19) the nice under one active rank above: a model's ``cpu_share_nice``."""
+    first = int(first)
+    if not 1 <= first <= 19:
+        raise ValueError(f"the nice under one more urgent model must be 1..19, got {first}")
+    return (0, first, max(first, NICE_STEPS[2]))
+
+
+def nice_for(me: ShareMember, active: Iterable[ShareMember], steps: tuple[int, ...] = NICE_STEPS) -> int:
     """The nice value ``me`` takes while ``active`` (the other members with recent requests) are active."""
     mine = me.rank()
     above = {m.rank() for m in active if m.rank() < mine}
-    return NICE_STEPS[min(len(above), len(NICE_STEPS) - 1)]
+    return steps[min(len(above), len(steps) - 1)]
 
 
 # The kernel's fair-scheduler weight of each nice value, -20 .. 19 (kernel/sched/core.c, sched_prio_to_weight): a

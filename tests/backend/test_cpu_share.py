@@ -166,3 +166,23 @@ def test_a_bad_cpu_share_fails_the_load_saying_the_choices(tmp_path):
     assert settings("Best_Effort").cpu_share == "best_effort"
     with pytest.raises(ConfigError, match="cpu_share must be none, latency_critical, auto, best_effort, got 'urgent'"):
         settings("urgent")
+
+
+def test_cpu_share_nice_sets_the_step_under_one_more_urgent_model(tmp_path):
+    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.batcher.cpu_rank import ShareMember, nice_for, nice_steps
+    from lazybatch.batcher.errors import ConfigError
+
+    from test_backend import CONFIG
+
+    def settings(value: str | None):
+        extra = "" if value is None else f'parameters {{ key: "cpu_share_nice" value {{ string_value: "{value}" }} }}\n'
+        return BackendSettings.from_config(parse_config_text(CONFIG + extra), tmp_path)
+
+    assert settings(None).cpu_share_nice == NICE_STEPS[1] and settings(" 5 ").cpu_share_nice == 5
+    for bad in ("0", "20", "five", "-3"):
+        with pytest.raises(ConfigError, match="cpu_share_nice must be an integer 1..19"):
+            settings(bad)
+    me, one, two = ShareMember("large", 100.0), ShareMember("small", 10.0), ShareMember("tiny", 5.0)
+    assert [nice_for(me, peers, nice_steps(5)) for peers in ([], [one], [one, two])] == [0, 5, 19]
+    assert nice_for(me, [one, two], nice_steps(19)) == 19 and nice_steps() == NICE_STEPS
