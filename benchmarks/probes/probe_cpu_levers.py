@@ -29,6 +29,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "eager_n19": {"cpu_share_nice": "19"},
     "eager_ps": {"use_per_session_threads": "true"},  # a pool per session, spinning off
     "eager_ps_n5": {"cpu_share_nice": "5", "use_per_session_threads": "true"},
+    "eager_ps_n19": {"cpu_share_nice": "19", "use_per_session_threads": "true"},
     # the large model's parallel ops narrowed to one thread: a preempted thread stalls no sibling at a barrier
     "eager_n5_narrow": {"cpu_share_nice": "5", "large": "intra_op_threads=1"},
 }
