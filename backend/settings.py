@@ -78,6 +78,10 @@ def _bool(text: str | None, key: str) -> bool:
     raise ConfigError(f"{key} must be true or false, got {text!r}", field=f"parameters.{key}")
 
 
+def _unset_or_bool(text: str | None, key: str) -> bool | None:
+    return None if text is None else _bool(text, key)
+
+
 def _number(text: str | None, key: str, kind: type = float) -> Any:
     if text is None or text == "":
         return None
@@ -111,7 +115,7 @@ class BackendSettings:
     execution_provider: str
     intra_op_threads: int
     cancel_poll_ms: float
-    use_per_session_threads: bool = False
+    use_per_session_threads: bool | None = None  # None: unset (backend/arbiter/sizing.py chooses)
     use_env_allocators: bool = True
     inplace_residuals: bool = True
     device_tensors: str = "auto"  # stage tensors on the provider's device between stages (sessions/device_tensors.py)
@@ -207,7 +211,7 @@ class BackendSettings:
             execution_provider=_param(cfg, "execution_provider", "auto") or "auto",
             intra_op_threads=int(_number(_param(cfg, "intra_op_threads"), "intra_op_threads", int) or 0),
             cancel_poll_ms=_cancel_poll_ms(_param(cfg, "cancel_poll_ms"), decoupled),
-            use_per_session_threads=_bool(_param(cfg, "use_per_session_threads"), "use_per_session_threads"),
+            use_per_session_threads=_unset_or_bool(_param(cfg, "use_per_session_threads"), "use_per_session_threads"),
             use_env_allocators=_bool(_param(cfg, "use_env_allocators", "true"), "use_env_allocators"),
             inplace_residuals=_bool(_param(cfg, "inplace_residuals", "true"), "inplace_residuals"),
             device_tensors=_choice(_param(cfg, "device_tensors", "auto"), "device_tensors", ("auto", "true", "false")),

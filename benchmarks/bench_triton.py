@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                       + (f" overhead/stage {overhead['per_stage_ms']:.3f} ms ({overhead['fraction']:.1%}), "
                          f"mean sub-batch {overhead['mean_batch']:.2f}" if overhead else ""), flush=True)
         if args.pair:
-            pair_data = colocated_pair.run_args(url, args)
+            pair_data = colocated_pair.run_args(url, args, server_pid=server.proc.pid)
     meta = {"model": args.model, "slices": args.slices, "t_whole_ms": t_whole * 1e3, "t_lazy_ms": t_lazy * 1e3, "mu": mu, "duration_s": args.duration,
             "min_requests": args.min_requests,
             "fractions": fractions, "slas": slas, "cpu_count": os.cpu_count(),

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with served(repo, out / "tritonserver.log") as server:
-        data = run_args(server.endpoints.grpc, args)
+        data = run_args(server.endpoints.grpc, args, server_pid=server.proc.pid)
     data["meta"].update(machine_meta(), command=command_line())
     report(data, out, args.page)
     return 0

@@ -72,11 +72,26 @@ class DevicePlan(NamedTuple):
     per_session_threads: bool  # pools per session (a wider whole graph beside the stages' pools)
 
 
+def per_session_threads(settings: Any, instance_kind: str, executor: str) -> bool:
+    """Pools per session (spinning off) or one per process (spinning): ``use_per_session_threads`` where set;
+    unset, per session for a member of the CPU share on a CPU, one per process otherwise.
+
+    Why (docs/colocation.md, "Pools under the CPU share"): the process pool's workers spin between operators, and
+    onnxruntime's Python API cannot stop them. Beside a lowered neighbour, the urgent model's spinning workers, at
+    nice 0, take the cores the neighbour was left; the neighbour's own spin at its barriers while a sibling thread
+    waits preempted. Served on the quickstart's pair, per-session pools held the large model's average at or below
+    Triton's, where the process pool left it 1.5x-3x above; alone, the chain pays about 2% (docs/onnx.md)."""
+    s = settings
+    if s.use_per_session_threads is not None:
+        return bool(s.use_per_session_threads)
+    return s.cpu_share != "none" and instance_kind.upper() != "GPU" and executor != "npu"
+
+
 def plan_device(settings: Any, cfg: Any, instance_kind: str, device_id: int, executor: str) -> DevicePlan:
     """The device group this instance joins (the config's ``device_group``, or its device's with ``auto``; said
     why where none), and the onnxruntime threads its lanes size: several lanes share the cores among them."""
     s = settings
-    plain = DevicePlan("", s.intra_op_threads, 0, s.use_per_session_threads)
+    plain = DevicePlan("", s.intra_op_threads, 0, per_session_threads(s, instance_kind, executor))
     if s.whole_graph:
         return plain
     group = s.device_group
@@ -95,4 +110,4 @@ def plan_device(settings: Any, cfg: Any, instance_kind: str, device_id: int, exe
               f"lanes on {cores} cores; set intra_op_threads to choose)", file=sys.stderr)
     solo = solo_threads(s.device_solo_intra_op_threads, threads, cores)
     # the whole graph's own pool beside the stages': pools per session
-    return DevicePlan(group, threads, solo, s.use_per_session_threads or bool(solo))
+    return DevicePlan(group, threads, solo, bool(s.use_per_session_threads) or bool(solo))

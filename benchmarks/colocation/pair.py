@@ -23,6 +23,7 @@ page's figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -35,6 +36,7 @@ import numpy as np
 from benchmarks.harness import geomean, held_out_ratios, judge
 from benchmarks.harness.measure import service_time
 from benchmarks.harness.page import table_head
+from benchmarks.harness.procs import niced, processes, watched_nices
 from lazybatch.backend.arbiter.protocol import SIBLING_WINDOW_S
 from lazybatch.backend.cpu_share import ACTIVE_WINDOW_S, POLL_S
 from lazybatch.client.api import Client
@@ -47,6 +49,12 @@ TRITON = [s for s in PAIR_POLICIES if s.startswith("triton_")]
 # (figure, lower is better for us as a ratio best Triton / lazybatch: higher is better) -> its goal (docs/colocation.md)
 # the large model's: its average at most 1.1x higher than under Triton's best (1 / 1.1)
 GOALS = {("small", "avg_ms"): 2.0, ("small", "p99_ms"): 2.5, ("large", "avg_ms"): round(1 / 1.1, 2)}
+# the hand-set nice reference line (not a baseline): Triton 0 ms with every thread of the large model's stub at the
+# CPU share's nice for the whole run, set from outside (harness.procs.niced): the lever without the aiming. Against
+# it lazybatch should be level on the small model and ahead on the large one (docs/colocation.md)
+HAND_NICE = "hand_nice"
+HAND_BASE = "triton_0us"  # whose models it drives
+REFERENCE_GOALS = {("small", "avg_ms"): 0.95, ("large", "avg_ms"): 1.0}
 ALONE_GOAL = 1.3  # the small model beside the large one within 1.3x of its latency alone (docs/colocation.md)
 # between configurations: past the CPU share's window (and the device lease's sibling window, for grouped models),
 # so that a model measured "alone" right after the other model's turn is alone for them too (0.3 s once left a
@@ -61,13 +69,19 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
             duration_s: float = 2.0, reps: int = 3, seed: int = 0, slas: dict[str, float] | None = None,
             configs: Sequence[str] = (PAIR_OURS, *TRITON), alone: Sequence[str] | None = None,
             calibration: dict[str, int] | None = None, pause_s: float = PAUSE_S, warmup_s: float = WARMUP_S,
+            server_pid: int | None = None, hand_nice: int | None = None,
             progress: Callable[[str], None] = print) -> dict:
     """Run the pair on the server at ``url`` (gRPC); returns the raw data (``score`` and ``markdown`` read it).
     ``prefixes``: role -> the model name's prefix (a model is ``<prefix>_<suffix>``, suffixes ``configs``, the
     first lazybatch's); ``alone``: the configurations each model also runs alone in (default lazybatch's and Triton
     0 ms: what grouping costs a model alone, and what the other model costs it under each); ``slas``: role -> SLA in
-    ms, sent with lazybatch's requests (default the kinds')."""
-    names = {(role, cfg): f"{prefixes[role]}_{cfg}" for role in ROLES for cfg in configs}
+    ms, sent with lazybatch's requests (default the kinds'). With ``server_pid`` (the tritonserver's), every run
+    records the nice values its stubs' threads took (``stub_nices``, from /proc), and ``hand_nice`` adds the
+    reference line HAND_NICE at that nice."""
+    if hand_nice is not None and server_pid is not None and HAND_BASE in configs:
+        configs = (*configs, HAND_NICE)
+    names = {(role, cfg): f"{prefixes[role]}_{HAND_BASE if cfg == HAND_NICE else cfg}"
+             for role in ROLES for cfg in configs}
     slas = slas or {role: KIND_SLA_MS.get(PAIR_KINDS[role], 100.0) for role in ROLES}
     ours = configs[0]
     cal = calibration or {"small": 100, "large": 15}
@@ -87,26 +101,37 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
                             sla_ms={names[(role, cfg)]: slas[role] for role in ROLES}, seed=seed + k,
                             timeout_s=60.0, send_sla=cfg == ours)
 
+    def stubs(cfg: str, roles: Sequence[str]) -> dict[str, int]:
+        procs = processes(server_pid) if server_pid is not None else {}
+        return {role: procs[names[(role, cfg)]] for role in roles if names[(role, cfg)] in procs}
+
+    def hand_set(cfg: str):
+        return niced(stubs(cfg, ["large"]).values(), hand_nice) if cfg == HAND_NICE else contextlib.nullcontext()
+
     if warmup_s > 0:
         for cfg in configs:
-            together(cfg, warmup_s, 10_000)  # arrivals of their own, not a repetition's
+            with hand_set(cfg):
+                together(cfg, warmup_s, 10_000)  # arrivals of their own, not a repetition's
             time.sleep(pause_s)
     runs: list[dict] = []
     for k in range(reps):
         for mode, what in turns[k % len(turns):] + turns[:k % len(turns)]:
-            if mode == "together":
-                results = dict(zip(ROLES, together(what, duration_s, k)[:2]))
-            else:
-                role, cfg = what
-                results = {role: run_load(url, names[(role, cfg)], rates[role], duration_s, sla_ms=slas[role],
-                                          seed=model_seed(seed + k, ROLES.index(role)), timeout_s=60.0,
-                                          send_sla=cfg == ours)}
+            cfg = what[1] if mode == "alone" else what
+            with hand_set(cfg if mode == "together" else ""), watched_nices(stubs(cfg, ROLES)) as nices:
+                if mode == "together":
+                    results = dict(zip(ROLES, together(what, duration_s, k)[:2]))
+                else:
+                    role = what[0]
+                    results = {role: run_load(url, names[(role, cfg)], rates[role], duration_s, sla_ms=slas[role],
+                                              seed=model_seed(seed + k, ROLES.index(role)), timeout_s=60.0,
+                                              send_sla=cfg == ours)}
             for role, r in results.items():
-                runs.append(row(r, rep=k, mode=mode, config=what[1] if mode == "alone" else what, role=role))
+                runs.append(row(r, rep=k, mode=mode, config=cfg, role=role,
+                                **({"stub_nices": sorted(nices[role])} if role in nices else {})))
                 progress(f"  rep {k} {mode:<8} {r.model:<24} sent {r.sent} ok {r.ok} avg {r.avg_ms:.1f} "
                          f"p99 {r.p99_ms:.1f} ms")
             time.sleep(pause_s)
-    return {"meta": {"prefixes": prefixes, "configs": list(configs), "alone": alone,
+    return {"meta": {"prefixes": prefixes, "configs": list(configs), "alone": alone, "hand_nice": hand_nice,
                      "t1_ms": {r: v * 1e3 for r, v in t1_s.items()},
                      "rates": rates, "loads": {"small": small_load, "large": large_load}, "slas_ms": slas,
                      "duration_s": duration_s, "reps": reps, "seed": seed, "warmup_s": warmup_s,
@@ -139,13 +164,20 @@ def score(data: dict) -> list[dict]:
     """The verdict rows: per figure of GOALS, best Triton / lazybatch per repetition (held out), its geometric mean
     and range, judged against 1.00 (lazybatch lower) and against the co-location goal; then the small model beside the
     large one / alone, under lazybatch, against ALONE_GOAL."""
-    ours, tri = data["meta"]["configs"][0], data["meta"]["configs"][1:]
+    configs = data["meta"]["configs"]
+    ours, tri = configs[0], [c for c in configs[1:] if c != HAND_NICE]
     out = []
     for (role, key), goal in GOALS.items():
         ratios, picks = held_out_ratios({c: per_rep(data, "together", c, role, key) for c in tri},
                                         per_rep(data, "together", ours, role, key))
         out.append(verdict_row(f"{role} {key.removesuffix('_ms')}: best Triton / lazybatch", ratios, goal,
                                picks=picks))
+    if HAND_NICE in configs:  # the reference line: the same lever set by hand, per repetition
+        for (role, key), goal in REFERENCE_GOALS.items():
+            ratios = [h / o for h, o in zip(per_rep(data, "together", HAND_NICE, role, key),
+                                            per_rep(data, "together", ours, role, key)) if o > 0]
+            out.append(verdict_row(f"{role} {key.removesuffix('_ms')}: hand-set nice (reference) / lazybatch",
+                                   ratios, goal))
     alone = per_rep(data, "alone", ours, "small", "avg_ms")
     beside = per_rep(data, "together", ours, "small", "avg_ms")
     ratios = [b / a for a, b in zip(alone, beside) if a > 0]
@@ -171,7 +203,9 @@ def markdown(data: dict) -> str:
     m = data["meta"]
     ours, configs = m["configs"][0], m["configs"]
     label = {ours: "lazybatch (CPU share)",
-             **{c: f"Triton {int(c.removeprefix('triton_').removesuffix('us')) / 1000:g} ms" for c in configs[1:]}}
+             **{c: f"Triton {int(c.removeprefix('triton_').removesuffix('us')) / 1000:g} ms" for c in configs[1:]
+                if c.startswith("triton_")},
+             HAND_NICE: f"reference: Triton 0 ms, large at nice {m.get('hand_nice')} by hand"}
     lines = [f"Co-located pair on one tritonserver: small `{m['prefixes']['small']}` (t1 {m['t1_ms']['small']:.1f} "
              f"ms) at {m['loads']['small']:.0%} of its batch-1 rate ({m['rates']['small']:.1f}/s) beside large "
              f"`{m['prefixes']['large']}` (t1 {m['t1_ms']['large']:.1f} ms) at {m['loads']['large']:.0%} "
@@ -179,7 +213,8 @@ def markdown(data: dict) -> str:
              "s per configuration, taking turns. Ratios: best Triton / lazybatch per repetition (Triton's best chosen "
              f"on the other repetitions), geometric mean [range]; a range across the goal is a tie. Load average "
              f"{m.get('loadavg', '?')}.", "",
-             *table_head(["model", "configuration", "beside the other", "sent", "err", "avg ms", "p99 ms"])]
+             *table_head(["model", "configuration", "beside the other", "sent", "err", "avg ms", "p99 ms",
+                          "its threads' nice (/proc)"])]
     for role in ROLES:
         cells = [("alone", c) for c in configs] + [("together", c) for c in configs]
         for mode, cfg in cells:
@@ -187,8 +222,10 @@ def markdown(data: dict) -> str:
             if not runs:
                 continue
             p = pooled(runs)
+            seen = sorted({n for r in runs for n in r.get("stub_nices", ())})
             lines.append(f"| {role} {runs[0]['model']} | {label[cfg]} | {'yes' if mode == 'together' else 'alone'} "
-                         f"| {p['sent']} | {p['errors']} | {p['avg_ms']:.1f} | {p['p99_ms']:.1f} |")
+                         f"| {p['sent']} | {p['errors']} | {p['avg_ms']:.1f} | {p['p99_ms']:.1f} | "
+                         f"{', '.join(map(str, seen)) or '-'} |")
     held = {cfg: sum(m["rates"][role] * pooled([r for r in data["runs"] if (r["mode"], r["config"], r["role"]) ==
                                                 ("together", cfg, role)])["avg_ms"] / 1e3 for role in ROLES)
             for cfg in configs}
@@ -233,7 +270,16 @@ def add_args(ap: argparse.ArgumentParser, prefix: str = "") -> None:
     ap.add_argument(f"--{prefix}large-load", dest="large_load", type=float, default=1.1, help="the large model's (1.1)")
 
 
-def run_args(url: str, args: argparse.Namespace) -> dict:
+def run_args(url: str, args: argparse.Namespace, server_pid: int | None = None) -> dict:
+    """The pair with the command line's options; with ``server_pid``, the stubs' nices recorded and, where this
+    process may raise a thread back (CAP_SYS_NICE), the hand-set nice reference line at the CPU share's nice."""
+    from lazybatch.backend.os_weights import Privileges
+    from lazybatch.batcher.cpu_rank import NICE_STEPS
+
+    hand = NICE_STEPS[1] if server_pid is not None and Privileges.probe().cap_sys_nice else None
+    if server_pid is not None and hand is None:
+        print("pair: no hand-set nice reference line: raising its threads back needs CAP_SYS_NICE (run as root)")
     return measure(url, dict(PAIR_KINDS), small_load=args.small_load, large_load=args.large_load,
-                   duration_s=args.pair_duration, reps=args.pair_reps, seed=getattr(args, "seed", 0))
+                   duration_s=args.pair_duration, reps=args.pair_reps, seed=getattr(args, "seed", 0),
+                   server_pid=server_pid, hand_nice=hand)
 

@@ -1,15 +1,18 @@
-"""A served run's processes, read from /proc: tritonserver's Python backend stubs by model, and a process's CPU time
-(what the probes that weigh the backend's own cost count)."""
+"""A served run's processes, read from /proc: tritonserver's Python backend stubs by model, a process's CPU time
+(what the probes that weigh the backend's own cost count), and its threads' nice values (set by hand for a
+reference line, and watched to show what each configuration ran at)."""
 
 from __future__ import annotations
 
+import os
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterable, Iterator
 
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from /proc (clock ticks)."""
-    import os
-
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -29,3 +32,79 @@ def processes(server_pid: int) -> dict[str, int]:
         if ppid == server_pid and cmd and cmd[0].endswith(b"triton_python_backend_stub") and len(cmd) > 1:
             out[Path(cmd[1].decode()).parent.parent.name] = int(d.name)  # MODEL/1/model.py
     return out
+
+
+@contextmanager
+def niced(pids: Iterable[int], nice: int, *, every_s: float = 0.2) -> Iterator[None]:
+    """Every thread of these processes at ``nice`` for the block (threads started meanwhile too, looked for every
+    ``every_s``), then each back at the nice it had: a static weight set by hand from outside the server, as an
+    operator would with ``renice``. Raising a thread back needs CAP_SYS_NICE (a root benchmark has it)."""
+    from lazybatch.backend.os_weights import read_weight, threads
+
+    before: dict[tuple[int, int], int] = {}
+    stop = threading.Event()
+
+    def lower() -> None:
+        for pid in pids:
+            for tid in _tids(pid, threads):
+                try:
+                    before.setdefault((pid, tid), read_weight(tid, pid).nice)
+                    os.setpriority(os.PRIO_PROCESS, tid, nice)
+                except OSError:  # the thread ended
+                    pass
+
+    def keep() -> None:
+        while not stop.wait(every_s):
+            lower()
+
+    lower()
+    keeper = threading.Thread(target=keep, name="niced", daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join()
+        for (_, tid), was in before.items():
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, was)
+            except OSError:
+                pass
+
+
+@contextmanager
+def watched_nices(pids: dict[str, int], *, every_s: float = 0.05) -> Iterator[dict[str, set[int]]]:
+    """The nice values every thread of these processes (name -> pid) took during the block, read from /proc every
+    ``every_s``: what shows that a configuration ran unweighted, or at the weight it was given."""
+    from lazybatch.backend.os_weights import thread_nices
+
+    seen: dict[str, set[int]] = {name: set() for name in pids}
+    stop = threading.Event()
+
+    def look() -> None:
+        for name, pid in pids.items():
+            try:
+                seen[name] |= thread_nices(pid)
+            except OSError:  # the process ended
+                pass
+
+    def watch() -> None:
+        while not stop.wait(every_s):
+            look()
+
+    look()
+    watcher = threading.Thread(target=watch, name="watched-nices", daemon=True)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        watcher.join()
+        look()
+
+
+def _tids(pid: int, threads: Callable[[int], list[int]]) -> list[int]:
+    try:
+        return threads(pid)
+    except OSError:
+        return []

@@ -6,8 +6,8 @@ operating system"): the nice a lowered model takes, and the shape of its onnxrun
 
 The pair (benchmarks/colocation/pair.py, the same arrivals, loads and turns) on one tritonserver, lazybatch's default
 policy with the CPU share on in each variant of VARIANTS (its model directories hard-linked from the pair's
-``<kind>_eager_shared`` with the variant's parameters), beside Triton 0 ms and 5 ms, each model alone under the
-share and under Triton 0 ms. Per configuration and model it prints the average and p99 (mean [min-max] over the
+``<kind>_eager_shared`` with the variant's parameters), beside Triton 0 ms and 5 ms, each model alone under each
+variant and under Triton 0 ms (what a variant costs a model with nothing to yield to). Per configuration and model it prints the average and p99 (mean [min-max] over the
 repetitions), and the requests held on average by both models together (Little's law: a work-conserving reordering
 keeps it about equal, so a variant above Triton's is wasting cores). A probe, not a results page: it prints and
 writes its raw data to ``--json``.
@@ -22,14 +22,14 @@ import sys
 from pathlib import Path
 
 # suffix -> the CPU share's parameters beside cpu_share: auto (every variant lowers the large model beside the
-# small), for both models, and the large model's own on top ("large")
+# small), for both models, and each role's own on top ("small", "large": key=value)
 VARIANTS: dict[str, dict[str, str]] = {
-    "eager_shared": {},  # nice 10, one global pool per process (spinning between operators)
+    "eager_shared": {},  # the shipped pair: nice 10, pools per session (spinning off: the default under the share)
+    "eager_global": {"use_per_session_threads": "false"},  # one pool per process, spinning between operators
+    "eager_small_spins": {"small": "use_per_session_threads=false"},  # only the urgent model's pool spins
     "eager_n5": {"cpu_share_nice": "5"},
     "eager_n19": {"cpu_share_nice": "19"},
-    "eager_ps": {"use_per_session_threads": "true"},  # a pool per session, spinning off
-    "eager_ps_n5": {"cpu_share_nice": "5", "use_per_session_threads": "true"},
-    "eager_ps_n19": {"cpu_share_nice": "19", "use_per_session_threads": "true"},
+    "eager_global_n5": {"cpu_share_nice": "5", "use_per_session_threads": "false"},
     # the large model's parallel ops narrowed to one thread: a preempted thread stalls no sibling at a barrier
     "eager_n5_narrow": {"cpu_share_nice": "5", "large": "intra_op_threads=1"},
 }
@@ -52,8 +52,8 @@ def add_variant(repository: Path, kind: str, suffix: str, parameters: dict[str, 
     from lazybatch.shipped import PAIR_KINDS
 
     for key, value in parameters.items():
-        if key == "large":  # the large model's own, key=value
-            if kind == PAIR_KINDS["large"]:
+        if key in PAIR_KINDS:  # one role's own, key=value
+            if kind == PAIR_KINDS[key]:
                 k, _, v = value.partition("=")
                 cfg.parameters[k].string_value = v
             continue
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.colocation.pair import ROLES, pooled, measure
     from benchmarks.harness import command_line, machine_meta, served, write_json
     from benchmarks.harness.stats import fmt, spread
+    from lazybatch.batcher.cpu_rank import NICE_STEPS
     from lazybatch.shipped import PAIR_KINDS, build_pair_repository
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     prefixes = {role: PAIR_KINDS[role] for role in ROLES}
     with served(repo, log) as server:
         data = measure(server.endpoints.grpc, prefixes, duration_s=args.duration, reps=args.reps,
-                       configs=(variants[0], *variants[1:], *TRITON), alone=(variants[0], "triton_0us"))
+                       configs=(variants[0], *variants[1:], *TRITON), alone=(*variants, "triton_0us"),
+                       server_pid=server.proc.pid, hand_nice=NICE_STEPS[1])
     meta = data["meta"]
     meta.update(machine_meta(), command=command_line(), variants={v: VARIANTS[v] for v in variants})
     print("| configuration | model | avg ms | p99 ms | requests held |")

@@ -186,3 +186,25 @@ def test_cpu_share_nice_sets_the_step_under_one_more_urgent_model(tmp_path):
     me, one, two = ShareMember("large", 100.0), ShareMember("small", 10.0), ShareMember("tiny", 5.0)
     assert [nice_for(me, peers, nice_steps(5)) for peers in ([], [one], [one, two])] == [0, 5, 19]
     assert nice_for(me, [one, two], nice_steps(19)) == 19 and nice_steps() == NICE_STEPS
+
+
+def test_a_cpu_share_member_takes_pools_per_session_unless_told(tmp_path):
+    """The process pool's workers spin, and spinning beside a lowered neighbour takes its cores
+    (docs/colocation.md, "Pools under the CPU share"): a member on the CPU gets pools per session, spinning off."""
+    from lazybatch.backend.arbiter.sizing import per_session_threads
+    from lazybatch.backend.settings import BackendSettings, parse_config_text
+
+    from test_backend import CONFIG
+
+    def settings(**params: str):
+        extra = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in params.items())
+        return BackendSettings.from_config(parse_config_text(CONFIG + extra), tmp_path)
+
+    assert not per_session_threads(settings(), "CPU", "cpu")  # not a member: one pool per process
+    assert per_session_threads(settings(cpu_share="auto"), "CPU", "cpu")
+    assert per_session_threads(settings(cpu_share="best_effort"), "KIND_CPU", "cpu")
+    # told, either way, the parameter wins; on a GPU or the NPU's timing model the share does not act
+    assert not per_session_threads(settings(cpu_share="auto", use_per_session_threads="false"), "CPU", "cpu")
+    assert per_session_threads(settings(use_per_session_threads="true"), "CPU", "cpu")
+    assert not per_session_threads(settings(cpu_share="auto"), "GPU", "cpu")
+    assert not per_session_threads(settings(cpu_share="auto"), "CPU", "npu")

@@ -80,16 +80,29 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
     try:
         data = pair.measure(server.endpoints.grpc, PREFIXES, duration_s=1.0, reps=2, configs=CONFIGS,
                             slas={"small": 100.0, "large": 1000.0}, calibration={"small": 20, "large": 10},
-                            progress=lambda line: None)
+                            server_pid=server.proc.pid, hand_nice=NICE_STEPS[1], progress=lambda line: None)
     finally:
         stop.set()
         watcher.join(5)
     runs = data["runs"]
-    # every repetition: both models together under each configuration, and each alone under each
-    assert len(runs) == 2 * (2 * len(CONFIGS) + 2 * len(CONFIGS))
+    # every repetition: both models together under each configuration and the hand-set reference line (Triton's
+    # models, the large one's stub lowered from outside), and each model alone under each configuration
+    assert data["meta"]["configs"] == [*CONFIGS, pair.HAND_NICE]
+    assert len(runs) == 2 * (2 * (len(CONFIGS) + 1) + 2 * len(CONFIGS))
     for r in runs:
         assert r["sent"] > 0 and r["ok"] == r["sent"] and r["errors"] == 0, r
-        assert r["model"] == f"{PREFIXES[r['role']]}_{r['config']}"
+        base = pair.HAND_BASE if r["config"] == pair.HAND_NICE else r["config"]
+        assert r["model"] == f"{PREFIXES[r['role']]}_{base}"
+    # what each run's stubs ran at, read from /proc while it ran: Triton's unweighted, the reference line's large
+    # one at the hand-set nice all along, lazybatch's large one lowered while the small one had requests
+    nices = {(r["config"], r["role"]): set(r["stub_nices"]) for r in runs if r["mode"] == "together"}
+    assert nices[("triton_0us", "small")] == nices[("triton_0us", "large")] == {0}, nices
+    assert nices[(pair.HAND_NICE, "large")] == {NICE_STEPS[1]} and nices[(pair.HAND_NICE, "small")] == {0}, nices
+    assert NICE_STEPS[1] in nices[(PAIR_OURS, "large")] and nices[(PAIR_OURS, "small")] == {0}, nices
+    assert thread_nices(pids[("large", "triton_0us")]) == {0}  # the hand-set nice is undone after its turns
+    rows = {v["figure"]: v for v in pair.score(data)}
+    assert "large avg: hand-set nice (reference) / lazybatch" in rows and "reference: Triton 0 ms, large at nice" \
+        in pair.markdown(data)
     for k in range(2):
         for cfg in CONFIGS:
             both = [r for r in runs if (r["rep"], r["mode"], r["config"]) == (k, "together", cfg)]
@@ -97,7 +110,7 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
             assert abs(both[0]["start_unix"] - both[1]["start_unix"]) < 0.5, both  # driven at once, not in turn
     # lazybatch's large model yielded the cores while the small one had requests; nothing else was ever lowered
     assert NICE_STEPS[1] in seen[("large", PAIR_OURS)], seen
-    assert seen[("small", PAIR_OURS)] == {0} and seen[("small", "triton_0us")] == seen[("large", "triton_0us")] == {0}
+    assert seen[("small", PAIR_OURS)] == {0} and seen[("small", "triton_0us")] == {0}
     lowered = _share_metric(server, "lazybatch_cpu_share_lowered_seconds_total")
     assert lowered[f"{PREFIXES['large']}_{PAIR_OURS}"] > 0 and lowered[f"{PREFIXES['small']}_{PAIR_OURS}"] == 0
     assert not any(m.endswith("triton_0us") for m in lowered)  # Triton's stubs are not in the share
@@ -114,7 +127,7 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
     assert (tmp_path / "pair.md").read_text() == text
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     for role, prefix in PREFIXES.items():
-        assert sum(1 for line in rows if line.startswith(f"| {role} {prefix}_")) == 2 * len(CONFIGS), text
+        assert sum(1 for line in rows if line.startswith(f"| {role} {prefix}_")) == 2 * len(CONFIGS) + 1, text  # + the reference line
     verdicts = [[c.strip() for c in line.strip("|").split("|")] for line in rows if ": best Triton / lazybatch" in line
                 or "beside the large one / alone" in line]
     assert len(verdicts) == 4, text
