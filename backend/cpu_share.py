@@ -36,12 +36,14 @@ from pathlib import Path
 from typing import Callable
 
 from lazybatch.batcher.cpu_rank import NICE_STEPS, ShareMember, nice_for
+from lazybatch.batcher.decisions import WEIGHT, DecisionLog
 
 from .os_weights import ThreadWeights, Weight, process_state, read_weight, threads
 
 POLL_S = 0.1
 ACTIVE_WINDOW_S = 1.0  # a member with a request this recently is active
 TOUCH_S = 0.1  # a member marks itself active at most this often
+LOG_RECORDS = 256  # WEIGHT decisions kept (every one is counted)
 
 
 def registry_dir(server_pid: int | None = None) -> Path:
@@ -79,6 +81,9 @@ class CpuShare:
         self._touched = 0.0
         self._said: str | None = None  # the one explanation logged
         self._known: dict[str, ShareMember] = {}  # file name -> the member it describes
+        # every change of the nice the rank rule gives, and why (WEIGHT decisions; lazybatch_decisions_total)
+        self.log = DecisionLog(capacity=LOG_RECORDS)
+        self.log.counts.setdefault(WEIGHT, 0)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         tmp = self.file.with_suffix(".tmp")
@@ -130,7 +135,8 @@ class CpuShare:
     def step(self, now: float | None = None) -> int:
         """One look: the nice the rank rule gives, applied to every thread of this process; returns it. Nothing to
         do (not lowered, and nothing to lower) costs no per-thread syscall."""
-        want = nice_for(self.me, self.peers(now), self.steps)
+        peers = self.peers(now)
+        want = nice_for(self.me, peers, self.steps)
         with self._lock:
             t = time.monotonic()
             if want > 0:  # every look: threads started since the last one are lowered too
@@ -149,10 +155,21 @@ class CpuShare:
                 self._lowered_since = None
             said_before = self._said
             self._said = self.weights.said
+            if want != self.nice:
+                self.log.add(t, WEIGHT, 0, len(peers), self._why(want, peers), float(want))
             self.nice = want
         if self._said is not None and said_before is None:
             self._log(f"cpu_share: threads are not lowered beside more urgent models ({self._said})")
         return want
+
+    def _why(self, nice: int, peers: list[ShareMember]) -> str:
+        """A WEIGHT decision's reason: the nice, and the more urgent active members that set it."""
+        above = sorted(m.name for m in peers if m.rank() < self.me.rank())
+        if nice > 0:
+            return f"nice {nice}: below {', '.join(above)} (active, more urgent)"
+        if above:  # lowering was refused (no privilege)
+            return f"nice 0: lowering refused ({self._said})"
+        return "nice 0: no more urgent member active"
 
     def lowered_seconds(self) -> float:
         with self._lock:
@@ -175,6 +192,8 @@ class CpuShare:
             if self._lowered_since is not None:
                 self.lowered_s += time.monotonic() - self._lowered_since
                 self._lowered_since = None
+            if self.nice != 0:
+                self.log.add(time.monotonic(), WEIGHT, 0, 0, "nice 0: the model is unloaded", 0.0)
             self.nice = 0
         try:
             self.file.unlink()

@@ -26,6 +26,8 @@ import threading
 import time
 from typing import Any, NamedTuple, Sequence
 
+from lazybatch.batcher.decisions import WEIGHT
+
 # request outcomes (label "outcome" of lazybatch_requests_total)
 OK, REJECTED, CANCELLED, ERROR, UNAVAILABLE, INVALID = "ok", "rejected", "cancelled", "error", "unavailable", \
     "invalid"
@@ -50,7 +52,8 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "lazybatch_stage_batch_size_sum": (COUNTER, "Sum of executed stage batch sizes"),
     "lazybatch_stage_batch_size_count": (COUNTER, "Number of executed stage runs"),
     "lazybatch_stage_failures_total": (COUNTER, "Stage runs in which onnxruntime raised"),
-    "lazybatch_decisions_total": (COUNTER, "Scheduler decisions by kind (dispatch, preempt, merge, split, reject)"),
+    "lazybatch_decisions_total": (COUNTER, "Scheduler decisions by kind (dispatch, preempt, merge, split, "
+                                                 "reject; device in a device group, weight in the CPU share)"),
     "lazybatch_dispatch_reasons_total": (COUNTER, "Dispatches by reason (numbers in the reason replaced by N)"),
     "lazybatch_preferred_batch_size": (GAUGE, "BatchMonitor's current preferred batch size"),
     "lazybatch_queue_samples": (GAUGE, "Samples the scheduler holds (queued or in a sub-batch)"),
@@ -294,6 +297,9 @@ class ModelMetrics:
                 out += _hist("lazybatch_stage_batch_size", lab, h)
                 out.append(Sample("lazybatch_stage_failures_total", lab, fails))
             out += [Sample("lazybatch_decisions_total", m + (("kind", k),), v) for k, v in self.decisions.items()]
+            if self.cpu_share is not None:  # the CPU share's own decisions (its nice changes)
+                out.append(Sample("lazybatch_decisions_total", m + (("kind", WEIGHT),),
+                                  self.cpu_share.log.counts[WEIGHT]))
             out += [Sample("lazybatch_dispatch_reasons_total", m + (("reason", k),), v)
                     for k, v in self.reasons.items()]
             out += [Sample(k, m, v) for k, v in self.gauges.items()]

@@ -14,6 +14,9 @@ KINDS = (DISPATCH, PREEMPT, MERGE, SPLIT, REJECT)
 # which co-located model got a shared device, and why (batcher/device.py); counted only in the logs of models that
 # share a device (SharedDevice.join adds the key), so a model alone reports exactly the kinds above
 DEVICE = "device"
+# the CPU share moved the model's threads to another nice (backend/cpu_share.py): its own log, counted beside the
+# scheduler's only for models in the share
+WEIGHT = "weight"
 
 
 class Decision(NamedTuple):

@@ -65,7 +65,8 @@ def main() -> None:
         elif cmd == "state":
             print(json.dumps({"nice": share.nice, "lowerings": share.lowerings, "changes": share.weights.changes,
                               "refused": share.weights.refused, "said": said,
-                              "lowered_s": share.lowered_seconds()}), flush=True)
+                              "lowered_s": share.lowered_seconds(),
+                              "decisions": [[d.kind, d.value, d.reason] for d in share.log]}), flush=True)
         elif cmd == "close":
             share.close()
             print(json.dumps({"closed": True, "file": share.file.exists()}), flush=True)

@@ -86,7 +86,11 @@ def test_a_model_is_lowered_beside_a_more_urgent_active_one_and_put_back_when_it
         state = other.ask("state")
         assert state["lowerings"] == 1 and state["changes"] > 0 and state["refused"] == 0 and state["said"] == []
         assert state["lowered_s"] > 0 and state["nice"] == 0
-        assert urgent.ask("state")["changes"] == 0  # the urgent one never touched its threads
+        # each change is a WEIGHT decision in the share's log, saying which model set it
+        assert state["decisions"] == [["weight", float(LOWERED), f"nice {LOWERED}: below small (active, more urgent)"],
+                                      ["weight", 0.0, "nice 0: no more urgent member active"]], state
+        mine = urgent.ask("state")
+        assert mine["changes"] == 0 and mine["decisions"] == []  # the urgent one never touched its threads
     finally:
         urgent.stop()
         other.stop()

@@ -115,6 +115,11 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
     assert lowered[f"{PREFIXES['large']}_{PAIR_OURS}"] > 0 and lowered[f"{PREFIXES['small']}_{PAIR_OURS}"] == 0
     assert not any(m.endswith("triton_0us") for m in lowered)  # Triton's stubs are not in the share
     assert sum(_share_metric(server, "lazybatch_cpu_share_refused_total").values()) == 0
+    # each nice change is a WEIGHT decision, counted with the scheduler's decisions, only for the share's models
+    weight = {lab["model"]: v for lab, v in parse_samples(scrape(server.endpoints.metrics), "lazybatch_decisions_total")
+              if lab.get("kind") == "weight"}
+    assert weight[f"{PREFIXES['large']}_{PAIR_OURS}"] >= 1 and weight[f"{PREFIXES['small']}_{PAIR_OURS}"] == 0, weight
+    assert not any(m.endswith("triton_0us") for m in weight), weight
     # and once the small model is idle for the share's window, every thread is back
     end = time.monotonic() + ACTIVE_WINDOW_S + 10 * POLL_S + 5.0
     while thread_nices(pids[("large", PAIR_OURS)]) != {0}:
