@@ -148,9 +148,10 @@ PARAMETERS.update({
                  "one server that set it share the cores through the kernel's scheduler: while a more urgent one is "
                  "active (a request within the last second), a model's threads are lowered (nice 10, 19 under two) "
                  "and put back after. More urgent: the declared role first (latency_critical, then auto, then "
-                 "best_effort), then the shorter sla_ms (deadline-monotonic). Off by default: served, the pair's "
-                 "small model's average was 1.9x lower than under Triton's best and its large neighbour's, loaded past its capacity, 1.5x higher "
-                 "(docs/colocation.md, \"The CPU through the operating system\"). Not for models in a device_group "
+                 "best_effort), then the shorter sla_ms (deadline-monotonic). Its members take onnxruntime pools per "
+                 "session (use_per_session_threads). Off by default: served on the quickstart's pair, both models' "
+                 "averages were lower than under Triton's best (the small 2.4x, the large 1.7x), but no other mix "
+                 "is measured yet (docs/colocation.md, \"The CPU through the operating system\"). Not for models in a device_group "
                  "(their arbiter takes turns) nor under whole_graph (triton:<us>). Putting a thread back needs "
                  "CAP_SYS_NICE or RLIMIT_NICE >= 20; without either nothing is lowered and the log says so once",
     "cpu_share_nice": "cpu_share models: the nice value the model's threads take while one more urgent model is "

@@ -150,6 +150,11 @@ PAGES: dict[str, Page] = {
     "cpu_share": Page("docs/results/cpu_share.md", "whole", "the spread over 5 repetitions (no identical copy)",
                       ("python -m benchmarks.pair --reps 5 --duration 4 --out docs/data/pair_cpu_share "
                        "--page docs/results/cpu_share.md",), one_commit=True),
+    "cpu_share_levers": Page("docs/results/cpu_share_levers.md", "by hand",
+                             "the spread over 5 repetitions (no identical copy)",
+                             ("python -m benchmarks.probes.probe_cpu_levers --variants eager_shared,eager_global,"
+                              "eager_small_spins,eager_n5,eager_n19 --reps 5 --json docs/data/cpu_levers/levers.json",),
+                             one_commit=True),
     "cpu_share_sim": Page("docs/colocation.md#the-cpu-through-the-operating-system", "by hand",
                           "the spread over the served run's repetitions (simulated on their arrivals)",
                           ("python -m benchmarks.sim_pair --out docs/data/pair_cpu_share",), one_commit=True),
