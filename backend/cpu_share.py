@@ -11,13 +11,14 @@ that pair at one load is all that is measured, so the share is opt-in (``cpu_sha
 How the members meet, without an arbiter: each writes one small file in a folder of its server's
 (``registry_dir``: per tritonserver process, the stubs' parent). The file's mtime says when the model last had a
 request: ``note_active`` touches it at most every ``TOUCH_S``, one syscall at most that often, none per request
-otherwise. A watcher thread in every stub reads the folder every ``POLL_S``. It ignores members whose process is
-gone (a stub killed with ``kill -9`` stops lowering its peers within ``POLL_S``) and members idle for
-``ACTIVE_WINDOW_S``, and moves every thread of its own process (onnxruntime's pools, the scheduler, the responder,
-Triton's stub threads) to the nice the rank rule gives. A stub changes only its own threads, so a dead stub leaves
-nothing lowered behind it. Cost, measured here: a look with nothing to change is one directory scan and a stat per
-member (37 us with 7 members: 0.04% of a core at 10 looks a second); a look while lowered also reads each thread's
-weight (about 150 us); ``note_active`` is 0.2 us on the request path.
+otherwise. A watcher thread in every stub looks every ``POLL_S`` at the members ranked above its own (the folder
+listed again only when its mtime moves, or every ``RESCAN_S``). It ignores members whose process is gone (a stub
+killed with ``kill -9`` stops lowering its peers within ``POLL_S``) and members idle for ``ACTIVE_WINDOW_S``, and
+moves every thread of its own process (onnxruntime's pools, the scheduler, the responder, Triton's stub threads) to
+the nice the rank rule gives; a thread already set is not read again, and a thread started later is born at its
+parent's nice (the threads are listed again every ``RESCAN_S`` all the same). A stub changes only its own threads,
+so a dead stub leaves nothing lowered behind it. What it costs per request is measured by
+``benchmarks/bench_cpu_share_cost.py`` (docs/results/cpu_share_cost.md).
 
 Privileges (backend/os_weights.py): putting a thread back from nice 10 to 0 needs CAP_SYS_NICE or an RLIMIT_NICE
 of at least 20. Without either, no thread is lowered at all (it could never come back): the share says so once in
@@ -43,6 +44,7 @@ from .os_weights import ThreadWeights, Weight, process_state, read_weight, threa
 POLL_S = 0.1
 ACTIVE_WINDOW_S = 1.0  # a member with a request this recently is active
 TOUCH_S = 0.1  # a member marks itself active at most this often
+RESCAN_S = 1.0  # the folder is listed again at least this often, whatever its mtime says
 LOG_RECORDS = 256  # WEIGHT decisions kept (every one is counted)
 
 
@@ -81,6 +83,10 @@ class CpuShare:
         self._touched = 0.0
         self._said: str | None = None  # the one explanation logged
         self._known: dict[str, ShareMember] = {}  # file name -> the member it describes
+        self._above: list[tuple[int, str, ShareMember]] = []  # (pid, file, member) ranked above this one
+        self._folder_mtime, self._scanned = -1, 0.0  # the folder as last listed, and when
+        self._set: set[int] = set()  # threads at the nice the rule gives now (a new thread is born at its parent's)
+        self._listed = 0.0  # when this process's threads were last listed while lowered (time.monotonic)
         # every change of the nice the rank rule gives, and why (WEIGHT decisions; lazybatch_decisions_total)
         self.log = DecisionLog(capacity=LOG_RECORDS)
         self.log.counts.setdefault(WEIGHT, 0)
@@ -106,20 +112,41 @@ class CpuShare:
 
     # ------------------------------------------------------------------ the watcher
     def peers(self, now: float | None = None) -> list[ShareMember]:
-        """The other members that had a request within the window and whose process lives (in that order: an
-        idle member costs one stat per look)."""
+        """The other members more urgent than this one that had a request within the window and whose process
+        lives: the only ones the rank rule counts. The folder is listed again only when its mtime moved (a member
+        joined or left) or every RESCAN_S; a look then costs one stat of the folder, and one of each more urgent
+        member's file (and its /proc stat where active): the most urgent member of a share stats nothing else."""
         now = time.time() if now is None else now
+        self._rescan(now)
         out = []
+        for pid, path, member in self._above:
+            try:
+                if now - os.stat(path).st_mtime > self.window_s or not _alive(pid):
+                    continue
+            except OSError:  # gone: the next listing drops it
+                continue
+            out.append(member)
+        return out
+
+    def _rescan(self, now: float) -> None:
+        """The members ranked above this one, from the folder, where it may have changed."""
+        try:
+            mtime = os.stat(self.folder).st_mtime_ns
+        except OSError:
+            self._above = []
+            return
+        if mtime == self._folder_mtime and now - self._scanned < RESCAN_S:
+            return
+        self._folder_mtime, self._scanned = mtime, now
+        above = []
         try:
             entries = list(os.scandir(self.folder))
         except OSError:
-            return out
+            entries = []
         for e in entries:
             try:
                 stem, ext = os.path.splitext(e.name)
                 if ext != ".json" or not stem.isdigit() or int(stem) == self.pid:
-                    continue
-                if now - e.stat().st_mtime > self.window_s or not _alive(int(stem)):
                     continue
                 member = self._known.get(e.name)
                 if member is None:  # a member's file is written once (os.replace): read it once
@@ -127,10 +154,11 @@ class CpuShare:
                         d = json.load(f)
                     member = self._known[e.name] = ShareMember(str(d["name"]), d.get("sla_ms"),
                                                                str(d.get("role", "auto")))
-                out.append(member)
+                if member.rank() < self.me.rank():
+                    above.append((int(stem), e.path, member))
             except (OSError, ValueError, KeyError):
                 continue  # a file being replaced, or gone
-        return out
+        self._above = above
 
     def step(self, now: float | None = None) -> int:
         """One look: the nice the rank rule gives, applied to every thread of this process; returns it. Nothing to
@@ -139,14 +167,26 @@ class CpuShare:
         want = nice_for(self.me, peers, self.steps)
         with self._lock:
             t = time.monotonic()
-            if want > 0:  # every look: threads started since the last one are lowered too
-                self.weights.set(threads(), Weight(self.base.policy, max(want, self.base.nice)))
+            if want > 0:
+                if want != self.nice or t - self._listed >= RESCAN_S:
+                    # threads started since the last listing are lowered too: a thread is born at its parent's
+                    # nice, so a new one is already lowered where every thread is, and the listing is a safety net
+                    tids = threads()
+                    self._listed = t
+                    if want != self.nice:
+                        self._set.clear()
+                    fresh = [tid for tid in tids if tid not in self._set]  # weights set are not read again
+                    if fresh:
+                        self.weights.set(fresh, Weight(self.base.policy, max(want, self.base.nice)))
+                        self._set = set(tids)
                 if self.weights.said is not None and not self.weights.original:  # refused: nothing could be lowered
                     want = 0
+                    self._set.clear()
             elif self._lowered_since is not None or self.weights.original:
                 # back: threads it lowered, and threads they started meanwhile (born lowered)
                 self.weights.set(threads(), self.base)
                 self.weights.restore()
+                self._set.clear()
             if want > 0 and self._lowered_since is None:
                 self._lowered_since = t
                 self.lowerings += 1

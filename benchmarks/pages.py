@@ -155,6 +155,9 @@ PAGES: dict[str, Page] = {
                              ("python -m benchmarks.probes.probe_cpu_levers --variants eager_shared,eager_global,"
                               "eager_small_spins,eager_n5,eager_n19 --reps 5 --json docs/data/cpu_levers/levers.json",),
                              one_commit=True),
+    "cpu_share_cost": Page("docs/results/cpu_share_cost.md", "whole", "the spread over 3 repetitions",
+                           ("python -m benchmarks.bench_cpu_share_cost --data docs/data/cpu_share_cost.json "
+                            "--page docs/results/cpu_share_cost.md",), one_commit=True),
     "cpu_share_sim": Page("docs/colocation.md#the-cpu-through-the-operating-system", "by hand",
                           "the spread over the served run's repetitions (simulated on their arrivals)",
                           ("python -m benchmarks.sim_pair --out docs/data/pair_cpu_share",), one_commit=True),
