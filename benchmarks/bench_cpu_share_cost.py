@@ -121,7 +121,10 @@ def markdown(data: dict) -> str:
              f"{m['rates']['large']:.1f}/s with {m['threads']['large']} idle threads, lowered while the small one "
              f"has requests; {m['reps']} repetitions of {m['seconds']:g} s. Per request: both members' share CPU "
              "time (watcher looks, CPU time of the watcher thread, and note_active) over both members' requests; "
-             "mean [min-max] over the repetitions.\n",
+             "mean [min-max] over the repetitions. note_active is timed in wall time around each call, right after "
+             "the member's sleep between requests (its caches cold), so its figure is an upper bound; t1 is the "
+             "whole graph's in this process, below the served t1 (which adds gRPC and the stub), so the ratio is "
+             "the stricter one.\n",
              "| figure | value [range] |", "| --- | --- |"]
     reps = data["reps"]
     per_req = spread([r["cost_per_request_us"] for r in reps])
