@@ -55,6 +55,9 @@ GOALS = {("small", "avg_ms"): 2.0, ("small", "p99_ms"): 2.5, ("large", "avg_ms")
 HAND_NICE = "hand_nice"
 HAND_BASE = "triton_0us"  # whose models it drives
 REFERENCE_GOALS = {("small", "avg_ms"): 0.95, ("large", "avg_ms"): 1.0}
+# the noise floor: an identical copy of Triton 0 ms (its models served from a repository of their own), judged in
+# lazybatch's place by the same rule; any verdict but a tie against 1.00 is a false one
+TWIN = "triton_0us_twin"
 ALONE_GOAL = 1.3  # the small model beside the large one within 1.3x of its latency alone (docs/colocation.md)
 # between configurations: past the CPU share's window (and the device lease's sibling window, for grouped models),
 # so that a model measured "alone" right after the other model's turn is alone for them too (0.3 s once left a
@@ -69,7 +72,7 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
             duration_s: float = 2.0, reps: int = 3, seed: int = 0, slas: dict[str, float] | None = None,
             configs: Sequence[str] = (PAIR_OURS, *TRITON), alone: Sequence[str] | None = None,
             calibration: dict[str, int] | None = None, pause_s: float = PAUSE_S, warmup_s: float = WARMUP_S,
-            server_pid: int | None = None, hand_nice: int | None = None,
+            server_pid: int | None = None, hand_nice: int | None = None, twin: bool = False,
             progress: Callable[[str], None] = print) -> dict:
     """Run the pair on the server at ``url`` (gRPC); returns the raw data (``score`` and ``markdown`` read it).
     ``prefixes``: role -> the model name's prefix (a model is ``<prefix>_<suffix>``, suffixes ``configs``, the
@@ -77,7 +80,10 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
     0 ms: what grouping costs a model alone, and what the other model costs it under each); ``slas``: role -> SLA in
     ms, sent with lazybatch's requests (default the kinds'). With ``server_pid`` (the tritonserver's), every run
     records the nice values its stubs' threads took (``stub_nices``, from /proc), and ``hand_nice`` adds the
-    reference line HAND_NICE at that nice."""
+    reference line HAND_NICE at that nice. ``twin``: the server also serves ``<prefix>_triton_0us_twin`` models,
+    run as the noise floor TWIN."""
+    if twin and "triton_0us" in configs:
+        configs = (*configs, TWIN)
     if hand_nice is not None and server_pid is not None and HAND_BASE in configs:
         configs = (*configs, HAND_NICE)
     names = {(role, cfg): f"{prefixes[role]}_{HAND_BASE if cfg == HAND_NICE else cfg}"
@@ -168,13 +174,19 @@ def score(data: dict) -> list[dict]:
     and range, judged against 1.00 (lazybatch lower) and against the co-location goal; then the small model beside the
     large one / alone, under lazybatch, against ALONE_GOAL."""
     configs = data["meta"]["configs"]
-    ours, tri = configs[0], [c for c in configs[1:] if c != HAND_NICE]
+    ours, tri = configs[0], [c for c in configs[1:] if c not in (HAND_NICE, TWIN)]
     out = []
     for (role, key), goal in GOALS.items():
         ratios, picks = held_out_ratios({c: per_rep(data, "together", c, role, key) for c in tri},
                                         per_rep(data, "together", ours, role, key))
         out.append(verdict_row(f"{role} {key.removesuffix('_ms')}: best Triton / lazybatch", ratios, goal,
                                picks=picks))
+    if TWIN in configs:  # the same ratios with the identical copy in lazybatch's place
+        for (role, key), goal in GOALS.items():
+            ratios, picks = held_out_ratios({c: per_rep(data, "together", c, role, key) for c in tri},
+                                            per_rep(data, "together", TWIN, role, key))
+            out.append(verdict_row(f"{role} {key.removesuffix('_ms')}: best Triton / its identical copy (noise "
+                                   "floor)", ratios, goal, picks=picks))
     if HAND_NICE in configs:  # the reference line: the same lever set by hand, per repetition
         for (role, key), goal in REFERENCE_GOALS.items():
             ratios = [h / o for h, o in zip(per_rep(data, "together", HAND_NICE, role, key),
@@ -207,7 +219,8 @@ def markdown(data: dict) -> str:
     ours, configs = m["configs"][0], m["configs"]
     label = {ours: "lazybatch (CPU share)",
              **{c: f"Triton {int(c.removeprefix('triton_').removesuffix('us')) / 1000:g} ms" for c in configs[1:]
-                if c.startswith("triton_")},
+                if c.startswith("triton_") and c != TWIN},
+             TWIN: "Triton 0 ms, identical copy (noise floor)",
              HAND_NICE: f"reference: Triton 0 ms, large at nice {m.get('hand_nice')} by hand"}
     lines = [f"Co-located pair on one tritonserver: small `{m['prefixes']['small']}` (t1 {m['t1_ms']['small']:.1f} "
              f"ms) at {m['loads']['small']:.0%} of its batch-1 rate ({m['rates']['small']:.1f}/s) beside large "
@@ -273,7 +286,7 @@ def add_args(ap: argparse.ArgumentParser, prefix: str = "") -> None:
     ap.add_argument(f"--{prefix}large-load", dest="large_load", type=float, default=1.1, help="the large model's (1.1)")
 
 
-def run_args(url: str, args: argparse.Namespace, server_pid: int | None = None) -> dict:
+def run_args(url: str, args: argparse.Namespace, server_pid: int | None = None, twin: bool = False) -> dict:
     """The pair with the command line's options; with ``server_pid``, the stubs' nices recorded and, where this
     process may raise a thread back (CAP_SYS_NICE), the hand-set nice reference line at the CPU share's nice."""
     from lazybatch.backend.os_weights import Privileges
@@ -284,5 +297,5 @@ def run_args(url: str, args: argparse.Namespace, server_pid: int | None = None) 
         print("pair: no hand-set nice reference line: raising its threads back needs CAP_SYS_NICE (run as root)")
     return measure(url, dict(PAIR_KINDS), small_load=args.small_load, large_load=args.large_load,
                    duration_s=args.pair_duration, reps=args.pair_reps, seed=getattr(args, "seed", 0),
-                   server_pid=server_pid, hand_nice=hand)
+                   server_pid=server_pid, hand_nice=hand, twin=twin)
 
