@@ -150,7 +150,7 @@ PARAMETERS.update({
                  "and put back after. More urgent: the declared role first (latency_critical, then auto, then "
                  "best_effort), then the shorter sla_ms (deadline-monotonic). Its members take onnxruntime pools per "
                  "session (use_per_session_threads). Off by default: served on the quickstart's pair, both models' "
-                 "averages were lower than under Triton's best (the small 2.4x, the large 1.7x), but no other mix "
+                 "averages were lower than under Triton's best (the small 2.2x, the large 1.7x), but no other mix "
                  "is measured yet (docs/colocation.md, \"The CPU through the operating system\"). Not for models in a device_group "
                  "(their arbiter takes turns) nor under whole_graph (triton:<us>). Putting a thread back needs "
                  "CAP_SYS_NICE or RLIMIT_NICE >= 20; without either nothing is lowered and the log says so once",
