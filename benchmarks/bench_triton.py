@@ -52,14 +52,15 @@ from benchmarks.harness.measure import service_time
 from benchmarks.harness.page import table_head
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_load, summarize
-from lazybatch.shipped import COMPARISON, build_default_repository, build_pair_repository, default_build_dir
+from lazybatch.shipped import (COMPARISON, PAIR_KINDS, build_default_repository, build_pair_repository,
+                               default_build_dir)
 
 OURS = "eager"  # the default policy (batcher/policies/eager.py)
 BASELINE_SUFFIXES = [k for k in COMPARISON if k != OURS]
 TRITON_SUFFIXES = [k for k in COMPARISON if k.startswith("triton_")]
 DEFAULT_SLAS = {"resnet50": "100,200", "mlp": "10,25"}
 # An identical copy of Triton's 0 ms configuration, scored as eager is: the noise floor (an A/A test), never "best".
-TWIN_SUFFIX = "triton_0us_twin"
+TWIN_SUFFIX = colocated_pair.TWIN  # "triton_0us_twin": the single-model table's copy and the pair's are one
 
 
 def read_stats(stats_dir: Path, model: str, at_least: int = 0, timeout: float = 15.0) -> dict:
@@ -129,8 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(out / "twin_repository", ignore_errors=True)
     twin_repo = build_default_repository(out / "twin_repository", kind=args.model,
                                          work=default_build_dir(args.repository), policies={TWIN_SUFFIX: "triton:0"})
-    if args.pair:
+    if args.pair:  # + the pair's models, and the noise floor's copy of its other kind's Triton 0 ms
         build_pair_repository(repo)
+        for kind in PAIR_KINDS.values():
+            if kind != args.model:
+                build_default_repository(twin_repo, kind=kind, work=default_build_dir(args.repository),
+                                         policies={TWIN_SUFFIX: "triton:0"})
     pair_data = None
     print(f"starting tritonserver on {repo} ...", flush=True)
     results: list[dict] = []
@@ -189,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                       + (f" overhead/stage {overhead['per_stage_ms']:.3f} ms ({overhead['fraction']:.1%}), "
                          f"mean sub-batch {overhead['mean_batch']:.2f}" if overhead else ""), flush=True)
         if args.pair:
-            pair_data = colocated_pair.run_args(url, args, server_pid=server.proc.pid)
+            # its noise floor: the twins of both kinds are in twin_repo (the model's, and the other kind's above)
+            pair_data = colocated_pair.run_args(url, args, server_pid=server.proc.pid, twin=True)
     meta = {"model": args.model, "slices": args.slices, "t_whole_ms": t_whole * 1e3, "t_lazy_ms": t_lazy * 1e3, "mu": mu, "duration_s": args.duration,
             "min_requests": args.min_requests,
             "fractions": fractions, "slas": slas, "cpu_count": os.cpu_count(),
