@@ -203,8 +203,8 @@ class CpuShare:
         return want
 
     def _why(self, nice: int, peers: list[ShareMember]) -> str:
-        """A WEIGHT decision's reason: the nice, and the more urgent active members that set it."""
-        above = sorted(m.name for m in peers if m.rank() < self.me.rank())
+        """A WEIGHT decision's reason: the nice, and the more urgent active members (``peers``) that set it."""
+        above = sorted(m.name for m in peers)
         if nice > 0:
             return f"nice {nice}: below {', '.join(above)} (active, more urgent)"
         if above:  # lowering was refused (no privilege)

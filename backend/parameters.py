@@ -51,8 +51,8 @@ PARAMETERS = {
     "use_per_session_threads": "true: every stage session gets its own intra-op pool, spinning off (onnxruntime's "
                                "name) | false: one pool per model instance shared by all its stages, spinning "
                                "between operators. Default: true for a cpu_share model on a CPU (spinning beside "
-                               "a lowered neighbour takes its cores: docs/colocation.md, \"Pools under the CPU "
-                               "share\"), false otherwise",
+                               "a lowered neighbour takes its cores: docs/colocation.md, \"Pools and the "
+                               "nice\"), false otherwise",
     "use_env_allocators": "true (default): every onnxruntime session of the model instance (each stage and the whole "
                           "graph) allocates from one CPU arena registered in onnxruntime's environment, so that a "
                           "split model holds one working set, not one per stage (onnxruntime's name; "

@@ -132,10 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                                          work=default_build_dir(args.repository), policies={TWIN_SUFFIX: "triton:0"})
     if args.pair:  # + the pair's models, and the noise floor's copy of its other kind's Triton 0 ms
         build_pair_repository(repo)
-        for kind in PAIR_KINDS.values():
-            if kind != args.model:
-                build_default_repository(twin_repo, kind=kind, work=default_build_dir(args.repository),
-                                         policies={TWIN_SUFFIX: "triton:0"})
+        colocated_pair.build_twins(twin_repo, Path(args.repository),
+                                   [kind for kind in PAIR_KINDS.values() if kind != args.model])
     pair_data = None
     print(f"starting tritonserver on {repo} ...", flush=True)
     results: list[dict] = []

@@ -14,13 +14,13 @@ import shutil
 import sys
 from pathlib import Path
 
-from benchmarks.colocation.pair import TWIN, add_args, report, run_args
+from benchmarks.colocation.pair import add_args, build_twins, report, run_args
 
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.harness import command_line, served
     from benchmarks.harness.meta import machine_meta
-    from lazybatch.shipped import PAIR_KINDS, build_default_repository, build_pair_repository, default_build_dir
+    from lazybatch.shipped import build_pair_repository
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_args(ap)
@@ -33,13 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     repo = build_pair_repository(args.repository)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    # the noise floor's models (an identical copy of Triton 0 ms) in a repository of their own, from the same builds
-    # (no new split or profile): the drop-in repository keeps only the models a user serves
     twins = Path(args.twin_repository)
     shutil.rmtree(twins, ignore_errors=True)
-    for kind in PAIR_KINDS.values():
-        build_default_repository(twins, kind=kind, work=default_build_dir(repo), policies={TWIN: "triton:0"},
-                                 log=lambda line: None)
+    build_twins(twins, repo)
     with served(repo, out / "tritonserver.log", extra_args=[f"--model-repository={twins.resolve()}"]) as server:
         data = run_args(server.endpoints.grpc, args, server_pid=server.proc.pid, twin=True)
     data["meta"].update(machine_meta(), command=command_line())

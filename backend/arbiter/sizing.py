@@ -76,11 +76,11 @@ def per_session_threads(settings: Any, instance_kind: str, executor: str) -> boo
     """Pools per session (spinning off) or one per process (spinning): ``use_per_session_threads`` where set;
     unset, per session for a member of the CPU share on a CPU, one per process otherwise.
 
-    Why (docs/colocation.md, "Pools under the CPU share"): the process pool's workers spin between operators, and
+    Why (docs/colocation.md, "Pools and the nice"): the process pool's workers spin between operators, and
     onnxruntime's Python API cannot stop them. Beside a lowered neighbour, the urgent model's spinning workers, at
     nice 0, take the cores the neighbour was left; the neighbour's own spin at its barriers while a sibling thread
-    waits preempted. Served on the quickstart's pair, per-session pools held the large model's average at or below
-    Triton's, where the process pool left it 1.5x-3x above; alone, the chain pays about 2% (docs/onnx.md)."""
+    waits preempted. Served on the quickstart's pair (docs/results/cpu_share_levers.md), pools per session held
+    the large model below Triton 0 ms's average, where the process pool left it 1.6x above."""
     s = settings
     if s.use_per_session_threads is not None:
         return bool(s.use_per_session_threads)

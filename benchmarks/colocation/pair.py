@@ -286,6 +286,18 @@ def add_args(ap: argparse.ArgumentParser, prefix: str = "") -> None:
     ap.add_argument(f"--{prefix}large-load", dest="large_load", type=float, default=1.1, help="the large model's (1.1)")
 
 
+def build_twins(twins: Path, repository: Path, kinds: Sequence[str] = tuple(PAIR_KINDS.values())) -> Path:
+    """The noise floor's models (TWIN, an identical copy of Triton 0 ms) of ``kinds`` in ``twins``, a repository of
+    their own, from ``repository``'s builds (no new split or profile): the drop-in repository keeps only the models
+    a user serves."""
+    from lazybatch.shipped import build_default_repository, default_build_dir
+
+    for kind in kinds:
+        build_default_repository(twins, kind=kind, work=default_build_dir(repository), policies={TWIN: "triton:0"},
+                                 log=lambda line: None)
+    return twins
+
+
 def run_args(url: str, args: argparse.Namespace, server_pid: int | None = None, twin: bool = False) -> dict:
     """The pair with the command line's options; with ``server_pid``, the stubs' nices recorded and, where this
     process may raise a thread back (CAP_SYS_NICE), the hand-set nice reference line at the CPU share's nice."""

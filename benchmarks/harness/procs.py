@@ -35,37 +35,53 @@ def processes(server_pid: int) -> dict[str, int]:
 
 
 @contextmanager
+def _every(look: Callable[[], None], every_s: float, name: str) -> Iterator[None]:
+    """``look`` now, every ``every_s`` in a thread of its own while the block runs, and once more at its end."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            look()
+
+    look()
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        look()
+
+
+@contextmanager
 def niced(pids: Iterable[int], nice: int, *, every_s: float = 0.2) -> Iterator[None]:
     """Every thread of these processes at ``nice`` for the block (threads started meanwhile too, looked for every
     ``every_s``), then each back at the nice it had: a static weight set by hand from outside the server, as an
     operator would with ``renice``. Raising a thread back needs CAP_SYS_NICE (a root benchmark has it)."""
     from lazybatch.backend.os_weights import read_weight, threads
 
-    before: dict[tuple[int, int], int] = {}
-    stop = threading.Event()
+    pids = list(pids)
+    before: dict[int, int] = {}  # thread -> the nice it had
 
     def lower() -> None:
         for pid in pids:
-            for tid in _tids(pid, threads):
+            try:
+                tids = threads(pid)
+            except OSError:  # the process ended
+                continue
+            for tid in tids:
                 try:
-                    before.setdefault((pid, tid), read_weight(tid, pid).nice)
+                    before.setdefault(tid, read_weight(tid, pid).nice)
                     os.setpriority(os.PRIO_PROCESS, tid, nice)
                 except OSError:  # the thread ended
                     pass
 
-    def keep() -> None:
-        while not stop.wait(every_s):
-            lower()
-
-    lower()
-    keeper = threading.Thread(target=keep, name="niced", daemon=True)
-    keeper.start()
     try:
-        yield
+        with _every(lower, every_s, "niced"):
+            yield
     finally:
-        stop.set()
-        keeper.join()
-        for (_, tid), was in before.items():
+        for tid, was in before.items():
             try:
                 os.setpriority(os.PRIO_PROCESS, tid, was)
             except OSError:
@@ -79,7 +95,6 @@ def watched_nices(pids: dict[str, int], *, every_s: float = 0.05) -> Iterator[di
     from lazybatch.backend.os_weights import thread_nices
 
     seen: dict[str, set[int]] = {name: set() for name in pids}
-    stop = threading.Event()
 
     def look() -> None:
         for name, pid in pids.items():
@@ -88,23 +103,5 @@ def watched_nices(pids: dict[str, int], *, every_s: float = 0.05) -> Iterator[di
             except OSError:  # the process ended
                 pass
 
-    def watch() -> None:
-        while not stop.wait(every_s):
-            look()
-
-    look()
-    watcher = threading.Thread(target=watch, name="watched-nices", daemon=True)
-    watcher.start()
-    try:
+    with _every(look, every_s, "watched-nices"):
         yield seen
-    finally:
-        stop.set()
-        watcher.join()
-        look()
-
-
-def _tids(pid: int, threads: Callable[[int], list[int]]) -> list[int]:
-    try:
-        return threads(pid)
-    except OSError:
-        return []

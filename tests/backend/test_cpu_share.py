@@ -194,7 +194,7 @@ def test_cpu_share_nice_sets_the_step_under_one_more_urgent_model(tmp_path):
 
 def test_a_cpu_share_member_takes_pools_per_session_unless_told(tmp_path):
     """The process pool's workers spin, and spinning beside a lowered neighbour takes its cores
-    (docs/colocation.md, "Pools under the CPU share"): a member on the CPU gets pools per session, spinning off."""
+    (docs/colocation.md, "Pools and the nice"): a member on the CPU gets pools per session, spinning off."""
     from lazybatch.backend.arbiter.sizing import per_session_threads
     from lazybatch.backend.settings import BackendSettings, parse_config_text
 
