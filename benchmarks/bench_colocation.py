@@ -1,9 +1,10 @@
 """Many models, one device, served (docs/colocation.md): four models of different sizes on one tritonserver under
-lazybatch's device scheduler, without it, and under Triton's dynamic batcher (0/5/20 ms, and 0 ms behind Triton's
-rate limiter), with an identical copy of Triton 0 ms as the noise floor; the simulated ceiling on the same arrivals
-beside every served figure.
+lazybatch's device scheduler (``--lineup device``) or its CPU share (``--lineup cpu_share``), without either, and
+under Triton's dynamic batcher (0/5/20 ms, and 0 ms behind Triton's rate limiter), with an identical copy of Triton
+0 ms as the noise floor; the simulated ceiling on the same arrivals beside every served figure.
 
-    python -m benchmarks.bench_colocation                   # the full run (about 30-35 min on 2 cores)
+    python -m benchmarks.bench_colocation                   # the device scheduler's run (about 50 min on 2 cores)
+    python -m benchmarks.bench_colocation --lineup cpu_share --no-perf   # the CPU share's (about 40 min)
     python -m benchmarks.bench_colocation --quick           # every part once, tiny durations (a few minutes)
     python -m benchmarks.bench_colocation --from-results docs/data/colocation.json --page docs/results/colocation.md
 
@@ -42,6 +43,7 @@ from benchmarks.colocation.page import plots, render
 from benchmarks.colocation.simulate import Tables, simulate
 from benchmarks.harness import command_line, machine_meta, seq2seq_t1, served, static_t1, write_json
 from benchmarks.harness.page import write_page
+from lazybatch.batcher.cpu_rank import BEST_EFFORT, LATENCY_CRITICAL
 from lazybatch.batcher.errors import ConfigError
 
 PAUSE_S = 0.5
@@ -49,16 +51,19 @@ PAUSE_S = 0.5
 
 def estimate(args: argparse.Namespace) -> float:
     """Seconds the run should take on a quiet 2-core machine (servers, t1, cells with their drain and pause)."""
-    n_cfg, cell = len(R.CONFIGS), args.duration + 3.0
+    n_cfg, cell = len(R.LINEUPS[args.lineup].configs), args.duration + 3.0
     sweep = len(args.mixes) * len(args.loads) * (args.reps * n_cfg * cell + len(KINDS) * (args.duration + 1.5))
     perf = 0 if args.no_perf else args.reps * n_cfg * (3 * max(1.0, args.duration / 3, 3.5) + 5)
     pair = args.reps * (n_cfg + 4) * (args.duration + 2.0)
-    prio = args.reps * 2 * len(R.prio_configs("mobilenet")) * cell
+    prio = args.reps * 2 * len(prio_lineup(args.lineup, "mobilenet")) * cell
     return 150 + sweep + perf + pair + prio + 30
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lineup", choices=sorted(R.LINEUPS), default="device",
+                    help="which configurations to measure and whose goals to judge: the device scheduler's (device) "
+                         "or the CPU share's (cpu_share)")
     ap.add_argument("--loads", default="0.4,0.7,1.2", help="fractions of the device's capacity (0.4,0.7,1.2)")
     ap.add_argument("--mixes", default="equal,skewed")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per cell (3)")
@@ -89,21 +94,24 @@ def main(argv: list[str] | None = None) -> int:
     args.mixes = str(args.mixes).split(",")
     kinds = [args.cnn if k == "mobilenet" else k for k in KINDS]
     est = estimate(args)
-    print(f"co-location benchmark: {len(R.CONFIGS)} configurations x {len(args.mixes)} mixes x {len(args.loads)} "
-          f"loads x {args.reps} repetitions of {args.duration:g} s, perf set, pair, priority; estimated "
-          f"{est / 60:.0f} min on a quiet 2-core machine", flush=True)
+    up = R.LINEUPS[args.lineup]
+    print(f"co-location benchmark ({args.lineup}, judging {up.ours}): {len(up.configs)} configurations x "
+          f"{len(args.mixes)} mixes x {len(args.loads)} loads x {args.reps} repetitions of {args.duration:g} s, "
+          f"{'' if args.no_perf else 'perf set, '}pair, priority; estimated {est / 60:.0f} min on a quiet 2-core "
+          "machine", flush=True)
     # a run stopped with SIGTERM (e.g. `timeout`) still stops its two servers: served()'s exit runs on SystemExit
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t_start = time.monotonic()
     meta = {**machine_meta(), "command": command_line(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     urgent = args.cnn
-    prio = R.prio_configs(urgent)
-    configs = list(R.CONFIGS.values()) + [c for c in prio.values() if c not in R.CONFIGS.values()]
+    prio = prio_lineup(args.lineup, urgent)
+    configs = [R.CONFIGS[c] for c in up.configs] + [c for c in prio.values() if c not in R.CONFIGS.values()]
     main_repo, rl_repo = R.build(out, kinds, configs, reprofile=args.reprofile)
     arbiters = out / "arbiters"
     arbiters.mkdir(parents=True, exist_ok=True)
     res: dict = {"meta": meta, "kinds": kinds, "cells": []}
-    res["settings"] = {"loads": args.loads, "mixes": args.mixes, "reps": args.reps, "duration_s": args.duration,
+    res["settings"] = {"lineup": args.lineup, "loads": args.loads, "mixes": args.mixes, "reps": args.reps,
+                       "duration_s": args.duration,
                        "sla_multiple": args.sla_multiple, "skew_kind": args.cnn, "rl_priority": R.RL_PRIORITY,
                        "quick": args.quick, "estimate_s": est, "wall_s": 0.0,
                        "pair": {"small": PAIR[0], "large": PAIR[1], "small_load": PAIR[2], "large_load": PAIR[3]},
@@ -144,12 +152,14 @@ def main(argv: list[str] | None = None) -> int:
                 rates = step["rates"] if not step.get("alone") else {step["alone"]: step["rates"][step["alone"]]}
                 idx = {step["alone"]: step["index"]} if step.get("alone") else None
                 levels = {k: 0 if k == urgent else 1 for k in rates} if step["exp"] == "prio" else None
+                roles = ({k: LATENCY_CRITICAL if k == urgent else BEST_EFFORT for k in rates}
+                         if step["exp"] == "prio" else None)
                 c["sim"] = simulate(tables, step["config"], rates, args.duration, step["seed"], sla, t1,
-                                    indices=idx, levels=levels)
+                                    indices=idx, levels=levels, roles=roles)
             res["cells"].append({k: v for k, v in step.items() if k != "cfg"} | c)
             time.sleep(PAUSE_S)
             res["settings"]["wall_s"] = time.monotonic() - t_start
-            write_json(out / "colocation.json", res)  # a long run keeps what it measured (--from-results reads it)  # a long run keeps what it measured
+            write_json(out / "colocation.json", res)  # a long run keeps what it measured (--from-results reads it)
     res["settings"]["wall_s"] = time.monotonic() - t_start
     write_json(out / "colocation.json", res)
     if args.data:
@@ -157,11 +167,17 @@ def main(argv: list[str] | None = None) -> int:
     return write_outputs(res, out, args.page, data_path=Path(args.data) if args.data else out / "colocation.json")
 
 
+def prio_lineup(lineup: str, urgent: str) -> dict[str, R.Config]:
+    """The priority experiment's configurations that ``lineup`` measures (those that can say priority)."""
+    return {k: v for k, v in R.prio_configs(urgent).items() if k in R.LINEUPS[lineup].configs}
+
+
 def steps(args: argparse.Namespace, kinds: list[str], t1: dict[str, float], prio: dict, urgent: str) -> list[dict]:
     """Every cell to measure, in order: the sweep (each load's repetitions, configurations taking turns, the order
     reversed every other repetition), the perf_analyzer set, the pair, the priority experiment."""
     out: list[dict] = []
-    names = list(R.CONFIGS)
+    up = R.LINEUPS[args.lineup]
+    names = list(up.configs)
 
     def turns(k: int, cfgs: list[str]) -> list[str]:
         return cfgs if k % 2 == 0 else list(reversed(cfgs))
@@ -190,7 +206,7 @@ def steps(args: argparse.Namespace, kinds: list[str], t1: dict[str, float], prio
     for k in range(args.reps):
         base = {"exp": "pair", "driver": "load", "mix": "pair", "load": 0.0, "rep": k, "rates": rates,
                 "seed": 100 * k + 70}
-        for c in ("lazybatch", "triton_0us"):
+        for c in (up.ours, "triton_0us"):
             for i, m in enumerate(rates):
                 out.append({**base, "config": c, "cfg": R.CONFIGS[c], "alone": m, "index": i})
         for c in turns(k, names):
@@ -209,7 +225,7 @@ def steps(args: argparse.Namespace, kinds: list[str], t1: dict[str, float], prio
 
 def write_outputs(res: dict, out: Path, page: str | None, data_path: Path) -> int:
     """The page and its plots from the raw data: OUT/colocation.md with OUT/img/, or ``page`` (a page under
-    docs/results/ puts its plots in docs/img/, as the other results pages)."""
+    docs/results/ puts its plots in docs/img/, as the other results pages, named after the page)."""
     page_path = Path(page) if page else out / "colocation.md"
     img_dir = page_path.parent.parent / "img" if page_path.parent.name == "results" else page_path.parent / "img"
     img_rel = "../img" if page_path.parent.name == "results" else "img"
@@ -218,8 +234,8 @@ def write_outputs(res: dict, out: Path, page: str | None, data_path: Path) -> in
     res.setdefault("settings", {})
     res["settings"]["data_name"] = data_path.name
     res["settings"]["data_link"] = os.path.relpath(data_path.resolve(), page_path.parent.resolve())
-    plots(res, img_dir)
-    write_page(page_path, render(res, img_rel))
+    plots(res, img_dir, page_path.stem)
+    write_page(page_path, render(res, img_rel, page_path.stem))
     print(f"wrote {page_path} and its plots in {img_dir}")
     return 0
 

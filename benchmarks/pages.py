@@ -150,6 +150,12 @@ PAGES: dict[str, Page] = {
     "cpu_share": Page("docs/results/cpu_share.md", "whole", "the spread over 5 repetitions (no identical copy)",
                       ("python -m benchmarks.pair --reps 5 --duration 4 --out docs/data/pair_cpu_share "
                        "--page docs/results/cpu_share.md",), one_commit=True),
+    "cpu_share_mix": Page(
+        "docs/results/cpu_share_mix.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
+        ("python -m benchmarks.bench_colocation --lineup cpu_share --no-perf --out lazybatch-results/cpu_share_mix "
+         "--data docs/data/cpu_share_mix.json --page docs/results/cpu_share_mix.md",
+         "python -m benchmarks.bench_colocation --from-results docs/data/cpu_share_mix.json "
+         "--page docs/results/cpu_share_mix.md"), one_commit=True),
     "cpu_share_levers": Page("docs/results/cpu_share_levers.md", "by hand",
                              "the spread over 5 repetitions (no identical copy)",
                              ("python -m benchmarks.probes.probe_cpu_levers --variants eager_shared,eager_global,"

@@ -1,7 +1,7 @@
 """The co-location page's figures from the raw cells: means over repetitions, the goal ratios against the best
-Triton configuration, repetition by repetition, of lazybatch (the device scheduler, two lanes and one), of lazybatch
-without it (the shipped default) and of the identical copy of Triton 0 ms (the noise floor), and their verdicts by
-the one rule (benchmarks/harness/verdict.py).
+Triton configuration, repetition by repetition, of the lineup's own configuration (``ours``: the device scheduler or
+the CPU share), of the lazybatch ones beside it and of the identical copy of Triton 0 ms (the noise floor), and their
+verdicts by the one rule (benchmarks/harness/verdict.py).
 
 "Best Triton" for a repetition is the Triton configuration (0/5/20 ms, 0 ms + rate limiter) with the best figure
 over the *other* repetitions (harness.stats.held_out_ratios): picked on the repetition itself, the best of four noisy
@@ -69,13 +69,13 @@ def floored(v: float, floor: float) -> float:
     return max(v, floor) if math.isfinite(v) else v
 
 
-def goal_ratios(cells: list[dict], kinds: Sequence[str]) -> dict[str, dict]:
+def goal_ratios(cells: list[dict], kinds: Sequence[str], ours: str = OURS) -> dict[str, dict]:
     """Per goal of the four-model sweep at one (mix, load): best Triton / ours per repetition (throughput: ours /
     best), and the same with the identical copy in ours' place. The worst model is the lowest of the models' avg
     ratios within a repetition (each model against the same best-by-aggregate configuration)."""
     configs = [c for c in TRITON + list(JUDGED) if any(x["config"] == c for x in cells)]
     tri = [c for c in TRITON if c in configs]
-    if OURS not in configs or not tri:
+    if ours not in configs or not tri:
         return {}
     floor = 1.0 / max(1, min(c["all"].get("sent", 0) for c in cells))
     out = {}
@@ -114,7 +114,7 @@ def judged(ratios: Sequence[float], goal: float, *, lower_is_better: bool = Fals
     return s, judge_spread(s, goal, lower_is_better=lower_is_better)
 
 
-def sweep_verdicts(cells: list[dict], kinds: Sequence[str], driver: str = "load") -> dict:
+def sweep_verdicts(cells: list[dict], kinds: Sequence[str], driver: str = "load", ours: str = OURS) -> dict:
     """Per mix and goal: the verdict on each goal-load cell (ours and the twin), the per-cell counts, and the pooled
     spread over every goal-load cell's repetitions with its verdict. Peak throughput is judged once per mix: each
     configuration's highest aggregate throughput over the loads, repetition by repetition."""
@@ -125,7 +125,7 @@ def sweep_verdicts(cells: list[dict], kinds: Sequence[str], driver: str = "load"
         goal_loads = [f for f in loads if any(abs(f - g) < 1e-9 for g in GOAL_LOADS)]
         per_goal: dict = {g: {"cells": [], "pooled": {w: [] for w in JUDGED}} for g in SWEEP_GOALS}
         for f in goal_loads:
-            r = goal_ratios(select(sweep, mix=mix, load=f), kinds)
+            r = goal_ratios(select(sweep, mix=mix, load=f), kinds, ours)
             for g, who_r in r.items():
                 if g == "peak throughput":
                     continue
@@ -143,7 +143,7 @@ def sweep_verdicts(cells: list[dict], kinds: Sequence[str], driver: str = "load"
                 if mine:
                     best = max(mine, key=lambda c: fig(c, "all", "throughput"))
                     peak_cells.append({**best, "load": -1.0})
-        r = goal_ratios(peak_cells, kinds).get("peak throughput", {})
+        r = goal_ratios(peak_cells, kinds, ours).get("peak throughput", {})
         for who, d in r.items():
             per_goal["peak throughput"]["pooled"][who] = d["ratios"]
         for g, d in per_goal.items():
@@ -156,7 +156,7 @@ def sweep_verdicts(cells: list[dict], kinds: Sequence[str], driver: str = "load"
     return out
 
 
-def pair_figures(cells: list[dict], small: str, large: str) -> dict:
+def pair_figures(cells: list[dict], small: str, large: str, ours: str = OURS) -> dict:
     """The pair's goals, repetition by repetition: best Triton (by the small model's avg, held out) / ours for the
     small model's avg and p99 and the large model's avg (against the same configuration), and ours together / ours
     alone (the small model's avg, its own arrivals alone under lazybatch); the twin in ours' place beside."""
@@ -164,10 +164,10 @@ def pair_figures(cells: list[dict], small: str, large: str) -> dict:
     alone = {(c["config"], c["alone"], c["rep"]): c for c in cells if c["exp"] == "pair" and c.get("alone")}
     configs = [c for c in TRITON + list(JUDGED) if any(x["config"] == c for x in pair)]
     tri = [c for c in TRITON if c in configs]
-    if OURS not in configs or not tri:
+    if ours not in configs or not tri:
         return {}
     avg = per_rep(pair, configs, lambda c: fig(c, small, "avg_ms"))
-    reps = sorted({c["rep"] for c in pair if c["config"] == OURS})
+    reps = sorted({c["rep"] for c in pair if c["config"] == ours})
     by = {(c["config"], c["rep"]): c for c in pair}
     out: dict = {}
     for who in JUDGED:
@@ -180,7 +180,7 @@ def pair_figures(cells: list[dict], small: str, large: str) -> dict:
             rs["small avg"].append(fig(t, small, "avg_ms") / fig(o, small, "avg_ms"))
             rs["small p99"].append(fig(t, small, "p99_ms") / fig(o, small, "p99_ms"))
             rs["large avg"].append(fig(t, large, "avg_ms") / fig(o, large, "avg_ms"))
-            a = alone.get(("triton_0us" if who == TWIN else OURS, small, k))  # every lazybatch one: lazybatch alone
+            a = alone.get(("triton_0us" if who == TWIN else ours, small, k))  # every lazybatch one: ours alone
             if a is not None:
                 rs["small avg / alone"].append(fig(o, small, "avg_ms") / fig(a, small, "avg_ms"))
         out[who] = {"best": picks}
@@ -192,7 +192,7 @@ def pair_figures(cells: list[dict], small: str, large: str) -> dict:
 
 def prio_figures(cells: list[dict], urgent: str) -> dict:
     """The urgent model's p99 together / its p99 alone (the same arrivals, the same configuration), per
-    configuration and repetition; the goal (at most 1.5) judged for lazybatch, the others shown beside."""
+    configuration and repetition; the goal (at most 1.5) judged for the lineup's own, the others shown beside."""
     prio = [c for c in cells if c["exp"] == "prio"]
     out = {}
     for cfg in sorted({c["config"] for c in prio if c.get("alone") is None}):

@@ -6,7 +6,11 @@ time, the others' stubs sit idle); the rate-limited configurations need a server
 ``device_group`` explicitly (``"none"`` for the configuration without the device scheduler), so the benchmark
 measures the same thing whether or not the backend groups models by default; ``lazybatch`` takes the group's other
 defaults (two lanes, each model's pool the cores divided among them: what a user who names a group gets), and
-``lazybatch_1lane`` names one lane.
+``lazybatch_1lane`` names one lane. Likewise every lazybatch model names its ``cpu_share``: ``"none"`` except under
+``lazybatch_share`` (``"auto"``: the kernel's preemption aimed by the SLAs' rank, docs/colocation.md).
+
+A run serves one lineup (``LINEUPS``): the configurations it measures and the one whose goals it judges, the others
+shown beside it.
 
 Configuration -> (model suffix, policy, config parameters, rate limiter priority or None):
 """
@@ -45,8 +49,8 @@ class Config:
         return self.rl_priority is not None
 
 
-def _group(name: str, extra: dict[str, str] | None = None) -> Callable[[str], dict[str, str]]:
-    return lambda kind: {"device_group": name, **(extra or {})}
+def _group(name: str, extra: dict[str, str] | None = None, share: str = "none") -> Callable[[str], dict[str, str]]:
+    return lambda kind: {"device_group": name, "cpu_share": share, **(extra or {})}
 
 
 # the sweep's configurations (every model of the four under one of them), in the order the page lists them
@@ -54,6 +58,7 @@ CONFIGS: dict[str, Config] = {
     "lazybatch": Config("lazybatch", "eager", _group(GROUP)),
     "lazybatch_1lane": Config("lazybatch_1lane", "eager", _group(GROUP_1LANE, ONE_LANE_PARAMS)),
     "lazybatch_nodevice": Config("lazybatch_nodevice", "eager", _group("none")),
+    "lazybatch_share": Config("lazybatch_share", "eager", _group("none", share="auto")),
     "triton_0us": Config("triton_0us", "triton:0"),
     "triton_5000us": Config("triton_5000us", "triton:5000"),
     "triton_20000us": Config("triton_20000us", "triton:20000"),
@@ -64,20 +69,47 @@ CONFIGS: dict[str, Config] = {
 OURS = "lazybatch"  # the device scheduler at its defaults (two lanes): what the page's goals judge
 ONE_LANE = "lazybatch_1lane"  # the device scheduler with one lane: judged beside it
 DEFAULT = "lazybatch_nodevice"  # what a model gets without device_group: judged beside it (the shipped default)
+SHARE = "lazybatch_share"  # the CPU share on, no device group
 TWIN = "triton_0us_twin"
-JUDGED = (OURS, ONE_LANE, DEFAULT, TWIN)  # every configuration whose ratios to best Triton the page shows
+JUDGED = (OURS, ONE_LANE, DEFAULT, SHARE, TWIN)  # every configuration whose ratios to best Triton a page shows
 TRITON = [c for c in CONFIGS if c.startswith("triton") and c != TWIN]  # "best Triton" is chosen among these
+
+
+@dataclass(frozen=True)
+class Lineup:
+    """What one run measures: ``configs`` (in the order they take turns and the page lists them), ``ours`` the one
+    whose goals it judges (every other one of JUDGED shown beside it), ``title`` the page's."""
+
+    ours: str
+    configs: tuple[str, ...]
+    title: str
+
+    @property
+    def beside(self) -> list[str]:
+        return [c for c in JUDGED if c != self.ours and c in self.configs]
+
+
+_TRITONS = ("triton_0us", "triton_5000us", "triton_20000us", "triton_0us_rl", TWIN)
+LINEUPS = {
+    # the device scheduler (a non-preemptive accelerator's model) against Triton: docs/results/colocation.md
+    "device": Lineup(OURS, (OURS, ONE_LANE, DEFAULT) + _TRITONS, "Many models, one device: served"),
+    # the CPU share (the kernel's preemption, aimed) against Triton: docs/results/cpu_share_mix.md
+    "cpu_share": Lineup(SHARE, (SHARE, DEFAULT) + _TRITONS, "Many models, one CPU shared through the kernel: served"),
+}
 
 
 def prio_configs(urgent: str) -> dict[str, Config]:
     """The priority experiment: ``urgent`` at the most urgent level, the others best effort, as a user would say it
-    to each: lazybatch's ``device_priority_level`` (0 urgent, 1 best effort) and Triton's rate limiter priority."""
+    to each: lazybatch's ``device_priority_level`` (0 urgent, 1 best effort), the CPU share's role
+    (``latency_critical``, ``best_effort``) and Triton's rate limiter priority."""
     return {
         "lazybatch": Config("lazybatch_prio", "eager", lambda kind: {
-            "device_group": PRIO_GROUP, "device_priority_level": "0" if kind == urgent else "1"}),
+            "device_group": PRIO_GROUP, "cpu_share": "none", "device_priority_level": "0" if kind == urgent else "1"}),
         ONE_LANE: Config("lazybatch_1lane_prio", "eager", lambda kind: {
-            "device_group": PRIO_GROUP + "1", "device_priority_level": "0" if kind == urgent else "1",
-            **ONE_LANE_PARAMS}),
+            "device_group": PRIO_GROUP + "1", "cpu_share": "none",
+            "device_priority_level": "0" if kind == urgent else "1", **ONE_LANE_PARAMS}),
+        SHARE: Config("lazybatch_share_prio", "eager", lambda kind: {
+            "device_group": "none", "cpu_share": "latency_critical" if kind == urgent else "best_effort"}),
         "triton_0us": CONFIGS["triton_0us"],
         "triton_0us_rl": Config("triton_0us_rlprio", "triton:0",
                                 rl_priority=lambda kind: RL_PRIORITY if kind == urgent else RL_BEST_EFFORT),
@@ -109,7 +141,7 @@ def build(out: Path, kinds: list[str], configs: list[Config], *, profile_reps: i
             for c in cfgs:
                 path = repo / model_name(kind, c) / "config.pbtxt"
                 cfg = load_config(path)
-                for key in ("device_group", "device_priority_level"):
+                for key in ("device_group", "device_priority_level", "cpu_share"):
                     if key in cfg.parameters:
                         del cfg.parameters[key]
                 for k, v in c.params(kind).items():

@@ -18,7 +18,7 @@ SIM_OF = {"lazybatch": ("eager", "device"), "lazybatch_1lane": ("eager", "device
           "lazybatch_nodevice": ("eager", "ps"),
           "triton_0us": ("graph:0", "ps"), "triton_5000us": ("graph:5", "ps"),
           "triton_20000us": ("graph:20", "ps"), "triton_0us_rl": ("graph:0", "token"),
-          "triton_0us_twin": ("graph:0", "ps"), "eager_shared": ("eager", "wps"),
+          "triton_0us_twin": ("graph:0", "ps"), "eager_shared": ("eager", "wps"), "lazybatch_share": ("eager", "wps"),
           # the large model's stub at a nice by hand: a weight matters only while both run, so it is wps's
           "hand_nice": ("graph:0", "wps")}
 
@@ -61,12 +61,13 @@ def arrivals(tables: Tables, kind: str, rate: float, duration: float, stream_see
 
 def simulate(tables: Tables, config: str, rates: Mapping[str, float], duration: float, seed: int,
              slas: Mapping[str, float], t1s: Mapping[str, float], *, indices: Mapping[str, int] | None = None,
-             levels: Mapping[str, int] | None = None) -> dict:
+             levels: Mapping[str, int] | None = None, roles: Mapping[str, str] | None = None) -> dict:
     """One served cell replayed: ``rates`` (kind -> requests/s) with the stream seeds `lazybatch load --together`
     used (``model_seed(seed, index)``, index the kind's place among the models driven together, or ``indices``),
-    each model under ``config``'s policy and sharing; ``levels``: device priority levels (``device`` only). Returns
+    each model under ``config``'s policy and sharing; ``levels``: device priority levels (``device`` only);
+    ``roles``: the CPU share's declared roles (``wps`` only; a model left out is ``auto``). Returns
     the cell's summary (drive.summarise) against the served SLAs and t1s."""
-    from lazybatch.batcher.cpu_rank import ShareMember
+    from lazybatch.batcher.cpu_rank import AUTO, ShareMember
     from lazybatch.batcher.decisions import DecisionLog
     from lazybatch.batcher.device import SharedDevice
     from lazybatch.batcher.policies.spec import parse_policy
@@ -82,7 +83,7 @@ def simulate(tables: Tables, config: str, rates: Mapping[str, float], duration: 
         pol = parse_policy(policy).build(max_batch_size=tables.table[kind].max_batch_size,
                                          length_histogram=tables.hist[kind])
         tenants.append(Tenant(kind, tables.table[kind], pol, reqs[kind], priority=(levels or {}).get(kind, 0),
-                              share=ShareMember(kind, sla_ms=slas[kind]),  # its rank under "wps"
+                              share=ShareMember(kind, sla_ms=slas[kind], role=(roles or {}).get(kind, AUTO)),
                               log=DecisionLog(capacity=1, enabled=False)))
     tenants = [t for t in tenants if t.requests]
     if not tenants:

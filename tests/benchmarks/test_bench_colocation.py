@@ -17,7 +17,8 @@ from benchmarks.harness.verdict import MET, MISSED
 
 KINDS = ["mlp", "mobilenet", "bert", "lm"]
 T1 = {"mlp": 2.0, "mobilenet": 7.0, "bert": 25.0, "lm": 200.0}
-SPEED = {"lazybatch": 0.3, "lazybatch_1lane": 0.5, "lazybatch_nodevice": 0.9, "triton_0us": 1.0,
+SPEED = {"lazybatch": 0.3, "lazybatch_1lane": 0.5, "lazybatch_nodevice": 0.9, "lazybatch_share": 0.4,
+         "triton_0us": 1.0,
          "triton_5000us": 1.2, "triton_20000us": 1.5, "triton_0us_rl": 2.0, "triton_0us_twin": 1.0}
 
 
@@ -31,31 +32,50 @@ def test_summary_counts_failures_against_every_tightness():
 
 
 def test_configurations_name_the_device_group_and_the_rate_limiter_as_a_user_would():
-    assert R.CONFIGS["lazybatch"].params("mlp") == {"device_group": R.GROUP}
-    assert R.CONFIGS["lazybatch_nodevice"].params("mlp") == {"device_group": "none"}
+    # every lazybatch configuration names both device_group and cpu_share: a default that changes changes nothing
+    assert R.CONFIGS["lazybatch"].params("mlp") == {"device_group": R.GROUP, "cpu_share": "none"}
+    assert R.CONFIGS["lazybatch_nodevice"].params("mlp") == {"device_group": "none", "cpu_share": "none"}
+    assert R.CONFIGS["lazybatch_share"].params("mlp") == {"device_group": "none", "cpu_share": "auto"}
     assert R.CONFIGS["triton_0us_twin"].policy == R.CONFIGS["triton_0us"].policy == "triton:0"
     assert [c for c, cfg in R.CONFIGS.items() if cfg.rate_limited] == ["triton_0us_rl"]
     prio = R.prio_configs("mobilenet")
     assert prio["lazybatch"].params("mobilenet")["device_priority_level"] == "0"
     assert prio["lazybatch"].params("bert")["device_priority_level"] == "1"
     assert prio["triton_0us_rl"].rl_priority("mobilenet") < prio["triton_0us_rl"].rl_priority("bert")
+    assert prio["lazybatch_share"].params("mobilenet")["cpu_share"] == "latency_critical"
+    assert prio["lazybatch_share"].params("lm")["cpu_share"] == "best_effort"
+    # each lineup judges one of its own configurations and measures Triton's beside it
+    for up in R.LINEUPS.values():
+        assert up.ours in up.configs and up.ours not in up.beside and R.TWIN in up.beside
+        assert set(R.TRITON) <= set(up.configs)
+    assert R.LINEUPS["cpu_share"].beside == ["lazybatch_nodevice", R.TWIN]
 
 
 def test_rates_make_the_asked_share_of_capacity_and_the_plan_takes_turns():
     rates = B.rates_for(0.7, {k: 0.25 for k in KINDS}, T1)
     assert sum(r * T1[k] / 1e3 for k, r in rates.items()) == pytest.approx(0.7)
     args = type("A", (), {"mixes": ["equal", "skewed"], "loads": [0.4, 1.2], "reps": 2, "cnn": "mobilenet",
-                          "no_perf": False, "perf_load": 0.7, "duration": 5.0})()
-    plan = B.steps(args, KINDS, T1, R.prio_configs("mobilenet"), "mobilenet")
+                          "no_perf": False, "perf_load": 0.7, "duration": 5.0, "lineup": "device"})()
+    plan = B.steps(args, KINDS, T1, B.prio_lineup("device", "mobilenet"), "mobilenet")
     sweep = [s for s in plan if s["exp"] == "sweep" and s["driver"] == "load" and not s.get("alone")]
-    assert len(sweep) == 2 * 2 * 2 * len(R.CONFIGS)
+    names = list(R.LINEUPS["device"].configs)
+    assert len(sweep) == 2 * 2 * 2 * len(names)
     first = [s["config"] for s in sweep if s["mix"] == "equal" and s["load"] == 0.4]
-    assert first[:len(R.CONFIGS)] == list(R.CONFIGS) and first[len(R.CONFIGS):] == list(R.CONFIGS)[::-1]
+    assert first[:len(names)] == names and first[len(names):] == names[::-1]
     assert {s["exp"] for s in plan} == {"sweep", "pair", "prio"}
     assert any(s["driver"] == "perf" for s in plan)
     skewed = next(s for s in plan if s["mix"] == "skewed")["rates"]
     assert skewed["mobilenet"] / sum(skewed.values()) == pytest.approx(0.7)
     assert 0 < B.estimate(args) < 3 * 3600
+    # the CPU share's lineup: only its configurations, its own model alone in the pair, its priority configuration
+    args.lineup = "cpu_share"
+    plan = B.steps(args, KINDS, T1, B.prio_lineup("cpu_share", "mobilenet"), "mobilenet")
+    assert {s["config"] for s in plan if s["exp"] == "sweep" and not s.get("alone")} == set(
+        R.LINEUPS["cpu_share"].configs)
+    assert {s["config"] for s in plan if s["exp"] == "pair" and s.get("alone")} == {"lazybatch_share", "triton_0us"}
+    assert {s["config"] for s in plan if s["exp"] == "prio"} == {"lazybatch_share", "triton_0us", "triton_0us_rl"}
+    assert next(s for s in plan if s["exp"] == "prio" and s["config"] == "lazybatch_share")["cfg"].suffix == \
+        "lazybatch_share_prio"
 
 
 def _cell(rng, exp, cfg, rep, models, *, mix="equal", load=0.7, alone=None, driver="load", speed=None):
@@ -145,7 +165,7 @@ def test_page_renders_from_results_with_its_plots(synthetic, tmp_path):
     assert "**met**" in text
     assert "per cell lazybatch" in text and "the identical copy" in text
     goals = text.split("goals (load driver)")[1].split("Per load")[0]
-    assert "lazybatch_nodevice (the default)" in goals and "(missed)" in goals
+    assert "lazybatch_nodevice" in goals and "(missed)" in goals
     assert "| lazybatch_1lane |" in goals
     for img in ("colocation_attainment_vs_load.png", "colocation_attainment_vs_tightness.png"):
         assert (tmp_path / "img" / img).stat().st_size > 1000
@@ -167,3 +187,32 @@ def test_a_kept_repository_loses_the_models_no_configuration_names(tmp_path):
     _prune(tmp_path, {"mlp_lazybatch", "mlp_triton_0us"}, said.append)
     assert sorted(d.name for d in tmp_path.iterdir()) == ["mlp_lazybatch", "mlp_triton_0us", "notes"]
     assert said and "mlp_lazybatch_2lanes" in said[0]
+
+
+def test_the_cpu_share_lineup_judges_the_share_on_a_page_of_its_own(synthetic, tmp_path):
+    """A run of the CPU share's lineup: its page judges lazybatch_share, shows the configuration without either
+    beside it, and names its plots after itself (the device scheduler's page keeps its own)."""
+    res, _ = synthetic
+    keep = set(R.LINEUPS["cpu_share"].configs)
+    res = {**res, "cells": [c for c in res["cells"] if c["config"] in keep or c["config"] == "lazybatch"],
+           "settings": {**res["settings"], "lineup": "cpu_share"}}
+    for c in res["cells"]:  # the pair's alone cells and the priority ones under the share's name
+        if c["config"] == "lazybatch":
+            c["config"] = "lazybatch_share"
+    path = tmp_path / "cpu_share_mix.json"
+    path.write_text(json.dumps(res))
+    page = tmp_path / "results" / "cpu_share_mix.md"
+    assert B.main(["--from-results", str(path), "--out", str(tmp_path / "out"), "--page", str(page)]) == 0
+    text = page.read_text()
+    assert text.startswith("# Many models, one CPU shared through the kernel: served")
+    goals = text.split("goals (load driver)")[1].split("Per load")[0]
+    assert "lazybatch_share, pooled over the loads" in goals and "| lazybatch_1lane |" not in goals
+    assert "noise floor (the twin)" in goals and "lazybatch_nodevice" in goals
+    # 1/0.4 = 2.5x faster than Triton 0 ms in every cell: the aggregate average goal (2x) is met
+    v = F.sweep_verdicts(res["cells"], KINDS, ours="lazybatch_share")["equal"]
+    assert v["aggregate avg"]["lazybatch_share_pooled"]["verdict"] == MET
+    assert "`cpu_share: \"auto\"`" in text and "lazybatch_share = eager, wps" in text
+    assert "| lazybatch_share | " in text.split("A high-priority model")[1]
+    for img in ("cpu_share_mix_attainment_vs_load.png", "cpu_share_mix_attainment_vs_tightness.png"):
+        assert (tmp_path / "img" / img).stat().st_size > 1000
+        assert f"../img/{img}" in text
