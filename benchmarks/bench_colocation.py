@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         sla = {k: args.sla_multiple * t1[k] for k in kinds}
         tqdm.write("t1: " + ", ".join(f"{k} {v:.2f} ms" for k, v in t1.items()))
         res.update(t1_ms=t1, sla_ms=sla)
-        tables = Tables({k: R.lazybatch_table(out, k) for k in kinds})
+        tables = Tables({k: R.lazybatch_table(out, k, up.ours) for k in kinds})
         plan = steps(args, kinds, t1, prio, urgent)
         for step in tqdm(plan, desc="cells", unit="cell"):
             cfg = step["cfg"]

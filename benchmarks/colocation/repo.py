@@ -175,9 +175,9 @@ def _prune(repo: Path, wanted: set[str], log: Callable[[str], None]) -> None:
         log(f"[build] removed {len(stale)} models of {repo.name} that this run does not serve: {', '.join(stale)}")
 
 
-def lazybatch_table(out: Path, kind: str) -> Path:
-    """The latency table the lazybatch models of ``kind`` read (the simulator's too)."""
-    return out / "repo" / f"{kind}_{CONFIGS[OURS].suffix}" / "1" / "latency.json"
+def lazybatch_table(out: Path, kind: str, ours: str = OURS) -> Path:
+    """The latency table the lazybatch models of ``kind`` read (the simulator's too): ``ours``'s copy."""
+    return out / "repo" / f"{kind}_{CONFIGS[ours].suffix}" / "1" / "latency.json"
 
 
 def is_decoder(kind: str) -> bool:
