@@ -141,7 +141,9 @@ class TritonServer:
     def __init__(self, model_repository: str | Path, *, host: str = "127.0.0.1", http_port: int = 8000,
                  grpc_port: int = 8001, metrics_port: int = 8002, binary: str | None = None,
                  log_file: str | Path | None = None, log_verbose: int = 0, extra_args: Sequence[str] = (),
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, launcher: Sequence[str] = ()) -> None:
+        """``launcher``: a command tritonserver runs under, which execs it in its place (``setpriv`` to run it as
+        another user, ``prlimit`` for its limits, ``taskset`` for its cores): stopping the server stops both."""
         repo = Path(model_repository).resolve()
         if not repo.is_dir():
             raise ConfigError(f"model repository {repo} is not a directory; build one with `lazybatch repo add` "
@@ -154,12 +156,13 @@ class TritonServer:
         self.log_verbose = log_verbose
         self.extra_args = list(extra_args)
         self.extra_env = dict(env or {})
+        self.launcher = list(launcher)
         self.proc: subprocess.Popen | None = None
         self._log: IO | None = None
 
     def command(self) -> list[str]:
         e = self.endpoints
-        return [str(self.install.binary), f"--model-repository={self.repo}",
+        return [*self.launcher, str(self.install.binary), f"--model-repository={self.repo}",
                 f"--backend-directory={self.install.backend_dir}",
                 f"--http-address={e.host}", f"--http-port={e.http_port}",
                 f"--grpc-address={e.host}", f"--grpc-port={e.grpc_port}",
