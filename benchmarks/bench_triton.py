@@ -137,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     pair_data = None
     print(f"starting tritonserver on {repo} ...", flush=True)
     results: list[dict] = []
+    pins = colocated_pair.pinning_args() if args.pair else []  # the pair's pinned baseline's host policies
     with served(repo, out / "tritonserver.log", stats_dir=stats_dir.resolve(),
-                extra_args=[f"--model-repository={twin_repo.resolve()}"]) as server:
+                extra_args=[f"--model-repository={twin_repo.resolve()}", *pins]) as server:
         url = server.endpoints.grpc
         with Client(url) as c:
             n_cal = 15 if args.model == "resnet50" else 200
@@ -192,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                       + (f" overhead/stage {overhead['per_stage_ms']:.3f} ms ({overhead['fraction']:.1%}), "
                          f"mean sub-batch {overhead['mean_batch']:.2f}" if overhead else ""), flush=True)
         if args.pair:
-            # its noise floor: the twins of both kinds are in twin_repo (the model's, and the other kind's above)
-            pair_data = colocated_pair.run_args(url, args, server_pid=server.proc.pid, twin=True)
+            # its noise floor: the twins of both kinds are in twin_repo (the model's, and the other kind's above),
+            # with the pinned baseline's models
+            pair_data = colocated_pair.run_args(url, args, server_pid=server.proc.pid, twin=True, pinned=True)
     meta = {"model": args.model, "slices": args.slices, "t_whole_ms": t_whole * 1e3, "t_lazy_ms": t_lazy * 1e3, "mu": mu, "duration_s": args.duration,
             "min_requests": args.min_requests,
             "fractions": fractions, "slas": slas, "cpu_count": os.cpu_count(),

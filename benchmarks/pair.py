@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from benchmarks.colocation.pair import add_args, build_twins, report, run_args
+from benchmarks.colocation.pair import add_args, build_twins, pinning_args, report, run_args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="lazybatch-results/pair", help="raw data (pair.json) and the server's log")
     ap.add_argument("--page", default=None, help="the markdown page (default <out>/pair.md)")
     ap.add_argument("--twin-repository", default="lazybatch-results/pair_twin_repository",
-                    help="where the noise floor's models are built (replaced on every run)")
+                    help="where the noise floor's and the pinned baseline's models are built (replaced on every run)")
     args = ap.parse_args(argv)
     repo = build_pair_repository(args.repository)
     out = Path(args.out)
@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     twins = Path(args.twin_repository)
     shutil.rmtree(twins, ignore_errors=True)
     build_twins(twins, repo)
-    with served(repo, out / "tritonserver.log", extra_args=[f"--model-repository={twins.resolve()}"]) as server:
-        data = run_args(server.endpoints.grpc, args, server_pid=server.proc.pid, twin=True)
+    with served(repo, out / "tritonserver.log",
+                extra_args=[f"--model-repository={twins.resolve()}", *pinning_args()]) as server:
+        data = run_args(server.endpoints.grpc, args, server_pid=server.proc.pid, twin=True, pinned=True)
     data["meta"].update(machine_meta(), command=command_line())
     report(data, out, args.page)
     return 0

@@ -36,7 +36,7 @@ import numpy as np
 from benchmarks.harness import geomean, held_out_ratios, judge
 from benchmarks.harness.measure import service_time
 from benchmarks.harness.page import table_head
-from benchmarks.harness.procs import niced, processes, watched_nices
+from benchmarks.harness.procs import cores, niced, processes, watched_nices
 from lazybatch.backend.arbiter.protocol import SIBLING_WINDOW_S
 from lazybatch.backend.cpu_share import ACTIVE_WINDOW_S, POLL_S
 from lazybatch.client.api import Client
@@ -58,6 +58,12 @@ REFERENCE_GOALS = {("small", "avg_ms"): 0.95, ("large", "avg_ms"): 1.0}
 # the noise floor: an identical copy of Triton 0 ms (its models served from a repository of their own), judged in
 # lazybatch's place by the same rule; any verdict but a tie against 1.00 is a false one
 TWIN = "triton_0us_twin"
+# Triton's own answer to co-location on a CPU: host policies that pin each model's instances to cores of its own
+# (``--host-policy=NAME,cpu-cores=LO-HI``, the model's ``instance_group { host_policy: NAME }``); the stub inherits its
+# instance thread's affinity. The small model on core 0, the large one on the others: one core each on two. A Triton
+# baseline like the others (best Triton is chosen among them), served from the copies' repository
+PINNED = "triton_0us_pinned"
+PIN_POLICY = {"small": "lazybatch_pair_small", "large": "lazybatch_pair_large"}
 ALONE_GOAL = 1.3  # the small model beside the large one within 1.3x of its latency alone (docs/colocation.md)
 # between configurations: past the CPU share's window (and the device lease's sibling window, for grouped models),
 # so that a model measured "alone" right after the other model's turn is alone for them too (0.3 s once left a
@@ -73,7 +79,7 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
             configs: Sequence[str] = (PAIR_OURS, *TRITON), alone: Sequence[str] | None = None,
             calibration: dict[str, int] | None = None, pause_s: float = PAUSE_S, warmup_s: float = WARMUP_S,
             server_pid: int | None = None, hand_nice: int | None = None, twin: bool = False,
-            progress: Callable[[str], None] = print) -> dict:
+            pinned: bool = False, progress: Callable[[str], None] = print) -> dict:
     """Run the pair on the server at ``url`` (gRPC); returns the raw data (``score`` and ``markdown`` read it).
     ``prefixes``: role -> the model name's prefix (a model is ``<prefix>_<suffix>``, suffixes ``configs``, the
     first lazybatch's); ``alone``: the configurations each model also runs alone in (default lazybatch's and Triton
@@ -81,7 +87,10 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
     ms, sent with lazybatch's requests (default the kinds'). With ``server_pid`` (the tritonserver's), every run
     records the nice values its stubs' threads took (``stub_nices``, from /proc), and ``hand_nice`` adds the
     reference line HAND_NICE at that nice. ``twin``: the server also serves ``<prefix>_triton_0us_twin`` models,
-    run as the noise floor TWIN."""
+    run as the noise floor TWIN; ``pinned``: ``<prefix>_triton_0us_pinned`` models (build_copies, the server started
+    with pinning_args), run as the Triton baseline PINNED."""
+    if pinned and "triton_0us" in configs:
+        configs = (*configs, PINNED)
     if twin and "triton_0us" in configs:
         configs = (*configs, TWIN)
     if hand_nice is not None and server_pid is not None and HAND_BASE in configs:
@@ -140,7 +149,11 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
                 progress(f"  rep {k} {mode:<8} {r.model:<24} sent {r.sent} ok {r.ok} avg {r.avg_ms:.1f} "
                          f"p99 {r.p99_ms:.1f} ms")
             time.sleep(pause_s)
+    procs = processes(server_pid) if server_pid is not None else {}
+    affinity = {f"{role} {cfg}": cores(procs[names[(role, cfg)]]) for role in ROLES for cfg in configs
+                if names[(role, cfg)] in procs}  # the CPUs each stub may run on, from /proc
     return {"meta": {"prefixes": prefixes, "configs": list(configs), "alone": alone, "hand_nice": hand_nice,
+                     "stub_cores": affinity,
                      "t1_ms": {r: v * 1e3 for r, v in t1_s.items()},
                      "rates": rates, "loads": {"small": small_load, "large": large_load}, "slas_ms": slas,
                      "duration_s": duration_s, "reps": reps, "seed": seed, "warmup_s": warmup_s,
@@ -219,8 +232,9 @@ def markdown(data: dict) -> str:
     ours, configs = m["configs"][0], m["configs"]
     label = {ours: "lazybatch (CPU share)",
              **{c: f"Triton {int(c.removeprefix('triton_').removesuffix('us')) / 1000:g} ms" for c in configs[1:]
-                if c.startswith("triton_") and c != TWIN},
+                if c.startswith("triton_") and c not in (TWIN, PINNED)},
              TWIN: "Triton 0 ms, identical copy (noise floor)",
+             PINNED: "Triton 0 ms, a core each (host policies)",
              HAND_NICE: f"reference: Triton 0 ms, large at nice {m.get('hand_nice')} by hand"}
     lines = [f"Co-located pair on one tritonserver: small `{m['prefixes']['small']}` (t1 {m['t1_ms']['small']:.1f} "
              f"ms) at {m['loads']['small']:.0%} of its batch-1 rate ({m['rates']['small']:.1f}/s) beside large "
@@ -289,16 +303,43 @@ def add_args(ap: argparse.ArgumentParser, prefix: str = "") -> None:
 def build_twins(twins: Path, repository: Path, kinds: Sequence[str] = tuple(PAIR_KINDS.values())) -> Path:
     """The noise floor's models (TWIN, an identical copy of Triton 0 ms) of ``kinds`` in ``twins``, a repository of
     their own, from ``repository``'s builds (no new split or profile): the drop-in repository keeps only the models
-    a user serves."""
+    a user serves. The pinned baseline's models (PINNED) of both kinds go there too (build_pinned)."""
     from lazybatch.shipped import build_default_repository, default_build_dir
 
     for kind in kinds:
         build_default_repository(twins, kind=kind, work=default_build_dir(repository), policies={TWIN: "triton:0"},
                                  log=lambda line: None)
-    return twins
+    return build_pinned(twins, repository)
 
 
-def run_args(url: str, args: argparse.Namespace, server_pid: int | None = None, twin: bool = False) -> dict:
+def build_pinned(copies: Path, repository: Path) -> Path:
+    """PINNED's models in ``copies``: Triton 0 ms of each pair kind, its instance group under the host policy of its
+    role (the server needs pinning_args)."""
+    from lazybatch.backend.settings import config_to_text, load_config
+    from lazybatch.shipped import build_default_repository, default_build_dir
+
+    for role, kind in PAIR_KINDS.items():
+        build_default_repository(copies, kind=kind, work=default_build_dir(repository), policies={PINNED: "triton:0"},
+                                 log=lambda line: None)
+        path = copies / f"{kind}_{PINNED}" / "config.pbtxt"
+        cfg = load_config(path)
+        for group in cfg.instance_group:
+            group.host_policy = PIN_POLICY[role]
+        path.write_text(config_to_text(cfg))
+    return copies
+
+
+def pinning_args(n_cores: int | None = None) -> list[str]:
+    """tritonserver's flags for PINNED's host policies: core 0 for the small model, the rest for the large one."""
+    n = n_cores or os.cpu_count() or 1
+    if n < 2:
+        raise ValueError("pinning the pair's models to cores of their own needs at least 2 cores")
+    return [f"--host-policy={PIN_POLICY['small']},cpu-cores=0-0",
+            f"--host-policy={PIN_POLICY['large']},cpu-cores=1-{n - 1}"]
+
+
+def run_args(url: str, args: argparse.Namespace, server_pid: int | None = None, twin: bool = False,
+             pinned: bool = False) -> dict:
     """The pair with the command line's options; with ``server_pid``, the stubs' nices recorded and, where this
     process may raise a thread back (CAP_SYS_NICE), the hand-set nice reference line at the CPU share's nice."""
     from lazybatch.backend.os_weights import Privileges
@@ -309,5 +350,5 @@ def run_args(url: str, args: argparse.Namespace, server_pid: int | None = None, 
         print("pair: no hand-set nice reference line: raising its threads back needs CAP_SYS_NICE (run as root)")
     return measure(url, dict(PAIR_KINDS), small_load=args.small_load, large_load=args.large_load,
                    duration_s=args.pair_duration, reps=args.pair_reps, seed=getattr(args, "seed", 0),
-                   server_pid=server_pid, hand_nice=hand, twin=twin)
+                   server_pid=server_pid, hand_nice=hand, twin=twin, pinned=pinned)
 

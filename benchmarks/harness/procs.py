@@ -17,6 +17,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cores(pid: int) -> str | None:
+    """The CPUs a process may run on (``Cpus_allowed_list`` from /proc, e.g. "0-1"); None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def processes(server_pid: int) -> dict[str, int]:
     """tritonserver and its Python backend stubs (one per model instance), by model name."""
     out = {"tritonserver": server_pid}

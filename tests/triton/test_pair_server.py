@@ -19,9 +19,11 @@ import onnx
 import pytest
 
 from benchmarks.colocation import pair
+from benchmarks.harness.procs import cores
 from benchmarks.harness.verdict import VERDICTS
 from lazybatch.backend.cpu_share import ACTIVE_WINDOW_S, POLL_S
 from lazybatch.batcher.cpu_rank import NICE_STEPS
+from lazybatch.backend.settings import config_to_text, load_config
 from lazybatch.shipped import PAIR_OURS, PAIR_PARAMETERS, PAIR_POLICIES
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model
@@ -46,13 +48,19 @@ def pair_server(tmp_path_factory):
         model = make_mlp(root / f"{prefix}.onnx", in_dim=64, width=width, depth=depth, out_dim=10, seed=seed)
         relus = [i for i, n in enumerate(onnx.load(str(model)).graph.node) if n.op_type == "Relu"]
         stages = split_model(model, root / f"{prefix}_stages", cut_after=relus)
-        for suffix in (*CONFIGS, pair.TWIN):  # + the noise floor's identical copy of Triton 0 ms
+        # + the noise floor's identical copy of Triton 0 ms, and Triton 0 ms pinned to a core of its own
+        for suffix in (*CONFIGS, pair.TWIN, pair.PINNED):
             add_model(model, repo, name=f"{prefix}_{suffix}", policy=PAIR_POLICIES.get(suffix, "triton:0"),
                       sla_ms=SLAS[prefix],
                       max_batch_size=8, stages=stages, profile_reps=1, execution_provider="cpu",
                       parameters=PAIR_PARAMETERS.get(suffix))
+        role = next(r for r, p in PREFIXES.items() if p == prefix)
+        path = repo / f"{prefix}_{pair.PINNED}" / "config.pbtxt"
+        cfg = load_config(path)
+        cfg.instance_group[0].host_policy = pair.PIN_POLICY[role]
+        path.write_text(config_to_text(cfg))
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=root / "tritonserver.log")
+                          log_file=root / "tritonserver.log", extra_args=pair.pinning_args(2))
     server.start(timeout=240)
     try:
         yield server, repo
@@ -81,7 +89,7 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
     try:
         data = pair.measure(server.endpoints.grpc, PREFIXES, duration_s=1.0, reps=2, configs=CONFIGS,
                             slas={"small": 100.0, "large": 1000.0}, calibration={"small": 20, "large": 10},
-                            server_pid=server.proc.pid, hand_nice=NICE_STEPS[1], twin=True,
+                            server_pid=server.proc.pid, hand_nice=NICE_STEPS[1], twin=True, pinned=True,
                             progress=lambda line: None)
     finally:
         stop.set()
@@ -89,8 +97,12 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
     runs = data["runs"]
     # every repetition: both models together under each configuration and the hand-set reference line (Triton's
     # models, the large one's stub lowered from outside), and each model alone under each configuration
-    assert data["meta"]["configs"] == [*CONFIGS, pair.TWIN, pair.HAND_NICE]
-    assert len(runs) == 2 * (2 * (len(CONFIGS) + 2) + 2 * len(CONFIGS))
+    assert data["meta"]["configs"] == [*CONFIGS, pair.PINNED, pair.TWIN, pair.HAND_NICE]
+    assert len(runs) == 2 * (2 * (len(CONFIGS) + 3) + 2 * len(CONFIGS))
+    # the pinned baseline's stubs run on a core each (host policies, read from /proc); every other one on all
+    affinity = data["meta"]["stub_cores"]
+    assert affinity[f"small {pair.PINNED}"] == "0" and affinity[f"large {pair.PINNED}"] == "1", affinity
+    assert affinity["small triton_0us"] == affinity[f"large {PAIR_OURS}"] == cores(server.proc.pid), affinity
     for r in runs:
         assert r["sent"] > 0 and r["ok"] == r["sent"] and r["errors"] == 0, r
         base = pair.HAND_BASE if r["config"] == pair.HAND_NICE else r["config"]
@@ -100,6 +112,7 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
     nices = {(r["config"], r["role"]): set(r["stub_nices"]) for r in runs if r["mode"] == "together"}
     assert nices[("triton_0us", "small")] == nices[("triton_0us", "large")] == {0}, nices
     assert nices[(pair.TWIN, "small")] == nices[(pair.TWIN, "large")] == {0}, nices
+    assert nices[(pair.PINNED, "small")] == nices[(pair.PINNED, "large")] == {0}, nices
     assert nices[(pair.HAND_NICE, "large")] == {NICE_STEPS[1]} and nices[(pair.HAND_NICE, "small")] == {0}, nices
     assert NICE_STEPS[1] in nices[(PAIR_OURS, "large")] and nices[(PAIR_OURS, "small")] == {0}, nices
     assert thread_nices(pids[("large", "triton_0us")]) == {0}  # the hand-set nice is undone after its turns
@@ -110,6 +123,7 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
     floor = [v for f, v in rows.items() if "its identical copy (noise floor)" in f]
     assert len(floor) == len(pair.GOALS) and all(v["vs_one"] in VERDICTS for v in floor), rows
     assert all(pair.TWIN not in v["picks"] for f, v in rows.items() if f.endswith("best Triton / lazybatch")), rows
+    assert "Triton 0 ms, a core each (host policies)" in pair.markdown(data)
     for k in range(2):
         for cfg in CONFIGS:
             both = [r for r in runs if (r["rep"], r["mode"], r["config"]) == (k, "together", cfg)]
@@ -139,7 +153,8 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
     assert (tmp_path / "pair.md").read_text() == text
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     for role, prefix in PREFIXES.items():
-        assert sum(1 for line in rows if line.startswith(f"| {role} {prefix}_")) == 2 * len(CONFIGS) + 2, text  # + the twin and the reference line
+        # + the pinned baseline, the twin and the reference line
+        assert sum(1 for line in rows if line.startswith(f"| {role} {prefix}_")) == 2 * len(CONFIGS) + 3, text
     verdicts = [[c.strip() for c in line.strip("|").split("|")] for line in rows if ": best Triton / lazybatch" in line
                 or "beside the large one / alone" in line]
     assert len(verdicts) == 4, text
