@@ -9,8 +9,8 @@ one (ResNet-50) at ``--large-load`` of its own (1.1), both at once (client/toget
 --together``'s code). Configurations: lazybatch's default policy with the CPU share on (``<kind>_eager_shared``,
 ``cpu_share: auto``: off by default), under which the large model's threads yield the cores while the small one, with the shorter SLA, has
 requests: backend/cpu_share.py), Triton's dynamic batcher at 0 ms and 5 ms (``<kind>_triton_0us``,
-``<kind>_triton_5000us``: two backend processes sharing the cores as the kernel shares them by default),
-and each model alone under lazybatch and under Triton 0 ms (the same arrivals with nothing beside it). Every
+``<kind>_triton_5000us``: two backend processes sharing the cores as the kernel shares them by default), Triton 0
+ms with each model pinned to cores of its own (PINNED, host policies), and each model alone under lazybatch and under Triton 0 ms (the same arrivals with nothing beside it). Every
 repetition runs every configuration, in an order that turns by one each repetition, with that repetition's seeded
 arrivals.
 
