@@ -87,7 +87,7 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
     ms, sent with lazybatch's requests (default the kinds'). With ``server_pid`` (the tritonserver's), every run
     records the nice values its stubs' threads took (``stub_nices``, from /proc), and ``hand_nice`` adds the
     reference line HAND_NICE at that nice. ``twin``: the server also serves ``<prefix>_triton_0us_twin`` models,
-    run as the noise floor TWIN; ``pinned``: ``<prefix>_triton_0us_pinned`` models (build_copies, the server started
+    run as the noise floor TWIN; ``pinned``: ``<prefix>_triton_0us_pinned`` models (build_pinned, the server started
     with pinning_args), run as the Triton baseline PINNED."""
     if pinned and "triton_0us" in configs:
         configs = (*configs, PINNED)
