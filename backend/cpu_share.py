@@ -40,6 +40,7 @@ from lazybatch.batcher.cpu_rank import NICE_STEPS, ShareMember, nice_for
 from lazybatch.batcher.decisions import WEIGHT, DecisionLog
 
 from .os_weights import ThreadWeights, Weight, process_state, read_weight, threads
+from .pool_park import PoolPark
 
 POLL_S = 0.1
 ACTIVE_WINDOW_S = 1.0  # a member with a request this recently is active
@@ -64,8 +65,9 @@ class CpuShare:
 
     def __init__(self, me: ShareMember, *, folder: Path | None = None, weights: ThreadWeights | None = None,
                  poll_s: float = POLL_S, window_s: float = ACTIVE_WINDOW_S, steps: tuple[int, ...] = NICE_STEPS,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, park: PoolPark | None = None) -> None:
         self.me = me
+        self.park = park  # its onnxruntime workers, parked while the model is idle (pool_park.py), or None
         self.steps = steps  # the nice under 0, 1, 2+ more urgent active members (its cpu_share_nice)
         self.folder = registry_dir() if folder is None else Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -228,6 +230,8 @@ class CpuShare:
         self._stop.set()
         self._thread.join(timeout=2 * self.poll_s + 1.0)
         with self._lock:
+            if self.park is not None:
+                self.park.close()
             self.weights.restore()
             if self._lowered_since is not None:
                 self.lowered_s += time.monotonic() - self._lowered_since

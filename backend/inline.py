@@ -129,6 +129,8 @@ class InlineRoute:
             if k <= 0 or (k < n and early is None):
                 return self.refuse("a boundary may pay")
             self._stats.inline_groups += 1
+            if rt.park is not None:
+                rt.park.unpark()
             if k >= n:  # one pass (the common case: spared the bookkeeping of several)
                 chunks: list[list[int]] = [list(range(len(requests)))]
             else:
@@ -183,6 +185,7 @@ class InlineRoute:
                 self.on_pass(end - start)
             return results
         finally:
+            rt.park_if_idle()
             self.lock.release()
 
     def _acquire(self) -> bool:

@@ -36,6 +36,7 @@ from .request_parsing import check_deadline, parse_request_parameters, validate_
 from .execute_latch import Latch
 from .faults import FaultInjector
 from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
+from .os_weights import threads
 from .model_kinds import MODEL_KINDS, BuildInputs, ModelParts, executor_of, model_kind
 from .responder import ResponseThread
 from .input_tensors import described, keeps_gpu_inputs, read_inputs
@@ -89,6 +90,7 @@ class TritonPythonModel:
         self.logs = StatsLogs(s.name)  # LAZYBATCH_STATS_DIR's files, for benchmarks (backend/stats_logs.py)
         self.parts = ModelParts()  # what the model's kind builds (backend/model_kinds.py), below
         self._gpu_inputs: int | None = None  # the GPU whose inputs stay there (backend/input_tensors.py), or None
+        self._threads_before = threads()  # the sessions' pool workers are the native threads started after this
         _process_wide_onnxruntime(s)
         # the options of every request that sends no parameters (most do not): one object, shared and never
         # written, so that such a request skips their parsing on its path (a few us a call, in-process, ad hoc)
@@ -158,7 +160,7 @@ class TritonPythonModel:
             whole_runner=parts.whole, whole_wide=parts.whole_wide, alone=alone, inline=inline_ok,
             # fixed by the config: not measured
             measure_boundary_cost="boundary_cost_us" not in spec.params,
-            memory_release_s=s.memory_release_ms / 1e3)
+            memory_release_s=s.memory_release_ms / 1e3, park=self.cpu_share.park if self.cpu_share else None)
         if self.device_group:  # co-located models: the device's decisions are the group's arbiter's
             from .arbiter.join import Membership
 
@@ -184,9 +186,11 @@ class TritonPythonModel:
         from lazybatch.batcher.cpu_rank import ShareMember, nice_steps
 
         from .cpu_share import CpuShare
+        from .pool_park import PoolPark, new_native_threads
 
+        park = PoolPark(new_native_threads(self._threads_before, threads())) if s.cpu_share_park else None
         try:
-            return CpuShare(ShareMember(s.name, s.sla_ms, s.cpu_share), steps=nice_steps(s.cpu_share_nice))
+            return CpuShare(ShareMember(s.name, s.sla_ms, s.cpu_share), steps=nice_steps(s.cpu_share_nice), park=park)
         except OSError as e:  # never fails a load: the model serves as an unshared one
             print(f"lazybatch: {s.name}: cpu_share off: cannot join the server's CPU share ({e})", file=sys.stderr)
             return None

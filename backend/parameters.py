@@ -49,10 +49,9 @@ PARAMETERS = {
     "execution_provider": "auto (CUDA when onnxruntime has it, else CPU) | cpu | cuda",
     "intra_op_threads": "onnxruntime intra-op threads (0: onnxruntime's default)",
     "use_per_session_threads": "true: every stage session gets its own intra-op pool, spinning off (onnxruntime's "
-                               "name) | false: one pool per model instance shared by all its stages, spinning "
-                               "between operators. Default: true for a cpu_share model on a CPU (spinning beside "
-                               "a lowered neighbour takes its cores: docs/colocation.md, \"Pools and the "
-                               "nice\"), false otherwise",
+                               "name) | false (default): one pool per model instance shared by all its stages, "
+                               "spinning between operators (a cpu_share model parks it while idle: "
+                               "docs/colocation.md, \"Parked pools\")",
     "use_env_allocators": "true (default): every onnxruntime session of the model instance (each stage and the whole "
                           "graph) allocates from one CPU arena registered in onnxruntime's environment, so that a "
                           "split model holds one working set, not one per stage (onnxruntime's name; "
@@ -144,16 +143,20 @@ PARAMETERS.update({
                                     "lanes leave its stages one thread each; 0: such passes keep the lane's "
                                     "threads. Shared, the model runs its stages at the lane's threads "
                                     "(docs/colocation.md, \"Width alone\")",
-    "cpu_share": "none (default) | auto | latency_critical | best_effort: on a CPU, the co-located lazybatch models of "
-                 "one server that set it share the cores through the kernel's scheduler: while a more urgent one is "
-                 "active (a request within the last second), a model's threads are lowered (nice 10, 19 under two) "
-                 "and put back after. More urgent: the declared role first (latency_critical, then auto, then "
-                 "best_effort), then the shorter sla_ms (deadline-monotonic). Its members take onnxruntime pools per "
-                 "session (use_per_session_threads). Off by default: served on the quickstart's pair, both models' "
-                 "averages were lower than under Triton's best (the small 2.2x, the large 1.7x), but no other mix "
-                 "is measured yet (docs/colocation.md, \"The CPU through the operating system\"). Not for models in a device_group "
-                 "(their arbiter takes turns) nor under whole_graph (triton:<us>). Putting a thread back needs "
-                 "CAP_SYS_NICE or RLIMIT_NICE >= 20; without either nothing is lowered and the log says so once",
+    "cpu_share": "auto (default) | latency_critical | best_effort | none: on a CPU, the lazybatch models of one "
+                 "server share the cores through the kernel's scheduler: while a more urgent one is active (a "
+                 "request within the last second), a model's threads are lowered (nice 10, 19 under two) and put "
+                 "back after, and a model that holds no request parks its onnxruntime workers (cpu_share_park). "
+                 "More urgent: the declared role first (latency_critical, then auto, then best_effort), then the "
+                 "shorter sla_ms (deadline-monotonic). A model alone is never lowered. none: opted out, its threads "
+                 "are never touched (docs/colocation.md, \"The CPU through the operating system\"). Not for models "
+                 "in a device_group (their arbiter takes turns) nor under whole_graph (triton:<us>), which are left "
+                 "alone. Putting a thread back needs CAP_SYS_NICE or RLIMIT_NICE >= 20; without either nothing is "
+                 "lowered or parked and the log says so once",
+    "cpu_share_park": "cpu_share models: true (default): while the model holds no request, its onnxruntime pool's "
+                      "workers wait in SCHED_IDLE, so that their spinning after its last operator runs only on a "
+                      "core nobody else wants; put back before its next run (docs/colocation.md, \"Parked "
+                      "pools\") | false: they spin at the model's weight",
     "cpu_share_nice": "cpu_share models: the nice value the model's threads take while one more urgent model is "
                       "active (an integer 1..19, default 10; under two or more, the larger of it and 19). The "
                       "kernel's fair scheduler weighs nice 0 / 5 / 10 / 19 as 1024 / 335 / 110 / 15",

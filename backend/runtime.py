@@ -43,6 +43,7 @@ from .faults import FaultInjector, InjectedFault
 from .inbox import MEMORY_RELEASE_INTERVAL_S, InboxLoop
 from .inline import InlineRoute
 from .memory import malloc_trim
+from .pool_park import PoolPark
 from .rows import Parent, Sample, gather
 from .runtime_stats import RuntimeStats
 from .stages import StageRunner
@@ -72,19 +73,21 @@ class BackendRuntime:
                  whole_runner: StageRunner | None = None, whole_wide: bool = False,
                  alone: Callable[[], bool] = _always, inline: bool = False,
                  measure_boundary_cost: bool = True,
-                 memory_release_s: float = MEMORY_RELEASE_INTERVAL_S) -> None:
+                 memory_release_s: float = MEMORY_RELEASE_INTERVAL_S, park: "PoolPark | None" = None) -> None:
         """Built whole from what ``backend/model_kinds.py`` made of the model (``ModelParts``); the thread starts
         here. ``whole_runner``: the verified whole graph (backend/fusion.py) for jobs that span every stage (None:
         chain the stages). ``whole_wide``: that graph is wider than the stages (arbiter/sizing.py solo_threads), so
         it runs only while ``alone`` says no other member of the device group is active (arbiter/join.py), and its
         passes leave the table alone, which describes the stages at the lane's width. ``inline``: whole passes may
-        run in ``execute`` (``run_inline``; a device group's gate switches it with its lease)."""
+        run in ``execute`` (``run_inline``; a device group's gate switches it with its lease). ``park``: the process's
+        onnxruntime workers, parked while nothing is held (backend/pool_park.py; None: never parked)."""
         if table.graph.n != runner.n_stages:
             raise ValueError(f"latency table has {table.graph.n} stages, the stage directory {runner.n_stages}")
         self.runner = runner
         self.whole_runner = whole_runner
         self.whole_wide = whole_wide
         self.alone = alone
+        self.park = park
         self.policy = policy
         self.respond = respond
         self.is_cancelled = is_cancelled
@@ -232,6 +235,8 @@ class BackendRuntime:
         watcher = self.watcher
         if watcher is not None:  # it asks these requests just before the job should end
             watcher.job_started(job.requests, self.keeper.expected_s(job))
+        if self.park is not None:
+            self.park.unpark()
         result = self._run(job)
         if watcher is not None:
             watcher.job_ended()
@@ -249,12 +254,19 @@ class BackendRuntime:
         self.clock.fire_due()
         if self.metrics is not None:
             self.sync_metrics(0.05)
+        self.park_if_idle()
         t1 = time.perf_counter()
         self.loop.note_work()
         stats.sched_s += t1 - t0
         # what a decision point costs besides onnxruntime (arrivals admitted meanwhile are not its cost)
         self.keeper.boundary_cost((t1 - t_job) - (t0 - t_drain) - (stats.ort_s - ort_before))
         return True
+
+    def park_if_idle(self) -> None:
+        """Nothing held, no job given, nothing arrived: the pool's workers wait parked (under the scheduler's
+        lock, which every run holds)."""
+        if self.park is not None and self.job is None and not self.live and not self.loop.pending:
+            self.park.park()
 
     def sync_metrics(self, min_interval: float = 0.0) -> None:
         self.metrics.sync_scheduler(self.scheduler.log, held=self.scheduler.held, policy=self.scheduler.policy,

@@ -73,18 +73,16 @@ class DevicePlan(NamedTuple):
 
 
 def per_session_threads(settings: Any, instance_kind: str, executor: str) -> bool:
-    """Pools per session (spinning off) or one per process (spinning): ``use_per_session_threads`` where set;
-    unset, per session for a member of the CPU share on a CPU, one per process otherwise.
+    """Pools per session (spinning off) or one per process (spinning): ``use_per_session_threads`` where set, one
+    per process otherwise, members of the CPU share included.
 
-    Why (docs/colocation.md, "Pools and the nice"): the process pool's workers spin between operators, and
-    onnxruntime's Python API cannot stop them. Beside a lowered neighbour, the urgent model's spinning workers, at
-    nice 0, take the cores the neighbour was left; the neighbour's own spin at its barriers while a sibling thread
-    waits preempted. Served on the quickstart's pair (docs/results/cpu_share_levers.md), pools per session held
-    the large model below Triton 0 ms's average, where the process pool left it 1.6x above."""
+    Why (docs/colocation.md, "Parked pools"): the process pool keeps a split model's workers warm from stage to
+    stage, which pools per session cannot (a model alone pays a wake-up at every stage). Its workers spin after the
+    last operator, which beside a busy neighbour takes that neighbour's cores; a share member parks them in
+    SCHED_IDLE while it holds nothing (backend/pool_park.py). Served on the quickstart's pair
+    (docs/results/cpu_share_levers.md), the parked process pool was ahead of pools per session on both models."""
     s = settings
-    if s.use_per_session_threads is not None:
-        return bool(s.use_per_session_threads)
-    return s.cpu_share != "none" and instance_kind.upper() != "GPU" and executor != "npu"
+    return bool(s.use_per_session_threads)
 
 
 def plan_device(settings: Any, cfg: Any, instance_kind: str, device_id: int, executor: str) -> DevicePlan:

@@ -24,8 +24,10 @@ from pathlib import Path
 # suffix -> the CPU share's parameters beside cpu_share: auto (every variant lowers the large model beside the
 # small), for both models, and each role's own on top ("small", "large": key=value)
 VARIANTS: dict[str, dict[str, str]] = {
-    "eager_shared": {},  # the shipped pair: nice 10, pools per session (spinning off: the default under the share)
-    "eager_global": {"use_per_session_threads": "false"},  # one pool per process, spinning between operators
+    "eager_shared": {},  # the shipped pair: nice 10, the share's default pools
+    # one pool per process, spinning between operators, parked in SCHED_IDLE while the model holds nothing
+    "eager_global_park": {"use_per_session_threads": "false"},
+    "eager_global": {"use_per_session_threads": "false", "cpu_share_park": "false"},  # ... never parked
     "eager_small_spins": {"small": "use_per_session_threads=false"},  # only the urgent model's pool spins
     "eager_n5": {"cpu_share_nice": "5"},
     "eager_n19": {"cpu_share_nice": "19"},

@@ -1,5 +1,6 @@
 """The CPU share on a real tritonserver (backend/cpu_share.py, docs/colocation.md), every thread's nice read from
-/proc: a model with a loose SLA is lowered while one with a tight SLA has requests, and back once it has none; the
+/proc: a model with a loose SLA is lowered while one with a tight SLA has requests, and back once it has none (both under
+the defaults: no ``cpu_share`` line); an idle model's onnxruntime workers parked in SCHED_IDLE; the
 tight one unloaded and reloaded under load, then its stub killed with ``kill -9``: the loose one is put back each
 time within a bound, and every request of each model gets exactly one answer. A Triton configuration (triton:0,
 Triton's batcher and our whole-graph stub) in the same server is never touched.
@@ -25,7 +26,7 @@ from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model
 
 from test_arbiter_faults import Sender, _gone, _until  # noqa: E402  (numbered requests, each answer counted)
-from lazybatch.backend.os_weights import thread_nices
+from lazybatch.backend.os_weights import IDLE, read_weight, thread_nices, threads
 from triton_models import stub_pid
 
 # name: width, depth, seed, policy, sla_ms
@@ -46,7 +47,7 @@ def shared(tmp_path_factory):
         stages = split_model(model, root / f"{name}_stages", cut_after=relus)
         add_model(model, repo, name=name, policy=policy, sla_ms=sla, max_batch_size=8, stages=stages,
                   profile_reps=1, execution_provider="cpu",
-                  parameters=None if policy.startswith("triton") else {"cpu_share": "auto"})
+                  parameters=None)  # the defaults: the share is on for every lazybatch model on a CPU
         graphs[name] = model
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                           log_file=root / "tritonserver.log", extra_args=["--model-control-mode=explicit",
@@ -90,6 +91,28 @@ def test_the_loose_model_yields_while_the_tight_one_has_requests_and_triton_is_l
     for s in (small, large, tri):
         ok, errors = s.check()
         assert ok >= 30 and not errors
+
+
+def _parked(repo, model) -> int:
+    """How many of the model's stub's threads are in SCHED_IDLE (its parked onnxruntime workers)."""
+    pid = stub_pid(repo, model)
+    return sum(1 for tid in threads(pid) if read_weight(tid, pid).policy == IDLE)
+
+
+def test_an_idle_model_parks_its_pool_and_a_served_one_is_answered(shared):
+    """Parked pools (docs/colocation.md): a lazybatch model that holds no request has its onnxruntime workers in
+    SCHED_IDLE, and only them (its scheduler and Triton's stub threads stay normal, so the next request is
+    received at once); it serves from there; Triton's stub is never parked."""
+    server, repo, graphs = shared
+    small = Sender(server, "co_small", graphs["co_small"], 8).start()
+    _until(lambda: small.ok() >= 10, 60, "co_small serves")
+    small.stop()
+    _until(lambda: _parked(repo, "co_small") >= 1, 10, "co_small's workers parked once it holds nothing")
+    pid = stub_pid(repo, "co_small")
+    assert _parked(repo, "co_small") < len(threads(pid))  # not the stub's other threads
+    assert _parked(repo, "co_triton") == 0
+    ok, errors = small.check()
+    assert ok >= 10 and not errors
 
 
 def test_the_tight_model_unloaded_and_reloaded_under_load(shared):

@@ -1,0 +1,79 @@
+"""Parked pools: an idle model's onnxruntime workers wait in SCHED_IDLE, so that their spinning takes no CPU from a
+busy neighbour (docs/colocation.md, "Parked pools").
+
+Why: one pool per process (sessions/threads.py) keeps a split model's workers warm from stage to stage, which a
+model alone needs (pools per session wake their workers at every stage: the MLP 8.2-9.7 ms alone against Triton's
+6.9). But after its last operator a worker spins for a while before it sleeps, and onnxruntime's Python API cannot
+turn that off for a process pool. Beside a model that runs all the time, a light model at 30% of its rate spins
+most of the time it is idle, on the cores its neighbour needs. Parked in SCHED_IDLE, a spinning worker runs only
+on a core nobody else wants: alone, nothing changes; co-located, the neighbour keeps its cores. The pool is parked
+when the model's last work ends and put back before its next run, both on the thread that holds the scheduler's
+lock (backend/runtime.py, backend/inline.py): at most one syscall per worker each way per busy period, none per
+request within one.
+
+Putting a worker back from SCHED_IDLE needs CAP_SYS_NICE or an RLIMIT_NICE of at least 20 (sched(7)); without
+either, the pool is never parked (``allowed`` is False), as the CPU share lowers nothing it could not put back.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Iterable
+
+from .os_weights import IDLE, NORMAL, Privileges, Weight
+
+
+def new_native_threads(before: Iterable[int], now: Iterable[int]) -> list[int]:
+    """The threads started between two listings that Python did not start: onnxruntime's pool workers, where the
+    listings bracket the creation of the model's first sessions."""
+    python = {t.native_id for t in threading.enumerate()}
+    old = set(before)
+    return sorted(t for t in now if t not in old and t not in python)
+
+
+class PoolPark:
+    """Parks and unparks one process's onnxruntime workers; counts what it costs."""
+
+    def __init__(self, workers: Iterable[int], privileges: Privileges | None = None) -> None:
+        self.workers = list(workers)
+        p = Privileges.probe() if privileges is None else privileges
+        self.allowed = bool(self.workers) and p.can_restore(Weight(NORMAL, 0), Weight(IDLE, 0))
+        self.parked = False
+        self.parks = 0  # busy periods ended with the pool parked
+        self.syscalls = 0
+        self.syscall_s = 0.0  # time spent in them (benchmarks/bench_cpu_share_cost.py)
+
+    def park(self) -> None:
+        """The model's work ended: its workers wait in SCHED_IDLE (nothing where not allowed, or already parked)."""
+        if self.allowed and not self.parked:
+            self._set(os.SCHED_IDLE)
+            self.parked = True
+            self.parks += 1
+
+    def unpark(self) -> None:
+        """The model is about to run: its workers back in the normal class, at the nice they kept."""
+        if self.parked:
+            self._set(os.SCHED_OTHER)
+            self.parked = False
+
+    def close(self) -> None:
+        """Unloaded: no worker stays parked."""
+        self.unpark()
+        self.allowed = False
+
+    def _set(self, policy: int) -> None:
+        t0 = time.perf_counter()
+        gone = []
+        for tid in self.workers:
+            try:
+                os.sched_setscheduler(tid, policy, os.sched_param(0))  # keeps the thread's nice
+            except ProcessLookupError:
+                gone.append(tid)
+            except PermissionError:  # the privilege went away: never park again
+                self.allowed = False
+            self.syscalls += 1
+        for tid in gone:
+            self.workers.remove(tid)
+        self.syscall_s += time.perf_counter() - t0

@@ -1,0 +1,111 @@
+"""Parked pools (backend/pool_park.py) on real threads, each thread's scheduling class read back from /proc: parked
+in SCHED_IDLE and back to the normal class at the nice it kept; never parked where it could not come back; a thread
+that ended is forgotten; the workers are the native threads onnxruntime starts with a process pool."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import textwrap
+
+import pytest
+
+from lazybatch.backend.os_weights import IDLE, NORMAL, Privileges, Weight, read_weight
+from lazybatch.backend.pool_park import PoolPark, new_native_threads
+
+needs_privilege = pytest.mark.skipif(not Privileges.probe().cap_sys_nice,
+                                     reason="needs CAP_SYS_NICE to leave SCHED_IDLE (CI runs as root)")
+
+
+def _threads(n: int) -> tuple[list[int], threading.Event]:
+    stop = threading.Event()
+    tids: list[int] = []
+    ready = threading.Barrier(n + 1)
+
+    def run() -> None:
+        tids.append(threading.get_native_id())
+        ready.wait()
+        stop.wait()
+
+    for _ in range(n):
+        threading.Thread(target=run, daemon=True).start()
+    ready.wait()
+    return tids, stop
+
+
+@needs_privilege
+def test_park_and_unpark_move_the_workers_and_keep_their_nice():
+    tids, stop = _threads(2)
+    try:
+        os.setpriority(os.PRIO_PROCESS, tids[0], 10)  # lowered by the share meanwhile: parking keeps it
+        park = PoolPark(tids)
+        assert park.allowed
+        park.park()
+        assert [read_weight(t).policy for t in tids] == [IDLE, IDLE]
+        park.park()  # already parked: no syscall
+        assert park.syscalls == 2 and park.parks == 1
+        park.unpark()
+        assert [read_weight(t) for t in tids] == [Weight(NORMAL, 10), Weight(NORMAL, 0)]
+        park.park()
+        park.close()  # unloaded: back, and never parked again
+        assert [read_weight(t).policy for t in tids] == [NORMAL, NORMAL]
+        park.park()
+        assert read_weight(tids[1]).policy == NORMAL and park.parks == 2
+    finally:
+        stop.set()
+
+
+def test_without_the_privilege_nothing_is_parked():
+    tids, stop = _threads(1)
+    try:
+        park = PoolPark(tids, privileges=Privileges(cap_sys_nice=False, rlimit_nice=0))
+        assert not park.allowed
+        park.park()
+        assert read_weight(tids[0]).policy == NORMAL and park.syscalls == 0
+        assert not PoolPark([]).allowed  # no workers (a pool of one thread): nothing to park
+    finally:
+        stop.set()
+
+
+@needs_privilege
+def test_a_worker_that_ended_is_forgotten():
+    tids, stop = _threads(2)
+    park = PoolPark(tids)
+    stop.set()
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and t.daemon and t.native_id in tids:
+            t.join(timeout=5)
+    park.park()
+    park.unpark()
+    assert park.workers == [] and park.allowed
+
+
+def test_the_workers_are_the_native_threads_a_process_pool_starts():
+    """In a process of its own: the threads onnxruntime starts with its process pool, none of Python's."""
+    code = textwrap.dedent("""
+        import os, threading
+        from lazybatch.backend.os_weights import threads
+        from lazybatch.backend.pool_park import new_native_threads
+        from lazybatch.sessions.threads import use_global_thread_pool, session_options
+        before = threads()
+        use_global_thread_pool(2)
+        import onnx, onnxruntime as ort
+        from onnx import helper, TensorProto
+        g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        s = ort.InferenceSession(m.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+        stop = threading.Event()
+        py = threading.Thread(target=stop.wait)  # a Python thread started meanwhile: not a worker
+        py.start()
+        workers = new_native_threads(before, threads())
+        stop.set()
+        print(len(workers), py.native_id in workers, threading.get_native_id() in workers)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    n, python_thread, main = out.stdout.split()
+    assert int(n) >= 1 and python_thread == "False" and main == "False"
