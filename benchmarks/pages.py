@@ -157,9 +157,9 @@ PAGES: dict[str, Page] = {
          "python -m benchmarks.bench_colocation --from-results docs/data/cpu_share_mix.json "
          "--page docs/results/cpu_share_mix.md"), one_commit=True),
     "cpu_share_levers": Page("docs/results/cpu_share_levers.md", "by hand",
-                             "the spread over 5 repetitions (no identical copy)",
-                             ("python -m benchmarks.probes.probe_cpu_levers --variants eager_shared,eager_global,"
-                              "eager_small_spins,eager_n5,eager_n19 --reps 5 --json docs/data/cpu_levers/levers.json",),
+                             "the spread over 3 repetitions (no identical copy)",
+                             ("python -m benchmarks.probes.probe_cpu_levers --variants eager_shared,eager_unparked,"
+                              "eager_per_session --reps 3 --json docs/data/cpu_levers/levers.json",),
                              one_commit=True),
     "cpu_share_cost": Page("docs/results/cpu_share_cost.md", "whole", "the spread over 3 repetitions",
                            ("python -m benchmarks.bench_cpu_share_cost --data docs/data/cpu_share_cost.json "

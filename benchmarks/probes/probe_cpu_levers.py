@@ -24,14 +24,12 @@ from pathlib import Path
 # suffix -> the CPU share's parameters beside cpu_share: auto (every variant lowers the large model beside the
 # small), for both models, and each role's own on top ("small", "large": key=value)
 VARIANTS: dict[str, dict[str, str]] = {
-    "eager_shared": {},  # the shipped pair: nice 10, the share's default pools
-    # one pool per process, spinning between operators, parked in SCHED_IDLE while the model holds nothing
-    "eager_global_park": {"use_per_session_threads": "false"},
-    "eager_global": {"use_per_session_threads": "false", "cpu_share_park": "false"},  # ... never parked
-    "eager_small_spins": {"small": "use_per_session_threads=false"},  # only the urgent model's pool spins
+    # the shipped pair: nice 10, one pool per process, its workers parked in SCHED_IDLE while the model holds nothing
+    "eager_shared": {},
+    "eager_unparked": {"cpu_share_park": "false"},  # the process pool spinning at the model's weight
+    "eager_per_session": {"use_per_session_threads": "true"},  # a pool per stage session, spinning off
     "eager_n5": {"cpu_share_nice": "5"},
     "eager_n19": {"cpu_share_nice": "19"},
-    "eager_global_n5": {"cpu_share_nice": "5", "use_per_session_threads": "false"},
     # the large model's parallel ops narrowed to one thread: a preempted thread stalls no sibling at a barrier
     "eager_n5_narrow": {"cpu_share_nice": "5", "large": "intra_op_threads=1"},
 }
