@@ -90,6 +90,8 @@ CPU_SHARE_FAMILIES: dict[str, tuple[str, str]] = {
     "lazybatch_cpu_share_weight_changes_total": (COUNTER, "Thread weight changes made (setpriority calls)"),
     "lazybatch_cpu_share_refused_total": (COUNTER, "Thread weight changes not made: they could not have been undone "
                                                    "without CAP_SYS_NICE or RLIMIT_NICE (the log says what to grant)"),
+    "lazybatch_cpu_share_parks_total": (COUNTER, "Busy periods that ended with the model's onnxruntime workers parked "
+                                                 "in SCHED_IDLE (cpu_share_park)"),
 }
 FAMILIES.update(CPU_SHARE_FAMILIES)
 
@@ -321,7 +323,8 @@ class ModelMetrics:
             out += [Sample("lazybatch_cpu_share_nice", m, share.nice),
                     Sample("lazybatch_cpu_share_lowered_seconds_total", m, share.lowered_seconds()),
                     Sample("lazybatch_cpu_share_weight_changes_total", m, share.weights.changes),
-                    Sample("lazybatch_cpu_share_refused_total", m, share.weights.refused)]
+                    Sample("lazybatch_cpu_share_refused_total", m, share.weights.refused),
+                    Sample("lazybatch_cpu_share_parks_total", m, share.park.parks if share.park is not None else 0)]
         return out
 
     def to_prometheus(self) -> str:

@@ -28,6 +28,8 @@ from lazybatch.staging import make_mlp, split_model
 from test_arbiter_faults import Sender, _gone, _until  # noqa: E402  (numbered requests, each answer counted)
 from lazybatch.backend.os_weights import IDLE, read_weight, thread_nices, threads
 from triton_models import stub_pid
+from lazybatch.client.soak import scrape
+from lazybatch.formats.prometheus import parse_samples
 
 # name: width, depth, seed, policy, sla_ms
 MODELS = {"co_small": (32, 4, 1, "eager", 100), "co_large": (512, 8, 2, "eager", 5000),
@@ -111,6 +113,9 @@ def test_an_idle_model_parks_its_pool_and_a_served_one_is_answered(shared):
     pid = stub_pid(repo, "co_small")
     assert _parked(repo, "co_small") < len(threads(pid))  # not the stub's other threads
     assert _parked(repo, "co_triton") == 0
+    parks = {lab["model"]: v for lab, v in parse_samples(scrape(server.endpoints.metrics),
+                                                         "lazybatch_cpu_share_parks_total")}
+    assert parks["co_small"] >= 1 and "co_triton" not in parks
     ok, errors = small.check()
     assert ok >= 10 and not errors
 
