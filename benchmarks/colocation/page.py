@@ -27,10 +27,11 @@ DESCRIBE = {
                  "rule's ceiling",
     "lazybatch_1lane": "the same in a group of its own with `device_lanes: \"1\"`: one job at a time, every core "
                        "per model",
-    "lazybatch_nodevice": "`device_group: \"none\"`, `cpu_share: \"none\"`: the default policy with neither, "
-                          "each model on its own",
-    "lazybatch_share": "the default policy with `cpu_share: \"auto\"` (no device group): each model's threads "
-                       "lowered by the kernel's nice while a model of a shorter `sla_ms` has requests "
+    "lazybatch_nodevice": "`device_group: \"none\"`, `cpu_share: \"none\"`: the default policy with neither (the "
+                          "share opted out), each model on its own",
+    "lazybatch_share": "the default policy with `cpu_share: \"auto\"` (the default; no device group): each "
+                       "model's threads lowered by the kernel's nice while a model of a shorter `sla_ms` has requests, "
+                       "its idle pool parked "
                        "(docs/colocation.md, \"The CPU through the operating system\"); in the priority "
                        "experiment the urgent model `latency_critical`, the others `best_effort`",
     "triton_0us": "Triton's dynamic batcher at 0 ms (`triton_5000us`, `triton_20000us`: 5 and 20 ms)",

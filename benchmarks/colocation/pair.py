@@ -89,7 +89,7 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
     reference line HAND_NICE at that nice. ``twin``: the server also serves ``<prefix>_triton_0us_twin`` models,
     run as the noise floor TWIN; ``pinned``: ``<prefix>_triton_0us_pinned`` models (build_pinned, the server started
     with pinning_args), run as the Triton baseline PINNED."""
-    if pinned and "triton_0us" in configs:
+    if pinned and "triton_0us" in configs and can_pin():
         configs = (*configs, PINNED)
     if twin and "triton_0us" in configs:
         configs = (*configs, TWIN)
@@ -309,7 +309,7 @@ def build_twins(twins: Path, repository: Path, kinds: Sequence[str] = tuple(PAIR
     for kind in kinds:
         build_default_repository(twins, kind=kind, work=default_build_dir(repository), policies={TWIN: "triton:0"},
                                  log=lambda line: None)
-    return build_pinned(twins, repository)
+    return build_pinned(twins, repository) if can_pin() else twins  # one core: no host policies to serve them
 
 
 def build_pinned(copies: Path, repository: Path) -> Path:
@@ -329,11 +329,17 @@ def build_pinned(copies: Path, repository: Path) -> Path:
     return copies
 
 
+def can_pin(n_cores: int | None = None) -> bool:
+    """Whether PINNED can run: a core for each model needs two."""
+    return (n_cores or os.cpu_count() or 1) >= 2
+
+
 def pinning_args(n_cores: int | None = None) -> list[str]:
-    """tritonserver's flags for PINNED's host policies: core 0 for the small model, the rest for the large one."""
+    """tritonserver's flags for PINNED's host policies: core 0 for the small model, the rest for the large one;
+    none on one core, where PINNED is left out (can_pin)."""
     n = n_cores or os.cpu_count() or 1
-    if n < 2:
-        raise ValueError("pinning the pair's models to cores of their own needs at least 2 cores")
+    if not can_pin(n):
+        return []
     return [f"--host-policy={PIN_POLICY['small']},cpu-cores=0-0",
             f"--host-policy={PIN_POLICY['large']},cpu-cores=1-{n - 1}"]
 

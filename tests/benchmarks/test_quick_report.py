@@ -131,3 +131,13 @@ def test_the_pair_calls_lazybatch_behind_only_where_every_repetition_says_so():
     assert small["vs_one"] == "tie" and small["vs_goal"] == "missed"  # [0.8-1.1]: a tie at 1.00, below 2x
     data = pair_data({"eager_shared": [10.0, 10.0, 10.0], "triton_0us": [9.0, 8.0, 7.0]}, alone=[4.0] * 3)
     assert pair.score(data)[0]["vs_one"] == "missed"
+
+
+def test_the_pinned_baseline_needs_a_core_per_model():
+    """Host policies pin the pair's small model to core 0 and the large one to the rest; on one core there is no
+    pinned baseline (no flags, and the pair leaves PINNED out) instead of a failed run."""
+    from benchmarks.colocation import pair
+
+    assert pair.pinning_args(4) == [f"--host-policy={pair.PIN_POLICY['small']},cpu-cores=0-0",
+                                   f"--host-policy={pair.PIN_POLICY['large']},cpu-cores=1-3"]
+    assert pair.pinning_args(1) == [] and not pair.can_pin(1) and pair.can_pin(2)
