@@ -46,6 +46,9 @@ POLL_S = 0.1
 ACTIVE_WINDOW_S = 1.0  # a member with a request this recently is active
 TOUCH_S = 0.1  # a member marks itself active at most this often
 RESCAN_S = 1.0  # the folder is listed again at least this often, whatever its mtime says
+# an idle member that is not lowered looks this seldom (its threads sleep: lowering them would change nothing), so
+# that a server's idle models do not wake ten times a second each; its next request wakes the watcher at once
+IDLE_POLL_S = 1.0
 LOG_RECORDS = 256  # WEIGHT decisions kept (every one is counted)
 
 
@@ -93,6 +96,7 @@ class CpuShare:
         self.log = DecisionLog(capacity=LOG_RECORDS)
         self.log.counts.setdefault(WEIGHT, 0)
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by the first request after an idle spell: look now
         self._lock = threading.Lock()
         tmp = self.file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"pid": self.pid, "name": me.name, "sla_ms": me.sla_ms, "role": me.role}))
@@ -106,6 +110,8 @@ class CpuShare:
         """A request came: touch the file if the last touch is older than TOUCH_S (no syscall otherwise)."""
         now = time.time()
         if now - self._touched >= TOUCH_S:
+            if now - self._touched >= self.window_s:  # the first request after an idle spell
+                self._wake.set()
             self._touched = now
             try:
                 os.utime(self.file, (now, now))
@@ -219,7 +225,12 @@ class CpuShare:
             return self.lowered_s + extra
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.poll_s):
+        while not self._stop.is_set():
+            idle = self.nice == 0 and time.time() - self._touched >= self.window_s
+            self._wake.wait(max(self.poll_s, IDLE_POLL_S) if idle else self.poll_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             try:
                 self.step()
             except Exception as e:  # never take the model down: say it and keep looking
@@ -228,6 +239,7 @@ class CpuShare:
     def close(self) -> None:
         """The model is unloaded: stop watching, put every thread back, leave the folder."""
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout=2 * self.poll_s + 1.0)
         with self._lock:
             if self.park is not None:
