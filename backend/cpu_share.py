@@ -11,7 +11,8 @@ that pair at one load is all that is measured, so the share is opt-in (``cpu_sha
 How the members meet, without an arbiter: each writes one small file in a folder of its server's
 (``registry_dir``: per tritonserver process, the stubs' parent). The file's mtime says when the model last had a
 request: ``note_active`` touches it at most every ``TOUCH_S``, one syscall at most that often, none per request
-otherwise. A watcher thread in every stub looks every ``POLL_S`` at the members ranked above its own (the folder
+otherwise. A watcher thread in every stub looks every ``POLL_S`` (every ``IDLE_POLL_S`` while its model is idle
+and not lowered) at the members ranked above its own (the folder
 listed again only when its mtime moves, or every ``RESCAN_S``). It ignores members whose process is gone (a stub
 killed with ``kill -9`` stops lowering its peers within ``POLL_S``) and members idle for ``ACTIVE_WINDOW_S``, and
 moves every thread of its own process (onnxruntime's pools, the scheduler, the responder, Triton's stub threads) to
