@@ -2,8 +2,8 @@
 busy neighbour (docs/colocation.md, "Parked pools").
 
 Why: one pool per process (sessions/threads.py) keeps a split model's workers warm from stage to stage, which a
-model alone needs (pools per session wake their workers at every stage: the MLP 8.2-9.7 ms alone against Triton's
-6.9). But after its last operator a worker spins for a while before it sleeps, and onnxruntime's Python API cannot
+model alone needs (pools per session wake their workers at every stage: served alone, ResNet-50 past its capacity
+took 1067 ms on them against 826 parked and Triton 0 ms's 951, docs/results/cpu_share_levers.md). But after its last operator a worker spins for a while before it sleeps, and onnxruntime's Python API cannot
 turn that off for a process pool. Beside a model that runs all the time, a light model at 30% of its rate spins
 most of the time it is idle, on the cores its neighbour needs. Parked in SCHED_IDLE, a spinning worker runs only
 on a core nobody else wants: alone, nothing changes; co-located, the neighbour keeps its cores. The pool is parked

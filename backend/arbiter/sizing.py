@@ -80,7 +80,8 @@ def per_session_threads(settings: Any, instance_kind: str, executor: str) -> boo
     stage, which pools per session cannot (a model alone pays a wake-up at every stage). Its workers spin after the
     last operator, which beside a busy neighbour takes that neighbour's cores; a share member parks them in
     SCHED_IDLE while it holds nothing (backend/pool_park.py). Served on the quickstart's pair
-    (docs/results/cpu_share_levers.md), the parked process pool was ahead of pools per session on both models."""
+    (docs/results/cpu_share_levers.md), both beat Triton together, and only the parked process pool was level with
+    Triton alone."""
     s = settings
     return bool(s.use_per_session_threads)
 
