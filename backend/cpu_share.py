@@ -4,9 +4,10 @@ values (docs/colocation.md, "The CPU through the operating system").
 Why: on a CPU the kernel preempts in microseconds. A model whose turn must wait for another's layer to end (the
 device group's arbiter, which models a non-preemptive accelerator) waits longer than one that takes the cores at
 once. So each model's stub lowers its own threads while a more urgent model (``batcher/cpu_rank.py``) is active,
-and puts them back when it is not; its members run pools that do not spin (backend/arbiter/sizing.py). Served on
-the quickstart's pair (docs/results/cpu_share.md) both models' averages were lower than under Triton's best, but
-that pair at one load is all that is measured, so the share is opt-in (``cpu_share``, off by default).
+and puts them back when it is not; an idle member's pool waits parked (backend/pool_park.py). Served on the
+quickstart's pair (docs/results/cpu_share.md) both models' averages were lower than under Triton's best, and a
+model alone is never lowered, so the share is on by default for lazybatch models on a CPU (``cpu_share: auto``;
+``none`` opts a model out; docs/colocation.md, "On by default").
 
 How the members meet, without an arbiter: each writes one small file in a folder of its server's
 (``registry_dir``: per tritonserver process, the stubs' parent). The file's mtime says when the model last had a

@@ -143,7 +143,7 @@ PARAMETERS.update({
                                     "lanes leave its stages one thread each; 0: such passes keep the lane's "
                                     "threads. Shared, the model runs its stages at the lane's threads "
                                     "(docs/colocation.md, \"Width alone\")",
-    "cpu_share": "none (default) | auto | latency_critical | best_effort: on a CPU, the lazybatch models of one "
+    "cpu_share": "auto (default) | latency_critical | best_effort | none: on a CPU, the lazybatch models of one "
                  "server share the cores through the kernel's scheduler: while a more urgent one is active (a "
                  "request within the last second), a model's threads are lowered (nice 10, 19 under two) and put "
                  "back after, and a model that holds no request parks its onnxruntime workers (cpu_share_park). "

@@ -142,7 +142,7 @@ class BackendSettings:
     device_priority_level: int = 0  # its priority at the device (smaller: more urgent)
     device_max_queue_size: int = 0  # samples held across the group's models (0: unbounded)
     device_lanes: int = DEFAULT_DEVICE_LANES  # stage jobs the group's device runs at once (alike on the group's models)
-    cpu_share: str = "none"  # the CPU share's role (batcher/cpu_rank.py), or "none": off (backend/cpu_share.py)
+    cpu_share: str = "auto"  # the CPU share's role (batcher/cpu_rank.py), or "none": off (backend/cpu_share.py)
     cpu_share_nice: int = 10  # the nice its threads take under one more urgent active model (cpu_rank.nice_steps)
     cpu_share_park: bool = True  # cpu_share models: onnxruntime's workers parked in SCHED_IDLE while idle (pool_park)
     device_solo_intra_op_threads: int = -1  # whole passes alone on the device: -1 the cores (solo_threads), 0 off
@@ -246,7 +246,7 @@ def _cancel_poll_ms(text: str | None, decoupled: bool = False) -> float:
 def _cpu_share(text: str | None) -> str:
     from lazybatch.batcher.cpu_rank import ROLES
 
-    role = (text or "none").strip().lower()
+    role = (text or "auto").strip().lower()
     if role not in (*ROLES, "none"):
         raise ConfigError(f"cpu_share must be none, {', '.join(ROLES)}, got {text!r}", field="parameters.cpu_share")
     return role

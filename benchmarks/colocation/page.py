@@ -29,7 +29,7 @@ DESCRIBE = {
                        "per model",
     "lazybatch_nodevice": "`device_group: \"none\"`, `cpu_share: \"none\"`: the default policy with neither (the "
                           "share opted out), each model on its own",
-    "lazybatch_share": "the default policy with `cpu_share: \"auto\"` (no device group): each "
+    "lazybatch_share": "the default policy with `cpu_share: \"auto\"` (the default; no device group): each "
                        "model's threads lowered by the kernel's nice while a model of a shorter `sla_ms` has requests, "
                        "its idle pool parked "
                        "(docs/colocation.md, \"The CPU through the operating system\"); in the priority "

@@ -166,7 +166,7 @@ def test_a_bad_cpu_share_fails_the_load_saying_the_choices(tmp_path):
         extra = "" if value is None else f'parameters {{ key: "cpu_share" value {{ string_value: "{value}" }} }}\n'
         return BackendSettings.from_config(parse_config_text(CONFIG + extra), tmp_path)
 
-    assert settings(None).cpu_share == "none"  # opt-in (docs/colocation.md, "On by default" says why not yet)
+    assert settings(None).cpu_share == "auto"  # on by default: a model alone is never lowered
     assert settings("none").cpu_share == "none"  # opted out
     assert settings("Best_Effort").cpu_share == "best_effort"
     with pytest.raises(ConfigError, match="cpu_share must be none, latency_critical, auto, best_effort, got 'urgent'"):

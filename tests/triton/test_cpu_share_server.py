@@ -49,7 +49,7 @@ def shared(tmp_path_factory):
         stages = split_model(model, root / f"{name}_stages", cut_after=relus)
         add_model(model, repo, name=name, policy=policy, sla_ms=sla, max_batch_size=8, stages=stages,
                   profile_reps=1, execution_provider="cpu",
-                  parameters=None if policy.startswith("triton") else {"cpu_share": "auto"})
+                  parameters=None)  # the defaults: the share is on for every lazybatch model on a CPU
         graphs[name] = model
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                           log_file=root / "tritonserver.log", extra_args=["--model-control-mode=explicit",

@@ -130,6 +130,8 @@ def test_granted_sys_nice_the_same_user_lowers_and_puts_back(repo_root):
                 _until(lambda: thread_nices(stub_pid(repo, "co_large")) == {LOWERED}, 30,
                        "co_large lowered beside the active co_small")
                 assert thread_nices(stub_pid(repo, "co_small")) == {0}
+                # enough answers to judge by below (lowered within a few requests, it had sent 7 once)
+                _until(lambda: small.ok() >= 10 and large.ok() >= 10, 60, "both models serve")
             finally:
                 small.stop()
             _until(lambda: thread_nices(stub_pid(repo, "co_large")) == {0}, BACK_BOUND_S,
