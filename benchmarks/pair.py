@@ -1,5 +1,5 @@
 """The quickstart's co-located pair on its own (docs/colocation.md): a small model beside a large one on one
-tritonserver, both driven at once, under lazybatch's device scheduler and under Triton's batcher.
+tritonserver, both driven at once, under lazybatch's defaults (the CPU share on) and under Triton's batcher.
 
     python -m benchmarks.pair                     # serves model_repository (built with `lazybatch repo default --pair`)
     python -m benchmarks.bench_triton ... --pair  # the same after the single-model table, on that run's server

@@ -180,14 +180,15 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
 
 # The quickstart's co-located pair (docs/colocation.md): a small model beside a large one on one tritonserver, the small one
 # the 8 x 2048 MLP (t1 a few ms, SLA 10 ms), the large one ResNet-50 (t1 ten times that, SLA 100 ms). Under lazybatch
-# both run under the default policy with the CPU share on (``cpu_share: auto``, backend/cpu_share.py; off by
-# default): the large model's threads yield the cores while the small one, whose SLA is shorter, has requests. Under Triton's batcher each runs in its
+# both run under lazybatch's defaults: the default policy with the CPU share on (``cpu_share: auto``, the default,
+# backend/cpu_share.py): the large model's threads yield the cores while the small one, whose SLA is shorter, has
+# requests. Under Triton's batcher each runs in its
 # own backend process and they share the cores as the kernel shares them by default. Names are <kind>_<suffix>.
 PAIR_KINDS = {"small": "mlp", "large": "resnet50"}
 
 
 PAIR_OURS = "eager_shared"
-PAIR_PARAMETERS = {PAIR_OURS: {"cpu_share": "auto"}}
+PAIR_PARAMETERS: dict[str, dict[str, str]] = {}  # no parameter: the pair shows the defaults
 
 
 PAIR_POLICIES = {PAIR_OURS: "eager", "triton_0us": "triton:0", "triton_5000us": "triton:5000"}

@@ -7,7 +7,7 @@
 The small model (the 8 x 2048 MLP) gets Poisson arrivals at ``--small-load`` of its batch-1 rate (0.3), the large
 one (ResNet-50) at ``--large-load`` of its own (1.1), both at once (client/together.py, ``lazybatch load
 --together``'s code). Configurations: lazybatch's default policy with the CPU share on (``<kind>_eager_shared``,
-``cpu_share: auto``, the default, written out), under which the large model's threads yield the cores while the small one, with the shorter SLA, has
+``cpu_share: auto``, the default: no parameter in its config), under which the large model's threads yield the cores while the small one, with the shorter SLA, has
 requests: backend/cpu_share.py), Triton's dynamic batcher at 0 ms and 5 ms (``<kind>_triton_0us``,
 ``<kind>_triton_5000us``: two backend processes sharing the cores as the kernel shares them by default), Triton 0
 ms with each model pinned to cores of its own (PINNED, host policies), and each model alone under lazybatch and under Triton 0 ms (the same arrivals with nothing beside it). Every

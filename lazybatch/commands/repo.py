@@ -83,7 +83,7 @@ def register(sub: Any) -> None:
     d.add_argument("--force", action="store_true", help="rebuild everything (model, stages, latency table)")
     d.add_argument("--no-npu-timing", action="store_true", help="leave out the npu_timing query model")
     d.add_argument("--pair", action="store_true", help="also the quickstart's co-located pair: mlp and resnet50 "
-                   "under eager with cpu_share auto and under Triton's batcher at 0/5000 us "
+                   "under lazybatch's defaults (eager, the CPU share on) and under Triton's batcher at 0/5000 us "
                    "(<kind>_eager_shared, <kind>_triton_0us, <kind>_triton_5000us)")
     d.add_argument("--decoupled", action="store_true", help="gnmt, transformer, lm: every model streams its tokens "
                    "(model_transaction_policy { decoupled: true }; see `repo add --decoupled`)")

@@ -1,5 +1,5 @@
 """The quickstart's co-located pair (benchmarks/pair.py, `bench_triton --pair`) in a short mode on a real
-tritonserver: a small MLP beside a larger one, under lazybatch with the CPU share on (``cpu_share: auto``) and under Triton's
+tritonserver: a small MLP beside a larger one, under lazybatch's defaults (the CPU share on: no ``cpu_share`` line) and under Triton's
 batcher at 0 ms, both driven at once, each alone under each for reference. Every request is answered, the two
 models of a pair run over the same time, lazybatch's large model yielded the cores to the small one (its threads
 lowered while the small one had requests, read from /proc and from its metrics; the small one's never), Triton's
