@@ -5,8 +5,10 @@
 # (with an identical copy of Triton 0 ms from a second repository, the verdict's noise floor), run a short
 # open-loop Poisson load against every model and print the comparison table. The server is stopped at
 # the end. Then, on the same server, the co-located pair (benchmarks/pair.py): the 8 x 2048 MLP beside ResNet-50,
-# both driven at once, under lazybatch's device scheduler (both in device_group "pair") and under Triton's batcher
-# at 0/5 ms, each alone for reference; its table is printed after the first. Results: lazybatch-results/triton-quick/
+# both driven at once, under lazybatch's defaults (the CPU share on: the large model's threads yield the cores
+# while the small one has requests) and under Triton's batcher at 0/5 ms and at 0 ms pinned a core each, each alone
+# for reference, with an identical copy of Triton 0 ms as the noise floor and Triton 0 ms with the large stub at
+# nice 10 by hand as a reference line; its table is printed after the first. Results: lazybatch-results/triton-quick/
 # (bench.md, bench.json, bench.png, pair.md, pair.json, tritonserver.log). About 8-12 minutes on 2 cores.
 #
 # Longer, the full static-model experiment: .venv/bin/python -m benchmarks.bench_triton   (about 15 minutes)
