@@ -53,7 +53,15 @@ class Phase:
 
     def late(self, sla_s: float) -> int:
         """Served requests whose latency (as the client saw it) exceeded ``sla_s``: promises not kept."""
-        return sum(1 for o in self.outcomes.values() if o.kind == "ok" and o.latency is not None and o.latency > sla_s)
+        return len(self.late_sent_at(sla_s))
+
+    def late_sent_at(self, sla_s: float) -> list[float]:
+        """When each late request (``late``) was sent, in seconds after the phase's first: where a stall hit."""
+        if not self.outcomes:
+            return []
+        t0 = min(o.sent for o in self.outcomes.values())
+        return sorted(o.sent - t0 for o in self.outcomes.values()
+                      if o.kind == "ok" and o.latency is not None and o.latency > sla_s)
 
     def summary(self) -> dict[str, Any]:
         n = len(self.outcomes)

@@ -188,9 +188,6 @@ PAIR_KINDS = {"small": "mlp", "large": "resnet50"}
 
 
 PAIR_OURS = "eager_shared"
-PAIR_PARAMETERS: dict[str, dict[str, str]] = {}  # no parameter: the pair shows the defaults
-
-
 PAIR_POLICIES = {PAIR_OURS: "eager", "triton_0us": "triton:0", "triton_5000us": "triton:5000"}
 
 
@@ -203,5 +200,5 @@ def build_pair_repository(repository: str | Path = "model_repository", *, force:
     for kind in PAIR_KINDS.values():
         again = force and kind in built
         build_default_repository(repository, kind=kind, policies=PAIR_POLICIES, force=force and not again,
-                                 replace=again, log=log, parameters=PAIR_PARAMETERS)
+                                 replace=again, log=log)
     return Path(repository)

@@ -24,7 +24,7 @@ from benchmarks.harness.verdict import VERDICTS
 from lazybatch.backend.cpu_share import ACTIVE_WINDOW_S, POLL_S
 from lazybatch.batcher.cpu_rank import NICE_STEPS
 from lazybatch.backend.settings import config_to_text, load_config
-from lazybatch.shipped import PAIR_OURS, PAIR_PARAMETERS, PAIR_POLICIES
+from lazybatch.shipped import PAIR_OURS, PAIR_POLICIES
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model
 from lazybatch.backend.os_weights import thread_nices
@@ -52,8 +52,7 @@ def pair_server(tmp_path_factory):
         for suffix in (*CONFIGS, pair.TWIN, pair.PINNED):
             add_model(model, repo, name=f"{prefix}_{suffix}", policy=PAIR_POLICIES.get(suffix, "triton:0"),
                       sla_ms=SLAS[prefix],
-                      max_batch_size=8, stages=stages, profile_reps=1, execution_provider="cpu",
-                      parameters=PAIR_PARAMETERS.get(suffix))
+                      max_batch_size=8, stages=stages, profile_reps=1, execution_provider="cpu")
         role = next(r for r, p in PREFIXES.items() if p == prefix)
         path = repo / f"{prefix}_{pair.PINNED}" / "config.pbtxt"
         cfg = load_config(path)
