@@ -4,17 +4,17 @@ values (docs/colocation.md, "The CPU through the operating system").
 Why: on a CPU the kernel preempts in microseconds. A model whose turn must wait for another's layer to end (the
 device group's arbiter, which models a non-preemptive accelerator) waits longer than one that takes the cores at
 once. So each model's stub lowers its own threads while a more urgent model (``batcher/cpu_rank.py``) is active,
-and puts them back when it is not; an idle member's pool waits parked (backend/pool_park.py). Served on the
-quickstart's pair (docs/results/cpu_share.md) both models' averages were lower than under Triton's best, and a
-model alone is never lowered, so the share is on by default for lazybatch models on a CPU (``cpu_share: auto``;
+and puts them back when it is not; an idle member's pool waits parked while another member is active
+(backend/pool_park.py). Served on the quickstart's pair (docs/results/cpu_share.md) both models' averages were lower
+than under Triton's best, and a model alone is never lowered nor parked, so the share is on by default for lazybatch models on a CPU (``cpu_share: auto``;
 ``none`` opts a model out; docs/colocation.md, "On by default").
 
 How the members meet, without an arbiter: each writes one small file in a folder of its server's
 (``registry_dir``: per tritonserver process, the stubs' parent). The file's mtime says when the model last had a
 request: ``note_active`` touches it at most every ``TOUCH_S``, one syscall at most that often, none per request
 otherwise. A watcher thread in every stub looks every ``POLL_S`` (every ``IDLE_POLL_S`` while its model is idle
-and not lowered) at the members ranked above its own (the folder
-listed again only when its mtime moves, or every ``RESCAN_S``). It ignores members whose process is gone (a stub
+and not lowered) at the other members: those ranked above its own set its nice, any active one lets its pool
+park (the folder listed again only when its mtime moves, or every ``RESCAN_S``). It ignores members whose process is gone (a stub
 killed with ``kill -9`` stops lowering its peers within ``POLL_S``) and members idle for ``ACTIVE_WINDOW_S``, and
 moves every thread of its own process (onnxruntime's pools, the scheduler, the responder, Triton's stub threads) to
 the nice the rank rule gives; a thread already set is not read again, and a thread started later is born at its
@@ -90,7 +90,7 @@ class CpuShare:
         self._touched = 0.0
         self._said: str | None = None  # the one explanation logged
         self._known: dict[str, ShareMember] = {}  # file name -> the member it describes
-        self._above: list[tuple[int, str, ShareMember]] = []  # (pid, file, member) ranked above this one
+        self._others: list[tuple[int, str, ShareMember]] = []  # (pid, file, member): every other member
         self._folder_mtime, self._scanned = -1, 0.0  # the folder as last listed, and when
         self._set: set[int] = set()  # threads at the nice the rule gives now (a new thread is born at its parent's)
         self._listed = 0.0  # when this process's threads were last listed while lowered (time.monotonic)
@@ -123,13 +123,17 @@ class CpuShare:
     # ------------------------------------------------------------------ the watcher
     def peers(self, now: float | None = None) -> list[ShareMember]:
         """The other members more urgent than this one that had a request within the window and whose process
-        lives: the only ones the rank rule counts. The folder is listed again only when its mtime moved (a member
-        joined or left) or every RESCAN_S; a look then costs one stat of the folder, and one of each more urgent
-        member's file (and its /proc stat where active): the most urgent member of a share stats nothing else."""
+        lives: the only ones the rank rule counts."""
+        return [m for m in self.active_members(now) if m.rank() < self.me.rank()]
+
+    def active_members(self, now: float | None = None) -> list[ShareMember]:
+        """The other members that had a request within the window and whose process lives. The folder is listed
+        again only when its mtime moved (a member joined or left) or every RESCAN_S; a look then costs one stat of
+        the folder, one of each other member's file, and a /proc stat of each active one."""
         now = time.time() if now is None else now
         self._rescan(now)
         out = []
-        for pid, path, member in self._above:
+        for pid, path, member in self._others:
             try:
                 if now - os.stat(path).st_mtime > self.window_s or not _alive(pid):
                     continue
@@ -139,16 +143,16 @@ class CpuShare:
         return out
 
     def _rescan(self, now: float) -> None:
-        """The members ranked above this one, from the folder, where it may have changed."""
+        """The other members, from the folder, where it may have changed."""
         try:
             mtime = os.stat(self.folder).st_mtime_ns
         except OSError:
-            self._above = []
+            self._others = []
             return
         if mtime == self._folder_mtime and now - self._scanned < RESCAN_S:
             return
         self._folder_mtime, self._scanned = mtime, now
-        above = []
+        others = []
         try:
             entries = list(os.scandir(self.folder))
         except OSError:
@@ -164,16 +168,20 @@ class CpuShare:
                         d = json.load(f)
                     member = self._known[e.name] = ShareMember(str(d["name"]), d.get("sla_ms"),
                                                                str(d.get("role", "auto")))
-                if member.rank() < self.me.rank():
-                    above.append((int(stem), e.path, member))
+                others.append((int(stem), e.path, member))
             except (OSError, ValueError, KeyError):
                 continue  # a file being replaced, or gone
-        self._above = above
+        self._others = others
 
     def step(self, now: float | None = None) -> int:
         """One look: the nice the rank rule gives, applied to every thread of this process; returns it. Nothing to
-        do (not lowered, and nothing to lower) costs no per-thread syscall."""
-        peers = self.peers(now)
+        do (not lowered, and nothing to lower) costs no per-thread syscall. The pool is parked (when idle) only while
+        some other member is active: alone, or beside idle members, parking would cost this model and buy nobody
+        anything (backend/pool_park.py)."""
+        active = self.active_members(now)
+        peers = [m for m in active if m.rank() < self.me.rank()]
+        if self.park is not None:
+            self.park.set_neighbours_active(bool(active))
         want = nice_for(self.me, peers, self.steps)
         with self._lock:
             t = time.monotonic()

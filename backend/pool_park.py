@@ -11,6 +11,13 @@ when the model's last work ends and put back before its next run, both on the th
 lock (backend/runtime.py, backend/inline.py): at most one syscall per worker each way per busy period, none per
 request within one.
 
+Only beside a busy neighbour: the pool is parked only while another member of the server's CPU share had a request
+within its active window (the share's watcher says so, ``neighbours_active``). Parking is not free for the model
+itself: a pool that waited in SCHED_IDLE runs its next request slower wherever other threads want the cores (the
+load generator, Triton's own threads): 5-15% in-process beside two busy processes, and served alone the MLP's
+average was 0.73-0.93x Triton 0 ms's with its pool parked against 0.93-0.99x unparked (docs/results/default.md,
+"Parking only beside a neighbour"). What parking buys a neighbour is paid only where there is one.
+
 Putting a worker back from SCHED_IDLE needs CAP_SYS_NICE or an RLIMIT_NICE of at least 20 (sched(7)); without
 either, the pool is never parked (``allowed`` is False), as the CPU share lowers nothing it could not put back.
 """
@@ -41,13 +48,21 @@ class PoolPark:
         p = Privileges.probe() if privileges is None else privileges
         self.allowed = bool(self.workers) and p.can_restore(Weight(NORMAL, 0), Weight(IDLE, 0))
         self.parked = False
+        # whether another member of the share is active (CpuShare's watcher): parking buys a neighbour its cores, and
+        # a model with none pays nothing for it
+        self.neighbours_active = False
         self.parks = 0  # busy periods ended with the pool parked
         self.syscalls = 0
         self.syscall_s = 0.0  # time spent in them (benchmarks/bench_cpu_share_cost.py)
 
+    def set_neighbours_active(self, active: bool) -> None:
+        """The share's watcher saw whether another member is active: parking is worth its cost only then."""
+        self.neighbours_active = active
+
     def park(self) -> None:
-        """The model's work ended: its workers wait in SCHED_IDLE (nothing where not allowed, or already parked)."""
-        if self.allowed and not self.parked:
+        """The model's work ended: its workers wait in SCHED_IDLE while a neighbour is active (nothing where not
+        allowed, with no active neighbour, or already parked)."""
+        if self.allowed and self.neighbours_active and not self.parked:
             self._set(os.SCHED_IDLE)
             self.parked = True
             self.parks += 1

@@ -1,6 +1,7 @@
 """Parked pools (backend/pool_park.py) on real threads, each thread's scheduling class read back from /proc: parked
 in SCHED_IDLE and back to the normal class at the nice it kept; never parked where it could not come back; a thread
-that ended is forgotten; the workers are the native threads onnxruntime starts with a process pool."""
+that ended is forgotten; the workers are the native threads onnxruntime starts with a process pool; a pool parks
+only while another member of the CPU share is active."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def test_park_and_unpark_move_the_workers_and_keep_their_nice():
         os.setpriority(os.PRIO_PROCESS, tids[0], 10)  # lowered by the share meanwhile: parking keeps it
         park = PoolPark(tids)
         assert park.allowed
+        park.set_neighbours_active(True)  # beside an active member of the share: the only time a pool parks
         park.park()
         assert [read_weight(t).policy for t in tids] == [IDLE, IDLE]
         park.park()  # already parked: no syscall
@@ -63,6 +65,7 @@ def test_without_the_privilege_nothing_is_parked():
     try:
         park = PoolPark(tids, privileges=Privileges(cap_sys_nice=False, rlimit_nice=0))
         assert not park.allowed
+        park.set_neighbours_active(True)
         park.park()
         assert read_weight(tids[0]).policy == NORMAL and park.syscalls == 0
         assert not PoolPark([]).allowed  # no workers (a pool of one thread): nothing to park
@@ -74,6 +77,7 @@ def test_without_the_privilege_nothing_is_parked():
 def test_a_worker_that_ended_is_forgotten():
     tids, stop = _threads(2)
     park = PoolPark(tids)
+    park.set_neighbours_active(True)
     stop.set()
     deadline = time.monotonic() + 10  # Python lets go of a thread a moment before the kernel does
     while any(os.path.exists(f"/proc/self/task/{t}") for t in tids) and time.monotonic() < deadline:
@@ -110,3 +114,40 @@ def test_the_workers_are_the_native_threads_a_process_pool_starts():
     assert out.returncode == 0, out.stderr
     n, python_thread, main = out.stdout.split()
     assert int(n) >= 1 and python_thread == "False" and main == "False"
+
+
+@needs_privilege
+def test_a_pool_parks_only_while_a_neighbour_is_active(tmp_path):
+    """Parking costs the model itself (backend/pool_park.py): a share member alone, or beside idle members, never
+    parks; beside an active member it does, and stops again once that member has been idle for the window."""
+    from lazybatch.backend.cpu_share import CpuShare
+    from lazybatch.batcher.cpu_rank import ShareMember
+
+    tids, stop = _threads(1)
+    park = PoolPark(tids)
+    share = CpuShare(ShareMember("small", 10.0, "auto"), folder=tmp_path, park=park, poll_s=60.0,
+                     log=lambda text: None)
+    try:
+        share.step()
+        park.park()
+        assert not park.neighbours_active and not park.parked and park.syscalls == 0  # alone: nothing to buy
+        other = tmp_path / f"{os.getppid()}.json"  # a live process other than this one: a second member
+        other.write_text('{"pid": %d, "name": "large", "sla_ms": 5000, "role": "auto"}' % os.getppid())
+        os.utime(other, (0, 0))  # idle since long ago
+        share.step()
+        park.park()
+        assert not park.neighbours_active and not park.parked  # beside an idle member: still nothing
+        now = time.time()
+        os.utime(other, (now, now))  # it has a request
+        share.step()
+        assert park.neighbours_active
+        park.park()
+        assert park.parked and read_weight(tids[0]).policy == IDLE  # a less urgent neighbour counts as well
+        park.unpark()
+        os.utime(other, (0, 0))
+        share.step()
+        park.park()
+        assert not park.neighbours_active and not park.parked
+    finally:
+        share.close()
+        stop.set()

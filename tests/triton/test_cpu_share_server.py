@@ -1,6 +1,7 @@
 """The CPU share on a real tritonserver (backend/cpu_share.py, docs/colocation.md), every thread's nice read from
 /proc: a model with a loose SLA is lowered while one with a tight SLA has requests, and back once it has none (both under
-the defaults: no ``cpu_share`` line); an idle model's onnxruntime workers parked in SCHED_IDLE; the
+the defaults: no ``cpu_share`` line); an idle model's onnxruntime workers parked in SCHED_IDLE beside a busy
+neighbour and never alone; the
 tight one unloaded and reloaded under load, then its stub killed with ``kill -9``: the loose one is put back each
 time within a bound, and every request of each model gets exactly one answer. A Triton configuration (triton:0,
 Triton's batcher and our whole-graph stub) in the same server is never touched.
@@ -101,23 +102,35 @@ def _parked(repo, model) -> int:
     return sum(1 for tid in threads(pid) if read_weight(tid, pid).policy == IDLE)
 
 
-def test_an_idle_model_parks_its_pool_and_a_served_one_is_answered(shared):
-    """Parked pools (docs/colocation.md): a lazybatch model that holds no request has its onnxruntime workers in
-    SCHED_IDLE, and only them (its scheduler and Triton's stub threads stay normal, so the next request is
-    received at once); it serves from there; Triton's stub is never parked."""
+def test_an_idle_model_parks_its_pool_beside_a_busy_neighbour_and_never_alone(shared):
+    """Parked pools (docs/colocation.md): a lazybatch model that holds no request while another member of the
+    share is active has its onnxruntime workers in SCHED_IDLE, and only them (its scheduler and Triton's stub
+    threads stay normal, so the next request is received at once); it serves from there. Beside idle members it
+    never parks (parking costs the model itself, backend/pool_park.py). Triton's stub is never parked."""
     server, repo, graphs = shared
-    small = Sender(server, "co_small", graphs["co_small"], 8).start()
-    _until(lambda: small.ok() >= 10, 60, "co_small serves")
-    small.stop()
-    _until(lambda: _parked(repo, "co_small") >= 1, 10, "co_small's workers parked once it holds nothing")
-    pid = stub_pid(repo, "co_small")
-    assert _parked(repo, "co_small") < len(threads(pid))  # not the stub's other threads
-    assert _parked(repo, "co_triton") == 0
+    time.sleep(ACTIVE_WINDOW_S + 2 * POLL_S)  # the module's earlier senders are idle for the window
+    alone = Sender(server, "co_small", graphs["co_small"], 7).start()
+    _until(lambda: alone.ok() >= 10, 60, "co_small serves alone")
+    alone.stop()
+    time.sleep(0.5)
+    assert _parked(repo, "co_small") == 0  # its peers are idle: nothing to buy them
+    large = Sender(server, "co_large", graphs["co_large"], 9).start()
+    try:
+        small = Sender(server, "co_small", graphs["co_small"], 8).start()
+        _until(lambda: small.ok() >= 10, 60, "co_small serves beside co_large")
+        small.stop()
+        _until(lambda: _parked(repo, "co_small") >= 1, 10, "co_small's workers parked once it holds nothing")
+        pid = stub_pid(repo, "co_small")
+        assert _parked(repo, "co_small") < len(threads(pid))  # not the stub's other threads
+        assert _parked(repo, "co_triton") == 0
+    finally:
+        large.stop()
     parks = {lab["model"]: v for lab, v in parse_samples(scrape(server.endpoints.metrics),
                                                          "lazybatch_cpu_share_parks_total")}
     assert parks["co_small"] >= 1 and "co_triton" not in parks
-    ok, errors = small.check()
-    assert ok >= 10 and not errors
+    for s in (alone, small, large):
+        ok, errors = s.check()
+        assert ok >= 10 and not errors
 
 
 def test_the_tight_model_unloaded_and_reloaded_under_load(shared):
