@@ -10,8 +10,9 @@ small model (SLA 10 ms) with Poisson requests at 30% of its batch-1 rate, and th
 that the large one stays lowered while the small one has requests. Each member counts what the share spends: its
 watcher's looks (CPU time of the watcher thread, ``time.thread_time``, around each look), the weight syscalls they
 made (setpriority, sched_setscheduler), ``note_active`` on every request (timed around the call), and the parked
-pool (backend/pool_park.py): ``--pool-workers`` idle threads unparked before and parked after every request, as a
-model whose every request is a busy period of its own is (timed around the syscalls). The figure:
+pool (backend/pool_park.py): ``--pool-workers`` idle threads unparked before and parked after every request once
+its watcher has seen the other member active (a pool parks only beside an active neighbour), as a model whose every
+request is a busy period of its own is (timed around the syscalls). The figure:
 both members' share CPU time over both members' requests, against the small model's t1 measured in the same run
 (the median of 200 batch-1 runs of its whole graph on onnxruntime, in this process, before the members start).
 Needs CAP_SYS_NICE (root), or nothing is lowered and the figure would leave out the lowered looks.
@@ -64,7 +65,7 @@ def member(folder: str, name: str, sla_ms: float, rate: float, idle_threads: int
     park = PoolPark(workers)
     share = TimedShare(ShareMember(name, sla_ms), folder=Path(folder), log=lambda text: None, park=park)
     rng = random.Random(seed)
-    requests, note_ns, notes = 0, 0, []
+    requests, parked, note_ns, notes = 0, 0, 0, []
     end = time.monotonic() + seconds
     while True:
         time.sleep(rng.expovariate(rate))
@@ -77,11 +78,13 @@ def member(folder: str, name: str, sla_ms: float, rate: float, idle_threads: int
         park.unpark()  # the request runs, then the model holds nothing again
         park.park()
         requests += 1
+        parked += park.parked
     share.close()
     stop.set()
     out.put({"name": name, "requests": requests, "note_active_s": note_ns / 1e9, "looks": share.looks,
              "look_cpu_s": share.look_cpu_s, "syscalls": share.weights.changes, "refused": share.weights.refused,
              "park_syscalls": park.syscalls, "park_s": park.syscall_s, "pool_workers": pool_workers,
+             "parked_requests": parked,
              "lowered_s": share.lowered_seconds(), "nices": sorted(share.nices), "threads": idle_threads,
              "look_cpu_us": [round(v * 1e6, 1) for v in share.each], "note_ns": notes})
 

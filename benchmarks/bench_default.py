@@ -1,7 +1,10 @@
-"""The default policy (eager) against Triton's own dynamic batcher at its best, on a real tritonserver.
+"""The default policy (eager) against Triton's own dynamic batcher at its best, on a real tritonserver: the
+standing guard of "never worse than the stock batcher" on a model alone. Any change to the default (a policy, a
+parameter's default, a mechanism that is on by default such as the CPU share) runs it before it lands, on a fast
+model and a slow one at least (docs/architecture.md, "Changing the default").
 
-    python -m benchmarks.bench_default                                 # MLP, BERT, ResNet-50, MobileNet-v1
-    python -m benchmarks.bench_default --models mlp --reps 3 --driver both --out lazybatch-results/default
+    python -m benchmarks.bench_default             # tiny (about 1 ms served), MLP, BERT, ResNet-50, MobileNet-v1
+    python -m benchmarks.bench_default --models tiny,mlp,resnet50 --reps 3 --restart --out lazybatch-results/default
 
 Goal ("never slower than Triton's own batcher", docs/results/default.md): best Triton dynamic-batcher config (0/5/20 ms queue delay)
 average latency / eager's >= 1.00 at every load from 10% to 300% of the batch-1 rate, p99 and 5x-SLA violations no
@@ -167,11 +170,13 @@ def simulated(table_path: Path, loads: list[float]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="mlp,bert,resnet50,mobilenet")
-    ap.add_argument("--loads", default="0.1,0.4,0.7,0.9,1.2,2.0,3.0", help="fractions of the batch-1 rate")
+    ap.add_argument("--models", default="tiny,mlp,bert,resnet50,mobilenet",
+                    help="shipped kinds: tiny (about 1 ms served) and mlp are the fast models, resnet50 the slow one")
+    ap.add_argument("--loads", default="0.1,0.4,0.7,0.9,1.5", help="fractions of the batch-1 rate")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--duration", type=float, default=4.0, help="seconds of load per cell")
-    ap.add_argument("--driver", choices=("load", "perf", "both"), default="load")
+    ap.add_argument("--driver", choices=("load", "perf", "both"), default="both",
+                    help="both: lazybatch's load generator and NVIDIA perf_analyzer, each judged on its own")
     add_perf_arrivals_arg(ap, "perf driver")
     ap.add_argument("--restart", action="store_true",
                     help="a fresh tritonserver for every repetition: each repetition then draws its own sessions "

@@ -34,8 +34,9 @@ class Page:
 PAGES: dict[str, Page] = {
     "default": Page(
         "docs/results/default.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
-        ("python -m benchmarks.bench_default --models mlp,bert,resnet50,mobilenet --reps 3 --duration 3 "
-         "--restart --driver both --perf-arrivals seeded --out lazybatch-results/default --json docs/data/default.json",
+        ("python -m benchmarks.bench_default --models tiny,mlp,resnet50 --loads 0.4,0.7,0.9,1.5 --reps 3 "
+         "--duration 3 --restart --driver both --perf-arrivals seeded --out lazybatch-results/default "
+         "--json docs/data/default.json",
          "python -m benchmarks.default_page"), one_commit=True),
     # about 2 h 15 min on 2 cores (an AMD EPYC: t1 is 1.4x the Intel Xeon's; the main sweep about 100 minutes, the
     # LM's light-load cells alone about 25, perf_analyzer about 35). The opt-in eager:join=benefit served beside
