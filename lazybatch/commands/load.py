@@ -57,6 +57,11 @@ def register(sub: Any) -> None:
                    "with the class's SLA target (replaces --sla-ms; 'none' for no deadline) and request priority "
                    "(1 the most urgent level, 0 the model's default); the tables and files add each class's own "
                    "figures, e.g. --class interactive:0.2:20:1 --class bulk:0.8:200:2")
+    p.add_argument("--capacity", action="store_true", help="search each model's capacity under its SLA, as MLPerf's "
+                   "server scenario scores it: the highest Poisson rate whose window (--duration) is sustained (its "
+                   "second half averages at most 1.2x its first, 98%% of requests answered) with its p99 within "
+                   "--sla-ms; --rate is where the search starts (it doubles, halves, then bisects --steps times)")
+    p.add_argument("--steps", type=int, default=5, help="--capacity: bisection windows after the bracket (default 5)")
     p.add_argument("--out", default=None, help="write load.csv, load.json and load.png here, and report.md/.csv "
                    "with the rows of `lazybatch perf --out` the same folder")
     p.set_defaults(func=run)
@@ -84,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--class is for one model's callers; with --together each model has its own --sla-ms")
     slas = parse_sla(args.sla_ms, args.models)
     shares = parse_mix(args.mix, args.models) if args.together else None
+    if args.capacity:
+        return capacity(args, slas, classes)
 
     def progress(r: Any, where: str = "") -> None:
         print(f"  {r.model}{f' ({where})' if where else ''} @ {r.offered_rate:g}/s: {r.ok}/{r.sent} ok, p50 {r.p50_ms:.1f} ms, "
@@ -107,3 +114,48 @@ def run(args: argparse.Namespace) -> int:
         if combined is not None:
             print(f"wrote {combined} (and report.csv: both load drivers side by side)")
     return 1 if all(r.ok == 0 for r in results) else 0
+
+
+def capacity(args: argparse.Namespace, slas: dict, classes: Any) -> int:
+    """``--capacity``: each model's rate search (client/capacity.py), one window at a time, its table at the end."""
+    import json
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from lazybatch.batcher.errors import ConfigError
+    from lazybatch.client.capacity import CapacitySearch
+    from lazybatch.client.load import run_load
+
+    if args.rate is None:
+        raise ConfigError("--capacity starts from --rate (requests/s), e.g. --capacity --rate 20 --sla-ms 50")
+    if args.together or classes:
+        raise ConfigError("--capacity searches one model at a time: drop --together and --class")
+    if args.steps < 1 or args.steps > 20:
+        raise ConfigError("--steps must be in 1..20")
+    found = {}
+    for model in args.models:
+        sla = slas.get(model)
+        if sla is None:
+            raise ConfigError(f"--capacity needs an SLA for {model}: --sla-ms MS or {model}=MS")
+        search = CapacitySearch(sla_ms=sla, start_rate=args.rate, steps=args.steps)
+        print(f"{model}: capacity under a p99 of {sla:g} ms, windows of {args.duration:g} s from {args.rate:g}/s",
+              flush=True)
+        rate = search.next_rate()
+        while rate is not None:
+            r = run_load(args.url, model, rate, args.duration, sla_ms=sla, batch=args.batch, seed=args.seed,
+                         timeout_s=args.timeout, length_histogram=args.length_histogram,
+                         ignore_eos=not args.stop_at_eos, streaming=args.streaming)
+            probe = search.record(rate, r)
+            print(f"  {rate:.1f}/s: {probe.requests} requests, p99 {probe.p99_ms:.1f} ms: "
+                  f"{'pass' if probe.passed else 'fail'} ({probe.why})", flush=True)
+            rate = search.next_rate()
+        print(search.table())
+        found[model] = {"sla_ms": sla, "duration_s": args.duration,
+                        "capacity": search.best.rate if search.best else None,
+                        "probes": [asdict(p) for p in search.probes]}
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "capacity.json").write_text(json.dumps(found, indent=1))
+        print(f"wrote {out / 'capacity.json'}")
+    return 0 if all(v["capacity"] is not None for v in found.values()) else 1

@@ -1,0 +1,154 @@
+"""Capacity under an SLA, as MLPerf Inference's server scenario scores it: the highest Poisson rate a model sustains
+with its p99 within a fixed bound, found by a rate search over windows of one fixed length.
+
+Why: past its capacity a queue grows with the run, so an average or a p99 there says how long the run was, not what
+a user would see. A rate counts only where the window is steady and answered: ``steady`` checks that the window's
+second half averages at most ``DRIFT`` times its first (no queue growing through it), that at least ``ANSWERED`` of
+the requests sent were answered, and that the client really sent what was asked (at least ``SENT`` of it; below
+that the figure is the client's limit, not the server's). A rate passes where it is steady and its p99 is within the
+SLA.
+
+The search is a loop the caller drives (``lazybatch load --capacity``; the benchmarks): ``next_rate()`` says what
+to measure, ``record(rate, result)`` what came of it, until ``next_rate()`` is None. It doubles from the starting
+rate until a rate fails (or ``max_rate``), halves until one passes (or ``min_rate``), then bisects between the
+highest pass and the lowest failure for ``steps`` windows. Every window's figures stay in ``probes``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+DRIFT = 1.2  # a window's second half may average at most this times its first
+ANSWERED = 0.98  # answered / sent at least this
+SENT = 0.95  # sent / asked at least this, or the client was the limit
+
+
+@dataclass(frozen=True)
+class Steadiness:
+    """Whether one window was sustained, and why not."""
+
+    steady: bool
+    drift: float  # second half's average / first half's (by send time)
+    answered: float  # answered / sent
+    sent: float  # the rate the client sent at / the rate its schedule asked for
+    why: str
+
+
+def steady(records: Sequence[tuple[float, float, bool]], send_rate: float, duration_s: float) -> Steadiness:
+    """A window's records (scheduled send offset s, latency ms, answered ok), in send order, and the rate the
+    client really sent them at (``LoadResult.send_rate``). The schedule's own rate is its count over its last
+    offset: a Poisson window of a few seconds holds 30% more or fewer requests than rate x duration, which says
+    nothing about the client."""
+    n = len(records)
+    ok = [(t, lat) for t, lat, good in records if good and not math.isnan(lat)]
+    answered = len(ok) / n if n else 0.0
+    last = records[-1][0] if records else 0.0
+    sent = send_rate / (n / last) if n > 1 and last > 0 else 1.0
+    half = duration_s / 2
+    first = [lat for t, lat in ok if t < half]
+    second = [lat for t, lat in ok if t >= half]
+    drift = float(np.mean(second) / np.mean(first)) if first and second else math.nan
+    if n == 0:
+        return Steadiness(False, drift, answered, sent, "nothing was sent")
+    if sent < SENT:
+        return Steadiness(False, drift, answered, sent, f"client-bound: sent {sent:.0%} of the offered rate")
+    if answered < ANSWERED:
+        return Steadiness(False, drift, answered, sent, f"answered {answered:.1%} of the requests sent")
+    if not drift <= DRIFT:
+        return Steadiness(False, drift, answered, sent, f"not sustained: the second half averaged {drift:.2f}x "
+                                                        f"the first")
+    return Steadiness(True, drift, answered, sent, "steady")
+
+
+@dataclass
+class Probe:
+    """One window of the search."""
+
+    rate: float
+    passed: bool
+    p99_ms: float
+    avg_ms: float
+    throughput: float
+    requests: int
+    why: str
+
+
+@dataclass
+class CapacitySearch:
+    """The highest rate whose window is steady with its p99 within ``sla_ms`` (see the module's docstring)."""
+
+    sla_ms: float
+    start_rate: float
+    steps: int = 5
+    min_rate: float = 0.1
+    max_rate: float = 100_000.0
+    probes: list[Probe] = field(default_factory=list)
+    bisections: int = 0  # windows measured once both a pass and a failure were known
+
+    def __post_init__(self) -> None:
+        if not self.sla_ms > 0:
+            raise ValueError(f"the SLA must be a positive number of ms, got {self.sla_ms}")
+        if not 0 < self.min_rate <= self.start_rate <= self.max_rate:
+            raise ValueError(f"the starting rate must lie in [{self.min_rate:g}, {self.max_rate:g}] requests/s, "
+                             f"got {self.start_rate:g}")
+
+    @property
+    def best(self) -> Probe | None:
+        """The highest rate that passed, or None."""
+        passed = [p for p in self.probes if p.passed]
+        return max(passed, key=lambda p: p.rate) if passed else None
+
+    @property
+    def lowest_failure(self) -> Probe | None:
+        failed = [p for p in self.probes if not p.passed]
+        return min(failed, key=lambda p: p.rate) if failed else None
+
+    def next_rate(self) -> float | None:
+        """The next rate to measure, or None: the search is over."""
+        if not self.probes:
+            return self.start_rate
+        best, fail = self.best, self.lowest_failure
+        if fail is None:  # everything passed so far: double, up to max_rate
+            return min(best.rate * 2, self.max_rate) if best.rate < self.max_rate else None
+        if best is None:  # nothing passed: halve
+            r = fail.rate / 2
+            return r if r >= self.min_rate else None
+        if self.bisections >= self.steps or fail.rate <= best.rate:
+            return None
+        return (best.rate + fail.rate) / 2
+
+    def record(self, rate: float, result: Any) -> Probe:
+        """One window's ``LoadResult`` (client/load.py) at ``rate``: judged steady and within the SLA or not."""
+        s = steady(result.records, result.send_rate, result.duration_s)
+        p99 = float(result.p99_ms)
+        if not s.steady:
+            passed, why = False, s.why
+        elif not p99 <= self.sla_ms:
+            passed, why = False, f"p99 {p99:.1f} ms over the {self.sla_ms:g} ms SLA"
+        else:
+            passed, why = True, f"p99 {p99:.1f} ms within the {self.sla_ms:g} ms SLA, {s.why}"
+        probe = Probe(rate, passed, p99, float(result.avg_ms), float(result.throughput), result.sent, why)
+        if self.best is not None and self.lowest_failure is not None:
+            self.bisections += 1
+        self.probes.append(probe)
+        return probe
+
+    def table(self) -> str:
+        """The windows measured, in order, and the verdict."""
+        lines = ["| rate /s | requests | avg ms | p99 ms | throughput /s | passed | why |",
+                 "| --- | --- | --- | --- | --- | --- | --- |"]
+        for p in self.probes:
+            lines.append(f"| {p.rate:.1f} | {p.requests} | {p.avg_ms:.1f} | {p.p99_ms:.1f} | {p.throughput:.1f} | "
+                         f"{'yes' if p.passed else 'no'} | {p.why} |")
+        best, fail = self.best, self.lowest_failure
+        if best is None:
+            lines.append(f"\nCapacity under a p99 of {self.sla_ms:g} ms: below {self.probes[-1].rate:.1f}/s (no rate "
+                         f"passed)")
+        else:
+            above = f", {fail.rate:.1f}/s failed" if fail is not None else " (the highest rate tried)"
+            lines.append(f"\nCapacity under a p99 of {self.sla_ms:g} ms: {best.rate:.1f}/s{above}")
+        return "\n".join(lines)
