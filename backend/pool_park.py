@@ -16,7 +16,7 @@ within its active window (the share's watcher says so, ``neighbours_active``). P
 itself: a pool that waited in SCHED_IDLE runs its next request slower wherever other threads want the cores (the
 load generator, Triton's own threads): 5-15% in-process beside two busy processes, and served alone the MLP's
 average was 0.73-0.93x Triton 0 ms's with its pool parked against 0.93-0.99x unparked (docs/colocation.md, "On by
-default"; docs/data/probe_park_alone.txt). What parking buys a neighbour is paid only where there is one.
+default"). What parking buys a neighbour is paid only where there is one.
 
 Putting a worker back from SCHED_IDLE needs CAP_SYS_NICE or an RLIMIT_NICE of at least 20 (sched(7)); without
 either, the pool is never parked (``allowed`` is False), as the CPU share lowers nothing it could not put back.

@@ -125,7 +125,10 @@ def readme_line(data: dict) -> str:
         parts.append(f"{word} {p['ratio']:.3f} [{span}] {SHORT[d]}")
         for m in behind_models(results, d, restarted(runs)):
             behind.setdefault(m, []).append(SHORT[d])
-    tail = "".join(f"; {m} behind" + ("" if len(on) == len(ds) else f" {', '.join(on)}") for m, on in behind.items())
+    by_driver: dict[str, list[str]] = {}  # "(perf_analyzer)" -> the models behind under it alone
+    for m, on in behind.items():
+        by_driver.setdefault("" if len(on) == len(ds) else f" {', '.join(on)}", []).append(m)
+    tail = "; behind" + ",".join(f" {', '.join(ms)}{on}" for on, ms in by_driver.items()) if by_driver else ""
     return (f"| [Static models](docs/results/default.md) | eager vs Triton 0 ms: {', '.join(parts)}"
             f"{tail}; {runs[0]['meta']['commit']} |")
 
