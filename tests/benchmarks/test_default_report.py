@@ -189,4 +189,4 @@ def test_a_model_behind_on_its_own_is_named_though_the_pool_of_all_is_level():
     assert "slow 0.893 [90% interval" in "; ".join(default_page.model_lines(results, "load", True))
     line = default_page.readme_line({"meta": {"commit": "abc1234", "restart": True}, "results": results})
     assert line.startswith("| [Static models](docs/results/default.md) | eager vs Triton 0 ms: tie ")
-    assert line.endswith("(lazybatch load); slow behind; abc1234 |")
+    assert line.endswith("(lazybatch load); behind slow; abc1234 |")
