@@ -43,6 +43,9 @@ class _Tensor:
     def as_numpy(self) -> np.ndarray:
         return self._arr
 
+    def is_cpu(self) -> bool:  # Triton's input tensors say where they live (backend/input_tensors.py)
+        return True
+
 
 class _Error(Exception):
     INVALID_ARG, INTERNAL, CANCELLED, UNAVAILABLE = "INVALID_ARG", "INTERNAL", "CANCELLED", "UNAVAILABLE"
