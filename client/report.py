@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from .capacity import steady
 from .load import AGGREGATE
 
 if TYPE_CHECKING:
@@ -123,6 +124,11 @@ def format_table(results: Sequence[LoadResult]) -> str:
         lines.append(f"{r.model:<22} {r.offered_rate:>7.1f} {r.send_rate:>7.1f} {r.sent:>6d} {r.ok:>6d} "
                      f"{r.errors:>5d} {r.throughput:>7.1f} {r.avg_ms:>8.1f} {r.p50_ms:>8.1f} {r.p90_ms:>8.1f} "
                      f"{r.p99_ms:>8.1f} {r.sla_violation_rate * 100 if r.sent else math.nan:>7.1f}%")
+    unsteady = [(r, s) for r in results if r.model != AGGREGATE and r.records
+                for s in [steady(r.records, r.send_rate, r.duration_s)] if not s.steady]
+    if unsteady:  # past capacity the figures above measure how long the run was, not a user's latency
+        lines += ["", "Not sustained (read throughput here, not latency; `--capacity` finds the highest rate that is):"]
+        lines += [f"  {r.model} @ {r.offered_rate:g}/s: {s.why}" for r, s in unsteady]
     if any(r.model == AGGREGATE for r in results):  # models driven together: each one's SLA, share, answers
         lines += ["", together_table(results)]
     mixed = [r for r in results if r.classes]

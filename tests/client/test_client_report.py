@@ -61,3 +61,22 @@ def test_unstreamed_reports_keep_their_columns(tmp_path):
     perf = PerfRow("m", 10.0, 9.9, 13.0, 12.0, 16.0, 28.0, 0.5, 1.5, 10.0)
     (tmp_path / "perf.json").write_text(json.dumps([asdict(perf)]))
     assert "TTFT" not in write_combined(tmp_path).read_text()
+
+
+def test_the_table_names_the_windows_that_were_not_sustained():
+    """Past capacity an average measures the run's length: the table says which rows were not sustained, and why
+    (client/capacity.py ``steady``), and leaves the sustained ones alone."""
+    from lazybatch.client.report import format_table
+
+    def result(model: str, growth_ms_per_s: float) -> LoadResult:
+        r = LoadResult(model=model, offered_rate=100.0, duration_s=4.0, sla_ms=50.0, batch=1, sent=400, ok=400,
+                       send_rate=100.0, throughput=100.0, avg_ms=10.0, p50_ms=10.0, p90_ms=10.0, p99_ms=10.0,
+                       sla_violation_rate=0.0)
+        r.records = [((i + 1) / 100, 10.0 + growth_ms_per_s * (i + 1) / 100, True) for i in range(400)]
+        return r
+
+    text = format_table([result("calm", 0.0), result("queued", 50.0)])
+    assert "Not sustained" in text
+    assert "queued @ 100/s: not sustained: the second half averaged" in text
+    assert "calm @" not in text
+    assert "Not sustained" not in format_table([result("calm", 0.0)])
