@@ -8,6 +8,11 @@ the requests sent were answered, and that the client really sent what was asked 
 that the figure is the client's limit, not the server's). A rate passes where it is steady and its p99 is within the
 SLA.
 
+Beside a latency-critical model (Heracles' question, ISCA 2015: how much best-effort work the machine carries while
+the latency-critical service keeps its SLO), the rate searched is the best-effort model's, the latency-critical one
+runs at a fixed rate in the same window, and a window passes where both were sustained and the latency-critical
+model's p99 is within its SLA (``record(rate, best_effort, guarded=latency_critical)``).
+
 The search is a loop the caller drives (``lazybatch load --capacity``; the benchmarks): ``next_rate()`` says what
 to measure, ``record(rate, result)`` what came of it, until ``next_rate()`` is None. It doubles from the starting
 rate until a rate fails (or ``max_rate``), halves until one passes (or ``min_rate``), then bisects between the
@@ -66,7 +71,8 @@ def steady(records: Sequence[tuple[float, float, bool]], send_rate: float, durat
 
 @dataclass
 class Probe:
-    """One window of the search."""
+    """One window of the search: the searched model's rate, its throughput, average and request count; the p99
+    the SLA bounds (the latency-critical model's where one runs beside it)."""
 
     rate: float
     passed: bool
@@ -75,6 +81,7 @@ class Probe:
     throughput: float
     requests: int
     why: str
+    guarded_avg_ms: float = math.nan  # beside a latency-critical model: its average in the window
 
 
 @dataclass
@@ -121,17 +128,25 @@ class CapacitySearch:
             return None
         return (best.rate + fail.rate) / 2
 
-    def record(self, rate: float, result: Any) -> Probe:
-        """One window's ``LoadResult`` (client/load.py) at ``rate``: judged steady and within the SLA or not."""
+    def record(self, rate: float, result: Any, guarded: Any = None) -> Probe:
+        """One window's ``LoadResult`` (client/load.py) at ``rate``: judged steady and within the SLA or not.
+        ``guarded``: the latency-critical model's result in the same window, whose p99 the SLA bounds (the searched
+        model then need only be sustained)."""
         s = steady(result.records, result.send_rate, result.duration_s)
-        p99 = float(result.p99_ms)
+        judged = result if guarded is None else guarded
+        g = s if guarded is None else steady(guarded.records, guarded.send_rate, guarded.duration_s)
+        p99 = float(judged.p99_ms)
+        who = "" if guarded is None else f"{guarded.model}'s "
         if not s.steady:
             passed, why = False, s.why
+        elif not g.steady:
+            passed, why = False, f"{guarded.model}: {g.why}"
         elif not p99 <= self.sla_ms:
-            passed, why = False, f"p99 {p99:.1f} ms over the {self.sla_ms:g} ms SLA"
+            passed, why = False, f"{who}p99 {p99:.1f} ms over the {self.sla_ms:g} ms SLA"
         else:
-            passed, why = True, f"p99 {p99:.1f} ms within the {self.sla_ms:g} ms SLA, {s.why}"
-        probe = Probe(rate, passed, p99, float(result.avg_ms), float(result.throughput), result.sent, why)
+            passed, why = True, f"{who}p99 {p99:.1f} ms within the {self.sla_ms:g} ms SLA, {s.why}"
+        probe = Probe(rate, passed, p99, float(result.avg_ms), float(result.throughput), result.sent, why,
+                      float(guarded.avg_ms) if guarded is not None else math.nan)
         if self.best is not None and self.lowest_failure is not None:
             self.bisections += 1
         self.probes.append(probe)

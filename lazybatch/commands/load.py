@@ -62,6 +62,10 @@ def register(sub: Any) -> None:
                    "second half averages at most 1.2x its first, 98%% of requests answered) with its p99 within "
                    "--sla-ms; --rate is where the search starts (it doubles, halves, then bisects --steps times)")
     p.add_argument("--steps", type=int, default=5, help="--capacity: bisection windows after the bracket (default 5)")
+    p.add_argument("--beside", default=None, metavar="MODEL=RATE", help="--capacity of one best-effort model while "
+                   "MODEL, the latency-critical one, runs beside it at RATE requests/s in every window: the highest "
+                   "best-effort rate at which both are sustained and MODEL's p99 stays within its SLA (--sla-ms MS, "
+                   "MODEL's; or MODEL=MS,BEST_EFFORT=MS to send the best-effort model an SLA too)")
     p.add_argument("--out", default=None, help="write load.csv, load.json and load.png here, and report.md/.csv "
                    "with the rows of `lazybatch perf --out` the same folder")
     p.set_defaults(func=run)
@@ -87,10 +91,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--mix and --alone split an aggregate rate across models driven at once: add --together")
     if args.together and classes:
         raise ConfigError("--class is for one model's callers; with --together each model has its own --sla-ms")
+    if args.beside and not args.capacity:
+        raise ConfigError("--beside is part of a capacity search: add --capacity")
+    if args.capacity:
+        return capacity(args, classes)
     slas = parse_sla(args.sla_ms, args.models)
     shares = parse_mix(args.mix, args.models) if args.together else None
-    if args.capacity:
-        return capacity(args, slas, classes)
 
     def progress(r: Any, where: str = "") -> None:
         print(f"  {r.model}{f' ({where})' if where else ''} @ {r.offered_rate:g}/s: {r.ok}/{r.sent} ok, p50 {r.p50_ms:.1f} ms, "
@@ -116,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if all(r.ok == 0 for r in results) else 0
 
 
-def capacity(args: argparse.Namespace, slas: dict, classes: Any) -> int:
+def capacity(args: argparse.Namespace, classes: Any) -> int:
     """``--capacity``: each model's rate search (client/capacity.py), one window at a time, its table at the end."""
     import json
     from dataclasses import asdict
@@ -125,6 +131,7 @@ def capacity(args: argparse.Namespace, slas: dict, classes: Any) -> int:
     from lazybatch.batcher.errors import ConfigError
     from lazybatch.client.capacity import CapacitySearch
     from lazybatch.client.load import run_load
+    from lazybatch.client.together import parse_sla, run_at_rates
 
     if args.rate is None:
         raise ConfigError("--capacity starts from --rate (requests/s), e.g. --capacity --rate 20 --sla-ms 50")
@@ -132,25 +139,41 @@ def capacity(args: argparse.Namespace, slas: dict, classes: Any) -> int:
         raise ConfigError("--capacity searches one model at a time: drop --together and --class")
     if args.steps < 1 or args.steps > 20:
         raise ConfigError("--steps must be in 1..20")
+    common = dict(batch=args.batch, timeout_s=args.timeout, length_histogram=args.length_histogram,
+                  ignore_eos=not args.stop_at_eos, streaming=args.streaming)
+    guard = _beside(args.beside, args.models) if args.beside else None
+    if guard is None:
+        slas = parse_sla(args.sla_ms, args.models)
+    elif "=" in str(args.sla_ms):  # the SLA bound is the latency-critical model's; the other may send its own
+        named = {pair.split("=")[0].strip() for pair in str(args.sla_ms).split(",")}
+        slas = {args.models[0]: None, **parse_sla(args.sla_ms, [guard[0], *(m for m in args.models if m in named)])}
+    else:
+        slas = {guard[0]: parse_sla(args.sla_ms, [guard[0]])[guard[0]], args.models[0]: None}
     found = {}
     for model in args.models:
-        sla = slas.get(model)
+        judged = guard[0] if guard is not None else model
+        sla = slas.get(judged)
         if sla is None:
-            raise ConfigError(f"--capacity needs an SLA for {model}: --sla-ms MS or {model}=MS")
+            raise ConfigError(f"--capacity needs an SLA for {judged}: --sla-ms MS or {judged}=MS")
         search = CapacitySearch(sla_ms=sla, start_rate=args.rate, steps=args.steps)
-        print(f"{model}: capacity under a p99 of {sla:g} ms, windows of {args.duration:g} s from {args.rate:g}/s",
-              flush=True)
+        beside = f" beside {guard[0]} at {guard[1]:g}/s" if guard is not None else ""
+        print(f"{model}: capacity{beside} under a p99 of {sla:g} ms{f' for {judged}' if guard else ''}, windows of "
+              f"{args.duration:g} s from {args.rate:g}/s", flush=True)
         rate = search.next_rate()
         while rate is not None:
-            r = run_load(args.url, model, rate, args.duration, sla_ms=sla, batch=args.batch, seed=args.seed,
-                         timeout_s=args.timeout, length_histogram=args.length_histogram,
-                         ignore_eos=not args.stop_at_eos, streaming=args.streaming)
-            probe = search.record(rate, r)
+            if guard is None:
+                r = run_load(args.url, model, rate, args.duration, sla_ms=sla, seed=args.seed, **common)
+                probe = search.record(rate, r)
+            else:
+                g, r = run_at_rates(args.url, {guard[0]: guard[1], model: rate}, args.duration, sla_ms=slas,
+                                    seed=args.seed, **common)
+                probe = search.record(rate, r, guarded=g)
             print(f"  {rate:.1f}/s: {probe.requests} requests, p99 {probe.p99_ms:.1f} ms: "
                   f"{'pass' if probe.passed else 'fail'} ({probe.why})", flush=True)
             rate = search.next_rate()
         print(search.table())
         found[model] = {"sla_ms": sla, "duration_s": args.duration,
+                        "beside": {"model": guard[0], "rate": guard[1]} if guard is not None else None,
                         "capacity": search.best.rate if search.best else None,
                         "probes": [asdict(p) for p in search.probes]}
     if args.out:
@@ -159,3 +182,19 @@ def capacity(args: argparse.Namespace, slas: dict, classes: Any) -> int:
         (out / "capacity.json").write_text(json.dumps(found, indent=1))
         print(f"wrote {out / 'capacity.json'}")
     return 0 if all(v["capacity"] is not None for v in found.values()) else 1
+
+
+def _beside(text: str, models: list[str]) -> tuple[str, float]:
+    """``--beside MODEL=RATE``: the latency-critical model and its fixed rate."""
+    from lazybatch.batcher.errors import ConfigError
+
+    name, _, rate = text.partition("=")
+    try:
+        r = float(rate)
+    except ValueError:
+        r = -1.0
+    if not name or r <= 0:
+        raise ConfigError(f"--beside expects MODEL=RATE with a positive rate in requests/s, got {text!r}")
+    if len(models) != 1 or name in models:
+        raise ConfigError("--beside searches one best-effort model's capacity: name exactly one other model")
+    return name, r

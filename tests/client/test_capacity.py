@@ -102,3 +102,22 @@ def test_nothing_passes_and_bad_arguments_are_refused():
         CapacitySearch(sla_ms=0, start_rate=1)
     with pytest.raises(ValueError, match="starting rate"):
         CapacitySearch(sla_ms=10, start_rate=0)
+
+
+def test_beside_a_latency_critical_model_its_p99_bounds_the_best_effort_rate():
+    """Heracles' question: the best-effort model's rate searched, the latency-critical one at a fixed rate beside
+    it, whose p99 grows with its neighbour's load: the search stops where that p99 crosses its SLA, although the
+    best-effort model itself would go on."""
+    search = CapacitySearch(sla_ms=12.0, start_rate=10.0, steps=6)
+    rate = search.next_rate()
+    while rate is not None:
+        be = fake_model(1000.0)(rate)
+        lc = window(50.0, 4.0, lambda t, rate=rate: 5.0 + rate / 10)  # 12 ms at 70/s of best effort
+        lc.model = "critical"
+        search.record(rate, be, guarded=lc)
+        rate = search.next_rate()
+    assert 66.0 <= search.best.rate <= 70.0 < search.lowest_failure.rate
+    assert "critical's p99" in search.lowest_failure.why and search.best.guarded_avg_ms <= 12.0
+    sick = window(50.0, 4.0, lambda t: 5.0 + 30 * t)
+    sick.model = "critical"
+    assert "critical: not sustained" in CapacitySearch(12.0, 10.0).record(10.0, fake_model(1000.0)(10.0), sick).why

@@ -104,6 +104,21 @@ def test_load_capacity_brackets_the_highest_rate_within_the_sla(served, tmp_path
     assert "one model at a time" in capsys.readouterr().err
 
 
+def test_load_capacity_beside_a_latency_critical_model(served, tmp_path, capsys):
+    """`--capacity --beside`: the best-effort model's rate searched while the latency-critical one runs beside it
+    at a fixed rate in every window, its p99 the bound; the windows say whose p99 they judged."""
+    out = tmp_path / "beside"
+    rc = main(["load", "slow_lazy", "--url", served.grpc, "--capacity", "--rate", "2", "--beside", "mlp_lazy=30",
+               "--duration", "1", "--sla-ms", "mlp_lazy=200", "--steps", "1", "--out", str(out)])
+    found = json.loads((out / "capacity.json").read_text())["slow_lazy"]
+    assert found["beside"] == {"model": "mlp_lazy", "rate": 30.0} and found["sla_ms"] == 200.0
+    assert rc == (0 if found["capacity"] is not None else 1)
+    assert all("mlp_lazy" in p["why"] for p in found["probes"] if p["passed"] or "p99" in p["why"])
+    assert "slow_lazy: capacity beside mlp_lazy at 30/s under a p99 of 200 ms for mlp_lazy" in capsys.readouterr().out
+    assert main(["load", "slow_lazy", "--url", served.grpc, "--rate", "2", "--beside", "mlp_lazy=30"]) == 2
+    assert "add --capacity" in capsys.readouterr().err
+
+
 def test_perf_analyzer_against_lazy_model_reports_no_errors(served, tmp_path):
     """perf_analyzer (installed from the tritonclient 2.41.0 wheel on first use), Poisson, --async."""
     out = tmp_path / "perf"
