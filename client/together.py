@@ -163,11 +163,14 @@ async def _together(url: str, rates: Mapping[str, float], duration_s: float, sla
 
 
 def run_at_rates(url: str, rates: Mapping[str, float], duration_s: float, *, sla_ms: Mapping[str, float | None],
-                 seed: int = 0, max_requests: int = 100_000, send_sla: bool = True, **kw: Any) -> list[LoadResult]:
+                 seed: int = 0, batch: int = 1, max_requests: int = 100_000, timeout_s: float = 30.0,
+                 send_sla: bool = True, length_histogram: str | None = None, ignore_eos: bool = True,
+                 streaming: bool = False) -> list[LoadResult]:
     """Every model of ``rates`` at once at its own rate (requests/s), started together: the models' results in the
     order of ``rates``, no aggregate row (``lazybatch load --capacity --beside``)."""
-    return asyncio.run(_together(url, rates, duration_s, sla_ms, seed, max_requests=max_requests,
-                                 send_sla=send_sla, **kw))
+    return asyncio.run(_together(url, rates, duration_s, sla_ms, seed, batch=batch, max_requests=max_requests,
+                                 timeout_s=timeout_s, send_sla=send_sla, length_histogram=length_histogram,
+                                 ignore_eos=ignore_eos, streaming=streaming))
 
 
 def run_together(url: str, shares: Mapping[str, float], rate: float, duration_s: float = 10.0, *,
