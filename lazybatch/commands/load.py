@@ -59,7 +59,7 @@ def register(sub: Any) -> None:
                    "figures, e.g. --class interactive:0.2:20:1 --class bulk:0.8:200:2")
     p.add_argument("--capacity", action="store_true", help="search each model's capacity under its SLA, as MLPerf's "
                    "server scenario scores it: the highest Poisson rate whose window (--duration) is sustained (its "
-                   "second half averages at most 1.2x its first, 98%% of requests answered) with its p99 within "
+                   "second half's median latency at most 1.2x its first's, 98%% of requests answered, at least 20 answers) with its p99 within "
                    "--sla-ms; --rate is where the search starts (it doubles, halves, then bisects --steps times)")
     p.add_argument("--steps", type=int, default=5, help="--capacity: bisection windows after the bracket (default 5)")
     p.add_argument("--beside", default=None, metavar="MODEL=RATE", help="--capacity of one best-effort model while "
@@ -129,7 +129,7 @@ def capacity(args: argparse.Namespace, classes: Any) -> int:
     from pathlib import Path
 
     from lazybatch.batcher.errors import ConfigError
-    from lazybatch.client.capacity import CapacitySearch
+    from lazybatch.client.capacity import MIN_REQUESTS, CapacitySearch
     from lazybatch.client.load import run_load
     from lazybatch.client.together import parse_sla, run_at_rates
 
@@ -155,7 +155,9 @@ def capacity(args: argparse.Namespace, classes: Any) -> int:
         sla = slas.get(judged)
         if sla is None:
             raise ConfigError(f"--capacity needs an SLA for {judged}: --sla-ms MS or {judged}=MS")
-        search = CapacitySearch(sla_ms=sla, start_rate=args.rate, steps=args.steps)
+        # below MIN_REQUESTS a window cannot be judged: the search goes no lower than the rate that gives it that many
+        search = CapacitySearch(sla_ms=sla, start_rate=args.rate, steps=args.steps,
+                                min_rate=min(args.rate, MIN_REQUESTS / args.duration))
         beside = f" beside {guard[0]} at {guard[1]:g}/s" if guard is not None else ""
         print(f"{model}: capacity{beside} under a p99 of {sla:g} ms{f' for {judged}' if guard else ''}, windows of "
               f"{args.duration:g} s from {args.rate:g}/s", flush=True)

@@ -50,6 +50,10 @@ def test_a_steady_window_passes_and_each_way_of_not_sustaining_says_why():
     assert not growing.steady and growing.drift > 1.2 and "not sustained" in growing.why
     lost = judged(window(100, 4, lambda t: 10.0, answered=0.9))
     assert not lost.steady and "answered" in lost.why
+    few = judged(window(4, 4, lambda t: 10.0))
+    assert not few.steady and "too few" in few.why
+    spiky = judged(window(100, 4, lambda t: 200.0 if t > 2 and int(t * 100) % 10 == 0 else 10.0))
+    assert spiky.steady  # a few slow requests in one half move its mean, not its median: no queue grew
     client = judged(window(100, 4, lambda t: 10.0, sent=0.8))
     assert not client.steady and client.why.startswith("client-bound")
 
@@ -63,7 +67,7 @@ def fake_model(capacity: float, base_ms: float = 5.0):
     return measure
 
 
-@pytest.mark.parametrize("capacity,start", [(37.0, 5.0), (37.0, 200.0), (3.0, 10.0)])
+@pytest.mark.parametrize("capacity,start", [(37.0, 5.0), (37.0, 200.0), (8.0, 10.0)])
 def test_the_search_brackets_the_capacity_within_its_last_step(capacity, start):
     measure = fake_model(capacity)
     search = CapacitySearch(sla_ms=20.0, start_rate=start, steps=6)
@@ -91,12 +95,12 @@ def test_the_sla_bounds_the_capacity_before_the_queue_does():
 
 
 def test_nothing_passes_and_bad_arguments_are_refused():
-    search = CapacitySearch(sla_ms=1.0, start_rate=1.0, min_rate=0.2)
+    search = CapacitySearch(sla_ms=1.0, start_rate=40.0, min_rate=8.0)
     rate = search.next_rate()
     while rate is not None:
-        search.record(rate, fake_model(10.0)(rate))
+        search.record(rate, fake_model(100.0)(rate))
         rate = search.next_rate()
-    assert search.best is None and [p.rate for p in search.probes] == [1.0, 0.5, 0.25]
+    assert search.best is None and [p.rate for p in search.probes] == [40.0, 20.0, 10.0]
     assert "no rate passed" in search.table()
     with pytest.raises(ValueError, match="SLA"):
         CapacitySearch(sla_ms=0, start_rate=1)

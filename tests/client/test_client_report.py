@@ -77,6 +77,6 @@ def test_the_table_names_the_windows_that_were_not_sustained():
 
     text = format_table([result("calm", 0.0), result("queued", 50.0)])
     assert "Not sustained" in text
-    assert "queued @ 100/s: not sustained: the second half averaged" in text
+    assert "queued @ 100/s: not sustained: the second half's median was" in text
     assert "calm @" not in text
     assert "Not sustained" not in format_table([result("calm", 0.0)])
