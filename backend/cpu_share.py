@@ -6,20 +6,20 @@ device group's arbiter, which models a non-preemptive accelerator) waits longer 
 once. So each model's stub lowers its own threads while a more urgent model (``batcher/cpu_rank.py``) is active,
 and puts them back when it is not; an idle member's pool waits parked while another member is active
 (backend/pool_park.py). Served on the quickstart's pair (docs/results/cpu_share.md) both models' averages were lower
-than under Triton's best, and a model alone is never lowered nor parked, so the share is on by default for lazybatch models on a CPU (``cpu_share: auto``;
-``none`` opts a model out; docs/colocation.md, "On by default").
+than under Triton's best, and a model alone is never lowered nor parked, so the share is on by default for
+lazybatch models on a CPU (``cpu_share: auto``; ``none`` opts a model out; docs/colocation.md, "On by default").
 
-How the members meet, without an arbiter: each writes one small file in a folder of its server's
-(``registry_dir``: per tritonserver process, the stubs' parent). The file's mtime says when the model last had a
-request: ``note_active`` touches it at most every ``TOUCH_S``, one syscall at most that often, none per request
-otherwise. A watcher thread in every stub looks every ``POLL_S`` (every ``IDLE_POLL_S`` while its model is idle
-and not lowered) at the other members: those ranked above its own set its nice, any active one lets its pool
-park (the folder listed again only when its mtime moves, or every ``RESCAN_S``). It ignores members whose process is gone (a stub
-killed with ``kill -9`` stops lowering its peers within ``POLL_S``) and members idle for ``ACTIVE_WINDOW_S``, and
-moves every thread of its own process (onnxruntime's pools, the scheduler, the responder, Triton's stub threads) to
-the nice the rank rule gives; a thread already set is not read again, and a thread started later is born at its
-parent's nice (the threads are listed again every ``RESCAN_S`` all the same). A stub changes only its own threads,
-so a dead stub leaves nothing lowered behind it. What it costs per request is measured by
+How the members meet, without an arbiter: each writes one small file in a folder of its server's (``registry_dir``:
+per tritonserver process, the stubs' parent). The file's mtime says when the model last had a request:
+``note_active`` touches it at most every ``TOUCH_S``, one syscall at most that often, none per request otherwise. A
+watcher thread in every stub looks every ``POLL_S`` (every ``IDLE_POLL_S`` while its model is idle and not lowered)
+at the other members: those ranked above its own set its nice, any active one lets its pool park (the folder listed
+again only when its mtime moves, or every ``RESCAN_S``). It ignores members whose process is gone (a stub killed
+with ``kill -9`` stops lowering its peers within ``POLL_S``) and members idle for ``ACTIVE_WINDOW_S``, and moves
+every thread of its own process (onnxruntime's pools, the scheduler, the responder, Triton's stub threads) to the
+nice the rank rule gives; a thread already set is not read again, and a thread started later is born at its parent's
+nice (the threads are listed again every ``RESCAN_S`` all the same). A stub changes only its own threads, so a dead
+stub leaves nothing lowered behind it. What it costs per request is measured by
 ``benchmarks/bench_cpu_share_cost.py`` (docs/results/cpu_share_cost.md).
 
 Privileges (backend/os_weights.py): putting a thread back from nice 10 to 0 needs CAP_SYS_NICE or an RLIMIT_NICE
@@ -124,16 +124,22 @@ class CpuShare:
     def peers(self, now: float | None = None) -> list[ShareMember]:
         """The other members more urgent than this one that had a request within the window and whose process
         lives: the only ones the rank rule counts."""
-        return [m for m in self.active_members(now) if m.rank() < self.me.rank()]
+        return self._above(self.active_members(now, everyone=False))
 
-    def active_members(self, now: float | None = None) -> list[ShareMember]:
-        """The other members that had a request within the window and whose process lives. The folder is listed
-        again only when its mtime moved (a member joined or left) or every RESCAN_S; a look then costs one stat of
-        the folder, one of each other member's file, and a /proc stat of each active one."""
+    def _above(self, members: list[ShareMember]) -> list[ShareMember]:
+        return [m for m in members if m.rank() < self.me.rank()]
+
+    def active_members(self, now: float | None = None, *, everyone: bool = True) -> list[ShareMember]:
+        """The other members (``everyone=False``: only those ranked above this one) that had a request within the
+        window and whose process lives. The folder is listed again only when its mtime moved (a member joined or
+        left) or every RESCAN_S; a look then costs one stat of the folder, one of each member's file it asks
+        about, and a /proc stat of each active one."""
         now = time.time() if now is None else now
         self._rescan(now)
         out = []
         for pid, path, member in self._others:
+            if not everyone and member.rank() >= self.me.rank():
+                continue
             try:
                 if now - os.stat(path).st_mtime > self.window_s or not _alive(pid):
                     continue
@@ -177,10 +183,11 @@ class CpuShare:
         """One look: the nice the rank rule gives, applied to every thread of this process; returns it. Nothing to
         do (not lowered, and nothing to lower) costs no per-thread syscall. The pool is parked (when idle) only while
         some other member is active: alone, or beside idle members, parking would cost this model and buy nobody
-        anything (backend/pool_park.py)."""
-        active = self.active_members(now)
-        peers = [m for m in active if m.rank() < self.me.rank()]
-        if self.park is not None:
+        anything (backend/pool_park.py). A member with no pool to park asks only about those ranked above it."""
+        parks = self.park is not None and self.park.allowed
+        active = self.active_members(now, everyone=parks)
+        peers = self._above(active)
+        if parks:
             self.park.set_neighbours_active(bool(active))
         want = nice_for(self.me, peers, self.steps)
         with self._lock:

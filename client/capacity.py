@@ -5,17 +5,17 @@ Why: past its capacity a queue grows with the run, so an average or a p99 there 
 a user would see. A rate counts only where the window is steady and answered: ``steady`` checks that the window's
 second half's median latency is at most ``DRIFT`` times its first's (no queue growing through it; medians, because
 the means of a latency-critical model's halves moved 1.25-1.36x apart at 30% load beside a busy neighbour, from a
-few slow requests, with no queue growing), that it holds at least ``MIN_REQUESTS`` answers, that at least ``ANSWERED`` of
-the requests sent were answered, and that the client really sent what was asked (at least ``SENT`` of it; below
-that the figure is the client's limit, not the server's). A rate passes where it is steady and its p99 is within the
-SLA.
+few slow requests, with no queue growing), that it holds at least ``MIN_REQUESTS`` answers, that at least
+``ANSWERED`` of the requests sent were answered, and that the client really sent what was asked (at least ``SENT``
+of it; below that the figure is the client's limit, not the server's). A rate passes where it is steady and its p99
+is within the SLA.
 
 Beside a latency-critical model (Heracles' question, ISCA 2015: how much best-effort work the machine carries while
 the latency-critical service keeps its SLO), the rate searched is the best-effort model's, the latency-critical one
 runs at a fixed rate in the same window, and a window passes where both were sustained and the latency-critical
 model's p99 is within its SLA (``record(rate, best_effort, guarded=latency_critical)``).
 
-The search is a loop the caller drives (``lazybatch load --capacity``; the benchmarks): ``next_rate()`` says what
+The search is a loop the caller drives (``lazybatch load --capacity``): ``next_rate()`` says what
 to measure, ``record(rate, result)`` what came of it, until ``next_rate()`` is None. It doubles from the starting
 rate until a rate fails (or ``max_rate``), halves until one passes (or ``min_rate``), then bisects between the
 highest pass and the lowest failure for ``steps`` windows. Every window's figures stay in ``probes``.

@@ -59,7 +59,8 @@ def register(sub: Any) -> None:
                    "figures, e.g. --class interactive:0.2:20:1 --class bulk:0.8:200:2")
     p.add_argument("--capacity", action="store_true", help="search each model's capacity under its SLA, as MLPerf's "
                    "server scenario scores it: the highest Poisson rate whose window (--duration) is sustained (its "
-                   "second half's median latency at most 1.2x its first's, 98%% of requests answered, at least 20 answers) with its p99 within "
+                   "second half's median latency at most 1.2x its first's, 98%% of requests answered, at least 20 "
+                   "answers) with its p99 within "
                    "--sla-ms; --rate is where the search starts (it doubles, halves, then bisects --steps times)")
     p.add_argument("--steps", type=int, default=5, help="--capacity: bisection windows after the bracket (default 5)")
     p.add_argument("--beside", default=None, metavar="MODEL=RATE", help="--capacity of one best-effort model while "
