@@ -97,6 +97,39 @@ def test_a_margin_learnt_behind_a_full_queue_does_not_refuse_a_lone_request_and_
     assert adm.margin_for(32, later) == 0.0 and adm.check(8, 24, now=later, deadline=later + 0.9) is None
 
 
+def test_the_drain_runs_at_the_slowest_calibrated_speed_of_the_last_minute():
+    """A slow spell seen by the online calibrator (the served stage runs) slows the planned drain at once, and the
+    plan keeps that speed for SPEED_HORIZON_S after the stages are back to their profile: on a shared VM such spells
+    came every few seconds, and the margin learnt from late answers came one SLA too late for them."""
+    from lazybatch.batcher.admission import SPEED_HORIZON_S
+    from lazybatch.batcher.calibration import OnlineCalibrator
+
+    table = flat_table(4, unit=0.01, max_batch=8)  # whole graph 40 ms per batch of up to 8
+    adm = Admission(QueuePolicy(0, "REJECT"), table, 8)
+    cal = OnlineCalibrator(table, weight=1.0)  # the backend's calibrator; weight 1: each run is the new ratio
+    assert adm.slowdown(0.0) == 1.0
+    assert adm.check(8, 16, now=0.0, deadline=0.125) is None  # 3 batches of 40 ms: 120 ms
+    for stage in range(4):
+        cal.observe(stage, 8, 0.013)  # 30% slower than profiled
+    assert adm.slowdown(1.0) == pytest.approx(1.3)
+    reason, msg = adm.check(8, 16, now=1.0, deadline=1.125)  # 156 ms now
+    assert reason == DEADLINE and "1.30x the profiled stage times" in msg
+    for stage in range(4):
+        cal.observe(stage, 8, 0.010)  # back to the profile
+    assert adm.slowdown(2.0) == pytest.approx(1.3)  # still planned at the slow spell's speed
+    later = 1.0 + SPEED_HORIZON_S + 0.1
+    assert adm.slowdown(later) == pytest.approx(1.0) and adm.check(8, 16, now=later, deadline=later + 0.125) is None
+    for stage in range(4):
+        cal.observe(stage, 8, 0.005)  # faster than profiled: never planned faster than the profile
+    assert adm.slowdown(later + 1.0) == 1.0
+    # the plan that teaches the margin uses the same speed: a sample finishing as the slow drain said is not late
+    for stage in range(4):
+        cal.observe(stage, 8, 0.013)
+    adm.admitted([1], held=0, now=later + 2.0, deadline=later + 3.0)
+    adm.finished(1, ok=True, now=later + 2.0 + 0.052)
+    assert adm.margin == pytest.approx(0.0, abs=1e-9)
+
+
 @pytest.mark.parametrize("make", [lambda: LazyBatching(max_batch_size=8), lambda: GraphBatching(8, 0.002), Serial],
                          ids=["lazy", "graph", "serial"])
 def test_overload_reject_keeps_served_requests_on_time_delay_serves_everything_late(make):
