@@ -60,7 +60,7 @@ def test_a_steady_window_passes_and_each_way_of_not_sustaining_says_why():
 
 def fake_model(capacity: float, base_ms: float = 5.0):
     """A model whose latency is flat below ``capacity`` requests/s and whose queue grows with time above it."""
-    def measure(rate: float, duration_s: float = 4.0) -> Window:
+    def measure(rate: float, duration_s: float = 60.0) -> Window:  # long enough for MIN_REQUESTS at 5/s
         if rate <= capacity:
             return window(rate, duration_s, lambda t: base_ms * (1 + rate / capacity))
         return window(rate, duration_s, lambda t: base_ms + 1000 * t * (rate / capacity - 1))
@@ -116,12 +116,12 @@ def test_beside_a_latency_critical_model_its_p99_bounds_the_best_effort_rate():
     rate = search.next_rate()
     while rate is not None:
         be = fake_model(1000.0)(rate)
-        lc = window(50.0, 4.0, lambda t, rate=rate: 5.0 + rate / 10)  # 12 ms at 70/s of best effort
+        lc = window(50.0, 8.0, lambda t, rate=rate: 5.0 + rate / 10)  # 12 ms at 70/s of best effort
         lc.model = "critical"
         search.record(rate, be, guarded=lc)
         rate = search.next_rate()
     assert 66.0 <= search.best.rate <= 70.0 < search.lowest_failure.rate
     assert "critical's p99" in search.lowest_failure.why and search.best.guarded_avg_ms <= 12.0
-    sick = window(50.0, 4.0, lambda t: 5.0 + 30 * t)
+    sick = window(50.0, 8.0, lambda t: 5.0 + 30 * t)
     sick.model = "critical"
     assert "critical: not sustained" in CapacitySearch(12.0, 10.0).record(10.0, fake_model(1000.0)(10.0), sick).why
