@@ -27,15 +27,17 @@ and an accepted request is a promise (the goal: >= 99% of accepted requests on t
 guard's slip margin (policies/monitor.py); on an exact device (the simulator) nothing is late and the rule is the
 bare drain's.
 
-The drain also runs at the slowest speed the model has shown in the last ``SPEED_HORIZON_S``: the ratio of the
-online-calibrated table (batcher/calibration.py, rewritten from the served stage runs) to the profile, never below 1.
-Why: the learned margin reacts only when admitted samples finish, about one SLA after the fact. On a shared 2-core
-VM the stages ran 20-36% slower than usual for 1-3 s at a time during a 5x burst; every request admitted just before
-such a spell was promised a finish at the usual speed, and 5-13% of the accepted ones ended more than 100 ms past a
-1 s SLA. The calibrated ratio follows a spell within a few stage runs, and planning at the slowest recent one keeps
-the headroom between spells. The ratio is bounded (a slower machine, not a backlog), so a long horizon costs a
-share of the admitted rate, never everything; on a machine as fast as its profile it is 1 and the rule is as
-before.
+The drain also runs at the slowest speed the model has shown in the last ``SPEED_HORIZON_S``: each job the
+scheduler completes reports its served time against the profiled time of its stages at its batch size (``ran``);
+a moving average of that ratio (weight ``SPEED_WEIGHT``, each run clamped to ``SPEED_CLAMP``) is the speed now,
+and the plan uses its maximum over the horizon, never below 1. Why: the learned margin reacts only when admitted
+samples finish, about one SLA after the fact. On a shared 2-core VM the stages ran 20-36% slower than usual for 1-3 s
+at a time during a 5x burst; every request admitted just before such a spell was promised a finish at the usual
+speed, and 5-13% of the accepted ones ended more than 100 ms past a 1 s SLA. The job's own time follows a spell
+within a few runs (the backend's table recalibration is rate-limited and smoothed over about ten), and planning at
+the slowest recent speed keeps the headroom between spells. The ratio is bounded (a slower machine, not a backlog),
+so a long horizon costs a share of the admitted rate, never everything; on a device as fast as its profile (the
+simulator) it is 1 and the rule is as before.
 """
 
 from __future__ import annotations
@@ -59,7 +61,9 @@ DEADLINE = "deadline"
 CLOSED = "closed"
 LATE_WINDOW = 64  # admitted samples whose lateness (finish - planned finish) sets the margin
 LATE_HORIZON_S = 10.0  # how long one sample's lateness counts: a margin cannot outlive the load that taught it
-SPEED_HORIZON_S = 60.0  # how long the slowest calibrated speed is planned with (module docstring)
+SPEED_HORIZON_S = 60.0  # how long the slowest recent speed is planned with (module docstring)
+SPEED_WEIGHT = 0.3  # moving average of served / profiled job time: a spell shows within a few runs
+SPEED_CLAMP = (0.25, 4.0)  # one run's ratio is clamped to this: one stall is evidence of load, not a 20x slower stage
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,7 @@ class QueuePolicy:
 class Admission:
     """Decides, for a group of new samples, whether the scheduler takes them (see the module docstring)."""
 
-    __slots__ = ("policy", "max_batch_size", "_drain", "learn", "_planned", "_late", "_table", "_profiled", "_slow")
+    __slots__ = ("policy", "max_batch_size", "_drain", "learn", "_planned", "_late", "_profiled", "_speed", "_slow")
 
     def __init__(self, policy: QueuePolicy, table: LatencyTable, max_batch_size: int, dec_timesteps: int = 1) -> None:
         self.policy = policy
@@ -112,11 +116,9 @@ class Admission:
         self._planned: dict[int, tuple[float, int]] = {}
         # (depth when admitted, finish - planned finish, finish) of the last LATE_WINDOW admitted samples served
         self._late: collections.deque[tuple[int, float, float]] = collections.deque(maxlen=LATE_WINDOW)
-        # the table the server recalibrates in place, and its stages' profiled sum at the full batch: their ratio is
-        # the speed the model runs at now
-        self._table = table
-        self._profiled = sum(row[b] for row in table.dense)
-        # (last seen, ratio), ratios decreasing: the sliding maximum of the speed ratio over SPEED_HORIZON_S
+        # the profiled stage times (seconds per stage, per batch size) the served job times are compared with
+        self._profiled = [list(row) for row in table.dense]
+        self._speed = 1.0  # moving average of served / profiled job time
         self._slow: collections.deque[tuple[float, float]] = collections.deque()
 
     @property
@@ -130,20 +132,27 @@ class Admission:
         or shallower finished later than planned (module docstring)."""
         return max((late for d, late, t in self._late if d <= depth and now - t <= LATE_HORIZON_S), default=0.0)
 
-    def slowdown(self, now: float) -> float:
-        """How many times slower than its profile the model has run at worst in the last SPEED_HORIZON_S, from the
-        online-calibrated table (>= 1; 1 while the table is as profiled, as in the simulator)."""
-        if not self.learn or self._profiled <= 0.0:
-            return 1.0
-        b = self.max_batch_size
-        ratio = sum(row[b] for row in self._table.dense) / self._profiled
-        slow = self._slow
-        while slow and slow[-1][1] <= ratio:
+    def ran(self, span: range, batch: int, seconds: float, now: float) -> None:
+        """A job over ``span`` at ``batch`` was served in ``seconds`` (the scheduler's clock): the speed now."""
+        rows = self._profiled
+        expected = sum(rows[s][min(batch, len(rows[s]) - 1)] for s in span)
+        if not self.learn or expected <= 0.0 or not seconds > 0.0:
+            return
+        lo, hi = SPEED_CLAMP
+        ratio = min(hi, max(lo, seconds / expected))
+        self._speed += SPEED_WEIGHT * (ratio - self._speed)
+        speed, slow = self._speed, self._slow
+        while slow and slow[-1][1] <= speed:  # the sliding maximum over SPEED_HORIZON_S
             slow.pop()
-        slow.append((now, ratio))
-        while now - slow[0][0] > SPEED_HORIZON_S:
+        slow.append((now, speed))
+
+    def slowdown(self, now: float) -> float:
+        """How many times slower than its profile the model has run at worst in the last SPEED_HORIZON_S (>= 1;
+        1 where the jobs ran at their profiled times, as in the simulator)."""
+        slow = self._slow
+        while slow and now - slow[0][0] > SPEED_HORIZON_S:
             slow.popleft()
-        return max(1.0, slow[0][1])
+        return max(1.0, slow[0][1]) if slow else 1.0
 
     def drain_time(self, n: int) -> float:
         """Seconds to run ``n`` samples in whole-graph batches of max_batch_size."""

@@ -126,6 +126,8 @@ class Scheduler:
             raise RuntimeError(f"completion for {job!r}, which is not the job in flight")
         self.running = None
         self.busy = False
+        if self.admission is not None:  # the job's served time: the speed admission plans the drain at
+            self.admission.ran(job.span, job.batch_size, self.clock.now() - job.started, self.clock.now())
         if self.gate is not None:
             self.gate.finished(job)
         if self.closed:

@@ -97,37 +97,45 @@ def test_a_margin_learnt_behind_a_full_queue_does_not_refuse_a_lone_request_and_
     assert adm.margin_for(32, later) == 0.0 and adm.check(8, 24, now=later, deadline=later + 0.9) is None
 
 
-def test_the_drain_runs_at_the_slowest_calibrated_speed_of_the_last_minute():
-    """A slow spell seen by the online calibrator (the served stage runs) slows the planned drain at once, and the
-    plan keeps that speed for SPEED_HORIZON_S after the stages are back to their profile: on a shared VM such spells
-    came every few seconds, and the margin learnt from late answers came one SLA too late for them."""
+def test_the_drain_runs_at_the_slowest_served_speed_of_the_last_minute():
+    """Jobs served slower than their profiled stages slow the planned drain within a few runs, and the plan keeps
+    that speed for SPEED_HORIZON_S after the jobs are back to their profile: on a shared VM such spells came every
+    few seconds, and the margin learnt from late answers came one SLA too late for them."""
     from lazybatch.batcher.admission import SPEED_HORIZON_S
-    from lazybatch.batcher.calibration import OnlineCalibrator
 
     table = flat_table(4, unit=0.01, max_batch=8)  # whole graph 40 ms per batch of up to 8
     adm = Admission(QueuePolicy(0, "REJECT"), table, 8)
-    cal = OnlineCalibrator(table, weight=1.0)  # the backend's calibrator; weight 1: each run is the new ratio
     assert adm.slowdown(0.0) == 1.0
     assert adm.check(8, 16, now=0.0, deadline=0.125) is None  # 3 batches of 40 ms: 120 ms
-    for stage in range(4):
-        cal.observe(stage, 8, 0.013)  # 30% slower than profiled
-    assert adm.slowdown(1.0) == pytest.approx(1.3)
-    reason, msg = adm.check(8, 16, now=1.0, deadline=1.125)  # 156 ms now
+    for i in range(20):
+        adm.ran(range(0, 4), 8, 0.052, now=0.1 * i)  # whole-graph jobs 30% slower than profiled
+    assert adm.slowdown(2.0) == pytest.approx(1.3, rel=1e-3)
+    reason, msg = adm.check(8, 16, now=2.0, deadline=2.125)  # 156 ms now
     assert reason == DEADLINE and "1.30x the profiled stage times" in msg
-    for stage in range(4):
-        cal.observe(stage, 8, 0.010)  # back to the profile
-    assert adm.slowdown(2.0) == pytest.approx(1.3)  # still planned at the slow spell's speed
-    later = 1.0 + SPEED_HORIZON_S + 0.1
-    assert adm.slowdown(later) == pytest.approx(1.0) and adm.check(8, 16, now=later, deadline=later + 0.125) is None
-    for stage in range(4):
-        cal.observe(stage, 8, 0.005)  # faster than profiled: never planned faster than the profile
-    assert adm.slowdown(later + 1.0) == 1.0
+    for i in range(20):
+        adm.ran(range(2, 3), 4, 0.010, now=2.0 + 0.1 * i)  # one stage at its profiled time
+    assert adm.slowdown(4.0) == pytest.approx(1.3, rel=1e-3)  # still planned at the slow spell's speed
+    later = 4.0 + SPEED_HORIZON_S  # past the last slow run recorded while it recovered
+    assert adm.slowdown(later) == 1.0 and adm.check(8, 16, now=later, deadline=later + 0.125) is None
+    adm.ran(range(0, 1), 1, 5.0, now=later)  # a stall counts clamped (4x): evidence of load, not a 500x stage
+    assert adm.slowdown(later) == pytest.approx(1.0 + 0.3 * 3.0, rel=1e-3)
     # the plan that teaches the margin uses the same speed: a sample finishing as the slow drain said is not late
-    for stage in range(4):
-        cal.observe(stage, 8, 0.013)
-    adm.admitted([1], held=0, now=later + 2.0, deadline=later + 3.0)
-    adm.finished(1, ok=True, now=later + 2.0 + 0.052)
+    adm.admitted([1], held=0, now=later, deadline=later + 1.0)
+    adm.finished(1, ok=True, now=later + 0.040 * 1.9)
     assert adm.margin == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_scheduler_reports_each_jobs_served_time_to_admission():
+    clock = ManualClock()
+    ex = Parked()
+    sched = Scheduler(flat_table(2, unit=1.0, max_batch=2), Serial(), ex, clock,
+                      queue_policy=QueuePolicy(0, "REJECT"))
+    assert sched.submit(Request(0, 0.0, deadline=100.0)) is None
+    while ex.pending:
+        job, done = ex.pending.pop(0)
+        clock.t += 2.0  # each 1 s stage served in 2 s
+        done(job, None)
+    assert sched.admission.slowdown(clock.t) == pytest.approx(1.0 + 0.3 + 0.7 * 0.3)
 
 
 @pytest.mark.parametrize("make", [lambda: LazyBatching(max_batch_size=8), lambda: GraphBatching(8, 0.002), Serial],
