@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -39,18 +40,23 @@ ROOT = Path(__file__).resolve().parent.parent
 from tqdm import tqdm
 
 from benchmarks.harness import add_perf_arrivals_arg, command_line, machine_meta, start_server, static_t1, write_json
+from benchmarks.harness.method import CLIENT_PACE, busy_between, cpu_times
 from benchmarks.harness.page import write_page
+from lazybatch.client.capacity import steady
 from lazybatch.client.load import run_load
 from lazybatch.shipped import KIND_SLA_MS, build_default_repository
 from lazybatch.serving import TritonServer
-from benchmarks.reports.default import POLICIES, SLA_MULTIPLE, pooled_line, report
+from benchmarks.reports.default import POLICIES, SLA_MULTIPLE, pooled_line, ratios, report
 
 
 def drive_load(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int) -> dict:
     r = run_load(url, model, rate, duration, sla_ms=sla_ms, seed=seed, timeout_s=120.0)
     late = sum(1 for v in r.latencies_ms if v > sla_ms)
+    held = steady(r.records, r.send_rate, duration)  # sustained (no queue growing) and the client's pace
     return {"sent": r.sent, "ok": r.ok, "errors": r.errors, "avg_ms": r.avg_ms, "p99_ms": r.p99_ms,
-            "throughput": r.throughput, "violations": (late + r.errors) / r.sent if r.sent else math.nan}
+            "throughput": r.throughput, "violations": (late + r.errors) / r.sent if r.sent else math.nan,
+            "requests": r.ok, "pace": held.sent, "client_bound": held.sent < CLIENT_PACE,
+            "drift": held.drift, "sustained": held.steady}
 
 
 # perf_analyzer's default data is random bytes: in BERT's int64 token ids those fall outside the vocabulary, the
@@ -63,7 +69,7 @@ def drive_perf(url: str, model: str, rate: float, duration: float, sla_ms: float
                input_data: str | None = None, seeded_arrivals: bool = False) -> dict:
     from lazybatch import perf as pa
 
-    rows, _ = pa.run(pa.find_perf_analyzer() or pa.install(), model, url, [rate], out / "perf" / f"{model}_{seed}",
+    rows, text = pa.run(pa.find_perf_analyzer() or pa.install(), model, url, [rate], out / "perf" / f"{model}_{seed}",
                      # three windows that make up the cell's duration; the repetitions are ours, so any three
                      # windows count as "stable" for perf_analyzer (else it gives up on a loaded 2-core machine).
                      # A window holds at least 10 expected arrivals: perf_analyzer fails a run with a window where
@@ -72,8 +78,12 @@ def drive_perf(url: str, model: str, rate: float, duration: float, sla_ms: float
                      input_data=input_data,
                      max_trials=3, stability_percentage=1000.0, poisson_seed=seed if seeded_arrivals else None)
     r = rows[-1]
+    # the requests its figures rest on: perf_analyzer's "Request count" of the measurement it reported; its pace is
+    # its own (it prints no send rate), so a perf cell is never called client-bound here
+    counts = re.findall(r"Request count: (\d+)", text)
     return {"sent": None, "ok": None, "errors": None, "avg_ms": r.avg_ms, "p99_ms": r.p99_ms,
-            "throughput": r.throughput, "violations": None}
+            "throughput": r.throughput, "violations": None,
+            "requests": int(counts[-1]) if counts else None, "client_bound": None}
 
 
 def schedule(drivers: list[str], loads: list[float], reps: int, restart: bool) -> list[tuple[str, float, int]]:
@@ -91,46 +101,87 @@ def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
     for old in stats_dir.glob("*.batches.csv"):  # the stubs append to their batch logs: this run's passes only
         old.unlink()
     drivers = ["load", "perf"] if args.driver == "both" else [args.driver]
-    steps = schedule(drivers, args.loads, args.reps, args.restart)
-    cells: list[dict] = []
-    t1 = sla_ms = math.nan
-    server: TritonServer | None = None
-    started: tuple[str, int] | None = None  # the (driver, repetition) the running server was started for
-    seen: dict = {}
+    run = CellRunner(kind, repo, stats_dir, out, args)
     try:
-        for driver, f, k in tqdm(steps, desc=kind, unit="cell"):
-            if server is None or (args.restart and (driver, k) != started):
-                if server is not None:
-                    server.stop()
-                for old in stats_dir.glob("*.json"):  # a fresh server's counters start at zero
-                    old.unlink()
-                seen = {}
-                log = f"tritonserver_{kind}_{driver}_rep{k}.log" if args.restart else f"tritonserver_{kind}.log"
-                server = start_server(repo, out / log, stats_dir=stats_dir)
-                started = (driver, k)
-                url = server.endpoints.grpc
-                if math.isnan(t1):  # measured once: every repetition offers the same request rates
-                    t1 = static_t1(url, kind)
-                    sla_ms = SLA_MULTIPLE * t1 * 1e3
-                    tqdm.write(f"[{kind}] t1 {t1 * 1e3:.2f} ms (batch-1 rate {1 / t1:.1f}/s), SLA {sla_ms:.1f} ms")
+        cells = run.cells(schedule(drivers, args.loads, args.reps, args.restart), args.duration)
+        res = {"model": kind, "t1_ms": run.t1 * 1e3, "sla_ms": run.sla_ms, "cells": cells, "settle_rounds": []}
+        duration = args.duration
+        for _ in range(args.settle):  # the method's rule: an unsettled noise floor is rerun longer
+            unsettled = [(d, r["load"]) for d in drivers for r in ratios(res, d) if not r["settled"]]
+            if not unsettled:
+                break
+            duration *= 2
+            tqdm.write(f"[{kind}] noise floor outside its band at {', '.join(f'{d} {f:.0%}' for d, f in unsettled)}:"
+                       f" rerun at {duration:g} s")
+            steps = [st for st in schedule(drivers, args.loads, args.reps, args.restart) if st[:2] in unsettled]
+            again = run.cells(steps, duration, restart_all=True)
+            res["cells"] = [c for c in res["cells"] if (c["driver"], c["load"]) not in unsettled] + again
+            res["settle_rounds"].append({"duration_s": duration, "cells": [list(u) for u in unsettled]})
+    finally:
+        run.close()
+    res["simulated"] = simulated(repo / f"{kind}_eager" / "1" / "latency.json", args.loads)
+    return res
+
+
+class CellRunner:
+    """Runs cells (driver, load, repetition: every policy in turn) on one model's server, started afresh per
+    repetition with ``--restart``; t1 and the SLA are measured once, so that every cell offers the same rates."""
+
+    def __init__(self, kind: str, repo: Path, stats_dir: Path, out: Path, args: argparse.Namespace) -> None:
+        self.kind, self.repo, self.stats_dir, self.out, self.args = kind, repo, stats_dir, out, args
+        self.t1 = self.sla_ms = math.nan
+        self.server: TritonServer | None = None
+        self.started: tuple[str, int] | None = None  # the (driver, repetition) the running server was started for
+        self.seen: dict = {}
+
+    def _server_for(self, driver: str, k: int, fresh: bool) -> str:
+        args = self.args
+        if self.server is None or fresh or (args.restart and (driver, k) != self.started):
+            self.close()
+            for old in self.stats_dir.glob("*.json"):  # a fresh server's counters start at zero
+                old.unlink()
+            self.seen = {}
+            log = (f"tritonserver_{self.kind}_{driver}_rep{k}.log" if args.restart
+                   else f"tritonserver_{self.kind}.log")
+            self.server = start_server(self.repo, self.out / log, stats_dir=self.stats_dir)
+            self.started = (driver, k)
+            if math.isnan(self.t1):  # measured once: every repetition offers the same request rates
+                self.t1 = static_t1(self.server.endpoints.grpc, self.kind)
+                self.sla_ms = SLA_MULTIPLE * self.t1 * 1e3
+                tqdm.write(f"[{self.kind}] t1 {self.t1 * 1e3:.2f} ms (batch-1 rate {1 / self.t1:.1f}/s), "
+                           f"SLA {self.sla_ms:.1f} ms")
+        return self.server.endpoints.grpc
+
+    def cells(self, steps: list[tuple[str, float, int]], duration: float, restart_all: bool = False) -> list[dict]:
+        """Every policy in turn at each step (the order reverses every repetition); with ``restart_all`` the
+        first step starts a fresh server too (a settle round after the main run)."""
+        args, t1, kind = self.args, self.t1, self.kind
+        cells: list[dict] = []
+        for i, (driver, f, k) in enumerate(tqdm(steps, desc=kind, unit="cell")):
+            url = self._server_for(driver, k, fresh=restart_all and i == 0)
+            t1 = self.t1
             order = list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))
             for pol in order:
                 model = f"{kind}_{pol}"
+                before = cpu_times()
                 if driver == "load":
-                    c = drive_load(url, model, f / t1, args.duration, sla_ms, seed=100 * k)
+                    c = drive_load(url, model, f / t1, duration, self.sla_ms, seed=100 * k)
                 else:
-                    c = drive_perf(url, model, f / t1, args.duration, sla_ms, seed=100 * k, out=out,
+                    c = drive_perf(url, model, f / t1, duration, self.sla_ms, seed=100 * k, out=self.out,
                                    input_data=PERF_INPUT_DATA.get(kind),
                                    seeded_arrivals=args.perf_arrivals == "seeded")
+                c["busy"] = busy_between(before, cpu_times())  # the whole machine's, client included
+                c["duration_s"] = duration
                 time.sleep(0.3)
                 if pol == "eager":
-                    c["routes"], seen = routes(stats_dir / f"{model}.json", seen)
+                    c["routes"], self.seen = routes(self.stats_dir / f"{model}.json", self.seen)
                 cells.append({"driver": driver, "load": f, "rep": k, "policy": pol, **c})
-    finally:
-        if server is not None:
-            server.stop()
-    return {"model": kind, "t1_ms": t1 * 1e3, "sla_ms": sla_ms, "cells": cells,
-            "simulated": simulated(repo / f"{kind}_eager" / "1" / "latency.json", args.loads)}
+        return cells
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
 
 
 def routes(path: Path, before: dict) -> tuple[dict, dict]:
@@ -182,12 +233,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="a fresh tritonserver for every repetition: each repetition then draws its own sessions "
                          "(identical sessions run a few percent apart, docs/results/default.md), which one server "
                          "for all repetitions carries into every cell of a policy")
+    ap.add_argument("--settle", type=int, default=1,
+                    help="rounds of rerunning, at twice the length each, the loads whose noise floor (the identical "
+                         "copy) strayed outside 0.90-1.10x in a repetition (benchmarks/harness/method.py); 0: none")
     ap.add_argument("--out", default="lazybatch-results/default")
     ap.add_argument("--json", default=None, help="also copy the raw results here (e.g. docs/data/default.json)")
     args = ap.parse_args(argv)
     args.loads = [float(v) for v in args.loads.split(",")]
     out = Path(args.out)
     meta = {**machine_meta(), "command": command_line(), "reps": args.reps, "duration_s": args.duration,
+            "settle": args.settle,
             "loads": args.loads, "driver": args.driver, "restart": args.restart, "perf_arrivals": args.perf_arrivals,
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     results = []

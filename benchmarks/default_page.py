@@ -106,7 +106,15 @@ def verdict_lines(results: list[dict], restart: bool) -> list[str]:
               "cell one server ran shares its sessions, so a server's cells are one draw (with `--restart`, one "
               "per model, driver and repetition; without, one per model). An interval that straddles 1.00 is a "
               "tie: eager level with Triton's stock configuration, as the simulated ceiling (last column) says any "
-              "schedule is on these static graphs, within a few percent.", ""]
+              "schedule is on these static graphs, within a few percent.", "",
+              "The method's rules per cell (benchmarks/harness/method.py): a cell has a verdict of its own only "
+              "where every repetition's identical copy scored within 0.90-1.10x (else \"no verdict ... run "
+              "longer\", which counts as not met, and `--settle` reruns it at twice the length); the requests each "
+              "p99 rests on are shown, pooled over the repetitions, and a p99 on fewer than 1,000 is unresolved; a "
+              "cell whose load generator fell below 95% of its schedule's pace is client-bound; a run whose second "
+              "half's median latency was over 1.2x its first's was not sustained (a queue grew: its average says "
+              "how long the run was); the machine's busy time over all cores (/proc/stat, the client included) "
+              "stands beside each cell. Columns show \"-\" for runs from before these were recorded.", ""]
     return lines
 
 

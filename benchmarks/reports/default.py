@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from benchmarks.harness import count, fmt, judge, spread, verdict
 from benchmarks.harness.plots import pyplot, save
+from benchmarks.harness.method import FLOOR_BAND, floor_note, floor_settled, p99_note
 from benchmarks.harness.page import table_head
 
 
@@ -59,7 +60,17 @@ def ratios(res: dict, driver: str) -> list[dict]:
             r = e.get("routes") or {}
             if r.get("inline", 0) + r.get("scheduler", 0):
                 inline.append(r["inline"] / (r["inline"] + r["scheduler"]))
+        twin_reps = [by[k, best]["avg_ms"] / by[k, TWIN]["avg_ms"] for k in reps if (k, TWIN) in by]
+        pols = ("eager", best)
+        # requests each p99 rests on, pooled over the repetitions (None: a run from before counts were kept)
+        counts = {p: sum(by[k, p].get("requests") or 0 for k in reps)
+                  if all(by[k, p].get("requests") is not None for k in reps) else None for p in pols}
+        busy = [by[k, p]["busy"] for k in reps for p in pols if by[k, p].get("busy") is not None]
         rows.append({"load": f, "best": best, "avg": spread(avg), "p99": spread(p99), "stock": spread(stock),
+                     "settled": floor_settled(twin_reps), "twin_reps": twin_reps, "requests": counts,
+                     "busy": sum(busy) / len(busy) if busy else None,
+                     "client_bound": any(by[k, p].get("client_bound") for k in reps for p in pols),
+                     "unsustained": sum(1 for k in reps for p in pols if by[k, p].get("sustained") is False),
                      "viol_diff": spread(viol) if viol else None, "twin": spread(twin) if twin else None,
                      "inline": spread(inline) if inline else None,
                      # mean log ratios over the repetitions, for pooling cells (pooled)
@@ -86,6 +97,7 @@ def pooled(results: list[dict], driver: str, restart: bool = False, draws: int =
     diffs, goal, twin, models = [], [], [], []
     units: dict[tuple, list[float]] = {}
     said: dict[str, list[str]] = {"eager": [], "twin": []}
+    unsettled = 0  # cells whose noise floor strayed outside its band in a repetition (harness/method.py)
     for res in results:
         if not any(c["driver"] == driver for c in res["cells"]):
             continue
@@ -101,12 +113,13 @@ def pooled(results: list[dict], driver: str, restart: bool = False, draws: int =
                 units.setdefault((res["model"], k) if restart else (res["model"],), []).append(d)
             for who, s in (("eager", r["avg"]), ("twin", r["twin"])):
                 said[who].append(verdict(s, 1.0))
+            unsettled += not r["settled"]
     if not diffs:
         return None
     n = len(diffs)
     out = {"cells": n, "models": models, "eager": math.exp(sum(goal) / n), "twin": math.exp(sum(twin) / n),
            "ratio": math.exp(sum(diffs) / n), "draws": len(units), "restart": restart,
-           "counts": {w: count(v) for w, v in said.items()}}
+           "counts": {w: count(v) for w, v in said.items()}, "unsettled": unsettled}
     if len(units) < MIN_DRAWS:
         return out | {"lo": math.nan, "hi": math.nan,
                       "verdict": f"unresolved ({len(units)} session draw(s); run with --restart for more)"}
@@ -140,7 +153,9 @@ def pooled_line(results: list[dict], driver: str, restart: bool = False) -> list
             f"identical copy of Triton 0 ms {interval(p)}, {p['verdict']}.** Geometric mean of the cells' goal "
             f"ratio: eager {p['eager']:.3f}, the twin {p['twin']:.3f}. The per-cell range rule called "
             f"{e['missed']} cells missed and {e['met']} met for eager, {t['missed']} missed and {t['met']} met for "
-            "the twin (an identical copy: every one of its verdicts is false).", ""]
+            "the twin (an identical copy: every one of its verdicts is false). "
+            f"{p['unsettled']} of the {p['cells']} cells have no verdict of their own: their noise floor strayed "
+            f"outside {FLOOR_BAND[0]:.2f}-{FLOOR_BAND[1]:.2f} in a repetition.", ""]
 
 
 def report(res: dict, driver: str) -> list[str]:
@@ -151,6 +166,7 @@ def report(res: dict, driver: str) -> list[str]:
     lines = [f"### {res['model']} ({driver} driver): t1 {res['t1_ms']:.2f} ms, SLA 5 x t1 = {res['sla_ms']:.1f} ms",
              "", *table_head(["load", "best Triton (by mean)", "best Triton avg / eager avg", "avg goal >= 1.00",
                               "noise floor: best Triton avg / twin avg", "best Triton p99 / eager p99",
+                              "requests per p99: eager / best Triton", "machine busy",
                               "5x-SLA violations: best Triton - eager (points)", "Triton 0 ms avg / eager avg",
                               "eager requests inline", "simulated ceiling avg / p99"])]
     for r in rows:
@@ -161,12 +177,32 @@ def report(res: dict, driver: str) -> list[str]:
         twin = fmt(r["twin"]) if r["twin"] else "-"
         inline = fmt({k: x * 100 for k, x in r["inline"].items()}, 0, "%") if r["inline"] else "-"
         lines.append(f"| {r['load']:.0%} | {r['best'].removeprefix('triton_')} | {fmt(r['avg'])} | "
-                     f"{verdict(r['avg'], 1.0)} | {twin} | {fmt(r['p99'])} | {vs} | {fmt(r['stock'])} | {inline} | "
-                     f"{ceil} |")
+                     f"{cell_verdict(r)} | {twin} | {fmt(r['p99'])} | {counts(r)} | {busy(r)} | {vs} | "
+                     f"{fmt(r['stock'])} | {inline} | {ceil} |")
     best_tri = max(peak[p] for p in TRITON)
     lines += ["", f"Peak throughput: eager {peak['eager']:.1f}/s, best Triton {best_tri:.1f}/s "
                   f"({peak['eager'] / best_tri:.2f}x).", "", served_line(cells, res["t1_ms"])]
     return lines
+
+
+def cell_verdict(r: dict) -> str:
+    """The goal's verdict where the cell's noise floor settled (harness/method.py), else why there is none (which
+    counts as not met); a client-bound cell or one a configuration did not sustain says so."""
+    said = verdict(r["avg"], 1.0) if r["settled"] or r["twin"] is None else floor_note(r["twin_reps"])
+    if r["client_bound"]:
+        said += "; client-bound in a repetition"
+    if r["unsustained"]:
+        said += f"; {r['unsustained']} run(s) not sustained (a queue grew)"
+    return said
+
+
+def counts(r: dict) -> str:
+    c = r["requests"]
+    return " / ".join("-" if c[p] is None else p99_note(c[p]) for p in ("eager", r["best"]))
+
+
+def busy(r: dict) -> str:
+    return "-" if r["busy"] is None else f"{r['busy']:.0%}"
 
 
 def peaks(res: dict, driver: str) -> dict[str, float]:

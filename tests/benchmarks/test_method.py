@@ -1,0 +1,33 @@
+"""The measurement method's rules (benchmarks/harness/method.py): the noise floor's band, the p99's request count,
+the machine's busy time from the real /proc/stat."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from benchmarks.harness.method import busy_between, cpu_times, floor_note, floor_settled, p99_note
+
+
+def test_a_cell_is_settled_only_where_every_copy_lies_in_the_band():
+    assert floor_settled([0.95, 1.04, 1.10])
+    assert not floor_settled([0.95, 1.11]) and not floor_settled([0.89]) and not floor_settled([])
+    assert not floor_settled([1.0, math.nan])
+    assert floor_note([0.84, 1.2]) == "no verdict: the noise floor read 0.84-1.20, outside 0.90-1.10 (run longer)"
+
+
+def test_a_p99_on_too_few_requests_says_so():
+    assert p99_note(1500) == "1,500"
+    assert p99_note(999) == "999 (< 1,000: p99 unresolved)"
+
+
+def test_busy_time_of_the_machine_from_proc_stat():
+    before = cpu_times()
+    end = time.perf_counter() + 0.3
+    while time.perf_counter() < end:  # one core spinning: at least a share of the machine busy
+        pass
+    after = cpu_times()
+    busy = busy_between(before, after)
+    assert after[1] > before[1] and 0.5 / (os.cpu_count() or 1) <= busy <= 1.0  # one core of them, at least half the time
+    assert math.isnan(busy_between(after, after))
