@@ -89,7 +89,7 @@ def test_load_capacity_brackets_the_highest_rate_within_the_sla(served, tmp_path
     the SLA is bracketed by a failure, every window judged and explained, the table and capacity.json written."""
     out = tmp_path / "cap"
     rc = main(["load", "mlp_lazy", "--url", served.grpc, "--capacity", "--rate", "200", "--duration", "3",
-               "--sla-ms", "50", "--steps", "2", "--out", str(out)])
+               "--sla-ms", "200", "--steps", "2", "--out", str(out)])
     assert rc == 0
     found = json.loads((out / "capacity.json").read_text())["mlp_lazy"]
     probes = found["probes"]
@@ -97,8 +97,8 @@ def test_load_capacity_brackets_the_highest_rate_within_the_sla(served, tmp_path
     failed = [p["rate"] for p in probes if not p["passed"]]
     assert found["capacity"] == max(passed) and failed and min(failed) > found["capacity"]
     assert probes[0]["rate"] == 200.0 and all(p["why"] for p in probes)
-    assert all(p["p99_ms"] <= 50 for p in probes if p["passed"])
-    assert f"Capacity under a p99 of 50 ms: {found['capacity']:.1f}/s" in capsys.readouterr().out
+    assert all(p["p99_ms"] <= 200 for p in probes if p["passed"])
+    assert f"Capacity under a p99 of 200 ms: {found['capacity']:.1f}/s" in capsys.readouterr().out
     assert main(["load", "mlp_lazy", "mlp_triton0", "--url", served.grpc, "--capacity", "--rate", "10",
                  "--together"]) == 2
     assert "one model at a time" in capsys.readouterr().err
