@@ -48,10 +48,13 @@ def peak_ratios(res: dict, driver: str) -> tuple[float, float]:
 
 
 def missed_cells(results: list[dict], driver: str) -> list[str]:
-    """The cells whose range falls below the goal (best Triton avg / eager avg >= 1.00), eager's and the copy's."""
+    """The settled cells whose range falls below the goal (best Triton avg / eager avg >= 1.00), eager's and the
+    copy's (an unsettled cell has no verdict: harness/method.py)."""
     out = []
     for res in results:
         for r in default_report.ratios(res, driver):
+            if not r["settled"]:
+                continue
             for who, s in (("eager", r["avg"]), ("the copy", r["twin"])):
                 if s and default_report.verdict(s, 1.0) == "missed":
                     out.append(f"{res['model']} {r['load']:.0%} ({who} {fmt(s)})")
@@ -84,8 +87,10 @@ def verdict_lines(results: list[dict], restart: bool) -> list[str]:
         missed = missed_cells(results, d)
         peak = "; ".join(f"{res['model']} {e:.2f}x (the copy {t:.2f}x)"
                          for res in results for e, t in [peak_ratios(res, d)])
-        lines += [f"- **Under {DRIVERS[d]}: eager / an identical copy of Triton 0 ms, pooled over {p['cells']} "
-                  f"cells, {default_report.interval(p)}: {p['verdict']}.** "
+        pooled_n = p["cells"] - p.get("unsettled", 0)
+        lines += [f"- **Under {DRIVERS[d]}: eager / an identical copy of Triton 0 ms, pooled over {pooled_n} of "
+                  f"{p['cells']} cells (the rest have no settled noise floor), {default_report.interval(p)}: "
+                  f"{p['verdict']}.** "
                   f"Goal \"never slower\" (best Triton avg / eager avg >= 1.00), "
                   f"{count_line(p['counts']['eager'], p['counts']['twin'])}."
                   + (f" Missed: {', '.join(missed)}." if missed else "")
@@ -130,7 +135,8 @@ def readme_line(data: dict) -> str:
         word = {"ahead": "ahead", "behind": "behind"}.get(p["verdict"], "tie" if p["verdict"].startswith("level")
                                                             else "unresolved")
         span = "no interval" if p["lo"] != p["lo"] else f"{p['lo']:.3f}-{p['hi']:.3f}"
-        parts.append(f"{word} {p['ratio']:.3f} [{span}] {SHORT[d]}")
+        figure = f" {p['ratio']:.3f} [{span}]" if p["ratio"] == p["ratio"] else ", no cell settled"
+        parts.append(f"{word}{figure} {SHORT[d]}")
         for m in behind_models(results, d, restarted(runs)):
             behind.setdefault(m, []).append(SHORT[d])
     by_driver: dict[str, list[str]] = {}  # "(perf_analyzer)" -> the models behind under it alone

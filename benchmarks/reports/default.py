@@ -71,6 +71,9 @@ def ratios(res: dict, driver: str) -> list[dict]:
                      "busy": sum(busy) / len(busy) if busy else None,
                      "client_bound": any(by[k, p].get("client_bound") for k in reps for p in pols),
                      "unsustained": sum(1 for k in reps for p in pols if by[k, p].get("sustained") is False),
+                     # runs that measured nothing (perf_analyzer: "Failed to obtain stable measurement")
+                     "failed": sum(1 for k in reps for p in POLICIES if (k, p) in by
+                                   and not math.isfinite(by[k, p]["avg_ms"])),
                      "viol_diff": spread(viol) if viol else None, "twin": spread(twin) if twin else None,
                      "inline": spread(inline) if inline else None,
                      # mean log ratios over the repetitions, for pooling cells (pooled)
@@ -105,6 +108,9 @@ def pooled(results: list[dict], driver: str, restart: bool = False, draws: int =
         for r in ratios(res, driver):
             if r["twin"] is None:
                 continue
+            if not r["settled"]:  # no verdict of its own (harness/method.py): it does not vote in the pool either
+                unsettled += 1
+                continue
             g, t = r["log_avg"], r["log_twin"]
             goal.append(g)
             twin.append(t)
@@ -113,11 +119,15 @@ def pooled(results: list[dict], driver: str, restart: bool = False, draws: int =
                 units.setdefault((res["model"], k) if restart else (res["model"],), []).append(d)
             for who, s in (("eager", r["avg"]), ("twin", r["twin"])):
                 said[who].append(verdict(s, 1.0))
-            unsettled += not r["settled"]
-    if not diffs:
+    if not diffs and not unsettled:  # no cell with an identical copy: nothing to say
         return None
+    if not diffs:  # every cell unsettled: nothing to pool
+        return {"cells": unsettled, "models": models, "eager": math.nan, "twin": math.nan, "ratio": math.nan,
+                "draws": 0, "restart": restart, "counts": {w: count(v) for w, v in said.items()},
+                "unsettled": unsettled, "lo": math.nan, "hi": math.nan,
+                "verdict": "unresolved (no cell's noise floor settled within 0.90-1.10x: run longer)"}
     n = len(diffs)
-    out = {"cells": n, "models": models, "eager": math.exp(sum(goal) / n), "twin": math.exp(sum(twin) / n),
+    out = {"cells": n + unsettled, "models": models, "eager": math.exp(sum(goal) / n), "twin": math.exp(sum(twin) / n),
            "ratio": math.exp(sum(diffs) / n), "draws": len(units), "restart": restart,
            "counts": {w: count(v) for w, v in said.items()}, "unsettled": unsettled}
     if len(units) < MIN_DRAWS:
@@ -140,6 +150,8 @@ def draw_interval(units: list[list[float]], draws: int = BOOTSTRAP_DRAWS) -> tup
 
 def interval(p: dict) -> str:
     """The pooled figure as the pages print it: ratio [90% interval] over N session draws."""
+    if math.isnan(p["ratio"]):
+        return "no figure [no settled cell]"
     span = "no interval" if math.isnan(p["lo"]) else f"90% interval {p['lo']:.3f}-{p['hi']:.3f}"
     return f"{p['ratio']:.3f} [{span}, {p['draws']} session draws]"
 
@@ -154,8 +166,8 @@ def pooled_line(results: list[dict], driver: str, restart: bool = False) -> list
             f"ratio: eager {p['eager']:.3f}, the twin {p['twin']:.3f}. The per-cell range rule called "
             f"{e['missed']} cells missed and {e['met']} met for eager, {t['missed']} missed and {t['met']} met for "
             "the twin (an identical copy: every one of its verdicts is false). "
-            f"{p['unsettled']} of the {p['cells']} cells have no verdict of their own: their noise floor strayed "
-            f"outside {FLOOR_BAND[0]:.2f}-{FLOOR_BAND[1]:.2f} in a repetition.", ""]
+            f"{p['unsettled']} of the {p['cells']} cells have no verdict and are left out of the pool: their noise "
+            f"floor strayed outside {FLOOR_BAND[0]:.2f}-{FLOOR_BAND[1]:.2f} in a repetition.", ""]
 
 
 def report(res: dict, driver: str) -> list[str]:
@@ -193,6 +205,8 @@ def cell_verdict(r: dict) -> str:
         said += "; client-bound in a repetition"
     if r["unsustained"]:
         said += f"; {r['unsustained']} run(s) not sustained (a queue grew)"
+    if r.get("failed"):
+        said += f"; {r['failed']} run(s) measured nothing"
     return said
 
 
