@@ -134,9 +134,11 @@ class Admission:
 
     def ran(self, span: range, batch: int, seconds: float, now: float) -> None:
         """A job over ``span`` at ``batch`` was served in ``seconds`` (the scheduler's clock): the speed now."""
+        if not self.learn or self.policy.timeout_action != REJECT or not seconds > 0.0:
+            return  # only a REJECT plan reads the speed: a bounded queue alone pays nothing per job
         rows = self._profiled
         expected = sum(rows[s][min(batch, len(rows[s]) - 1)] for s in span)
-        if not self.learn or expected <= 0.0 or not seconds > 0.0:
+        if expected <= 0.0:
             return
         lo, hi = SPEED_CLAMP
         ratio = min(hi, max(lo, seconds / expected))

@@ -127,7 +127,8 @@ class Scheduler:
         self.running = None
         self.busy = False
         if self.admission is not None:  # the job's served time: the speed admission plans the drain at
-            self.admission.ran(job.span, job.batch_size, self.clock.now() - job.started, self.clock.now())
+            now = self.clock.now()
+            self.admission.ran(job.span, job.batch_size, now - job.started, now)
         if self.gate is not None:
             self.gate.finished(job)
         if self.closed:
