@@ -12,8 +12,12 @@ worse, peak throughput no lower; under `lazybatch load` (client/load.py, open-lo
 perf_analyzer (Poisson, --async).
 
 Per model, one tritonserver serves it under eager and under Triton's batcher at 0, 5 and 20 ms. The batch-1 rate mu
-is measured first on triton_0us (sequential requests). Then, at each load, every repetition runs every policy once,
-taking turns (the order reverses every repetition, so no policy always runs first after a load change). With
+is measured first on triton_0us (sequential requests, with the cores ours). Then, at each load, every repetition
+runs every policy for ``--duration`` s, taking turns in segments of ``--segment`` s (the order turns round every
+segment), so that a spell of noise falls on all of them; the number of segments is fixed before the run, raised
+where the p99's 1,000 requests need it. A segment during which the hypervisor took more than 2% of the machine
+(/proc/stat's steal: on this 2-core VM, spells of seconds to a minute that slowed every configuration 2-7x) is
+measured again after a pause (benchmarks/harness/method.py). With
 ``--restart`` every repetition runs every load on a server of its own, started afresh: identical onnxruntime sessions
 run a few percent apart, and one server for all repetitions gives every cell of a policy the same draw. "Best
 Triton" at a load is the configuration with the lowest mean average over the repetitions. Ratios are reported as
@@ -35,14 +39,17 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 
 from tqdm import tqdm
 
 from benchmarks.harness import add_perf_arrivals_arg, command_line, machine_meta, start_server, static_t1, write_json
-from benchmarks.harness.method import CLIENT_PACE, busy_between, cpu_times
+from benchmarks.harness.method import (CLIENT_PACE, STEAL_PAUSE_S, STEAL_RETRIES, busy_between, cpu_times,
+                                       segments_for, steal_between, stolen)
 from benchmarks.harness.page import write_page
-from lazybatch.client.capacity import steady
+from lazybatch.client.capacity import ANSWERED, DRIFT, steady
 from lazybatch.client.load import run_load
 from lazybatch.shipped import KIND_SLA_MS, build_default_repository
 from lazybatch.serving import TritonServer
@@ -50,14 +57,36 @@ from benchmarks.reports.default import POLICIES, SLA_MULTIPLE, pooled_line, rati
 
 
 def drive_load(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int) -> dict:
+    """One segment under `lazybatch load`: its answers' latencies and records, for pooling (``pool_load``)."""
     r = run_load(url, model, rate, duration, sla_ms=sla_ms, seed=seed, timeout_s=120.0)
-    late = sum(1 for v in r.latencies_ms if v > sla_ms)
-    held = steady(r.records, r.send_rate, duration)  # sustained (no queue growing) and the client's pace
-    return {"sent": r.sent, "ok": r.ok, "errors": r.errors, "avg_ms": r.avg_ms, "p99_ms": r.p99_ms,
-            "throughput": r.throughput, "violations": (late + r.errors) / r.sent if r.sent else math.nan,
-            "requests": r.ok, "pace": held.sent, "client_bound": held.sent < CLIENT_PACE,
-            "drift": held.drift, "sustained": held.steady}
+    return {"sent": r.sent, "ok": r.ok, "errors": r.errors, "latencies": r.latencies_ms, "records": r.records,
+            "send_rate": r.send_rate, "duration": duration}
 
+
+def pool_load(segs: list[dict], sla_ms: float) -> dict:
+    """A cell's figures from its segments under `lazybatch load`: every answer pooled (average, p99, violations);
+    the pace is the sent-weighted mean of the segments'; sustained where the segments' second halves, pooled, have
+    a median at most DRIFT x their first halves' (a queue growing through each segment shows in every one) and
+    answers reach ANSWERED of sends."""
+    lat = np.concatenate([np.asarray(g["latencies"], dtype=float) for g in segs]) if segs else np.zeros(0)
+    sent = sum(g["sent"] for g in segs)
+    ok = sum(g["ok"] for g in segs)
+    errors = sum(g["errors"] for g in segs)
+    late = int(np.count_nonzero(lat > sla_ms))
+    paces = [(steady(g["records"], g["send_rate"], g["duration"]).sent, g["sent"]) for g in segs if g["sent"]]
+    pace = sum(p * n for p, n in paces) / max(sum(n for _, n in paces), 1)
+    first = [lat_ms for g in segs for t, lat_ms, good in g["records"] if good and t < g["duration"] / 2]
+    second = [lat_ms for g in segs for t, lat_ms, good in g["records"] if good and t >= g["duration"] / 2]
+    drift = float(np.median(second) / np.median(first)) if first and second else math.nan
+    return {"sent": sent, "ok": ok, "errors": errors, "avg_ms": float(lat.mean()) if lat.size else math.nan,
+            "p99_ms": float(np.percentile(lat, 99)) if lat.size else math.nan,
+            "throughput": ok / sum(g["duration"] for g in segs) if segs else math.nan,
+            "violations": (late + errors) / sent if sent else math.nan, "requests": ok, "pace": pace,
+            "client_bound": pace < CLIENT_PACE, "drift": drift,
+            "sustained": bool(drift <= DRIFT and sent and ok / sent >= ANSWERED)}
+
+
+PERF_MIN_SEGMENT_S = 3.0  # perf_analyzer's three measurement windows of at least 1 s each
 
 # perf_analyzer's default data is random bytes: in BERT's int64 token ids those fall outside the vocabulary, the
 # model answers every request with its error (as it should) and perf_analyzer stops at the first. Zeros are valid
@@ -81,9 +110,23 @@ def drive_perf(url: str, model: str, rate: float, duration: float, sla_ms: float
     # the requests its figures rest on: perf_analyzer's "Request count" of the measurement it reported; its pace is
     # its own (it prints no send rate), so a perf cell is never called client-bound here
     counts = re.findall(r"Request count: (\d+)", text)
-    return {"sent": None, "ok": None, "errors": None, "avg_ms": r.avg_ms, "p99_ms": r.p99_ms,
-            "throughput": r.throughput, "violations": None,
-            "requests": int(counts[-1]) if counts else None, "client_bound": None}
+    return {"avg_ms": r.avg_ms, "p99_ms": r.p99_ms, "throughput": r.throughput,
+            "requests": int(counts[-1]) if counts else 0}
+
+
+def pool_perf(segs: list[dict]) -> dict:
+    """A cell's figures from its perf_analyzer segments: the request-weighted mean of their averages (exact) and of
+    their p99s (perf_analyzer reports no per-request latencies: an estimate of the pooled p99), the throughput
+    averaged; a segment that measured nothing makes the cell's figures NaN (named as failed)."""
+    n = sum(g["requests"] for g in segs)
+    if not segs or not n or any(not math.isfinite(g["avg_ms"]) for g in segs):
+        return {"sent": None, "ok": None, "errors": None, "avg_ms": math.nan, "p99_ms": math.nan,
+                "throughput": math.nan, "violations": None, "requests": n, "client_bound": None}
+    return {"sent": None, "ok": None, "errors": None,
+            "avg_ms": sum(g["avg_ms"] * g["requests"] for g in segs) / n,
+            "p99_ms": sum(g["p99_ms"] * g["requests"] for g in segs) / n,
+            "throughput": sum(g["throughput"] for g in segs) / len(segs), "violations": None, "requests": n,
+            "client_bound": None}
 
 
 def schedule(drivers: list[str], loads: list[float], reps: int, restart: bool) -> list[tuple[str, float, int]]:
@@ -146,37 +189,75 @@ class CellRunner:
             self.server = start_server(self.repo, self.out / log, stats_dir=self.stats_dir)
             self.started = (driver, k)
             if math.isnan(self.t1):  # measured once: every repetition offers the same request rates
-                self.t1 = static_t1(self.server.endpoints.grpc, self.kind)
+                for _ in range(STEAL_RETRIES + 1):  # ... with the cores ours: a stolen t1 offers every cell less
+                    before = cpu_times()
+                    self.t1 = static_t1(self.server.endpoints.grpc, self.kind)
+                    if not stolen(steal_between(before, cpu_times())):
+                        break
+                    time.sleep(STEAL_PAUSE_S)
                 self.sla_ms = SLA_MULTIPLE * self.t1 * 1e3
                 tqdm.write(f"[{self.kind}] t1 {self.t1 * 1e3:.2f} ms (batch-1 rate {1 / self.t1:.1f}/s), "
                            f"SLA {self.sla_ms:.1f} ms")
         return self.server.endpoints.grpc
 
     def cells(self, steps: list[tuple[str, float, int]], duration: float, restart_all: bool = False) -> list[dict]:
-        """Every policy in turn at each step (the order reverses every repetition); with ``restart_all`` the
-        first step starts a fresh server too (a settle round after the main run)."""
-        args, t1, kind = self.args, self.t1, self.kind
+        """Every policy at each step, taking turns in segments (``--segment`` s each; the order turns round every
+        segment, and starts from the other end every repetition) until each has ``duration`` s of load, or more
+        where that falls short of the p99's request floor over the repetitions (method.segments_for); a segment
+        the hypervisor stole from is measured again (method.STEAL_MAX). With ``restart_all`` the first step starts
+        a fresh server too (a settle round after the main run)."""
+        args, kind = self.args, self.kind
         cells: list[dict] = []
         for i, (driver, f, k) in enumerate(tqdm(steps, desc=kind, unit="cell")):
             url = self._server_for(driver, k, fresh=restart_all and i == 0)
-            t1 = self.t1
-            order = list(POLICIES) if k % 2 == 0 else list(reversed(POLICIES))
-            for pol in order:
+            rate = f / self.t1
+            seg_s = max(args.segment, PERF_MIN_SEGMENT_S) if driver == "perf" else args.segment
+            n = segments_for(rate, seg_s, args.reps, minimum=max(1, round(duration / seg_s)))
+            segs: dict[str, list[dict]] = {p: [] for p in POLICIES}
+            meta = {p: {"busy": [], "steal": [], "retried": 0, "stolen": 0} for p in POLICIES}
+            for j in range(n):
+                order = list(POLICIES) if (j + k) % 2 == 0 else list(reversed(POLICIES))
+                for pol in order:
+                    seg, m = self._segment(driver, url, pol, rate, seg_s, seed=1000 * k + j)
+                    segs[pol].append(seg)
+                    for key in ("busy", "steal"):
+                        meta[pol][key].append(m[key])
+                    meta[pol]["retried"] += m["retried"]
+                    meta[pol]["stolen"] += m["stolen"]
+            for pol in POLICIES:
                 model = f"{kind}_{pol}"
-                before = cpu_times()
-                if driver == "load":
-                    c = drive_load(url, model, f / t1, duration, self.sla_ms, seed=100 * k)
-                else:
-                    c = drive_perf(url, model, f / t1, duration, self.sla_ms, seed=100 * k, out=self.out,
-                                   input_data=PERF_INPUT_DATA.get(kind),
-                                   seeded_arrivals=args.perf_arrivals == "seeded")
-                c["busy"] = busy_between(before, cpu_times())  # the whole machine's, client included
-                c["duration_s"] = duration
-                time.sleep(0.3)
+                c = pool_load(segs[pol], self.sla_ms) if driver == "load" else pool_perf(segs[pol])
+                mm = meta[pol]
+                c.update(busy=float(np.mean(mm["busy"])), steal=float(np.mean(mm["steal"])),
+                         segments=n, segment_s=seg_s, retried=mm["retried"], stolen=mm["stolen"],
+                         duration_s=n * seg_s)
                 if pol == "eager":
+                    time.sleep(0.3)  # the statistics file is written when the scheduler goes idle
                     c["routes"], self.seen = routes(self.stats_dir / f"{model}.json", self.seen)
                 cells.append({"driver": driver, "load": f, "rep": k, "policy": pol, **c})
         return cells
+
+    def _segment(self, driver: str, url: str, pol: str, rate: float, seg_s: float, seed: int) -> tuple[dict, dict]:
+        """One segment of one policy, measured again (after a pause) while the hypervisor stole more than
+        STEAL_MAX of the machine during it, STEAL_RETRIES times at most: the segment and its busy, steal, retries
+        and whether its steal stayed high."""
+        model = f"{self.kind}_{pol}"
+        retried = 0
+        while True:
+            before = cpu_times()
+            if driver == "load":
+                seg = drive_load(url, model, rate, seg_s, self.sla_ms, seed=seed)
+            else:
+                seg = drive_perf(url, model, rate, seg_s, self.sla_ms, seed=seed, out=self.out,
+                                 input_data=PERF_INPUT_DATA.get(self.kind),
+                                 seeded_arrivals=self.args.perf_arrivals == "seeded")
+            after = cpu_times()
+            steal = steal_between(before, after)
+            if not stolen(steal) or retried >= STEAL_RETRIES:
+                return seg, {"busy": busy_between(before, after), "steal": steal, "retried": retried,
+                             "stolen": int(stolen(steal))}
+            retried += 1
+            time.sleep(STEAL_PAUSE_S)
 
     def close(self) -> None:
         if self.server is not None:
@@ -225,7 +306,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="shipped kinds: tiny (about 1 ms served) and mlp are the fast models, resnet50 the slow one")
     ap.add_argument("--loads", default="0.1,0.4,0.7,0.9,1.5", help="fractions of the batch-1 rate")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=4.0, help="seconds of load per cell")
+    ap.add_argument("--duration", type=float, default=12.0,
+                    help="seconds of load per policy and cell (more where the p99's 1,000 requests need it)")
+    ap.add_argument("--segment", type=float, default=2.0,
+                    help="seconds of one turn: the policies take turns in segments this long (perf_analyzer's at "
+                         f"least {PERF_MIN_SEGMENT_S:g} s), so that a spell of noise falls on all of them")
     ap.add_argument("--driver", choices=("load", "perf", "both"), default="both",
                     help="both: lazybatch's load generator and NVIDIA perf_analyzer, each judged on its own")
     add_perf_arrivals_arg(ap, "perf driver")
@@ -242,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     args.loads = [float(v) for v in args.loads.split(",")]
     out = Path(args.out)
     meta = {**machine_meta(), "command": command_line(), "reps": args.reps, "duration_s": args.duration,
-            "settle": args.settle,
+            "segment_s": args.segment, "settle": args.settle,
             "loads": args.loads, "driver": args.driver, "restart": args.restart, "perf_arrivals": args.perf_arrivals,
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     results = []

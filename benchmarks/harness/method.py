@@ -9,7 +9,12 @@
 - **the offered load really offered**: a cell whose client sent below ``CLIENT_PACE`` of its schedule's pace is
   client-bound (the load generator, not the server, was the limit);
 - **the machine's busy time** beside every cell, from /proc/stat, so that a load's label can be checked against
-  what the cores did.
+  what the cores did;
+- **the cores were ours**: configurations take turns in short segments, and a segment during which the hypervisor
+  took more than ``STEAL_MAX`` of the machine (/proc/stat's steal) is measured again after a pause
+  (``STEAL_RETRIES`` times at most). On this 2-core VM steal came in spells of seconds to a minute, up to 40% of
+  the machine; a 2 s segment under a spell ran 2-7x slower for every configuration alike, and one such segment in
+  a cell moved an identical copy's ratio to 0.38-4.95x. Segments whose steal stayed high are kept and counted.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from typing import Sequence
 FLOOR_BAND = (0.90, 1.10)  # each repetition's identical copy must score within this, or the cell is unsettled
 MIN_P99_REQUESTS = 1000  # requests per configuration, pooled over repetitions, for a p99 to count
 CLIENT_PACE = 0.95  # sent / the schedule's pace at least this, or the cell is client-bound
+STEAL_MAX = 0.02  # a segment during which steal took more of the machine than this is measured again
+STEAL_RETRIES = 30  # ... at most this many times, each after STEAL_PAUSE_S (spells last seconds to a minute and more)
+STEAL_PAUSE_S = 3.0
 
 PROC_STAT = Path("/proc/stat")
 
@@ -43,20 +51,40 @@ def p99_note(requests: int) -> str:
     return f"{requests:,}" + ("" if requests >= MIN_P99_REQUESTS else f" (< {MIN_P99_REQUESTS:,}: p99 unresolved)")
 
 
-def cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of the whole machine so far, from /proc/stat's first line; busy is everything but
-    idle and iowait (steal included: time the cores were not ours). (0, 0) where /proc/stat cannot be read."""
+def cpu_times() -> tuple[int, int, int]:
+    """(busy, total, steal) jiffies of the whole machine so far, from /proc/stat's first line; busy is everything
+    but idle and iowait (steal included), steal the time the hypervisor ran something else on our cores. (0, 0, 0)
+    where /proc/stat cannot be read."""
     try:
         fields = PROC_STAT.read_text().split("\n", 1)[0].split()[1:]
     except OSError:
-        return 0, 0
+        return 0, 0, 0
     vals = [int(v) for v in fields[:8]]
     total = sum(vals)
     idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    return total - idle, total
+    return total - idle, total, vals[7] if len(vals) > 7 else 0
 
 
-def busy_between(before: tuple[int, int], after: tuple[int, int]) -> float:
+def busy_between(before: tuple[int, ...], after: tuple[int, ...]) -> float:
     """The machine's busy fraction (0-1 over all cores) between two ``cpu_times`` readings; NaN without any."""
     total = after[1] - before[1]
     return (after[0] - before[0]) / total if total > 0 else math.nan
+
+
+def steal_between(before: tuple[int, ...], after: tuple[int, ...]) -> float:
+    """The fraction of the machine (0-1 over all cores) the hypervisor took between two ``cpu_times`` readings;
+    NaN without any."""
+    total = after[1] - before[1]
+    return (after[2] - before[2]) / total if total > 0 else math.nan
+
+
+def stolen(steal: float) -> bool:
+    """Whether a segment's steal was over STEAL_MAX (NaN, where /proc/stat says nothing, is not)."""
+    return steal > STEAL_MAX
+
+
+def segments_for(rate: float, segment_s: float, reps: int, *, minimum: int, per_config: int = MIN_P99_REQUESTS) -> int:
+    """Segments per configuration and repetition, fixed before the run: at least ``minimum``, and enough that the
+    expected requests pooled over the repetitions reach ``per_config`` (the p99's floor)."""
+    need = per_config / max(rate * segment_s * reps, 1e-9)
+    return max(minimum, math.ceil(need))

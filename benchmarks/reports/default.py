@@ -66,9 +66,15 @@ def ratios(res: dict, driver: str) -> list[dict]:
         counts = {p: sum(by[k, p].get("requests") or 0 for k in reps)
                   if all(by[k, p].get("requests") is not None for k in reps) else None for p in pols}
         busy = [by[k, p]["busy"] for k in reps for p in pols if by[k, p].get("busy") is not None]
+        steal = [by[k, p]["steal"] for k in reps for p in POLICIES if by.get((k, p), {}).get("steal") is not None]
         rows.append({"load": f, "best": best, "avg": spread(avg), "p99": spread(p99), "stock": spread(stock),
                      "settled": floor_settled(twin_reps), "twin_reps": twin_reps, "requests": counts,
                      "busy": sum(busy) / len(busy) if busy else None,
+                     # the hypervisor's share of the machine over every configuration's segments, the segments
+                     # measured again for it and those whose steal stayed high (harness/method.py)
+                     "steal": sum(steal) / len(steal) if steal else None,
+                     "retried": sum(by[k, p].get("retried", 0) for k in reps for p in POLICIES if (k, p) in by),
+                     "stolen": sum(by[k, p].get("stolen", 0) for k in reps for p in POLICIES if (k, p) in by),
                      "client_bound": any(by[k, p].get("client_bound") for k in reps for p in pols),
                      "unsustained": sum(1 for k in reps for p in pols if by[k, p].get("sustained") is False),
                      # runs that measured nothing (perf_analyzer: "Failed to obtain stable measurement")
@@ -216,7 +222,14 @@ def counts(r: dict) -> str:
 
 
 def busy(r: dict) -> str:
-    return "-" if r["busy"] is None else f"{r['busy']:.0%}"
+    """The machine's busy share, and where the run knew it, the hypervisor's steal with the segments measured again
+    for it (and those whose steal stayed high, kept)."""
+    if r["busy"] is None:
+        return "-"
+    if r.get("steal") is None:
+        return f"{r['busy']:.0%}"
+    kept = f", {r['stolen']} kept stolen" if r.get("stolen") else ""
+    return f"{r['busy']:.0%} (steal {r['steal']:.1%}; {r['retried']} remeasured{kept})"
 
 
 def peaks(res: dict, driver: str) -> dict[str, float]:
@@ -257,6 +270,9 @@ def header(meta: dict) -> list[str]:
             f"{meta['started']}; {meta['cpu']} ({meta['cores']} cores), onnxruntime {meta['onnxruntime']}, "
             f"tritonclient {meta['tritonclient']}. {meta['reps']} repetitions of {meta['duration_s']:g} s of Poisson "
             "load per policy and load, taking turns"
+            + (f" in segments of {meta['segment_s']:g} s (perf_analyzer's at least 3 s; more segments where the p99's "
+               "1,000 requests need them; a segment during which the hypervisor took over 2% of the machine, "
+               "/proc/stat's steal, measured again: benchmarks/harness/method.py)" if meta.get("segment_s") else "")
             + (" (a fresh tritonserver for every repetition: each draws its own sessions)" if meta.get("restart") else "")
             + (PERF_ARRIVALS[meta.get("perf_arrivals", "perf_analyzer")] if meta.get("driver") in ("perf", "both")
                else "")

@@ -7,7 +7,8 @@ import math
 import os
 import time
 
-from benchmarks.harness.method import busy_between, cpu_times, floor_note, floor_settled, p99_note
+from benchmarks.harness.method import (MIN_P99_REQUESTS, STEAL_MAX, busy_between, cpu_times, floor_note,
+                                       floor_settled, p99_note, segments_for, steal_between, stolen)
 
 
 def test_a_cell_is_settled_only_where_every_copy_lies_in_the_band():
@@ -31,3 +32,23 @@ def test_busy_time_of_the_machine_from_proc_stat():
     busy = busy_between(before, after)
     assert after[1] > before[1] and 0.5 / (os.cpu_count() or 1) <= busy <= 1.0  # one core of them, at least half the time
     assert math.isnan(busy_between(after, after))
+
+
+def test_steal_is_read_from_proc_stat_and_a_stolen_segment_is_named():
+    before = cpu_times()
+    time.sleep(0.05)
+    after = cpu_times()
+    steal = steal_between(before, after)
+    assert len(after) == 3 and 0.0 <= steal <= 1.0
+    assert math.isnan(steal_between(after, after))
+    # (busy, total, steal) jiffies: 30 of 1000 stolen is over the bound, 10 is not
+    assert stolen(steal_between((0, 0, 0), (500, 1000, 30))) and not stolen(steal_between((0, 0, 0), (500, 1000, 10)))
+    assert STEAL_MAX == 0.02 and not stolen(math.nan)
+
+
+def test_segments_are_fixed_before_the_run_to_reach_the_p99_floor():
+    # 460 requests/s in 2 s segments over 3 repetitions: the minimum already holds over 1,000 requests
+    assert segments_for(460.0, 2.0, 3, minimum=6) == 6
+    # 10/s: 1,000 requests over 3 repetitions need 17 segments of 2 s each
+    n = segments_for(10.0, 2.0, 3, minimum=6)
+    assert n == 17 and n * 2.0 * 10.0 * 3 >= MIN_P99_REQUESTS
