@@ -46,8 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 from tqdm import tqdm
 
 from benchmarks.harness import add_perf_arrivals_arg, command_line, machine_meta, start_server, static_t1, write_json
-from benchmarks.harness.method import (CLIENT_PACE, STEAL_PAUSE_S, STEAL_RETRIES, busy_between, cpu_times,
-                                       segments_for, steal_between, stolen)
+from benchmarks.harness.method import CLIENT_PACE, segments_for, while_ours
 from benchmarks.harness.page import write_page
 from lazybatch.client.capacity import ANSWERED, DRIFT, steady
 from lazybatch.client.load import run_load
@@ -189,12 +188,8 @@ class CellRunner:
             self.server = start_server(self.repo, self.out / log, stats_dir=self.stats_dir)
             self.started = (driver, k)
             if math.isnan(self.t1):  # measured once: every repetition offers the same request rates
-                for _ in range(STEAL_RETRIES + 1):  # ... with the cores ours: a stolen t1 offers every cell less
-                    before = cpu_times()
-                    self.t1 = static_t1(self.server.endpoints.grpc, self.kind)
-                    if not stolen(steal_between(before, cpu_times())):
-                        break
-                    time.sleep(STEAL_PAUSE_S)
+                url = self.server.endpoints.grpc  # ... with the cores ours: a stolen t1 offers every cell less
+                self.t1, _ = while_ours(lambda: static_t1(url, self.kind))
                 self.sla_ms = SLA_MULTIPLE * self.t1 * 1e3
                 tqdm.write(f"[{self.kind}] t1 {self.t1 * 1e3:.2f} ms (batch-1 rate {1 / self.t1:.1f}/s), "
                            f"SLA {self.sla_ms:.1f} ms")
@@ -238,26 +233,16 @@ class CellRunner:
         return cells
 
     def _segment(self, driver: str, url: str, pol: str, rate: float, seg_s: float, seed: int) -> tuple[dict, dict]:
-        """One segment of one policy, measured again (after a pause) while the hypervisor stole more than
-        STEAL_MAX of the machine during it, STEAL_RETRIES times at most: the segment and its busy, steal, retries
-        and whether its steal stayed high."""
+        """One segment of one policy, measured again while the hypervisor stole from it (method.while_ours): the
+        segment and its busy, steal, retries and whether its steal stayed high."""
         model = f"{self.kind}_{pol}"
-        retried = 0
-        while True:
-            before = cpu_times()
-            if driver == "load":
-                seg = drive_load(url, model, rate, seg_s, self.sla_ms, seed=seed)
-            else:
-                seg = drive_perf(url, model, rate, seg_s, self.sla_ms, seed=seed, out=self.out,
-                                 input_data=PERF_INPUT_DATA.get(self.kind),
-                                 seeded_arrivals=self.args.perf_arrivals == "seeded")
-            after = cpu_times()
-            steal = steal_between(before, after)
-            if not stolen(steal) or retried >= STEAL_RETRIES:
-                return seg, {"busy": busy_between(before, after), "steal": steal, "retried": retried,
-                             "stolen": int(stolen(steal))}
-            retried += 1
-            time.sleep(STEAL_PAUSE_S)
+        if driver == "load":
+            seg, turn = while_ours(lambda: drive_load(url, model, rate, seg_s, self.sla_ms, seed=seed))
+        else:
+            seg, turn = while_ours(lambda: drive_perf(url, model, rate, seg_s, self.sla_ms, seed=seed, out=self.out,
+                                                      input_data=PERF_INPUT_DATA.get(self.kind),
+                                                      seeded_arrivals=self.args.perf_arrivals == "seeded"))
+        return seg, {"busy": turn.busy, "steal": turn.steal, "retried": turn.retried, "stolen": int(turn.stolen)}
 
     def close(self) -> None:
         if self.server is not None:

@@ -20,8 +20,12 @@
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
+
+T = TypeVar("T")
 
 FLOOR_BAND = (0.90, 1.10)  # each repetition's identical copy must score within this, or the cell is unsettled
 MIN_P99_REQUESTS = 1000  # requests per configuration, pooled over repetitions, for a p99 to count
@@ -88,3 +92,30 @@ def segments_for(rate: float, segment_s: float, reps: int, *, minimum: int, per_
     expected requests pooled over the repetitions reach ``per_config`` (the p99's floor)."""
     need = per_config / max(rate * segment_s * reps, 1e-9)
     return max(minimum, math.ceil(need))
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What the machine did during one measurement: its busy and steal shares, how often it was measured again for
+    steal, and whether the last try's steal stayed over STEAL_MAX (kept, and counted)."""
+
+    busy: float
+    steal: float
+    retried: int
+    stolen: bool
+
+
+def while_ours(measure: Callable[[], T], *, read: Callable[[], tuple[int, ...]] = cpu_times,
+               pause: Callable[[float], None] = time.sleep) -> tuple[T, Turn]:
+    """``measure()``, taken again after STEAL_PAUSE_S while the hypervisor stole more than STEAL_MAX of the machine
+    during it, STEAL_RETRIES times at most: its last result and what the machine did meanwhile."""
+    retried = 0
+    while True:
+        before = read()
+        value = measure()
+        after = read()
+        steal = steal_between(before, after)
+        if not stolen(steal) or retried >= STEAL_RETRIES:
+            return value, Turn(busy_between(before, after), steal, retried, stolen(steal))
+        retried += 1
+        pause(STEAL_PAUSE_S)

@@ -8,7 +8,8 @@ import os
 import time
 
 from benchmarks.harness.method import (MIN_P99_REQUESTS, STEAL_MAX, busy_between, cpu_times, floor_note,
-                                       floor_settled, p99_note, segments_for, steal_between, stolen)
+                                       floor_settled, p99_note, segments_for, steal_between, stolen,
+                                       while_ours)
 
 
 def test_a_cell_is_settled_only_where_every_copy_lies_in_the_band():
@@ -52,3 +53,12 @@ def test_segments_are_fixed_before_the_run_to_reach_the_p99_floor():
     # 10/s: 1,000 requests over 3 repetitions need 17 segments of 2 s each
     n = segments_for(10.0, 2.0, 3, minimum=6)
     assert n == 17 and n * 2.0 * 10.0 * 3 >= MIN_P99_REQUESTS
+
+
+def test_a_measurement_is_taken_again_while_the_hypervisor_steals():
+    # (busy, total, steal) readings: the first try loses 100 of 1000 jiffies to steal, the second 5
+    readings = iter([(0, 0, 0), (500, 1000, 100), (500, 1000, 100), (900, 2000, 105)])
+    tries, pauses = [], []
+    value, turn = while_ours(lambda: tries.append(1) or len(tries), read=lambda: next(readings), pause=pauses.append)
+    assert value == 2 and turn.retried == 1 and not turn.stolen and len(pauses) == 1
+    assert math.isclose(turn.steal, 0.005) and math.isclose(turn.busy, 0.4)
