@@ -84,9 +84,11 @@ class InboxLoop:
         self.memory_release_s = memory_release_s  # 0: never (config memory_release_ms)
         self.idle = threading.Event()  # set while nothing is held or pending (an inline pass may wait for it)
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Group, WAKE, Call, or None (close)
-        self.lock = threading.Lock()  # guards ``_closed`` and ``_pending`` (execute's threads and this one)
-        self._closed = False
-        self._pending = 0  # submitted, not yet admitted by the scheduler thread (under ``lock``)
+        self.lock = threading.Lock()  # guards ``closed`` and ``pending`` (execute's threads and this one)
+        # written only by this class, under ``lock``; plain attributes, read without it by the inline route (a
+        # property call per read cost its every pass)
+        self.closed = False
+        self.pending = 0  # submitted, not yet admitted by the scheduler thread
         self.dirty = False  # something was answered since the idle hook last ran
         self.idle_hook_at = 0.0  # when the idle hook last ran (IDLE_HOOK_INTERVAL_S)
         self.quiet_owed = False  # the statistics file and the memory release wait for a quiet moment (QUIET_S)
@@ -96,23 +98,15 @@ class InboxLoop:
         self.thread = threading.Thread(target=self.run, name=f"{name}-scheduler", daemon=True)
 
     # ------------------------------------------------------------------ any thread
-    @property
-    def pending(self) -> int:
-        return self._pending
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def put(self, items: list[tuple[Parent, RequestOptions, float]]) -> bool:
         """Requests of one execute call, admitted together; False (nothing queued) once the loop is closing."""
         with self.lock:
-            if self._closed:
+            if self.closed:
                 return False
             if items:
                 self.idle.clear()
                 self.queue.put(Group(items))
-                self._pending += len(items)
+                self.pending += len(items)
         return True
 
     def wake(self) -> None:
@@ -125,16 +119,17 @@ class InboxLoop:
     def close(self) -> None:
         """No more arrivals; the thread answers what is left and stops."""
         with self.lock:
-            self._closed = True
+            self.closed = True
             self.queue.put(None)
 
     def note_answer(self) -> None:
         """A request was answered: the idle hook is owed."""
         self.dirty = True
 
-    def note_work(self) -> None:
-        """A job or a pass ended now: the quiet moment starts later."""
-        self.worked_at = time.monotonic()
+    def note_work(self, now: float | None = None) -> None:
+        """A job or a pass ended now (``now``: time.monotonic(), where the caller has it): the quiet moment starts
+        later."""
+        self.worked_at = time.monotonic() if now is None else now
 
     # ------------------------------------------------------------------ scheduler thread
     def run(self) -> None:
@@ -174,7 +169,7 @@ class InboxLoop:
                         due = hook if due is None else min(due, hook)
                     timeout = None if due is None else max(0.0, due - time.monotonic())
                     with self.lock:
-                        if not w.holds() and not self._pending:
+                        if not w.holds() and not self.pending:
                             self.idle.set()  # a group waiting in execute runs inline now
                     item = self.wait(timeout)
                     with busy:
@@ -221,7 +216,7 @@ class InboxLoop:
                 item.fn()
                 continue
             with self.lock:
-                self._pending -= len(item.items)
+                self.pending -= len(item.items)
             w.admit_group(item.items)
 
     def _leftovers(self) -> list[Parent]:

@@ -78,8 +78,9 @@ class InlineRoute:
         # so that the policy and the table are only ever touched by one thread at a time
         self.lock = lock
         self.idle = loop.idle  # set while the scheduler holds nothing (an inline pass may wait for it)
-        # inline passes' metrics and calibration, applied by the scheduler thread at its idle hook (apply_deferred)
-        self.deferred: collections.deque[tuple[int, int, float, int, float]] = collections.deque()
+        # inline passes' counters, metrics and calibration, applied by the scheduler thread at its idle hook
+        # (apply_deferred)
+        self.deferred: collections.deque[tuple[int, int, float, int, float, float, float]] = collections.deque()
         self._loop = loop
         self._live = rt.live
         self._stats = rt.stats
@@ -102,9 +103,8 @@ class InlineRoute:
         ``options``: each request's scheduling options (SLA, priority level), which tell the policy the classes of
         the traffic (an urgent member may need the scheduler, and boundaries kept for the next one)."""
         rt = self.rt
-        whole = rt.whole_runner
         hooks = self.hooks
-        if whole is None or not self.on or hooks is None:
+        if rt.whole_runner is None or not self.on or hooks is None:
             return None
         if rt.whole_wide and not rt.alone():  # wider than the lane: only alone on the device (runtime.whole_wide)
             return self.refuse("the device is shared: the stages run at the lane's width")
@@ -113,8 +113,10 @@ class InlineRoute:
         loop = self._loop
         if (rt.job is not None or self._live or loop.pending) and not self._await_idle():
             return None
-        if not self._acquire():
+        lock = self.lock
+        if not (lock.acquire(False) or self._acquire()):  # uncontended (the common case): no timer
             return self.refuse("scheduler thread's bookkeeping")
+        park = rt.park
         try:
             if not self.on:  # switched off meanwhile (the device group's lease revoked)
                 return self.refuse("inline route off")
@@ -129,64 +131,81 @@ class InlineRoute:
             if k <= 0 or (k < n and early is None):
                 return self.refuse("a boundary may pay")
             self._stats.inline_groups += 1
-            if rt.park is not None:
-                rt.park.unpark()
-            if k >= n:  # one pass (the common case: spared the bookkeeping of several)
-                chunks: list[list[int]] = [list(range(len(requests)))]
+            if park is not None:
+                park.unpark()
+            if k >= n:  # one pass (the common case, kept short: every line here delays the answer)
+                results = self._pass(requests, range(len(requests)), n, start)
             else:
-                chunks = [[]]
-                size = 0
-                for i, (_, b) in enumerate(requests):  # whole requests, at most k samples a pass (or one larger)
-                    if chunks[-1] and size + b > k:
-                        chunks.append([])
-                        size = 0
-                    chunks[-1].append(i)
-                    size += b
-            results: list[Outputs | str | None] = [None] * len(requests)
-            names = whole.input_names
-            for c, idx in enumerate(chunks):
-                t0 = t1 = time.perf_counter()
-                try:
-                    feeds = {name: requests[idx[0]][0][name] if len(idx) == 1 else
-                             np.concatenate([requests[i][0][name] for i in idx]) for name in names}
-                    t1 = time.perf_counter()
-                    outs = whole.run(0, feeds)
-                except Exception as e:  # each request alone: only the ones that fail on their own get the error
-                    if rt.metrics is not None:
-                        rt.metrics.stage_failed(0)
-                    for i in idx:
-                        results[i] = self._run_alone(whole, names, requests[i][0]) if len(idx) > 1 else \
-                            f"{type(e).__name__}: {e}"
-                    failed = sum(1 for i in idx if isinstance(results[i], str))
-                    self._count(len(idx) - failed, sum(requests[i][1] for i in idx), 0.0, 0.0, start,
-                                failed=failed, took=0.0)
-                    if c < len(chunks) - 1:
-                        for i in idx:
-                            early(i, results[i])  # type: ignore[misc,arg-type]
-                            results[i] = None
-                    continue
-                t2 = time.perf_counter()
-                row = 0
-                for i in idx:
-                    b = requests[i][1]
-                    results[i] = outs if len(idx) == 1 else {o: v[row:row + b] for o, v in outs.items()}
-                    row += b
-                t3 = time.perf_counter()
-                m = n if len(chunks) == 1 else sum(requests[i][1] for i in idx)
-                self._count(len(idx), m, t1 - t0 + t3 - t2, t2 - t1, start, took=t3 - t0)
-                if c < len(chunks) - 1:
-                    for i in idx:
-                        early(i, results[i])  # type: ignore[misc,arg-type]
-                        results[i] = None
-            loop.note_work()
+                results = self._passes(requests, k, early, start)  # type: ignore[arg-type]
             end = time.monotonic()
+            loop.note_work(end)
             hooks.inline_done(start, end, n)
             if self.on_pass is not None:
                 self.on_pass(end - start)
             return results
         finally:
-            rt.park_if_idle()
-            self.lock.release()
+            if park is not None:
+                rt.park_if_idle()
+            lock.release()
+
+    def _passes(self, requests: list[tuple[Outputs, int]], k: int, early: Early,
+                start: float) -> list[Outputs | str | None]:
+        """The group in passes of at most ``k`` samples (whole requests; a larger request alone), one after the
+        other; all but the last pass's answers go to ``early`` as soon as their pass ends."""
+        chunks: list[list[int]] = [[]]
+        size = 0
+        for i, (_, b) in enumerate(requests):
+            if chunks[-1] and size + b > k:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(i)
+            size += b
+        results: list[Outputs | str | None] = [None] * len(requests)
+        for c, idx in enumerate(chunks):
+            outs = self._pass(requests, idx, sum(requests[i][1] for i in idx), start)
+            last = c == len(chunks) - 1
+            for i, out in zip(idx, outs):
+                if last:
+                    results[i] = out
+                else:
+                    early(i, out)  # type: ignore[arg-type]
+        return results
+
+    def _pass(self, requests: list[tuple[Outputs, int]], idx: Sequence[int], m: int,
+              start: float) -> list[Outputs | str | None]:
+        """One whole-graph pass of the requests ``idx`` (``m`` samples): each one's outputs, or its error (a
+        batch that fails is rerun request by request)."""
+        whole = self.rt.whole_runner
+        names = whole.input_names  # type: ignore[union-attr]
+        t0 = t1 = time.perf_counter()
+        try:
+            # one request: its validated inputs, which are the model's inputs by name
+            feeds = requests[idx[0]][0] if len(idx) == 1 else \
+                {name: np.concatenate([requests[i][0][name] for i in idx]) for name in names}
+            t1 = time.perf_counter()
+            outs = whole.run(0, feeds)  # type: ignore[union-attr]
+        except Exception as e:  # each request alone: only the ones that fail on their own get the error
+            if self.rt.metrics is not None:
+                self.rt.metrics.stage_failed(0)
+            results: list[Outputs | str | None] = [
+                self._run_alone(whole, names, requests[i][0]) for i in idx] if len(idx) > 1 else \
+                [f"{type(e).__name__}: {e}"]
+            failed = sum(1 for r in results if isinstance(r, str))
+            self._count(len(idx) - failed, m, 0.0, 0.0, start, failed=failed, took=0.0)
+            return results
+        t2 = time.perf_counter()
+        if len(idx) == 1:
+            results = [outs]
+        else:
+            results = []
+            row = 0
+            for i in idx:
+                b = requests[i][1]
+                results.append({o: v[row:row + b] for o, v in outs.items()})
+                row += b
+        t3 = time.perf_counter()
+        self._count(len(idx), m, t1 - t0 + t3 - t2, t2 - t1, start, took=t3 - t0)
+        return results
 
     def _acquire(self) -> bool:
         """Take the scheduler thread's lock: briefly where it may be between jobs, longer where it holds no job
@@ -228,37 +247,51 @@ class InlineRoute:
     def _count(self, requests: int, n: int, io_s: float, ort_s: float, start: float, *,
                failed: int = 0, took: float) -> None:
         """One inline pass of ``requests`` answered (and ``failed`` that failed alone), ``n`` samples in all, that
-        took ``took`` seconds (0: it failed). The counters are kept now; the metrics and the calibration of the
-        table are left to the scheduler thread (``apply_deferred``): done here they delayed the answer, which
-        Triton sends when ``execute`` returns, by 4% of a 3.5 ms MobileNet pass (benchmarks/probes/probe_idle_cost.py)."""
-        stats = self._stats
-        stats.requests += requests + failed
-        stats.samples += n
-        stats.inline_runs += 1
-        stats.inline_requests += requests + failed
-        stats.stage_runs += 1
-        stats.batch_hist[n] = stats.batch_hist.get(n, 0) + 1
-        stats.ort_s += ort_s
-        stats.io_s += io_s
-        stats.answered["OK"] = stats.answered.get("OK", 0) + requests
-        if failed:
-            stats.answered["ERROR"] = stats.answered.get("ERROR", 0) + failed
+        took ``took`` seconds (0: it failed). Only the record is kept now; the counters, the metrics and the
+        calibration of the table are left to the scheduler thread (``apply_deferred``): every line here delays the
+        answer, which Triton sends when ``execute`` returns (done here, the metrics cost 4% of a 3.5 ms MobileNet
+        pass, benchmarks/probes/probe_idle_cost.py, and this route's Python was most of a fast model's served gap,
+        docs/data/probe_served_gap.txt)."""
         self._loop.note_answer()
         on_batch = self.rt.on_batch
         if on_batch is not None and ort_s:
             on_batch(0, n, ort_s)
         # from execute: Triton's own queue time is in its nv_inference_*
-        self.deferred.append((n, requests, time.monotonic() - start, failed, took))
+        self.deferred.append((n, requests, time.monotonic() - start, failed, took, ort_s, io_s))
 
     def apply_deferred(self) -> None:
-        """The inline passes' metrics and calibration (``_count``); scheduler thread, under ``lock`` (the
-        calibrator and the policy's table are this thread's)."""
-        rt = self.rt
+        """The inline passes' counters, metrics and calibration (``_count``); scheduler thread, under ``lock``
+        (the calibrator and the policy's table are this thread's). The passes since the last look are applied
+        per batch size, one calibration and one metrics call each: applied pass by pass, they cost 11 us of
+        this thread per request in-process, a block of a millisecond and more every interval in which the next
+        requests waited for the lock and the interpreter (ad hoc, tiny at 90% load)."""
         deferred = self.deferred
-        n_stages = rt.runner.n_stages
+        if not deferred:
+            return
+        rt = self.rt
+        stats = self._stats
+        by_size: dict[int, list[tuple[int, int, float, int, float, float, float]]] = {}
         while deferred:
-            n, ok, latency, failed, took = deferred.popleft()
+            rec = deferred.popleft()
+            by_size.setdefault(rec[0], []).append(rec)
+        n_stages = rt.runner.n_stages
+        answered = stats.answered
+        for n, recs in by_size.items():
+            ok = sum(r[1] for r in recs)
+            failed = sum(r[3] for r in recs)
+            stats.requests += ok + failed
+            stats.inline_requests += ok + failed
+            stats.samples += n * len(recs)
+            stats.inline_runs += len(recs)
+            stats.stage_runs += len(recs)
+            stats.batch_hist[n] = stats.batch_hist.get(n, 0) + len(recs)
+            stats.ort_s += sum(r[5] for r in recs)
+            stats.io_s += sum(r[6] for r in recs)
+            answered["OK"] = answered.get("OK", 0) + ok
+            if failed:
+                answered["ERROR"] = answered.get("ERROR", 0) + failed
             if rt.metrics is not None:
-                rt.metrics.pass_done(n_stages, n, ok, latency, failed)
-            if took > 0.0 and not rt.whole_wide:  # a wider pass says nothing of the stages' times
-                rt.calibrate_span(0, n_stages, n, took)
+                rt.metrics.passes_done(n_stages, n, [(r[2], r[1]) for r in recs], failed)
+            took = [r[4] for r in recs if r[4] > 0.0]
+            if took and not rt.whole_wide:  # a wider pass says nothing of the stages' times
+                rt.calibrate_span(0, n_stages, n, sum(took) / len(took), runs=len(took))

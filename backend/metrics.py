@@ -204,30 +204,35 @@ class ModelMetrics:
         with self._lock:
             self.batch[stage].observe(batch_size)
 
-    def pass_done(self, n_stages: int, batch_size: int, ok: int, latency: float, failed: int = 0) -> None:
-        """A whole-graph pass of ``batch_size`` samples that answered ``ok`` requests (``failed`` more failed
-        alone), each ``latency`` seconds after execute began: what ``stage_run`` for every stage and
-        ``request_done`` for every request record, under one lock with one bucket lookup each (the pass runs in
-        Triton's execute, on the request's path)."""
+    def passes_done(self, n_stages: int, batch_size: int, answered: Sequence[tuple[float, int]],
+                    failed: int = 0) -> None:
+        """Whole-graph passes of ``batch_size`` samples each, one (seconds after execute began, requests answered)
+        per pass in ``answered``, and ``failed`` more requests that failed alone in them: what ``stage_run`` for
+        every stage and ``request_done`` for every request record, under one lock with one bucket lookup each
+        (the scheduler thread applies an interval's inline passes at once, InlineRoute.apply_deferred)."""
         with self._lock:
-            if n_stages:
-                h = self.batch[0]
-                i = bisect.bisect_left(h.bounds, batch_size)
+            passes = len(answered)
+            if n_stages and passes:
+                i = bisect.bisect_left(self.batch[0].bounds, batch_size)
                 for s in range(n_stages):
                     h = self.batch[s]
-                    h.counts[i] += 1
-                    h.sum += batch_size
-                    h.count += 1
-            if ok:
-                self.requests[OK] += ok
-                lat = self.latency
-                j = bisect.bisect_left(lat.bounds, latency)
-                lat.counts[j] += ok
-                lat.sum += latency * ok
-                lat.count += ok
+                    h.counts[i] += passes
+                    h.sum += batch_size * passes
+                    h.count += passes
+            lat = self.latency
+            bounds = lat.bounds
+            total = 0
+            for latency, ok in answered:
+                if ok:
+                    lat.counts[bisect.bisect_left(bounds, latency)] += ok
+                    lat.sum += latency * ok
+                    total += ok
+            if total:
+                lat.count += total
+                self.requests[OK] += total
                 q = self.queue_delay
-                q.counts[bisect.bisect_left(q.bounds, 0.0)] += ok
-                q.count += ok
+                q.counts[bisect.bisect_left(q.bounds, 0.0)] += total
+                q.count += total
             if failed:
                 self.requests[ERROR] += failed
 

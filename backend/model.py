@@ -235,7 +235,8 @@ class TritonPythonModel:
         for request in requests:
             tensors = read_inputs(request, self._gpu_inputs, need_values=not s.allow_nan)
             batch, err = (seq2seq.validate(tensors, s.max_batch_size) if seq2seq is not None else
-                          validate_request(described(tensors), s.inputs, s.max_batch_size, s.allow_nan))
+                          validate_request(tensors if self._gpu_inputs is None else described(tensors), s.inputs,
+                                           s.max_batch_size, s.allow_nan))
             opts = None
             if err is None:
                 text = request.parameters()
@@ -257,12 +258,13 @@ class TritonPythonModel:
         if not good:
             return None
         outputs = None
-        if self.runtime.inline:
+        route = self.runtime.route  # the inline route (backend/inline.py): whole passes run here, in execute
+        if route.on:
             def early(i: int, out: Any) -> None:  # a pass before the group's last: its answers go now
                 good[i][0].get_response_sender().send(self._response(out),
                                                       flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
-            outputs = self.runtime.run_inline([(g[1], g[2]) for g in good], early, [g[3] for g in good])
+            outputs = route.run([(g[1], g[2]) for g in good], early, [g[3] for g in good])
         if outputs is not None:  # the rest answered with the end of execute, one message (as Triton's backends)
             if len(good) == len(requests):  # every request valid: the answers in the requests' order
                 return [None if out is None else self._response(out) for out in outputs]

@@ -136,6 +136,14 @@ class BackendRuntime:
     def inline(self, on: bool) -> None:
         self.route.switch(on)
 
+    def settled_stats(self) -> RuntimeStats:
+        """The counters with every inline pass so far in them: the scheduler thread applies the passes' records
+        at its idle hook (``InlineRoute.apply_deferred``); a reader on another thread (tests, in-process
+        benchmarks) applies them now, under the scheduler's lock."""
+        with self.loop.busy:
+            self.route.apply_deferred()
+        return self.stats
+
     def submit(self, handle: Any, inputs: dict[str, np.ndarray], batch: int, opts: RequestOptions) -> str | None:
         """Queue a validated request; returns an error message instead when it cannot be accepted."""
         return self.submit_group([(handle, inputs, batch, opts)])[0]
@@ -423,8 +431,8 @@ class BackendRuntime:
         """The stage run into the table the policy plans with (backend/table_keeper.py)."""
         self.keeper.observe(stage, batch, took)
 
-    def calibrate_span(self, start: int, stop: int, batch: int, took: float) -> None:
-        self.keeper.observe_span(start, stop, batch, took)
+    def calibrate_span(self, start: int, stop: int, batch: int, took: float, runs: int = 1) -> None:
+        self.keeper.observe_span(start, stop, batch, took, runs)
 
     def _table_refreshed(self, dense: list[list[float]]) -> None:
         if self.watcher is not None and self.watcher.auto:  # the stage time it is paced by

@@ -48,12 +48,12 @@ class TableKeeper:
             self.owed = True
         self._maybe_refresh()
 
-    def observe_span(self, start: int, stop: int, batch: int, took: float) -> None:
+    def observe_span(self, start: int, stop: int, batch: int, took: float, runs: int = 1) -> None:
         """A span's time shared among its stages in proportion to their table times (a whole-graph pass has no
-        per-stage times of its own)."""
+        per-stage times of its own); ``runs``: that many runs whose mean was ``took``."""
         if batch >= len(self.dense[start]):
             return
-        if self.calibrator.observe_span(start, stop, batch, took, refresh=False):
+        if self.calibrator.observe_span(start, stop, batch, took, refresh=False, runs=runs):
             self.owed = True
         self._maybe_refresh()
 

@@ -128,33 +128,42 @@ class OnlineCalibrator:
             return True
         return False
 
-    def observe_span(self, start: int, stop: int, batch: int, seconds: float, *, refresh: bool = True) -> bool:
+    def observe_span(self, start: int, stop: int, batch: int, seconds: float, *, refresh: bool = True,
+                     runs: int = 1) -> bool:
         """One run of stages ``start..stop-1`` as a single call (a fused span, a whole-graph pass) on ``batch``
         samples that took ``seconds``: each stage is observed as ``observe`` would be, with the time shared in
         proportion to the stages' times in the table now. The same result as a loop of ``observe`` calls, in one
         (an inline pass in Triton's ``execute`` runs it on the request's path: 20 calls cost a 4 ms MobileNet
-        request 2%). True when a rewrite is due or done, as ``observe``."""
+        request 2%). True when a rewrite is due or done, as ``observe``.
+
+        ``runs``: that many runs whose mean took ``seconds``, observed at once (exactly ``runs`` observations of
+        ``seconds`` each): the inline passes since the scheduler thread's last look, one call per batch size
+        rather than one per pass (per pass, this bookkeeping was a fast model's served gap to Triton's batcher,
+        docs/results/default.md)."""
         if not 0 <= start < stop <= len(self.profiled):
             raise ValueError(f"span {start}..{stop} outside 0..{len(self.profiled)}")
         if not 1 <= batch < len(self._bucket) or not (isinstance(seconds, (int, float)) and math.isfinite(seconds)
                                                       and seconds > 0.0):
-            self.ignored += stop - start
+            self.ignored += (stop - start) * runs
             return False
         dense = self.table.dense
         total = 0.0
         for s in range(start, stop):
             total += dense[s][batch]
         if total <= 0.0:
-            self.ignored += stop - start
+            self.ignored += (stop - start) * runs
             return False
         share = seconds / total
         k = self._bucket[batch]
-        w, lo, hi, threshold = self.weight, self.min_ratio, self.max_ratio, self.move_threshold
+        w1, lo, hi, threshold = self.weight, self.min_ratio, self.max_ratio, self.move_threshold
+        # ``runs`` steps of the moving average towards the same ratio, in one; the steps between lie between the
+        # first and the last, so those two say whether any of them moved the bucket past the threshold
+        w = w1 if runs == 1 else 1.0 - (1.0 - w1) ** runs
         moved = False
         for s in range(start, stop):
             expected = self.profiled[s][batch]
             if expected <= 0.0:
-                self.ignored += 1
+                self.ignored += runs
                 continue
             r = share * dense[s][batch] / expected
             r = hi if r > hi else lo if r < lo else r
@@ -165,10 +174,11 @@ class OnlineCalibrator:
                 cur = applied
             new = cur + w * (r - cur)
             row[k] = new
-            self.runs[s][k] += 1
-            self.observations += 1
-            self._since_refresh += 1
-            if abs(new / applied - 1.0) > threshold:
+            self.runs[s][k] += runs
+            self.observations += runs
+            self._since_refresh += runs
+            if abs(new / applied - 1.0) > threshold or (
+                    runs != 1 and abs((cur + w1 * (r - cur)) / applied - 1.0) > threshold):
                 moved = True
         if moved or self._since_refresh >= self.refresh_every:
             if refresh:

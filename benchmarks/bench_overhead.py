@@ -58,7 +58,7 @@ def one_round(whole, runtimes: dict[str, BackendRuntime], x: np.ndarray, request
         routes[name] = lambda rt=rt: runtime_latencies(rt, x, 1)[0]
     names = list(routes)
     times: dict[str, list[float]] = {name: [] for name in names}
-    inline_before = {name: rt.stats.inline_requests for name, rt in runtimes.items()}
+    inline_before = {name: rt.settled_stats().inline_requests for name, rt in runtimes.items()}
     for _ in range(requests):
         for j in rng.permutation(len(names)):  # shuffled, so each route follows every other one alike
             times[names[j]].append(routes[names[j]]())
@@ -66,7 +66,7 @@ def one_round(whole, runtimes: dict[str, BackendRuntime], x: np.ndarray, request
     fig["t1_again_cost"] = statistics.median(times["t1 again"]) * 1e3 / fig["t1_ms"] - 1
     for name, rt in runtimes.items():
         fig[f"{name}_ms"] = statistics.median(times[name]) * 1e3
-        fig[f"{name}_inline_share"] = (rt.stats.inline_requests - inline_before[name]) / requests
+        fig[f"{name}_inline_share"] = (rt.settled_stats().inline_requests - inline_before[name]) / requests
         fig[f"{name}_cost"] = (fig[f"{name}_ms"] - fig["t1_ms"]) / fig["t1_ms"]
     return fig
 

@@ -3,6 +3,7 @@
 
     python -m benchmarks.probes.probe_served_gap                        # tiny at 90%, 12 rounds of 2 s turns
     python -m benchmarks.probes.probe_served_gap --out docs/data/probe_served_gap.txt
+    python -m benchmarks.probes.probe_served_gap --variant noshare:cpu_share=none --variant nometrics:metrics=false
 
 One tritonserver serves the guard's repository of the model (eager and Triton 0 ms, from
 ``build_default_repository``); the two take turns in 2 s segments of `lazybatch load` (Poisson), and a segment the
@@ -10,7 +11,9 @@ hypervisor stole from (benchmarks/harness/method.py) is left out. Per model it p
 average; Triton's own split of the server side (its statistics extension: queue, compute input, compute infer,
 which is the Python stub's ``execute`` as Triton sees it, and compute output); and the CPU the model's stub process
 used, its main thread (where ``execute`` runs) apart from the others (the scheduler, metrics, CPU-share and
-responder threads). A probe, not a results page: it prints and writes what it printed to ``--out``.
+responder threads). ``--variant name:key=value[,key=value]`` adds a copy of the default with those config.pbtxt
+parameters (``<model>_eager_<name>``), to see what a part of it costs. A probe, not a results page: it prints and
+writes what it printed to ``--out``.
 """
 
 from __future__ import annotations
@@ -61,6 +64,19 @@ def server_split(client, model: str) -> dict[str, tuple[int, int]]:
     return {k: (int(v.get("count", 0)), int(v.get("ns", 0))) for k, v in s.items()}
 
 
+def variants(specs: list[str]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """POLICIES plus, per ``name:key=value[,key=value]``, an eager copy ``eager_<name>`` with those parameters."""
+    policies = dict(POLICIES)
+    parameters: dict[str, dict[str, str]] = {}
+    for spec in specs:
+        name, _, pairs = spec.partition(":")
+        if not name or not pairs or any("=" not in kv for kv in pairs.split(",")):
+            raise SystemExit(f"--variant {spec!r}: expected NAME:KEY=VALUE[,KEY=VALUE]")
+        policies[f"eager_{name}"] = "eager"
+        parameters[f"eager_{name}"] = dict(kv.split("=", 1) for kv in pairs.split(","))
+    return policies, parameters
+
+
 def main(argv: list[str] | None = None) -> int:
     import tritonclient.grpc as grpcclient
 
@@ -71,17 +87,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--segment", type=float, default=2.0)
     ap.add_argument("--work", default="lazybatch-results/probe_served_gap")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                    help="a copy of the default with these config.pbtxt parameters (repeatable)")
     args = ap.parse_args(argv)
     work = Path(args.work)
-    repo = build_default_repository(work / "repo", kind=args.model, work=work / "build", policies=POLICIES,
-                                    profile_reps=5)
+    policies, parameters = variants(args.variant)
+    repo = build_default_repository(work / "repo", kind=args.model, work=work / "build", policies=policies,
+                                    parameters=parameters, profile_reps=5, replace=True)
     server = start_server(repo, work / "tritonserver.log")
     lines: list[str] = []
     try:
         url = server.endpoints.grpc
         t1 = static_t1(url, args.model)
         client = grpcclient.InferenceServerClient(url)
-        models = [f"{args.model}_{p}" for p in POLICIES]
+        models = [f"{args.model}_{p}" for p in policies]
         pids = {m: stub_pid(m) for m in models}
         acc = {m: {"ok": 0, "lat": 0.0, "req": 0, "main": 0, "other": 0, **{k: 0 for k in SPLIT}} for m in models}
         left_out = 0

@@ -518,8 +518,9 @@ def test_inline_pass_gives_the_whole_graphs_result_and_is_counted(mlp):
         assert outs is not None and len(outs) == 3
         for x, out in zip(xs, outs):
             np.testing.assert_allclose(out["y"], sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
-        assert rt.stats.inline_runs == 1 and rt.stats.inline_requests == 3 and rt.stats.samples == 4
-        assert rt.stats.batch_hist == {4: 1}
+        stats = rt.settled_stats()  # the pass's counters are the scheduler thread's to apply (apply_deferred)
+        assert stats.inline_runs == 1 and stats.inline_requests == 3 and stats.samples == 4
+        assert stats.batch_hist == {4: 1}
         assert rt.policy.rate(time.monotonic()) > 0.0  # the policy saw the arrivals
         assert c.answers == {}  # answered by the caller, not through respond
         deadline = time.monotonic() + 5.0
@@ -567,7 +568,7 @@ def test_inline_pass_waits_out_the_scheduler_threads_bookkeeping(mlp):
         held.wait(5)
         assert rt.run_inline([({"x": x}, 1)]) is not None
         t.join()
-        assert rt.stats.inline_runs == 1 and not rt.stats.inline_refused
+        assert rt.settled_stats().inline_runs == 1 and not rt.stats.inline_refused
     finally:
         rt.close()
 
@@ -586,7 +587,7 @@ def test_inline_pass_is_refused_while_the_scheduler_holds_work_or_too_large(mlp)
         assert rt.run_inline([({"x": x}, 1)]) is None
         rt.inline = True
         assert rt.run_inline([({"x": x}, 1)]) is not None
-        assert rt.stats.inline_runs == 1
+        assert rt.settled_stats().inline_runs == 1
     finally:
         rt.close()
 
@@ -622,7 +623,7 @@ def test_group_that_could_only_follow_a_whole_pass_waits_for_it_then_runs_inline
         outs = rt.run_inline([({"x": x}, 1)])
         assert outs is not None, rt.stats.inline_refused
         assert "held" in c.answers  # answered by the scheduler before the group ran
-        assert rt.stats.inline_waits == 1 and rt.stats.inline_runs == 1
+        assert rt.stats.inline_waits == 1 and rt.settled_stats().inline_runs == 1
         assert calls[1] == threading.current_thread().name  # the group ran on the caller's thread (execute)
         np.testing.assert_allclose(outs[0]["y"], c.answers["held"][0][0]["y"], rtol=1e-6)
     finally:
@@ -791,7 +792,8 @@ def test_inline_group_served_in_smaller_passes_answers_early_ones_at_once(mlp):
         got[4] = outs[4]
         for i, x in enumerate(xs):
             np.testing.assert_allclose(got[i]["y"], sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
-        assert rt.stats.inline_runs == 3 and rt.stats.batch_hist == {2: 2, 1: 1}
+        stats = rt.settled_stats()
+        assert stats.inline_runs == 3 and stats.batch_hist == {2: 2, 1: 1}
         # without an ``early`` to send them, a group that would need several passes goes to the scheduler
         assert rt.run_inline([({"x": x}, 1) for x in xs]) is None
     finally:
@@ -810,7 +812,7 @@ def test_inline_batch_that_fails_fails_only_the_request_that_fails_alone(mlp):
         assert outs is not None
         assert isinstance(outs[1], str) and outs[1], outs[1]
         assert outs[0]["y"].shape == (1, 8) and outs[2]["y"].shape == (1, 8)
-        assert rt.stats.answered == {"OK": 2, "ERROR": 1}
+        assert rt.settled_stats().answered == {"OK": 2, "ERROR": 1}
     finally:
         rt.close()
 

@@ -40,16 +40,17 @@ def test_reason_labels_are_bounded():
     assert M.reason_label("device idle: queued requests start") == "device idle"
 
 
-def test_pass_done_records_what_the_per_stage_and_per_request_calls_did():
-    """An inline whole-graph pass is recorded in one call: the same series as stage_run for every stage and
-    request_done for every request (queue delay 0, no SLA verdict)."""
+def test_passes_done_records_what_the_per_stage_and_per_request_calls_did():
+    """Inline whole-graph passes of one batch size are recorded in one call: the same series as stage_run for
+    every stage of every pass and request_done for every request (queue delay 0, no SLA verdict)."""
     one, loop = M.ModelMetrics("m", ["s0", "s1", "s2"], 8), M.ModelMetrics("m", ["s0", "s1", "s2"], 8)
-    for batch, ok, failed, latency in ((1, 1, 0, 0.004), (5, 3, 0, 0.03), (8, 2, 1, 0.7)):
-        one.pass_done(3, batch, ok, latency, failed)
-        for s in range(3):
-            loop.stage_run(s, batch)
-        for _ in range(ok):
-            loop.request_done(M.OK, latency=latency, queue_delay=0.0, sla_met=None)
+    for batch, answered, failed in ((1, [(0.004, 1), (0.2, 1)], 0), (5, [(0.03, 3)], 0), (8, [(0.7, 2), (0.1, 0)], 3)):
+        one.passes_done(3, batch, answered, failed)
+        for latency, ok in answered:
+            for s in range(3):
+                loop.stage_run(s, batch)
+            for _ in range(ok):
+                loop.request_done(M.OK, latency=latency, queue_delay=0.0, sla_met=None)
         for _ in range(failed):
             loop.request_done(M.ERROR)
     assert one.to_prometheus() == loop.to_prometheus()

@@ -240,6 +240,24 @@ def test_observe_span_is_the_loop_of_observe_it_replaces():
         one.observe_span(2, 2, 1, 1.0)
 
 
+def test_observe_span_of_several_runs_is_those_runs_one_by_one():
+    """``runs=k`` with the runs' mean time is exactly k single observations of that time (the moving average
+    taken k steps towards the same ratio): the backend applies an interval's inline passes per batch size."""
+    a, b = _cal_table(), _cal_table()
+    one, loop = OnlineCalibrator(a, refresh_every=1000), OnlineCalibrator(b, refresh_every=1000)
+    for batch, took, k in ((1, 0.004, 5), (4, 0.02, 1), (2, 0.5, 12), (1, 0.001, 3)):
+        due_one = one.observe_span(0, 3, batch, took, refresh=False, runs=k)
+        due_loop = False
+        for _ in range(k):
+            due_loop |= loop.observe_span(0, 3, batch, took, refresh=False)
+        assert due_one == due_loop
+        assert one.runs == loop.runs and one.observations == loop.observations
+        for x, y in zip(one.ratio, loop.ratio):
+            assert [v is None for v in x] == [v is None for v in y]
+            assert [v for v in x if v is not None] == pytest.approx([v for v in y if v is not None], rel=1e-9)
+    assert one.observe_span(0, 3, 9, 1.0, runs=4) is False and one.ignored == 12  # outside the table: all ignored
+
+
 def test_calibrator_never_compounds():
     t = _cal_table()
     cal = OnlineCalibrator(t)

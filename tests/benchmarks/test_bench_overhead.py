@@ -27,6 +27,9 @@ class _Inline:
         self.stats.inline_requests += 1
         return [{}]
 
+    def settled_stats(self):
+        return self.stats
+
 
 class _Whole:
     def __init__(self, log: list[str]) -> None:
