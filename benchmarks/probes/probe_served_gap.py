@@ -11,7 +11,8 @@ hypervisor stole from (benchmarks/harness/method.py) is left out. Per model it p
 average; Triton's own split of the server side (its statistics extension: queue, compute input, compute infer,
 which is the Python stub's ``execute`` as Triton sees it, and compute output); and the CPU the model's stub process
 used, its main thread (where ``execute`` runs) apart from the others (the scheduler, metrics, CPU-share and
-responder threads). ``--variant name:key=value[,key=value]`` adds a copy of the default with those config.pbtxt
+responder threads), and how the main thread waited: runnable without a core (schedstat), blocked (voluntary context
+switches: a lock, the interpreter, the IPC with Triton) or preempted. ``--variant name:key=value[,key=value]`` adds a copy of the default with those config.pbtxt
 parameters (``<model>_eager_<name>``), to see what a part of it costs. A probe, not a results page: it prints and
 writes what it printed to ``--out``.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -59,6 +61,15 @@ def thread_ticks(pid: int) -> dict[int, int]:
     return out
 
 
+def main_thread_waits(pid: int) -> tuple[int, int, int]:
+    """The stub's main thread so far: nanoseconds runnable but waiting for a core (schedstat), and its voluntary
+    (it blocked: a lock, the interpreter, a condition) and involuntary (preempted) context switches."""
+    wait_ns = int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[1])
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines()
+                  if ":" in line)
+    return wait_ns, int(status["voluntary_ctxt_switches"]), int(status["nonvoluntary_ctxt_switches"])
+
+
 def server_split(client, model: str) -> dict[str, tuple[int, int]]:
     s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]["inference_stats"]
     return {k: (int(v.get("count", 0)), int(v.get("ns", 0))) for k, v in s.items()}
@@ -92,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     work = Path(args.work)
     policies, parameters = variants(args.variant)
+    # the models asked for and no others: an earlier run's variants, loaded beside them, would be CPU-share members
+    # active within the window of each turn (backend/cpu_share.py); the split and profile in ``build`` are kept
+    shutil.rmtree(work / "repo", ignore_errors=True)
     repo = build_default_repository(work / "repo", kind=args.model, work=work / "build", policies=policies,
                                     parameters=parameters, profile_reps=5, replace=True)
     server = start_server(repo, work / "tritonserver.log")
@@ -102,13 +116,16 @@ def main(argv: list[str] | None = None) -> int:
         client = grpcclient.InferenceServerClient(url)
         models = [f"{args.model}_{p}" for p in policies]
         pids = {m: stub_pid(m) for m in models}
-        acc = {m: {"ok": 0, "lat": 0.0, "req": 0, "main": 0, "other": 0, **{k: 0 for k in SPLIT}} for m in models}
+        acc = {m: {"ok": 0, "lat": 0.0, "req": 0, "main": 0, "other": 0, "runq": 0, "vol": 0, "invol": 0,
+                   **{k: 0 for k in SPLIT}} for m in models}
         left_out = 0
         for r in range(args.rounds):
             for m in models if r % 2 == 0 else models[::-1]:
                 b_split, b_ticks, b_cpu = server_split(client, m), thread_ticks(pids[m]), cpu_times()
+                b_waits = main_thread_waits(pids[m])
                 res = run_load(url, m, args.load / t1, args.segment, seed=r)
                 a_split, a_ticks = server_split(client, m), thread_ticks(pids[m])
+                a_waits = main_thread_waits(pids[m])
                 if stolen(steal_between(b_cpu, cpu_times())):
                     left_out += 1
                     continue
@@ -118,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
                 a["req"] += a_split["success"][0] - b_split["success"][0]
                 for k in SPLIT:
                     a[k] += a_split[k][1] - b_split[k][1]
+                for k, before, after in zip(("runq", "vol", "invol"), b_waits, a_waits):
+                    a[k] += after - before
                 for t, ticks in a_ticks.items():
                     a["main" if t == pids[m] else "other"] += ticks - b_ticks.get(t, 0)
         lines.append(f"{args.model} at {args.load:.0%} of its batch-1 rate (t1 {t1 * 1e3:.2f} ms), {args.rounds} "
@@ -127,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
             split = ", ".join(f"{k} {a[k] / n / 1e3:.1f}" for k in SPLIT)
             lines.append(f"{m}: {a['req']} requests, client average {a['lat'] / max(a['ok'], 1):.3f} ms; server per "
                          f"request (us): {split}; stub CPU per request (us): main thread {a['main'] / TICK / n * 1e6:.1f}, "
-                         f"other threads {a['other'] / TICK / n * 1e6:.1f}")
+                         f"other threads {a['other'] / TICK / n * 1e6:.1f}; main thread per request: "
+                         f"{a['runq'] / n / 1e3:.1f} us waiting for a core, {a['vol'] / n:.2f} blocking and "
+                         f"{a['invol'] / n:.2f} preempted context switches")
     finally:
         server.stop()
     print("\n".join(lines))
