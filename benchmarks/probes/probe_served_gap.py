@@ -13,7 +13,9 @@ which is the Python stub's ``execute`` as Triton sees it, and compute output); a
 used, its main thread (where ``execute`` runs) apart from the others (the scheduler, metrics, CPU-share and
 responder threads), and how the main thread waited: runnable without a core (schedstat), blocked (voluntary context
 switches: a lock, the interpreter, the IPC with Triton) or preempted. ``--variant name:key=value[,key=value]`` adds a copy of the default with those config.pbtxt
-parameters (``<model>_eager_<name>``), to see what a part of it costs. A probe, not a results page: it prints and
+parameters (``<model>_eager_<name>``), to see what a part of it costs; such copies share the server's CPU share
+with the default, so each counts the other as an active neighbour in the first second of its turn (its pool parked
+between passes, backend/pool_park.py): compare copies with ``cpu_share=none`` to each other, not to the default. A probe, not a results page: it prints and
 writes what it printed to ``--out``.
 """
 
