@@ -46,6 +46,10 @@ INLINE_WAIT_SLACK_S = 0.005
 
 Outputs = dict[str, np.ndarray]
 Early = Callable[[int, "Outputs | str"], None]
+# one inline pass, as ``_count`` records it for ``apply_deferred`` (a plain tuple: it is made on the request's path):
+# (samples, requests answered, seconds since execute began, requests failed alone, seconds the pass took (0: it
+# failed), onnxruntime seconds, join and split seconds)
+PassRecord = tuple[int, int, float, int, float, float, float]
 
 
 def classes(requests: Sequence[tuple[Outputs, int]], options: Sequence[RequestOptions]) -> list[tuple[float, int]]:
@@ -80,7 +84,7 @@ class InlineRoute:
         self.idle = loop.idle  # set while the scheduler holds nothing (an inline pass may wait for it)
         # inline passes' counters, metrics and calibration, applied by the scheduler thread at its idle hook
         # (apply_deferred)
-        self.deferred: collections.deque[tuple[int, int, float, int, float, float, float]] = collections.deque()
+        self.deferred: collections.deque[PassRecord] = collections.deque()
         self._loop = loop
         self._live = rt.live
         self._stats = rt.stats
@@ -270,28 +274,37 @@ class InlineRoute:
             return
         rt = self.rt
         stats = self._stats
-        by_size: dict[int, list[tuple[int, int, float, int, float, float, float]]] = {}
+        by_size: dict[int, list[PassRecord]] = {}
         while deferred:
             rec = deferred.popleft()
             by_size.setdefault(rec[0], []).append(rec)
         n_stages = rt.runner.n_stages
         answered = stats.answered
         for n, recs in by_size.items():
-            ok = sum(r[1] for r in recs)
-            failed = sum(r[3] for r in recs)
+            ok = failed = 0
+            ort_s = io_s = 0.0
+            latencies: list[tuple[float, int]] = []
+            took: list[float] = []
+            for _, ok_one, latency, failed_one, took_one, ort_one, io_one in recs:
+                ok += ok_one
+                failed += failed_one
+                ort_s += ort_one
+                io_s += io_one
+                latencies.append((latency, ok_one))
+                if took_one > 0.0:
+                    took.append(took_one)
             stats.requests += ok + failed
             stats.inline_requests += ok + failed
             stats.samples += n * len(recs)
             stats.inline_runs += len(recs)
             stats.stage_runs += len(recs)
             stats.batch_hist[n] = stats.batch_hist.get(n, 0) + len(recs)
-            stats.ort_s += sum(r[5] for r in recs)
-            stats.io_s += sum(r[6] for r in recs)
+            stats.ort_s += ort_s
+            stats.io_s += io_s
             answered["OK"] = answered.get("OK", 0) + ok
             if failed:
                 answered["ERROR"] = answered.get("ERROR", 0) + failed
             if rt.metrics is not None:
-                rt.metrics.passes_done(n_stages, n, [(r[2], r[1]) for r in recs], failed)
-            took = [r[4] for r in recs if r[4] > 0.0]
+                rt.metrics.passes_done(n_stages, n, latencies, failed)
             if took and not rt.whole_wide:  # a wider pass says nothing of the stages' times
                 rt.calibrate_span(0, n_stages, n, sum(took) / len(took), runs=len(took))
