@@ -34,7 +34,8 @@ from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.lazy import useful_batch_size
 from lazybatch.batcher.policies.spec import PolicySpec
 
-from .stages import Manifest, StageInput, StageRunner, StageSpec
+from .stages import StageRunner
+from lazybatch.formats.stage_manifest import Manifest, StageInput, StageSpec
 
 FUSE_MODES = ("auto", "true", "false")
 FUSED_STAGE = "whole_graph"

@@ -138,7 +138,7 @@ class Sample(NamedTuple):
 
 def batch_buckets(max_batch_size: int) -> list[int]:
     """1, 2, 4, ... up to max_batch_size (included): the sizes the latency table was profiled at."""
-    from .stages import profile_batch_sizes
+    from .stage_profile import profile_batch_sizes
 
     return profile_batch_sizes(max_batch_size)
 

@@ -40,7 +40,8 @@ from .os_weights import threads
 from .model_kinds import MODEL_KINDS, BuildInputs, ModelParts, executor_of, model_kind
 from .responder import ResponseThread
 from .input_tensors import described, keeps_gpu_inputs, read_inputs
-from .stages import StageRunner, cuda_graph_buckets, load_manifest, shared_stream, wants_device_tensors
+from .stages import StageRunner, cuda_graph_buckets, shared_stream, wants_device_tensors
+from lazybatch.formats.stage_manifest import load_manifest
 from .stats_logs import StatsLogs
 
 try:  # only importable inside the Triton Python backend stub

@@ -28,10 +28,12 @@ from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.spec import PolicySpec
 
 from .settings import BackendSettings
-from .stages import TensorSpec
+from lazybatch.formats.stage_manifest import TensorSpec
 from .fusion import measure_fused_ratio
 from .npu_executor import maybe_wrap
-from .stages import Manifest, StageRunner, profile_batch_sizes
+from .stages import StageRunner
+from .stage_profile import profile_batch_sizes
+from lazybatch.formats.stage_manifest import Manifest
 from .whole_graph import WholeGraphExecutor
 
 

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .stages import TensorSpec
+from lazybatch.formats.stage_manifest import TensorSpec
 
 
 def validate_request(tensors: Mapping[str, np.ndarray], inputs: list[TensorSpec], max_batch_size: int,

@@ -14,7 +14,7 @@ import numpy as np
 from lazybatch.batcher.errors import ConfigError
 
 from .rows import Row
-from .stages import Manifest, TensorSpec
+from lazybatch.formats.stage_manifest import Manifest, TensorSpec
 
 TOKENS = "src_tokens"
 SRC_LEN = "src_len"

@@ -17,7 +17,7 @@ from lazybatch.formats.example_dims import parse_example_dims
 from .parameters import (AUTO_DEVICE_GROUP, DECOUPLED_CANCEL_POLL_MS, DEFAULT_CANCEL_POLL_MS, DEFAULT_DEVICE_LANES,
                          DEFAULT_POLICY, MAX_DEVICE_LANES, MAX_DEVICE_PRIORITY_LEVEL, NO_DEVICE_GROUP, PARAMETERS,
                          WHOLE_GRAPH)
-from .stages import TensorSpec, load_manifest
+from lazybatch.formats.stage_manifest import TensorSpec, load_manifest
 
 
 def model_config_pb2() -> Any:

@@ -1,163 +1,29 @@
 """A stage directory (``manifest.json`` + one ONNX file per stage) loaded into onnxruntime sessions.
 
 The backend runs a model stage by stage so that the scheduler can regroup requests at every stage boundary; this
-module owns everything that touches onnxruntime: reading the manifest, one session per stage, running a stage on
-the concatenation of several requests' tensors, and a quick profiler that writes a latency table when none exists.
+module owns the sessions: one per stage, running a stage on the concatenation of several requests' tensors, on the
+host or resident on the provider's device. The folder's manifest is read by ``lazybatch.formats.stage_manifest``,
+the one loader the offline tools share.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from lazybatch.batcher.errors import ConfigError
-from lazybatch.batcher.graph import ModelGraph, Stage, StageType
 from lazybatch.batcher.latency_table import LatencyTable
-from lazybatch.formats.dtypes import NUMPY_TO_TRITON, TRITON_TO_NUMPY
 from lazybatch.formats.example_dims import feed_shape
+from lazybatch.formats.stage_manifest import Manifest, load_manifest
 from lazybatch.sessions.cuda_graphs import StageGraphs, build_graphs
 from lazybatch.sessions.cuda_stream import SharedStream, StreamRefused, open_stream
 from lazybatch.sessions.device_tensors import DeviceTensors, provider_list, rows_of
 from lazybatch.sessions.inplace import InPlaceRunError, run_inplace, usable
 
 from .rows import join_rows
-
-MANIFEST_FORMAT = "lazybatch.stages/1"
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A model-level input or output: Triton-style dims (no batch dimension; -1 is "any")."""
-
-    name: str
-    dtype: np.dtype
-    dims: tuple[int, ...]
-    # per-sample sizes split ran the model at, for the -1 dims (manifest ``example_dims``): what warm-up and
-    # profiling feed, since a 1 there (a 1x1 image) fails in many models; not part of the tensor's identity
-    example: tuple[int, ...] | None = field(default=None, compare=False)
-
-    @property
-    def data_type(self) -> str:
-        return NUMPY_TO_TRITON[self.dtype]
-
-
-@dataclass(frozen=True)
-class StageInput:
-    name: str
-    source: int | None  # None: a model input; else the index of the stage that produces it
-
-
-@dataclass
-class StageSpec:
-    index: int
-    name: str
-    file: str
-    type: StageType
-    inputs: list[StageInput]
-    outputs: list[str]
-
-
-@dataclass
-class Manifest:
-    model: str
-    inputs: list[TensorSpec]
-    outputs: list[TensorSpec]
-    stages: list[StageSpec]
-    source: str | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
-
-    def graph(self) -> ModelGraph:
-        return ModelGraph(self.model, [Stage(s.index, s.name, s.type) for s in self.stages])
-
-
-def _dtype(value: Any, where: str, source: str) -> np.dtype:
-    if isinstance(value, str) and value.upper() in TRITON_TO_NUMPY:
-        return TRITON_TO_NUMPY[value.upper()]
-    try:
-        dt = np.dtype(value)
-    except TypeError:
-        raise ConfigError(f"unknown dtype {value!r}", field=where, source=source) from None
-    if dt not in NUMPY_TO_TRITON:
-        raise ConfigError(f"dtype {dt} is not supported by the backend", field=where, source=source)
-    return dt
-
-
-def _tensor(entry: Any, where: str, source: str) -> TensorSpec:
-    if not isinstance(entry, Mapping) or "name" not in entry:
-        raise ConfigError("expected an object with name, dtype and dims", field=where, source=source)
-    dtype = _dtype(entry.get("data_type") or entry.get("dtype"), f"{where}.dtype", source)
-    dims = entry.get("dims")
-    if not isinstance(dims, list) or not all(isinstance(d, int) for d in dims):
-        raise ConfigError("dims must be a list of integers (no batch dimension; -1 for any)", field=f"{where}.dims",
-                          source=source)
-    ex = entry.get("example_dims")
-    example = (tuple(int(d) for d in ex) if isinstance(ex, list) and len(ex) == len(dims)
-               and all(isinstance(d, int) and d > 0 for d in ex) else None)
-    return TensorSpec(str(entry["name"]), dtype, tuple(dims), example)
-
-
-def load_manifest(stage_dir: str | Path) -> Manifest:
-    """Read and check ``stage_dir/manifest.json``: every stage input must come from the model or an earlier stage."""
-    d = Path(stage_dir)
-    path = d / "manifest.json"
-    src = str(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"cannot read the stage manifest: {e.strerror}; run `lazybatch split` (or "
-                          "`lazybatch repo add`) to make the stage directory", source=src) from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"not valid JSON ({e.msg} at line {e.lineno})", source=src) from None
-    if data.get("format") != MANIFEST_FORMAT:
-        raise ConfigError(f"unsupported format {data.get('format')!r}; expected {MANIFEST_FORMAT!r}",
-                          field="format", source=src)
-    inputs = [_tensor(t, f"inputs[{i}]", src) for i, t in enumerate(data.get("inputs") or [])]
-    outputs = [_tensor(t, f"outputs[{i}]", src) for i, t in enumerate(data.get("outputs") or [])]
-    if not inputs or not outputs:
-        raise ConfigError("the manifest needs at least one input and one output", field="inputs/outputs", source=src)
-    model_inputs = {t.name for t in inputs}
-    produced: dict[str, int] = {}
-    stages: list[StageSpec] = []
-    for i, st in enumerate(data.get("stages") or []):
-        where = f"stages[{i}]"
-        if not isinstance(st, Mapping) or "file" not in st:
-            raise ConfigError("each stage needs at least file, inputs and outputs", field=where, source=src)
-        if st.get("index", i) != i:
-            raise ConfigError(f"stages must be listed in order; found index {st.get('index')} at position {i}",
-                              field=f"{where}.index", source=src)
-        sins: list[StageInput] = []
-        for j, t in enumerate(st.get("inputs") or []):
-            name = str(t["name"])
-            frm = t.get("from", "model")
-            if frm == "model":
-                if name not in model_inputs:
-                    raise ConfigError(f"input {name!r} is said to come from the model, which has no such input",
-                                      field=f"{where}.inputs[{j}]", source=src)
-                sins.append(StageInput(name, None))
-            else:
-                if not isinstance(frm, int) or not 0 <= frm < i or produced.get(name) != frm:
-                    raise ConfigError(f"input {name!r} comes from {frm!r}, which is not an earlier stage that "
-                                      "produces it", field=f"{where}.inputs[{j}]", source=src)
-                sins.append(StageInput(name, frm))
-        outs = [str(t["name"]) for t in st.get("outputs") or []]
-        if not outs:
-            raise ConfigError("a stage needs at least one output", field=f"{where}.outputs", source=src)
-        for o in outs:
-            produced[o] = i
-        stages.append(StageSpec(i, str(st.get("name", f"stage_{i:03d}")), str(st["file"]),
-                                StageType.parse(st.get("type", "STATIC"), field=f"{where}.type", source=src),
-                                sins, outs))
-    if not stages:
-        raise ConfigError("the manifest lists no stages", field="stages", source=src)
-    for o in outputs:
-        if o.name not in produced:
-            raise ConfigError(f"model output {o.name!r} is produced by no stage", field="outputs", source=src)
-    return Manifest(str(data.get("model", d.name)), inputs, outputs, stages, data.get("source"), dict(data))
 
 
 def available_providers(preference: str = "auto") -> list[str]:
@@ -414,7 +280,7 @@ class StageRunner:
             [(s.index, s.name) for s in specs], open_session, dev, lambda i: specs[i].outputs, buckets,
             capture=capture, warm_feeds=warm_feeds, plain_run=plain_run)
 
-    def _fresh(self, t: Any) -> Any:
+    def fresh_copy(self, t: Any) -> Any:
         return t.copy() if self.resident is None else self.resident.fresh(t)
 
     def _check_resident(self, tensors: DeviceTensors) -> str | None:
@@ -457,7 +323,7 @@ class StageRunner:
                 pass
         return self.sample_inputs(batch, seed=seed)
 
-    def _timed(self, fn: Any) -> tuple[Any, float]:
+    def timed(self, fn: Any) -> tuple[Any, float]:
         """``fn()`` and its time: device time from CUDA events on a shared stream (what the host measures there is
         the enqueue), wall time else."""
         if self.stream is not None:
@@ -495,47 +361,7 @@ class StageRunner:
 
     def profile(self, batch_sizes: Sequence[int], *, reps: int = 3, warmup: int = 1,
                 provenance: str = "", rounds: int = 3) -> LatencyTable:
-        """Median wall time of every stage at every batch size, fitted monotone, as a latency table.
+        """Every stage timed at every batch size, as a latency table (``stage_profile.profile_stages``)."""
+        from .stage_profile import profile_stages
 
-        ``reps`` timed runs per (stage, batch size) are spread over ``rounds`` interleaved rounds (each round visits
-        every stage at every batch size; at least one run per round, so ``reps=1`` still times 3 runs by default)
-        and the median of all of them is kept. Why rounds: on a busy machine a burst of background load lasts a
-        while; timed back to back, all repetitions of one cell fall inside it and the median cannot reject it,
-        whereas spread over rounds the burst touches one round of several cells. The rows are then fitted with
-        ``LatencyTable.monotone`` (non-decreasing in batch size, non-increasing per sample), which removes what
-        spikes the median leaves. ``meta["profile"]`` records rounds, reps per round and the statistic."""
-        sizes = sorted(set(batch_sizes) | {1})
-        n_rounds = max(1, rounds)
-        per_round = max(1, -(-max(1, reps) // n_rounds))  # ceil(reps / rounds)
-        times: list[list[list[float]]] = [[[] for _ in sizes] for _ in range(self.n_stages)]
-        for rnd in range(n_rounds):
-            for k, b in enumerate(sizes):
-                tensors: dict[str, Any] = self.sample_inputs(b)
-                for spec in self.manifest.stages:
-                    feeds = {i.name: tensors[i.name] for i in spec.inputs}
-                    step = self.inplace.get(spec.index)
-                    if rnd == 0:
-                        for _ in range(warmup):
-                            self.run_resident(spec.index, feeds)
-                    for _ in range(per_round):
-                        # an in-place stage runs as served: on a fresh copy of its input (made outside the timing)
-                        run_feeds = feeds if step is None else {**feeds, step.input: self._fresh(feeds[step.input])}
-                        out, took = self._timed(lambda: self.run_resident(spec.index, run_feeds, owned=True))
-                        times[spec.index][k].append(took)  # as served: on the device path
-                    tensors.update(out)
-        rows = [[max(float(np.median(cell)), 1e-7) for cell in stage_times] for stage_times in times]
-        graph = self.manifest.graph()
-        meta = {"profile": {"rounds": n_rounds, "reps": per_round, "statistic": "median", "monotone_fit": True}}
-        return LatencyTable(graph, sizes, rows, meta=meta, provenance=provenance or (
-            f"lazybatch backend profile, onnxruntime {self.providers[0]}, median of {n_rounds} interleaved rounds "
-            f"x {per_round} runs, monotone fit")).monotone()
-
-
-def profile_batch_sizes(max_batch_size: int) -> list[int]:
-    """1, 2, 4, ... and max_batch_size itself: the table interpolates in between."""
-    sizes, b = [], 1
-    while b < max_batch_size:
-        sizes.append(b)
-        b *= 2
-    sizes.append(max_batch_size)
-    return sizes
+        return profile_stages(self, batch_sizes, reps=reps, warmup=warmup, provenance=provenance, rounds=rounds)

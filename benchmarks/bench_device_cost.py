@@ -50,7 +50,8 @@ from lazybatch.backend.arbiter import protocol as P
 from lazybatch.backend.arbiter.client import attach, query
 from lazybatch.backend.fusion import fuse, measure_fused_ratio
 from lazybatch.backend.runtime import BackendRuntime
-from lazybatch.backend.stages import StageRunner, profile_batch_sizes
+from lazybatch.backend.stages import StageRunner
+from lazybatch.backend.stage_profile import profile_batch_sizes
 from lazybatch.batcher.policies import parse_policy
 
 GOAL = 0.02  # of t1, per stage job

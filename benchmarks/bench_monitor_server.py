@@ -81,7 +81,8 @@ def build_repository(kind: str, repo: Path, work: Path, *, max_batch_size: int, 
                      policies: list[str], intra_op_threads: int, log: Any = print) -> dict[str, str]:
     """``kind`` built, split and profiled once (cached in ``work``), one model directory per policy; returns
     policy -> model name."""
-    from lazybatch.backend.stages import StageRunner, profile_batch_sizes
+    from lazybatch.backend.stages import StageRunner
+    from lazybatch.backend.stage_profile import profile_batch_sizes
 
     work.mkdir(parents=True, exist_ok=True)
     onnx_path = work / f"{kind}.onnx"

@@ -37,7 +37,8 @@ from benchmarks.harness import command_line, fmt, judge_spread, machine_meta, sp
 from benchmarks.harness.inprocess import mlp_stages, runtime_latencies, whole_graph_latencies
 from lazybatch.backend.fusion import fuse, measure_fused_ratio
 from lazybatch.backend.runtime import BackendRuntime
-from lazybatch.backend.stages import StageRunner, profile_batch_sizes
+from lazybatch.backend.stages import StageRunner
+from lazybatch.backend.stage_profile import profile_batch_sizes
 from lazybatch.batcher.policies import parse_policy
 
 # name -> policy spec; "eager" runs inline (BackendRuntime.run_inline), the rest through the scheduler thread

@@ -2,6 +2,6 @@
 
 ``dtypes``: Triton's datatype names as numpy dtypes (the config's ``TYPE_*`` and the wire's names); ``prometheus``:
 series out of a Prometheus text scrape; ``histograms``: the length histograms the project ships, which seq2seq
-requests are drawn from. Numpy and the standard library only, so that the backend, the client (no onnxruntime) and
+requests are drawn from; ``stage_manifest``: a stage folder's ``manifest.json``, its schema and its one loader. Numpy and the standard library only, so that the backend, the client (no onnxruntime) and
 the simulator (no Triton) can all import it without importing each other.
 """

@@ -78,7 +78,7 @@ def add_npu_model(model: str | Path | None, repository: str | Path, *, name: str
     import tempfile
 
     from lazybatch.backend.settings import load_config
-    from lazybatch.backend.stages import profile_batch_sizes
+    from lazybatch.backend.stage_profile import profile_batch_sizes
     from lazybatch.npu_model import NPUConfig
     from lazybatch.npu_model.tables import latency_table
     from lazybatch.repo import add_model, parse_repo_policy, split_into, TritonPolicy

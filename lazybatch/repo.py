@@ -22,7 +22,9 @@ from typing import Any, Mapping, Sequence
 from lazybatch.backend.parameters import WHOLE_GRAPH
 from lazybatch.backend.settings import config_to_text, model_config_pb2
 from lazybatch.backend.seq2seq_spec import Seq2SeqSpec
-from lazybatch.backend.stages import StageRunner, load_manifest, profile_batch_sizes
+from lazybatch.backend.stages import StageRunner
+from lazybatch.backend.stage_profile import profile_batch_sizes
+from lazybatch.formats.stage_manifest import load_manifest
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies import parse_policy

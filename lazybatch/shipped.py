@@ -8,7 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from lazybatch.backend.stages import StageRunner, load_manifest, profile_batch_sizes
+from lazybatch.backend.stages import StageRunner
+from lazybatch.backend.stage_profile import profile_batch_sizes
+from lazybatch.formats.stage_manifest import load_manifest
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.policies.registry import TritonPolicy
 from lazybatch.repo import add_model, parse_repo_policy, profile_seq2seq, split_into

@@ -38,7 +38,8 @@ def _rss_mib() -> float:
 def child(setting: str, model_dir: str, batches: list[int], runs: int) -> dict:
     """One draw, in this process: the figures of one setting."""
     from lazybatch.backend.fusion import fused_manifest
-    from lazybatch.backend.stages import StageRunner, load_manifest
+    from lazybatch.backend.stages import StageRunner
+    from lazybatch.formats.stage_manifest import load_manifest
     from lazybatch.sessions.arena import use_shared_arena
     from lazybatch.sessions.threads import use_global_thread_pool
 

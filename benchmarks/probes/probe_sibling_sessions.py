@@ -29,7 +29,8 @@ from benchmarks.harness import command_line, machine_meta, write_json
 from tqdm import tqdm
 
 from lazybatch.backend.fusion import fused_manifest
-from lazybatch.backend.stages import StageRunner, load_manifest
+from lazybatch.backend.stages import StageRunner
+from lazybatch.formats.stage_manifest import load_manifest
 from lazybatch.sessions.threads import use_global_thread_pool
 
 

@@ -1,4 +1,5 @@
-"""The stage manifest (``manifest.json``): the contract between ``lazybatch split`` and the Triton backend.
+"""The stage manifest (``manifest.json``) as ``lazybatch split`` writes it: the contract between the splitter and the
+Triton backend, read back by ``lazybatch.formats.stage_manifest`` (the one loader both use).
 
 Every field is documented in docs/formats.md under "Stage manifest". Shapes keep the batch as the string "batch"
 in position 0; Triton-style ``dims`` drop it and write -1 for any other dimension that is not fixed.
@@ -12,12 +13,13 @@ from typing import Any, Mapping, Sequence
 
 import onnx
 
-from lazybatch.batcher.errors import ConfigError
+from lazybatch.formats.stage_manifest import FORMAT
+from lazybatch.formats.stage_manifest import load_manifest as read_stage_folder
 
 from .dtypes import numpy_name, triton_name
 from .plan import HEAVY, Plan
 
-FORMAT = "lazybatch.stages/1"
+__all__ = ["FORMAT", "build_manifest", "input_ranges", "load_manifest", "triton_io"]
 
 
 def input_ranges(model: onnx.ModelProto) -> dict[str, list[int]]:
@@ -126,19 +128,5 @@ def _seq2seq_section(spec: Mapping[str, Any], plan: Plan, graph_inputs: list[dic
 
 
 def load_manifest(directory: str | Path) -> dict[str, Any]:
-    d = Path(directory)
-    p = d / "manifest.json"
-    if not p.is_file():
-        raise ConfigError(f"{str(d)!r} has no manifest.json; pass a directory written by `lazybatch split`")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"not valid JSON ({e.msg} at line {e.lineno}); re-run `lazybatch split`",
-                          source=str(p)) from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ConfigError(f"unsupported manifest format {data.get('format') if isinstance(data, dict) else None!r}; "
-                          f"expected {FORMAT!r}: re-run `lazybatch split`", field="format", source=str(p))
-    for st in data.get("stages", []):
-        if not (d / st["file"]).is_file():
-            raise ConfigError(f"stage file {st['file']!r} is missing; re-run `lazybatch split`", source=str(p))
-    return data
+    """The folder's manifest as written, checked by the one loader the backend uses too."""
+    return read_stage_folder(directory).raw

@@ -18,7 +18,8 @@ from lazybatch.backend.settings import BackendSettings, load_config, parse_confi
 from lazybatch.backend.request_parsing import parse_request_parameters, RequestOptions, validate_request
 from lazybatch.backend.model import TritonPythonModel
 from lazybatch.backend.runtime import BackendRuntime
-from lazybatch.backend.stages import StageRunner, TensorSpec, load_manifest
+from lazybatch.backend.stages import StageRunner
+from lazybatch.formats.stage_manifest import TensorSpec, load_manifest
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status

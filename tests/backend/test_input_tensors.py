@@ -15,7 +15,8 @@ import pytest
 from lazybatch.backend.input_tensors import described, keeps_gpu_inputs, read_input, read_inputs
 from lazybatch.backend.request_parsing import RequestOptions, validate_request
 from lazybatch.backend.runtime import BackendRuntime
-from lazybatch.backend.stages import StageRunner, TensorSpec
+from lazybatch.backend.stages import StageRunner
+from lazybatch.formats.stage_manifest import TensorSpec
 from lazybatch.batcher.policies import parse_policy
 
 from tests.backend.test_backend import Collector

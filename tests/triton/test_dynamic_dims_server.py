@@ -52,7 +52,7 @@ def test_repo_add_records_the_example_size() -> None:
     """The config carries the split's size for the dynamic dims, in perf_analyzer's --shape form."""
     from lazybatch.backend.settings import BackendSettings, parse_config_text
     from lazybatch.repo import build_config
-    from lazybatch.backend.stages import TensorSpec
+    from lazybatch.formats.stage_manifest import TensorSpec
 
     x = TensorSpec("images", np.dtype(np.float32), (3, -1, -1), SIZE)
     y = TensorSpec("out", np.dtype(np.float32), (84, -1))
