@@ -197,7 +197,7 @@ class TritonPythonModel:
             return None
 
     def _inline_allowed(self, cfg: Any) -> bool:
-        """Whether whole passes may run in execute (``BackendRuntime.run_inline``): only where Triton's dynamic
+        """Whether whole passes may run in execute (``InlineRoute.run``): only where Triton's dynamic
         batcher hands execute everything that queued meanwhile (without it, each execute would hold one request
         and inline passes would serve the queue one by one), with no queue delay of its own (a delay would come on
         top of ours), and where nothing needs the scheduler to see every request (REJECT admission, fault

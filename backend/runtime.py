@@ -7,8 +7,8 @@ thread calls into the ``Scheduler``, ``submit`` only puts requests on its inbox;
 (the wall clock and its timers), ``rows.py`` (a Triton request of batch b is b scheduler requests, one per sample,
 as the latency table, the slack predictor and max_batch_size count samples; it is answered once all are done, or at
 once when one fails, its siblings then leaving at the next stage boundary) and ``inline.py`` (whole-graph passes
-run in ``execute`` where the scheduler would run them whole). Here: admission, stage runs, calibration of the
-table, cancellation, answers and shutdown.
+run in ``execute`` where the scheduler would run them whole), ``stage_runs.py`` (a job's stages on its requests).
+Here: admission, calibration of the table, cancellation, answers and shutdown.
 
 The executor does not run a stage inside ``Executor.submit``: it parks the job, the thread runs it, then drains the
 inbox *before* reporting completion. That way the policy sees every request that arrived during the stage at the
@@ -17,7 +17,6 @@ stage boundary, which is where LazyBatching decides to preempt.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import queue
 import threading
@@ -28,24 +27,24 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from lazybatch.batcher.admission import QueuePolicy
-from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
+from lazybatch.batcher.interfaces import DoneCallback, StageJob
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.request import Request, Status
 from lazybatch.batcher.scheduler import Scheduler
-from lazybatch.sessions.inplace import InPlaceRunError
 
 from . import metrics as M
 from .cancel_watch import CancelWatcher, auto_interval, typical_stage_s
 from .clock import WallClock
 from .request_parsing import RequestOptions, check_deadline
-from .faults import FaultInjector, InjectedFault
+from .faults import FaultInjector
 from .inbox import MEMORY_RELEASE_INTERVAL_S, InboxLoop
 from .inline import InlineRoute
 from .memory import malloc_trim
 from .pool_park import PoolPark
-from .rows import Parent, Sample, gather
+from .rows import Parent, Sample
 from .runtime_stats import RuntimeStats
+from .stage_runs import StageRuns
 from .stages import StageRunner
 from .table_keeper import TableKeeper
 
@@ -59,8 +58,8 @@ def _always() -> bool:
     return True
 
 
-class BackendRuntime:
-    """Owns the scheduler thread of one model instance."""
+class BackendRuntime(StageRuns):
+    """Owns the scheduler thread of one model instance (its stage runs: ``stage_runs.py``)."""
 
     stats_class: Callable[[], RuntimeStats] = RuntimeStats  # a subclass may count more (backend/seq2seq.py)
 
@@ -79,7 +78,7 @@ class BackendRuntime:
         chain the stages). ``whole_wide``: that graph is wider than the stages (arbiter/sizing.py solo_threads), so
         it runs only while ``alone`` says no other member of the device group is active (arbiter/join.py), and its
         passes leave the table alone, which describes the stages at the lane's width. ``inline``: whole passes may
-        run in ``execute`` (``run_inline``; a device group's gate switches it with its lease). ``park``: the process's
+        run in ``execute`` (``InlineRoute.run``; a device group's gate switches it with its lease). ``park``: the process's
         onnxruntime workers, parked while nothing is held (backend/pool_park.py; None: never parked)."""
         if table.graph.n != runner.n_stages:
             raise ValueError(f"latency table has {table.graph.n} stages, the stage directory {runner.n_stages}")
@@ -118,7 +117,6 @@ class BackendRuntime:
         busy = threading.Lock()  # the scheduler thread's whenever it is awake; an inline pass's throughout
         self.loop = InboxLoop(self, name, busy, memory_release_s=memory_release_s)
         self.route = InlineRoute(self, policy, self.loop, busy, on=inline)
-        self.run_inline = self.route.run  # bound once: execute calls it for every group (docs in InlineRoute.run)
         # cancel_poll_s 0: paced by the stage times (cancel_poll_ms: auto, backend/cancel_watch.py)
         self.watcher = (CancelWatcher(lambda: self.live.values(), is_cancelled, self._on_cancel, cancel_poll_s,
                                       name, lock=self._answer_lock, stage_s=typical_stage_s(table.dense))
@@ -128,7 +126,7 @@ class BackendRuntime:
     # ------------------------------------------------------------------ any thread
     @property
     def inline(self) -> bool:
-        """Whether ``run_inline`` may run passes: built on where Triton's dynamic batcher hands execute its groups
+        """Whether ``route.run`` may run passes: built on where Triton's dynamic batcher hands execute its groups
         (backend/model.py); a device group's gate switches it with its lease."""
         return self.route.on
 
@@ -315,124 +313,6 @@ class BackendRuntime:
     def _sample_args(self, parent: Parent, row: int) -> dict[str, Any]:
         """Request() arguments of one sample (a seq2seq runtime adds its per-sequence state and enc_steps)."""
         return {"payload": Sample(parent, row)}
-
-    def _run(self, job: StageJob) -> StageResult | None:
-        """Run the job's stage (or span of stages) on its (not cancelled) requests: concatenate, onnxruntime, split.
-
-        If the batched run fails, each request is run alone so that only the ones that fail on their own are
-        answered with the error; the rest of the batch goes on.
-        """
-        reqs = [r for r in job.requests if not r.cancelled]
-        if not reqs:
-            return None
-        if job.stop == job.stage + 1:
-            run: Callable[[list[Request]], None] = functools.partial(self._run_batch, job.stage)
-        else:
-            run = functools.partial(self._run_span, job.stage, job.stop)
-        try:
-            run(reqs)
-            return None
-        except Exception as e:
-            if self.metrics is not None:  # a span's failure counts against its first stage unless the error says
-                self.metrics.stage_failed(e.stage if isinstance(e, InjectedFault) else job.stage)
-            if len(reqs) == 1 or isinstance(e, InPlaceRunError):  # in place: the inputs are gone, no rerun
-                return StageResult(errors={r.id: f"{type(e).__name__}: {e}" for r in reqs})
-        errors: dict[int, str] = {}
-        for r in reqs:
-            try:
-                run([r])
-            except Exception as e:  # onnxruntime failure: this request fails, the server goes on
-                if self.metrics is not None:
-                    self.metrics.stage_failed(e.stage if isinstance(e, InjectedFault) else job.stage)
-                errors[r.id] = f"{type(e).__name__}: {e}"
-        return StageResult(errors=errors) if errors else None
-
-    def _run_span(self, start: int, stop: int, reqs: list[Request]) -> None:
-        """Stages ``start .. stop-1`` on one batch with no decision point between them (``StageJob.stop``): the
-        inputs are joined once, the batch's tensors pass from stage to stage as they are, and only what later stages
-        or the answer read is split per request at the end. The whole graph (0..n) runs as one onnxruntime call
-        where the backend holds the verified whole-graph session (``whole_runner``)."""
-        runner = self.runner
-        stages = runner.manifest.stages
-        stats = self.stats
-        t0 = time.perf_counter()
-        whole = self.whole_runner if start == 0 and stop == runner.n_stages else None
-        wide = whole is not None and self.whole_wide
-        if wide and not self.alone():
-            whole = None
-            wide = False
-        feeds: dict[str, np.ndarray] = {}
-        need = [i for s in range(start, stop) for i in stages[s].inputs
-                if i.source is None or i.source < start]
-        for inp in need:
-            if inp.name not in feeds:
-                feeds[inp.name] = gather(inp, reqs, runner.join)
-        t1 = time.perf_counter()
-        if self.fault is not None:
-            ids = [r.id for r in reqs]
-            for s in range(start, stop):
-                self.fault.check(s, ids)
-        if whole is not None:
-            tensors = whole.run_resident(0, feeds, owned=True)
-        else:
-            tensors = dict(feeds)
-            for s in range(start, stop):
-                spec = stages[s]
-                tensors.update(runner.run_resident(s, {i.name: tensors[i.name] for i in spec.inputs}, owned=True))
-        t2 = time.perf_counter()
-        keep = [name for name, arr in tensors.items() if runner.last_use.get(name, -1) >= stop]
-        for k, r in enumerate(reqs):
-            own = r.payload.tensors
-            for name in keep:
-                own[name] = (tensors[name], k)
-            for s in range(start, stop):
-                for name in runner.drop_after[s]:
-                    own.pop(name, None)
-        t3 = time.perf_counter()
-        stats.stage_runs += 1
-        stats.span_runs += 1
-        stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
-        stats.ort_s += t2 - t1
-        stats.io_s += (t1 - t0) + (t3 - t2)
-        if self.on_batch is not None:
-            self.on_batch(start, len(reqs), t2 - t1)
-        # a whole-graph pass too: the table must follow what the device does, and at low load nearly every
-        # request is one (its time shared among the stages by their table times); not a wider one (whole_wide)
-        if not wide:
-            self.keeper.observe_span(start, stop, len(reqs), t3 - t0)
-
-    def _run_batch(self, stage: int, reqs: list[Request]) -> None:
-        runner = self.runner
-        spec = runner.manifest.stages[stage]
-        stats = self.stats
-        t0 = time.perf_counter()
-        feeds = {inp.name: gather(inp, reqs, runner.join) for inp in spec.inputs}
-        t1 = time.perf_counter()
-        if self.fault is not None:
-            self.fault.check(stage, [r.id for r in reqs])
-        outs = runner.run_resident(stage, feeds, owned=True)  # joined: this batch's alone, see StageRunner.run
-        t2 = time.perf_counter()
-        for k, r in enumerate(reqs):
-            tensors = r.payload.tensors
-            for name, arr in outs.items():
-                tensors[name] = (arr, k)
-            for name in runner.drop_after[stage]:
-                tensors.pop(name, None)
-        t3 = time.perf_counter()
-        stats.stage_runs += 1
-        stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
-        stats.ort_s += t2 - t1
-        stats.io_s += (t1 - t0) + (t3 - t2)
-        if self.on_batch is not None:
-            self.on_batch(stage, len(reqs), t2 - t1)
-        self._calibrate(stage, len(reqs), t3 - t0)  # what the stage costs served: onnxruntime, join and split
-
-    def _calibrate(self, stage: int, batch: int, took: float) -> None:
-        """The stage run into the table the policy plans with (backend/table_keeper.py)."""
-        self.keeper.observe(stage, batch, took)
-
-    def calibrate_span(self, start: int, stop: int, batch: int, took: float, runs: int = 1) -> None:
-        self.keeper.observe_span(start, stop, batch, took, runs)
 
     def _table_refreshed(self, dense: list[list[float]]) -> None:
         if self.watcher is not None and self.watcher.auto:  # the stage time it is paced by

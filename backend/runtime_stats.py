@@ -20,11 +20,11 @@ class RuntimeStats:
     sched_s: float = 0.0  # policy decisions, bookkeeping, hand-off
     answered: dict[str, int] = field(default_factory=dict)
     span_runs: int = 0  # jobs that ran several stages with no decision point between (StageJob.stop)
-    inline_runs: int = 0  # whole-graph passes run in Triton's execute call, outside the scheduler (run_inline)
+    inline_runs: int = 0  # whole-graph passes run in Triton's execute call, outside the scheduler (InlineRoute.run)
     inline_requests: int = 0
     inline_groups: int = 0  # execute calls served inline (inline_runs / inline_groups: passes a group took)
     inline_waits: int = 0  # groups that waited in execute for the scheduler to finish what it held, then ran inline
-    # why a group handed to execute went to the scheduler instead (run_inline's refusals, by reason)
+    # why a group handed to execute went to the scheduler instead (InlineRoute.run's refusals, by reason)
     inline_refused: dict[str, int] = field(default_factory=dict)
     time_scale: float = 1.0  # measured / profiled stage time over the model (batcher/calibration.py: its scale)
     host_per_job_s: float = 0.0  # what a job costs besides onnxruntime (moving average): a decision point's cost

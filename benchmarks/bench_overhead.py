@@ -11,7 +11,7 @@ How: one process, no server (the server's gRPC and Python-backend costs are the 
 the scheduler's). t1 is the verified whole-graph session the backend itself holds, run directly; each policy serves
 the same requests one at a time through the BackendRuntime (submit -> answer). ``eager`` is the route a request
 takes by default when it finds the scheduler idle: the inline pass Triton's ``execute`` runs
-(``BackendRuntime.run_inline``: the policy's decision, the pass, the statistics and recalibration);
+(``InlineRoute.run``: the policy's decision, the pass, the statistics and recalibration);
 ``eager (scheduler)`` is the route through the scheduler thread, which requests take while it holds work. Within a
 round the routes take turns request by request (t1 and every policy once per turn, in a new random order each turn),
 so the machine's drift over seconds lands on all of them alike, and so does the route run just before (in the
@@ -41,7 +41,7 @@ from lazybatch.backend.stages import StageRunner
 from lazybatch.backend.stage_profile import profile_batch_sizes
 from lazybatch.batcher.policies import parse_policy
 
-# name -> policy spec; "eager" runs inline (BackendRuntime.run_inline), the rest through the scheduler thread
+# name -> policy spec; "eager" runs inline (InlineRoute.run), the rest through the scheduler thread
 POLICIES = {"eager": "eager", "eager (scheduler)": "eager", "eager:spans=false": "eager:spans=false",
             "lazy": "lazy"}
 GOAL = 0.03

@@ -310,7 +310,7 @@ def _fill(mdir: Path, vdir: Path, model: str | Path | None, pol: Any, *, name: s
                                  dynamic_batching_us=loop_batcher_us, decoupled=decoupled, **prio)
         else:
             # eager runs a pass the scheduler would run whole in Triton's execute call (backend/inline.py
-            # run_inline), on the group Triton's batcher queued meanwhile: that needs dynamic_batching, no delay
+            # InlineRoute.run), on the group Triton's batcher queued meanwhile: that needs dynamic_batching, no delay
             inline = pol.entry.inline_passes
             cfg = build_config(name, man.inputs, man.outputs, max_batch_size=max_batch_size, parameters=params,
                                dynamic_batching_us=0 if inline else None, **prio)

@@ -15,7 +15,7 @@ from ..interfaces import StageJob
 @runtime_checkable
 class InlineHooks(Protocol):
     """Whether a group that reaches Triton's ``execute`` may run there as whole-graph passes, outside the
-    scheduler (``BackendRuntime.run_inline``), as Triton's own backends do."""
+    scheduler (``InlineRoute.run``), as Triton's own backends do."""
 
     @property
     def needs_classes(self) -> bool:

@@ -34,7 +34,7 @@ def runtime_latencies(rt: BackendRuntime, x: np.ndarray, n: int) -> list[float]:
     for _ in range(n):
         done.clear()
         t0 = time.perf_counter()
-        if not rt.inline or rt.run_inline([({"x": x}, 1)]) is None:
+        if not rt.inline or rt.route.run([({"x": x}, 1)]) is None:
             rt.submit(None, {"x": x}, 1, RequestOptions(sla_s=1.0))
             done.wait()
         out.append(time.perf_counter() - t0)

@@ -515,7 +515,7 @@ def test_inline_pass_gives_the_whole_graphs_result_and_is_counted(mlp):
     sess = ort.InferenceSession(str(model))
     try:
         xs = [np.random.default_rng(k).standard_normal((1 + k % 2, 16)).astype(np.float32) for k in range(3)]
-        outs = rt.run_inline([(({"x": x}), x.shape[0]) for x in xs])
+        outs = rt.route.run([(({"x": x}), x.shape[0]) for x in xs])
         assert outs is not None and len(outs) == 3
         for x, out in zip(xs, outs):
             np.testing.assert_allclose(out["y"], sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
@@ -542,7 +542,7 @@ def test_idle_runtime_with_inline_passes_does_not_poll(mlp):
     rt.loop.wait = lambda timeout: (wakes.append(timeout), wait(timeout))[1]
     try:
         x = np.ones((1, 16), np.float32)
-        assert rt.run_inline([({"x": x}, 1)]) is not None  # owes the hook once
+        assert rt.route.run([({"x": x}, 1)]) is not None  # owes the hook once
         time.sleep(1.0)
     finally:
         rt.close()
@@ -567,7 +567,7 @@ def test_inline_pass_waits_out_the_scheduler_threads_bookkeeping(mlp):
         t = threading.Thread(target=bookkeeping)
         t.start()
         held.wait(5)
-        assert rt.run_inline([({"x": x}, 1)]) is not None
+        assert rt.route.run([({"x": x}, 1)]) is not None
         t.join()
         assert rt.settled_stats().inline_runs == 1 and not rt.stats.inline_refused
     finally:
@@ -580,14 +580,14 @@ def test_inline_pass_is_refused_while_the_scheduler_holds_work_or_too_large(mlp)
     rt, c = _inline_runtime(mlp)
     try:
         x = np.ones((1, 16), np.float32)
-        assert rt.run_inline([({"x": np.ones((9, 16), np.float32)}, 9)]) is None  # above max_batch_size 8
+        assert rt.route.run([({"x": np.ones((9, 16), np.float32)}, 9)]) is None  # above max_batch_size 8
         rt.live[1] = object()  # the scheduler holds a request
-        assert rt.run_inline([({"x": x}, 1)]) is None
+        assert rt.route.run([({"x": x}, 1)]) is None
         rt.live.clear()
         rt.inline = False
-        assert rt.run_inline([({"x": x}, 1)]) is None
+        assert rt.route.run([({"x": x}, 1)]) is None
         rt.inline = True
-        assert rt.run_inline([({"x": x}, 1)]) is not None
+        assert rt.route.run([({"x": x}, 1)]) is not None
         assert rt.settled_stats().inline_runs == 1
     finally:
         rt.close()
@@ -621,7 +621,7 @@ def test_group_that_could_only_follow_a_whole_pass_waits_for_it_then_runs_inline
             assert time.monotonic() < end, "the scheduler did not start the pass"
             time.sleep(0.001)
         assert (rt.running.stage, rt.running.stop) == (0, rt.runner.n_stages)
-        outs = rt.run_inline([({"x": x}, 1)])
+        outs = rt.route.run([({"x": x}, 1)])
         assert outs is not None, rt.stats.inline_refused
         assert "held" in c.answers  # answered by the scheduler before the group ran
         assert rt.stats.inline_waits == 1 and rt.settled_stats().inline_runs == 1
@@ -667,7 +667,7 @@ def test_statistics_follow_inline_passes_after_the_first_write(mlp):
     try:
         x = np.ones((1, 16), np.float32)
         for k in range(3):
-            assert rt.run_inline([({"x": x}, 1)]) is not None
+            assert rt.route.run([({"x": x}, 1)]) is not None
             deadline = time.monotonic() + 5.0
             while not seen or seen[-1] < k + 1:
                 assert time.monotonic() < deadline, f"pass {k + 1} never reached the statistics: {seen}"
@@ -691,7 +691,7 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
     rt.loop.idle_hook = lambda: (hooks.append(time.monotonic()), idle_hook())[1]
     try:
         x = np.ones((1, 16), np.float32)
-        assert rt.run_inline([({"x": x}, 1)]) is not None
+        assert rt.route.run([({"x": x}, 1)]) is not None
         deadline = time.monotonic() + 5.0
         while not writes:
             assert time.monotonic() < deadline, "the first pass never reached the statistics file"
@@ -699,7 +699,7 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
         released = rt.stats.memory_releases
         start = time.monotonic()
         while time.monotonic() - start < 0.8:  # passes 20 ms apart: never QUIET_S without one
-            assert rt.run_inline([({"x": x}, 1)]) is not None
+            assert rt.route.run([({"x": x}, 1)]) is not None
             time.sleep(0.02)
         end = time.monotonic()
         during = [t for t in writes if start + 0.05 < t < end]
@@ -730,7 +730,7 @@ def test_statistics_and_memory_under_endless_load(mlp, monkeypatch):
         x = np.ones((1, 16), np.float32)
         start = time.monotonic()
         while time.monotonic() - start < 1.5:
-            assert rt.run_inline([({"x": x}, 1)]) is not None
+            assert rt.route.run([({"x": x}, 1)]) is not None
             time.sleep(0.02)
         during = [t for t in writes if start < t < time.monotonic()]
         assert 2 <= len(during) <= 8, f"{len(during)} writes in 1.5 s of load with a 0.3 s maximum age"
@@ -786,7 +786,7 @@ def test_inline_group_served_in_smaller_passes_answers_early_ones_at_once(mlp):
             early.append(i)
             got[i] = out
 
-        outs = rt.run_inline([({"x": x}, 1) for x in xs], on_early)
+        outs = rt.route.run([({"x": x}, 1) for x in xs], on_early)
         assert outs is not None
         assert early == [0, 1, 2, 3]  # passes {0,1}, {2,3}, then {4} returned with the end of the call
         assert [o is None for o in outs] == [True, True, True, True, False]
@@ -796,7 +796,7 @@ def test_inline_group_served_in_smaller_passes_answers_early_ones_at_once(mlp):
         stats = rt.settled_stats()
         assert stats.inline_runs == 3 and stats.batch_hist == {2: 2, 1: 1}
         # without an ``early`` to send them, a group that would need several passes goes to the scheduler
-        assert rt.run_inline([({"x": x}, 1) for x in xs]) is None
+        assert rt.route.run([({"x": x}, 1) for x in xs]) is None
     finally:
         rt.close()
 
@@ -809,7 +809,7 @@ def test_inline_batch_that_fails_fails_only_the_request_that_fails_alone(mlp):
     try:
         good = np.ones((1, 16), np.float32)
         bad = np.ones((1, 15), np.float32)  # wrong width: the batch cannot even be joined, and onnxruntime refuses it
-        outs = rt.run_inline([({"x": good}, 1), ({"x": bad}, 1), ({"x": good}, 1)])
+        outs = rt.route.run([({"x": good}, 1), ({"x": bad}, 1), ({"x": good}, 1)])
         assert outs is not None
         assert isinstance(outs[1], str) and outs[1], outs[1]
         assert outs[0]["y"].shape == (1, 8) and outs[2]["y"].shape == (1, 8)

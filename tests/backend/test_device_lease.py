@@ -462,14 +462,14 @@ def test_a_real_holder_beside_a_recently_active_sibling_keeps_inline_off_and_sta
         _check_once(c, want)
         assert gate.leased and gate.near_sibling() and rt.route.on and rt.route.hold_until > time.monotonic()
         sent = gate.sent
-        assert rt.run_inline([({"x": x}, 1)]) is None  # refused: the sibling may ask any moment
+        assert rt.route.run([({"x": x}, 1)]) is None  # refused: the sibling may ask any moment
         assert rt.stats.inline_refused.get("a co-located model was active within the window", 0) >= 1
         near = [k for recent, k in jobs if recent]
         assert near and set(near) == {1}, jobs
         assert rt.stats.span_runs == 0
         time.sleep(max(0.0, gate.sibling_until - time.monotonic()) + 0.05)
         assert not gate.near_sibling() and gate.leased
-        outs = rt.run_inline([({"x": x}, 1)])
+        outs = rt.route.run([({"x": x}, 1)])
         assert outs is not None and outs[0] is not None  # inline again
         more = _drive(rt, c, model, 3, gap=0.01, base=100)
         c.wait_for([*want, *more])

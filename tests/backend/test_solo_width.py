@@ -83,7 +83,7 @@ def test_a_wide_whole_graph_runs_only_alone_and_leaves_the_table_alone(models):
     x = np.ones((1, 16), np.float32)
     try:
         rt.inline = True
-        assert rt.run_inline([({"x": x}, 1)]) is None  # shared: no inline pass at the wider width
+        assert rt.route.run([({"x": x}, 1)]) is None  # shared: no inline pass at the wider width
         assert rt.stats.inline_refused.get("the device is shared: the stages run at the lane's width", 0) == 1
         shared = _drive(rt, c, model, 6, gap=0.02)  # lone requests: eager spans them whole
         c.wait_for(shared)
@@ -91,7 +91,7 @@ def test_a_wide_whole_graph_runs_only_alone_and_leaves_the_table_alone(models):
         assert whole.runs == 0 and rt.stats.span_runs > 0  # spans, run as the stages at the lane's width
 
         alone[0] = True
-        outs = rt.run_inline([({"x": x}, 1)])
+        outs = rt.route.run([({"x": x}, 1)])
         assert outs is not None and outs[0] is not None and whole.runs == 1  # alone: inline, wide
         rt.inline = False
         seen = rt.calibrator.observations

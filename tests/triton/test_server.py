@@ -95,7 +95,7 @@ def test_scheduler_batches_concurrent_requests(served, model):
 
 
 def test_eager_runs_idle_groups_inline_and_mixes_answers_with_errors(served, reference):
-    """eager's inline path (backend/inline.py, run_inline) on the real server: Triton's dynamic batcher hands execute
+    """eager's inline path (backend/inline.py, InlineRoute.run) on the real server: Triton's dynamic batcher hands execute
     groups; a group that finds the scheduler idle runs in execute and is answered with its end, while a bad request
     of the same group already got its error through the response sender (None in execute's list). Every request
     gets exactly one answer: its own result, or the error that says what was wrong."""
