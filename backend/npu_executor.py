@@ -33,13 +33,6 @@ from lazybatch.batcher.latency_table import LatencyTable
 
 from .rows import join_rows
 
-PARAMETERS = {
-    "executor": "onnxruntime (default: stages complete when onnxruntime finishes) | npu (released at the modelled "
-                "NPU time of the NPU latency table, see npu_executor.py)",
-    "npu_time_scale": "executor npu: the wall clock runs k times slower than the NPU (default 1); the scheduler's "
-                      "table is the NPU table times k",
-}
-
 
 def _param(cfg: Any, key: str) -> str | None:
     return cfg.parameters[key].string_value.strip() if key in cfg.parameters else None

@@ -16,7 +16,7 @@ from lazybatch.formats.example_dims import parse_example_dims
 
 from .parameters import (AUTO_DEVICE_GROUP, DECOUPLED_CANCEL_POLL_MS, DEFAULT_CANCEL_POLL_MS, DEFAULT_DEVICE_LANES,
                          DEFAULT_POLICY, MAX_DEVICE_LANES, MAX_DEVICE_PRIORITY_LEVEL, NO_DEVICE_GROUP, PARAMETERS,
-                         WHOLE_GRAPH)
+                         WHOLE_GRAPH, default_value)
 from lazybatch.formats.stage_manifest import TensorSpec, load_manifest
 
 
@@ -62,9 +62,15 @@ def config_to_text(cfg: Any) -> str:
 
 
 def _param(cfg: Any, key: str, default: str | None = None) -> str | None:
+    """The parameter's text, else ``default``, else the schema's default (``parameters.py``)."""
     if key in cfg.parameters:
         return cfg.parameters[key].string_value.strip()
-    return default
+    return default if default is not None else default_value(key)
+
+
+def _given(cfg: Any, key: str) -> str | None:
+    """The parameter's text where config.pbtxt sets it (None: absent), for checks of what a user wrote."""
+    return cfg.parameters[key].string_value.strip() if key in cfg.parameters else None
 
 
 def _bool(text: str | None, key: str) -> bool:
@@ -208,19 +214,19 @@ class BackendSettings:
             profile_on_load=_bool(_param(cfg, "profile_on_load"), "profile_on_load"),
             dec_timesteps=int(dts) if dts else None,
             dec_timesteps_coverage=0.9 if cov is None else float(cov),
-            allow_nan=_bool(_param(cfg, "allow_nan", "true"), "allow_nan"),
-            execution_provider=_param(cfg, "execution_provider", "auto") or "auto",
+            allow_nan=_bool(_param(cfg, "allow_nan"), "allow_nan"),
+            execution_provider=_param(cfg, "execution_provider") or "auto",
             intra_op_threads=int(_number(_param(cfg, "intra_op_threads"), "intra_op_threads", int) or 0),
             cancel_poll_ms=_cancel_poll_ms(_param(cfg, "cancel_poll_ms"), decoupled),
             use_per_session_threads=_unset_or_bool(_param(cfg, "use_per_session_threads"), "use_per_session_threads"),
-            use_env_allocators=_bool(_param(cfg, "use_env_allocators", "true"), "use_env_allocators"),
-            inplace_residuals=_bool(_param(cfg, "inplace_residuals", "true"), "inplace_residuals"),
-            device_tensors=_choice(_param(cfg, "device_tensors", "auto"), "device_tensors", ("auto", "true", "false")),
-            cuda_graphs=_bool(_param(cfg, "cuda_graphs", "false"), "cuda_graphs"),
-            shared_cuda_stream=_bool(_param(cfg, "shared_cuda_stream", "false"), "shared_cuda_stream"),
-            fuse_stages=_fuse_mode(_param(cfg, "fuse_stages", "auto")),
+            use_env_allocators=_bool(_param(cfg, "use_env_allocators"), "use_env_allocators"),
+            inplace_residuals=_bool(_param(cfg, "inplace_residuals"), "inplace_residuals"),
+            device_tensors=_choice(_param(cfg, "device_tensors"), "device_tensors", ("auto", "true", "false")),
+            cuda_graphs=_bool(_param(cfg, "cuda_graphs"), "cuda_graphs"),
+            shared_cuda_stream=_bool(_param(cfg, "shared_cuda_stream"), "shared_cuda_stream"),
+            fuse_stages=_fuse_mode(_param(cfg, "fuse_stages")),
             fuse_segments=_fuse_segments(_param(cfg, "fuse_segments")),
-            response_thread=_bool(_param(cfg, "response_thread", "true"), "response_thread"),
+            response_thread=_bool(_param(cfg, "response_thread"), "response_thread"),
             batch_per_execute=per_execute,
             decoupled=decoupled,
             stream_interval_tokens=int(interval or 1),
@@ -228,7 +234,7 @@ class BackendSettings:
                                "batch_per_execute" if per_execute else None),
             cpu_share=_cpu_share(_param(cfg, "cpu_share")),
             cpu_share_nice=_cpu_share_nice(_param(cfg, "cpu_share_nice")),
-            cpu_share_park=_bool(_param(cfg, "cpu_share_park", "true"), "cpu_share_park"),
+            cpu_share_park=_bool(_param(cfg, "cpu_share_park"), "cpu_share_park"),
             **_production_settings(cfg),
         )
 
@@ -293,7 +299,7 @@ def _device_settings(cfg: Any, whole_executions: str | None = None) -> dict[str,
     ``device_priority_level``, ``device_max_queue_size``, ``device_lanes``), checked here so that a typo fails the
     load with the parameter's name. ``whole_executions``: the model runs Triton's batches whole (policy whole_graph,
     or batch_per_execute), which no arbiter can gate: it joins no group, and naming one is an error."""
-    raw = (_param(cfg, "device_group", "") or "").strip()
+    raw = (_param(cfg, "device_group") or "").strip()
     auto = raw.lower() == AUTO_DEVICE_GROUP  # the instance's device's group (default_device_group)
     none = not raw or raw.lower() == NO_DEVICE_GROUP  # the default: no shared device (docs/colocation.md says why)
     group = "" if (none or auto) else raw
@@ -314,7 +320,7 @@ def _device_settings(cfg: Any, whole_executions: str | None = None) -> dict[str,
                                          "the lane's threads)"),
     }
     for key, (parse, valid, must) in checks.items():
-        text = _param(cfg, key)
+        text = _given(cfg, key)
         if not text:
             continue
         try:
@@ -376,7 +382,7 @@ def _production_settings(cfg: Any) -> dict[str, Any]:
             "metrics": True if metrics is None else _bool(metrics, "metrics"),
             "metrics_interval_ms": 1000.0 if interval is None else float(interval),
             "memory_release_ms": 5000.0 if release is None else float(release),
-            "fault_injection": _param(cfg, "fault_injection", "") or ""}
+            "fault_injection": _param(cfg, "fault_injection") or ""}
 
 
 def _example_dims(cfg: Any, stage_dir: Path) -> dict[str, tuple[int, ...]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from lazybatch.backend.parameters import parameters_help
 from lazybatch.batcher.policies.registry import DEFAULT_POLICY, policy_choices, policy_help
 
 
@@ -13,7 +14,8 @@ def register(sub: Any) -> None:
     rsub = p.add_subparsers(dest="repo_command", metavar="SUBCOMMAND", required=True)
     a = rsub.add_parser("add", help="add MODEL.onnx to a model repository under a batching policy",
                         description="Split MODEL.onnx into stages, profile them into a latency table and write "
-                        "NAME/config.pbtxt + NAME/1/{model.py,model.onnx,stages/,latency.json}.")
+                        "NAME/config.pbtxt + NAME/1/{model.py,model.onnx,stages/,latency.json}.",
+                        epilog=parameters_help())
     a.add_argument("model", nargs="?", default=None, help="the whole-graph ONNX model (batch dimension symbolic)")
     a.add_argument("--repository", "--model-repository", dest="repository", default="model_repository")
     a.add_argument("--name", default=None, help="model name (default: the ONNX file's stem + _ + policy)")
