@@ -1,6 +1,6 @@
-"""Every config.pbtxt parameter the backend reads, defined once: its name, group, default, the sentence its errors
-and ``repo add --help`` quote, the cell docs/triton.md shows, and whether it is an experiment lever (a knob kept for
-measurements, which a user need not set). ``settings.py`` parses them, reading each default here; a parameter not
+"""Every config.pbtxt parameter the backend reads, defined once: its name, group, default, what it does (the cell
+docs/triton.md shows), and whether it is an experiment lever (a knob kept for measurements, which a user need
+not set). ``settings.py`` parses them, reading each default here; a parameter not
 in the schema fails the load by name; docs/triton.md's tables are generated from it
 (``python -m lazybatch.backend.parameters --write``) and a test compares them.
 """
@@ -47,121 +47,85 @@ class Parameter:
     group: str  # one of GROUPS
     value: str | None  # the default as config.pbtxt would write it, read where the parameter is absent (None: none)
     default: str  # the default as the docs show it (markdown)
-    sentence: str  # what errors, the unknown-key message and ``repo add --help`` quote
-    doc: str = ""  # the docs' cell (markdown; empty: the sentence)
+    doc: str  # what it does: the docs' cell (markdown)
     lever: bool = False  # an experiment lever: measured with, never needed to serve
 
     def __post_init__(self) -> None:
         if self.group not in GROUPS:
             raise ValueError(f"parameter {self.name}: group {self.group!r} is not one of {GROUPS}")
 
-    @property
-    def meaning(self) -> str:
-        return self.doc or self.sentence
 
-
-POLICY_SENTENCE = (f"{policy_choices()} (parameters as policy:key=value,..., e.g. lazy:preempt=benefit, "
-                   "graph:max_queue_delay_microseconds=..,preferred_batch_size=4/8; batcher/policies/registry.py) "
-                   f"| {WHOLE_GRAPH} (no scheduler: Triton's own dynamic_batching forms the batches); default "
-                   f"{DEFAULT_POLICY} where the parameter is absent, as `lazybatch repo add` writes it")
-LANES_SENTENCE = ("device_group models: how many stage jobs the group's device runs at once (an integer 1..64, "
-                  f"default {DEFAULT_DEVICE_LANES}, from the served figures); one value per group: the arbiter is "
-                  "started with the first member's, and a model whose value differs fails its load saying both. "
-                  "With more than one lane and intra_op_threads unset, each member's onnxruntime pool gets the "
-                  "instance's cores divided among the lanes (at least one thread; docs/colocation.md, \"Lanes\")")
+POLICY_DOC = (f"any policy spec of `batcher/` ({policy_choices()}; parameters as `policy:key=value,...`, e.g. "
+              "`lazy:preempt=benefit`, `graph:max_queue_delay_microseconds=5000,preferred_batch_size=4/8`; above), "
+              f"or `{WHOLE_GRAPH}` (no scheduler: Triton's dynamic_batching does the batching)")
 
 P = Parameter
 SCHEMA: tuple[Parameter, ...] = (
     P('policy', 'model',
-      value=None,
-      default="`eager` (the registry's default; `repo add` writes it too)",
-      sentence=POLICY_SENTENCE,
-      doc='any policy spec of `batcher/` (`eager`, `lazy`, `lazy:preempt=benefit`, `oracle`, `serial`, `graph:...`, '
-          "`monitor`, `adhoc`, `deadline`, `cellular`; above), or `whole_graph` (Triton's dynamic_batching does the "
-          'batching)'),
+      value=DEFAULT_POLICY,
+      default=f"`{DEFAULT_POLICY}` (the registry's default; `repo add` writes it too)",
+      doc=POLICY_DOC),
     P('sla_ms', 'model',
       value=None,
       default='none',
-      sentence='default SLA target of a request in ms (a request may override it with its own sla_ms parameter)',
       doc='default SLA target of a request (a request may carry its own)'),
     P('stage_dir', 'model',
       value='stages',
       default='`stages`',
-      sentence='stage directory (manifest.json + stage ONNX files), relative to the version folder',
       doc='stage directory, relative to the version folder'),
     P('latency_table', 'model',
       value='latency.json',
       default='`latency.json`',
-      sentence='latency table (JSON/CSV), relative to the version folder',
       doc='latency table (JSON or CSV), relative to the version folder'),
     P('whole_graph_model', 'model',
       value='model.onnx',
       default='`model.onnx`',
-      sentence='the whole-graph ONNX file (used by policy whole_graph), relative to the version folder',
       doc='the whole graph, for `policy: whole_graph`'),
     P('profile_on_load', 'model',
       value='false',
       default='`false`',
-      sentence='true: profile the stages at load time when the latency table is missing',
       doc='`true`: profile the stages at load time when the latency table is missing (and save it)'),
     P('example_dims', 'model',
       value=None,
       default="the stage manifest's",
-      sentence="per-sample sizes of the dynamic (-1) input dims, perf_analyzer's --shape form, ';' between inputs "
-               '(images:3,320,320): what warm-up feeds and what clients send (`lazybatch repo add` writes the stage '
-               "manifest's example_dims; without it the manifest's are read, else 1)",
       doc="per-sample sizes of dynamic (-1) input dims, perf_analyzer's `--shape` form with `;` between inputs "
           '(`images:3,320,320`): what the whole-graph warm-up feeds, what `lazybatch load` sends and what `lazybatch '
           "perf` passes as `--shape`; `repo add` writes the split's `--input-shape`"),
     P('scheduler_max_batch_size', 'model',
       value=None,
       default='`max_batch_size`',
-      sentence='largest sub-batch the scheduler forms, in samples (default: max_batch_size)',
       doc='largest sub-batch the scheduler forms, in samples'),
     P('dec_timesteps', 'seq2seq',
       value=None,
       default='-',
-      sentence='decoder steps assumed by the slack predictor (seq2seq)',
       doc="decoder steps the slack predictor assumes (seq2seq; `repo add` writes the length histogram's 90% length)"),
     P('dec_timesteps_coverage', 'seq2seq',
       value='0.9', lever=True,
       default='0.9',
-      sentence='fraction of the output-length histogram dec_timesteps covers (default 0.9)',
       doc='seq2seq: the fraction of the output-length histogram that `dec_timesteps` covers'),
     P('allow_nan', 'model',
       value='true',
       default='`true`',
-      sentence="true (default): float inputs may hold NaN/Inf, as in Triton's own backends (perf_analyzer's default "
-               'random data has them) | false: such requests are refused with INVALID_ARG',
       doc="`true`: float inputs may hold NaN/Inf, as with Triton's own backends (perf_analyzer's default random data "
           'holds them); `false` (`repo add --reject-nan`): such a request is refused with INVALID_ARG'),
     P('execution_provider', 'device',
       value='auto',
       default='`auto`',
-      sentence='auto (CUDA when onnxruntime has it, else CPU) | cpu | cuda',
       doc='`auto` (CUDA when onnxruntime offers it, else CPU), `cpu`, `cuda`'),
     P('intra_op_threads', 'device',
       value='0',
       default='0',
-      sentence="onnxruntime intra-op threads (0: onnxruntime's default)",
       doc='onnxruntime intra-op threads (0: its default; a `device_group` model with more than one lane: the cores '
           'divided among the lanes)'),
     P('use_per_session_threads', 'device',
       value=None, lever=True,
       default='`false`',
-      sentence="true: every stage session gets its own intra-op pool, spinning off (onnxruntime's name) | false "
-               '(default): one pool per model instance shared by all its stages, spinning between operators (a '
-               'cpu_share model parks it while idle: docs/colocation.md, "Parked pools")',
       doc="onnxruntime's name: `true` gives every stage session its own intra-op pool (spinning off); by default all "
           'the stages of a model instance share one pool, as the whole graph has one '
           '([onnx.md](onnx.md#splitting-overhead-and-split-time-benchmark) has the measurements)'),
     P('use_env_allocators', 'device',
       value='true', lever=True,
       default='`true`',
-      sentence='true (default): every onnxruntime session of the model instance (each stage and the whole graph) '
-               "allocates from one CPU arena registered in onnxruntime's environment, so that a split model holds one"
-               " working set, not one per stage (onnxruntime's name; sessions/arena.py) | false: an arena per "
-               "session, onnxruntime's default",
       doc="onnxruntime's name: every session of a model instance (each stage and the whole graph) allocates from one "
           "CPU arena registered in onnxruntime's environment, so a split model holds one working set instead of one "
           "per stage; `false`: an arena per session, onnxruntime's default ([onnx.md](onnx.md#one-arena-per-process) "
@@ -169,8 +133,6 @@ SCHEMA: tuple[Parameter, ...] = (
     P('inplace_residuals', 'device',
       value='true', lever=True,
       default='`true`',
-      sentence='true (default): residual stages write their output over their shortcut input, as onnxruntime does in '
-               'the whole graph (docs/onnx.md); false: plain session.run',
       doc='a residual stage (onnxruntime NCHWc `Conv` with a `Sum` input, or an `Add`, whose shortcut input nothing '
           'reads afterwards) writes its output over that input through IOBinding, as onnxruntime does inside the '
           'whole graph; checked bit for bit against a plain run when the model loads '
@@ -179,12 +141,6 @@ SCHEMA: tuple[Parameter, ...] = (
     P('device_tensors', 'device',
       value='auto',
       default='`auto`',
-      sentence="auto (default): between stages a tensor stays on the execution provider's device (onnxruntime "
-               'IOBinding; sub-batches joined there, consecutive rows bound by pointer) where that provider is not '
-               'the CPU | true: also on the CPU provider | false: host numpy between stages. Checked at load: where '
-               "the device path's answers on a warm-up batch differ from the host path's in any bit, the model serves"
-               ' through host numpy and logs why (sessions/device_tensors.py). Static stage and seq2seq models under '
-               'a scheduling policy; the NPU executor keeps host numpy',
       doc="`auto`: between stages a tensor stays an onnxruntime `OrtValue` on the execution provider's device (IO "
           'binding) where the provider is not the CPU; `true`: on the CPU provider too; `false`: host numpy. Checked '
           'bit for bit against the host path at load, falling back with a log line '
@@ -192,21 +148,13 @@ SCHEMA: tuple[Parameter, ...] = (
     P('FORCE_CPU_ONLY_INPUT_TENSORS', 'device',
       value=None,
       default='`yes` (Triton\'s)',
-      sentence='Triton\'s Python backend\'s own parameter: "no" hands the model inputs that arrive on a GPU as GPU '
-               'tensors; where the stage tensors live on that GPU (device_tensors) they stay there, wrapped through '
-               'DLPack without a copy, else they are copied to host memory once (backend/input_tensors.py) | yes '
-               "(Triton's default): every input arrives in host memory",
-      ),
+      doc='Triton\'s Python backend\'s own parameter: "no" hands the model inputs that arrive on a GPU as GPU '
+          'tensors; where the stage tensors live on that GPU (device_tensors) they stay there, wrapped through '
+          'DLPack without a copy, else they are copied to host memory once (backend/input_tensors.py) | yes '
+          "(Triton's default): every input arrives in host memory"),
     P('cuda_graphs', 'device',
       value='false', lever=True,
       default='`false`',
-      sentence="false (default) | true: on the CUDA provider's device path, each stage captures one CUDA graph per "
-               "batch bucket (powers of two up to the scheduler's largest batch) and a sub-batch replays its bucket's"
-               ' graph, padded with its last row; the latency table becomes a step function of the batch size. '
-               'Checked at load: a stage onnxruntime will not capture, or whose padded replay differs in any bit from'
-               ' its unpadded run, runs without a graph and the log names it (sessions/cuda_graphs.py). Off by '
-               'default until measured to win on a GPU (docs/deploy.md); refused with a log line off CUDA or without '
-               'device_tensors. Static stage models only',
       doc='`true`: on the CUDA device path each stage replays a CUDA graph per batch bucket, a sub-batch padded to '
           'its bucket; stages that cannot be captured, or whose padded replay differs from the unpadded run, run '
           'without; refused off CUDA with a log line ([deploy.md](deploy.md#cuda-graphs)). Unmeasured on a GPU, so '
@@ -214,12 +162,6 @@ SCHEMA: tuple[Parameter, ...] = (
     P('shared_cuda_stream', 'device',
       value='false', lever=True,
       default='`false`',
-      sentence="false (default) | true: on the CUDA provider's device path, every stage session of an instance runs "
-               "on one CUDA stream (onnxruntime's user_compute_stream, made with cupy), each run queued without its "
-               'end-of-run synchronisation and the host waiting only for the run before, so a preemption is late by '
-               'at most one queued stage; the profiler times stages with CUDA events (sessions/cuda_stream.py). Off '
-               'by default until measured on a GPU (docs/deploy.md); refused with a log line off CUDA, without cupy '
-               'or without device_tensors',
       doc='`true`: on the CUDA device path every stage session of an instance runs on one CUDA stream (cupy), each '
           'run queued without its synchronisation and at most one in flight; the profiler times with CUDA events; '
           'refused off CUDA or without cupy with a log line ([deploy.md](deploy.md#one-cuda-stream)). Unmeasured on a'
@@ -227,12 +169,6 @@ SCHEMA: tuple[Parameter, ...] = (
     P('cancel_poll_ms', 'serving',
       value='auto',
       default='`auto`',
-      sentence='auto (default; 0 is the same): the watcher thread asks each running request whether the client '
-               'cancelled it just before its stage ends and queued ones about once a stage time, so a cancel is '
-               'answered and its compute stops within about one stage time (sweeps >= 2 ms apart, <= 16 round trips '
-               'each, <= 1000 a second); on a decoupled model 100 ms (the asks share the path of the streamed parts) '
-               '| <ms>: each held request at most once per <ms>, the rule before (50 was the default; '
-               'backend/cancel_watch.py)',
       doc='`auto` (or 0): the watcher thread asks each running request `is_cancelled()` (a round trip to the server; '
           "off the scheduler thread) just before its stage's predicted end and queued ones about once a stage time, "
           'so a cancel is answered and its compute stops within about one stage '
@@ -243,10 +179,6 @@ SCHEMA: tuple[Parameter, ...] = (
     P('fuse_stages', 'device',
       value='auto', lever=True,
       default='`auto`',
-      sentence='auto (default): eager runs a job that spans every stage as the whole graph in one onnxruntime call; '
-               'lazy and oracle run each request through the whole graph where their batch cap is 1 (batching buys '
-               'nothing, so no boundary is ever used) | true: every scheduler policy runs whole passes | false: '
-               'always stage by stage (backend/fusion.py)',
       doc='`auto`: eager keeps the whole graph (`whole_graph_model`) beside the stages and runs a job that spans '
           'every stage as one onnxruntime call; lazy and oracle run each request through the whole graph where their '
           'batch cap is 1 (batching buys nothing, so no stage boundary would ever be used; below); `true`: every '
@@ -255,10 +187,6 @@ SCHEMA: tuple[Parameter, ...] = (
     P('fuse_segments', 'device',
       value='0', lever=True,
       default='`0`',
-      sentence='0 (default): the scheduler sees every stage of the split | <N>: the stages are merged at load into N '
-               'segments of about equal batch-1 time, each one onnxruntime session, and the scheduler preempts and '
-               'merges only at their N-1 boundaries (fewer session calls; cross-layer fusions kept); static graphs '
-               '(backend/fusion.py segment)',
       doc='`0`: the scheduler sees every stage of the split; `<N>`: at load the stages are merged into N segments of '
           'about equal batch-1 time (sessions/segments.py: their nodes and weights in one graph, a weight two stages '
           'share kept once), each one onnxruntime session, and the scheduler preempts and merges only at their N-1 '
@@ -275,65 +203,43 @@ SCHEMA: tuple[Parameter, ...] = (
     P('response_thread', 'serving',
       value='true', lever=True,
       default='`true`',
-      sentence='true (default): responses are built and sent on a thread of their own, so the scheduler runs the next'
-               " stage while pb_utils' send waits for the Triton process | false: sent inline by the scheduler thread"
-               ' (backend/responder.py)',
       doc='`true`: answers are built and sent by a thread of their own, so the scheduler thread runs the next stage '
           "while pb_utils' `send` waits for the Triton process (below); `false`: the scheduler thread sends each "
           'response itself'),
     P('batch_per_execute', 'serving',
       value='false',
       default='`false`',
-      sentence="false (default) | true: each group Triton's dynamic batcher hands to execute is served as one batch "
-               'to its end (graph:0 in the scheduler), and execute returns only once every request of it is answered:'
-               " Triton's batcher as the only batcher, for models with a loop inside (seq2seq under `repo add "
-               '--policy triton:<us>`)',
       doc="`true` (written by `repo add --policy triton:<us>` for seq2seq models): each group Triton's dynamic "
           'batcher hands to `execute` is one batch served to its end under `policy: graph:0`, and `execute` returns '
           'once all of it is answered; any other policy is refused at load'),
     P('stream_interval_tokens', 'seq2seq',
       value='1',
       default='1',
-      sentence='decoupled seq2seq models (model_transaction_policy { decoupled: true }): a response goes out once a '
-               'row holds this many new tokens (default 1: every token); the last one carries the final flag '
-               '(backend/seq2seq.py)',
       doc='a decoupled seq2seq model (`model_transaction_policy { decoupled: true }`, `repo add --decoupled`): a '
           'response goes out once a row holds this many new tokens; the last part carries the final flag '
           '([below](#streaming-decoupled-models))'),
     P('max_source_length', 'seq2seq',
       value=None,
       default='from the manifest',
-      sentence='seq2seq: most source tokens a request may send',
       doc='seq2seq only: most source tokens a request may send; written by `repo add` for clients, checked against '
           'the stage manifest at load'),
     P('max_output_length', 'seq2seq',
       value=None,
       default='from the manifest',
-      sentence='seq2seq: most tokens the decoder generates per sequence',
       doc='seq2seq only: most tokens the decoder generates per sequence; written by `repo add` for clients, checked '
           'against the stage manifest at load'),
     P('vocab_size', 'seq2seq',
       value=None,
       default='from the manifest',
-      sentence='seq2seq: token ids are 0..vocab_size-1',
       doc='seq2seq only: token ids are 0..`vocab_size`-1; written by `repo add` for clients, checked against the '
           'stage manifest at load'),
     P('length_histogram', 'seq2seq',
       value=None,
       default='none',
-      sentence='seq2seq: the shipped length histogram clients draw request lengths from (chat, wmt)',
       doc='seq2seq only: the shipped length histogram clients draw request lengths from (`chat`, `wmt`)'),
     P('device_group', 'co-location',
       value='',
       default='empty: none',
-      sentence="absent, empty or none (default): the model has the device to itself, as Triton's per-model batchers "
-               '(served figures: docs/results/colocation.md) | <name>: lazybatch models of one server in one group '
-               'share the device through an arbiter process that picks the next stage job across them, started only '
-               'once a second member loads (docs/colocation.md, "Served: the arbiter"); a model alone in time holds a'
-               " lease and runs as an ungrouped one, inline route included | auto: the group of the model instance's "
-               'device (cpu for KIND_CPU, gpu<N> for KIND_GPU device N, npu for executor npu; none for a model with '
-               'more than one instance on its device). Refused for policy whole_graph or batch_per_execute '
-               "(triton:<us>: Triton's batcher runs whole executions)",
       doc="opt-in (off by default: served on this 2-core CPU, the pair's small model averaged 0.86x of Triton 0 ms's "
           "figure (missed), a member alone and light load behind Triton's per-model batchers: "
           '[colocation.md](colocation.md), "Opt-in; off by default"). `<name>`: the lazybatch models of one server in'
@@ -348,17 +254,12 @@ SCHEMA: tuple[Parameter, ...] = (
     P('device_weight', 'co-location',
       value='1',
       default='1',
-      sentence="device_group models: the model's weight in the device's fair share (a number > 0, default 1): while "
-               'models wait for the device, their device time is shared in proportion to their weights',
       doc="a `device_group` model's weight in the device's fair share (a number > 0): while models wait for the "
           'device their device time is shared in proportion to their weights (a weight-3 model gets about 3x the '
           'device time of a weight-1 one under saturation); refused with `device_group: none`'),
     P('device_priority_level', 'co-location',
       value='0',
       default='0',
-      sentence="device_group models: the model's priority level at the device (an integer >= 0, default 0; smaller is"
-               " more urgent, as Triton's priority levels): a waiting model of a more urgent level gets the device "
-               "first, within the fair share's bound",
       doc="a `device_group` model's priority level at the device (an integer 0..32767; smaller is more urgent, as "
           "Triton's priority levels): of the models waiting, one of a more urgent level gets the device first, within"
           " the fair share's bound (a weight, not a level, gives a model more of the device); refused with "
@@ -366,9 +267,6 @@ SCHEMA: tuple[Parameter, ...] = (
     P('device_max_queue_size', 'co-location',
       value='0',
       default='0 (unbounded)',
-      sentence='device_group models: most samples held across every model of the group (queued or in flight; default '
-               "0: unbounded); an arrival past it is rejected UNAVAILABLE, saying the shared device's queue is full "
-               "(set it alike on the group's models: each checks its own)",
       doc='a `device_group` model: most samples held (queued or in flight) across every model of the group; an '
           'arrival past it is refused UNAVAILABLE with "the shared device\'s queue is full (N samples held across M '
           'models, ...)". One round trip to the arbiter per arrival, only where it is set; each model checks the '
@@ -377,7 +275,6 @@ SCHEMA: tuple[Parameter, ...] = (
     P('device_lanes', 'co-location',
       value=str(DEFAULT_DEVICE_LANES), lever=True,
       default=str(DEFAULT_DEVICE_LANES),
-      sentence=LANES_SENTENCE,
       doc="a model on a shared device: how many stage jobs the group's device runs at once (1..64). One value per "
           "group: the arbiter is started with the first member's value, and a model whose value differs fails its "
           'load naming both values and the members (a warning would leave it READY under a setting its own config '
@@ -388,10 +285,6 @@ SCHEMA: tuple[Parameter, ...] = (
     P('device_solo_intra_op_threads', 'co-location',
       value=None, lever=True,
       default='the cores, where the lanes leave each member one thread',
-      sentence='device_group models: onnxruntime intra-op threads of a whole-graph pass run while the model is alone '
-               'on the device (no other member active: the solo lease, or no second member yet); default: the '
-               "instance's cores, where its lanes leave its stages one thread each; 0: such passes keep the lane's "
-               'threads. Shared, the model runs its stages at the lane\'s threads (docs/colocation.md, "Width alone")',
       doc='a model on a shared device: the onnxruntime intra-op threads of its whole-graph passes while it is alone '
           "on the device (no other member active: the arbiter's solo lease, or no second member yet). onnxruntime "
           'cannot resize a pool, so the whole graph gets a session of its own at this width beside the stages at the '
@@ -402,99 +295,80 @@ SCHEMA: tuple[Parameter, ...] = (
     P('cpu_share', 'co-location',
       value='auto',
       default='`auto`',
-      sentence='auto (default) | latency_critical | best_effort | none: on a CPU, the lazybatch models of one server '
-               "share the cores through the kernel's scheduler: while a more urgent one is active (a request within "
-               "the last second), a model's threads are lowered (nice 10, 19 under two) and put back after, and a "
-               'model that holds no request parks its onnxruntime workers (cpu_share_park). More urgent: the declared'
-               ' role first (latency_critical, then auto, then best_effort), then the shorter sla_ms '
-               '(deadline-monotonic). A model alone is never lowered. none: opted out, its threads are never touched '
-               '(docs/colocation.md, "The CPU through the operating system"). Not for models in a device_group (their'
-               ' arbiter takes turns) nor under whole_graph (triton:<us>), which are left alone. Putting a thread '
-               'back needs CAP_SYS_NICE or RLIMIT_NICE >= 20; without either nothing is lowered or parked and the log'
-               ' says so once',
-      ),
+      doc='auto (default) | latency_critical | best_effort | none: on a CPU, the lazybatch models of one server '
+          "share the cores through the kernel's scheduler: while a more urgent one is active (a request within "
+          "the last second), a model's threads are lowered (nice 10, 19 under two) and put back after, and a "
+          'model that holds no request parks its onnxruntime workers (cpu_share_park). More urgent: the declared'
+          ' role first (latency_critical, then auto, then best_effort), then the shorter sla_ms '
+          '(deadline-monotonic). A model alone is never lowered. none: opted out, its threads are never touched '
+          '(docs/colocation.md, "The CPU through the operating system"). Not for models in a device_group (their'
+          ' arbiter takes turns) nor under whole_graph (triton:<us>), which are left alone. Putting a thread '
+          'back needs CAP_SYS_NICE or RLIMIT_NICE >= 20; without either nothing is lowered or parked and the log'
+          ' says so once'),
     P('cpu_share_park', 'co-location',
       value='true', lever=True,
       default='`true`',
-      sentence="cpu_share models: true (default): while the model holds no request, its onnxruntime pool's workers "
-               'wait in SCHED_IDLE, so that their spinning after its last operator runs only on a core nobody else '
-               'wants; put back before its next run (docs/colocation.md, "Parked pools") | false: they spin at the '
-               "model's weight",
-      ),
+      doc="cpu_share models: true (default): while the model holds no request, its onnxruntime pool's workers "
+          'wait in SCHED_IDLE, so that their spinning after its last operator runs only on a core nobody else '
+          'wants; put back before its next run (docs/colocation.md, "Parked pools") | false: they spin at the '
+          "model's weight"),
     P('cpu_share_nice', 'co-location',
       value='10', lever=True,
       default='10',
-      sentence="cpu_share models: the nice value the model's threads take while one more urgent model is active (an "
-               "integer 1..19, default 10; under two or more, the larger of it and 19). The kernel's fair scheduler "
-               'weighs nice 0 / 5 / 10 / 19 as 1024 / 335 / 110 / 15',
-      ),
+      doc="cpu_share models: the nice value the model's threads take while one more urgent model is active (an "
+          "integer 1..19, default 10; under two or more, the larger of it and 19). The kernel's fair scheduler "
+          'weighs nice 0 / 5 / 10 / 19 as 1024 / 335 / 110 / 15'),
     P('max_queue_size', 'admission',
       value='0',
       default='0 (unbounded)',
-      sentence='most samples the scheduler holds (queued or in flight); more are rejected UNAVAILABLE (default 0: '
-               'unbounded)',
       doc='most samples the scheduler holds (queued or in flight); more are refused UNAVAILABLE '
           '([operations.md](operations.md))'),
     P('timeout_action', 'admission',
       value='DELAY',
       default='`DELAY`',
-      sentence='REJECT: refuse a request whose deadline the predictor says cannot be met | DELAY: serve it late '
-               '(default)',
       doc='`REJECT`: refuse a request whose deadline the predictor says cannot be met; `DELAY`: serve it late '
           '([operations.md](operations.md))'),
     P('metrics', 'serving',
       value='true',
       default='`true`',
-      sentence='true (default): export Triton custom metrics (lazybatch_*) on the metrics port',
       doc='`true`: export Triton custom metrics (`lazybatch_*`) on the metrics port ([operations.md](operations.md))'),
     P('metrics_interval_ms', 'serving',
       value='1000',
       default='1000',
-      sentence='how often the metrics are pushed to Triton (default 1000)',
       doc='how often the metrics are pushed to Triton, in ms (at least 10)'),
     P('memory_release_ms', 'serving',
       value='5000',
       default='5000',
-      sentence="at an idle moment at most this often, onnxruntime's arenas are shrunk (at each session's next run) "
-               "and glibc's free heap is returned, so that a burst's memory comes back (default 5000; 0: never; "
-               'backend/memory.py)',
       doc='at a quiet moment (nothing run for 0.1 s; under endless load every 4 x this at the latest) at most this '
           "often, onnxruntime's arenas shrink at each session's next run and glibc returns its free heap, so that a "
           "burst's memory comes back (0: never; [operations.md](operations.md#memory-after-a-burst))"),
     P('fault_injection', 'serving',
       value='', lever=True,
       default='off',
-      sentence='tests only: stage=<index|name>,every=<N>[,mode=sample|run] makes that stage raise (default off)',
       doc='tests only: `stage=<index|name>,every=<N>[,mode=sample|run]` makes that stage raise '
           '([operations.md](operations.md))'),
     P('priority_levels', 'admission',
       value='0',
       default='0 (priorities ignored)',
-      sentence='number of request priority levels, 1 the most urgent (default 0: request priorities are ignored)',
       doc="number of request priority levels, 1 the most urgent, as in Triton's dynamic batcher (below)"),
     P('default_priority_level', 'admission',
       value='0',
       default='required with levels',
-      sentence='the level of a request that sends no request_priority (or 0); required with priority_levels',
       doc='the level of a request that sends no `request_priority` (or 0); required with `priority_levels`'),
     P('executor', 'NPU',
       value='onnxruntime',
       default='`onnxruntime`',
-      sentence='onnxruntime (default: stages complete when onnxruntime finishes) | npu (released at the modelled NPU '
-               'time of the NPU latency table, see npu_executor.py)',
       doc='`npu`: outputs from onnxruntime, each stage released `npu_time_scale` x its modelled NPU time after it '
           "started; the latency table is the NPU model's (`repo add --executor npu`, "
           '[npu.md](npu.md#a-simulated-deployment-the-npu-time-executor))'),
     P('npu_time_scale', 'NPU',
       value='1',
       default='1',
-      sentence="executor npu: the wall clock runs k times slower than the NPU (default 1); the scheduler's table is "
-               'the NPU table times k',
       doc="`executor: npu`: the wall clock runs k times slower than the NPU; the scheduler's table is the NPU table "
           'times k'),
 )
 BY_NAME: dict[str, Parameter] = {p.name: p for p in SCHEMA}
-PARAMETERS: dict[str, str] = {p.name: p.sentence for p in SCHEMA}  # name -> sentence (the unknown-key message)
+PARAMETERS: dict[str, str] = {p.name: p.doc for p in SCHEMA}  # name -> what it does
 
 
 def default_value(name: str) -> str | None:
@@ -527,7 +401,7 @@ def _cell(text: str) -> str:
 
 def _table(params: list[Parameter]) -> list[str]:
     rows = ["| key | group | default | meaning |", "| --- | --- | --- | --- |"]
-    rows += [f"| `{p.name}` | {p.group} | {_cell(p.default) or '-'} | {_cell(p.meaning)} |" for p in params]
+    rows += [f"| `{p.name}` | {p.group} | {_cell(p.default) or '-'} | {_cell(p.doc)} |" for p in params]
     return rows
 
 

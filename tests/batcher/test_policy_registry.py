@@ -76,7 +76,9 @@ def test_one_default_policy() -> None:
     from lazybatch.backend.settings import BackendSettings, parse_config_text
 
     assert CONFIG_DEFAULT is registry.DEFAULT_POLICY == "eager"
-    assert f"default {CONFIG_DEFAULT} where the parameter is absent" in PARAMETERS["policy"]
+    from lazybatch.backend.parameters import BY_NAME
+
+    assert BY_NAME["policy"].value == CONFIG_DEFAULT and f"`{CONFIG_DEFAULT}`" in BY_NAME["policy"].default
     args = build_parser().parse_args(["repo", "add", "m.onnx"])
     assert args.policy == registry.DEFAULT_POLICY
     cfg = parse_config_text('name: "m" backend: "python" max_batch_size: 4 '
