@@ -33,9 +33,9 @@ from lazybatch.batcher.graph import ModelGraph, Stage, StageType
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.lazy import useful_batch_size
 from lazybatch.batcher.policies.spec import PolicySpec
+from lazybatch.formats.stage_manifest import Manifest, StageInput, StageSpec
 
 from .stages import StageRunner
-from lazybatch.formats.stage_manifest import Manifest, StageInput, StageSpec
 
 FUSE_MODES = ("auto", "true", "false")
 FUSED_STAGE = "whole_graph"

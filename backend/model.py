@@ -29,8 +29,10 @@ from lazybatch.batcher.policies import parse_policy
 from lazybatch.batcher.request import Status
 from lazybatch.batcher.admission import QueuePolicy
 from lazybatch.sessions.install import require_onnxruntime
+from lazybatch.formats.stage_manifest import load_manifest
 
-from .settings import BackendSettings, parse_config_json
+from .settings import BackendSettings
+from .config_pbtxt import parse_config_json
 from .arbiter.sizing import plan_device
 from .request_parsing import check_deadline, parse_request_parameters, validate_request
 from .execute_latch import Latch
@@ -41,7 +43,6 @@ from .model_kinds import MODEL_KINDS, BuildInputs, ModelParts, executor_of, mode
 from .responder import ResponseThread
 from .input_tensors import described, keeps_gpu_inputs, read_inputs
 from .stages import StageRunner, cuda_graph_buckets, shared_stream, wants_device_tensors
-from lazybatch.formats.stage_manifest import load_manifest
 from .stats_logs import StatsLogs
 
 try:  # only importable inside the Triton Python backend stub

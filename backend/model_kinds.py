@@ -26,14 +26,13 @@ from typing import Any, Callable, NamedTuple
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.spec import PolicySpec
+from lazybatch.formats.stage_manifest import TensorSpec, Manifest
 
 from .settings import BackendSettings
-from lazybatch.formats.stage_manifest import TensorSpec
 from .fusion import measure_fused_ratio
 from .npu_executor import maybe_wrap
 from .stages import StageRunner
 from .stage_profile import profile_batch_sizes
-from lazybatch.formats.stage_manifest import Manifest
 from .whole_graph import WholeGraphExecutor
 
 

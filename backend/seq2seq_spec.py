@@ -12,9 +12,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from lazybatch.batcher.errors import ConfigError
+from lazybatch.formats.stage_manifest import Manifest, TensorSpec
 
 from .rows import Row
-from lazybatch.formats.stage_manifest import Manifest, TensorSpec
 
 TOKENS = "src_tokens"
 SRC_LEN = "src_len"

@@ -13,52 +13,12 @@ from typing import Any
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.formats.dtypes import TRITON_TO_NUMPY
 from lazybatch.formats.example_dims import parse_example_dims
+from lazybatch.formats.stage_manifest import TensorSpec, load_manifest
 
+from .config_pbtxt import model_config_pb2
 from .parameters import (AUTO_DEVICE_GROUP, DECOUPLED_CANCEL_POLL_MS, DEFAULT_CANCEL_POLL_MS, DEFAULT_DEVICE_LANES,
                          DEFAULT_POLICY, MAX_DEVICE_LANES, MAX_DEVICE_PRIORITY_LEVEL, NO_DEVICE_GROUP, PARAMETERS,
                          WHOLE_GRAPH, default_value)
-from lazybatch.formats.stage_manifest import TensorSpec, load_manifest
-
-
-def model_config_pb2() -> Any:
-    from tritonclient.grpc import model_config_pb2 as pb
-
-    return pb
-
-
-def parse_config_text(text: str, *, source: str | None = None) -> Any:
-    """config.pbtxt text -> inference.ModelConfig."""
-    from google.protobuf import text_format
-
-    cfg = model_config_pb2().ModelConfig()
-    try:
-        text_format.Parse(text, cfg)
-    except text_format.ParseError as e:
-        raise ConfigError(f"not a valid model config: {e}", source=source) from None
-    return cfg
-
-
-def parse_config_json(text: str) -> Any:
-    """Triton hands ``initialize`` the (auto-completed) config as JSON."""
-    from google.protobuf import json_format
-
-    cfg = model_config_pb2().ModelConfig()
-    json_format.Parse(text, cfg, ignore_unknown_fields=True)
-    return cfg
-
-
-def load_config(path: str | Path) -> Any:
-    p = Path(path)
-    try:
-        return parse_config_text(p.read_text(), source=str(p))
-    except OSError as e:
-        raise ConfigError(f"cannot read the model config: {e.strerror}", source=str(p)) from None
-
-
-def config_to_text(cfg: Any) -> str:
-    from google.protobuf import text_format
-
-    return text_format.MessageToString(cfg)
 
 
 def _param(cfg: Any, key: str, default: str | None = None) -> str | None:
@@ -224,7 +184,7 @@ class BackendSettings:
             device_tensors=_choice(_param(cfg, "device_tensors"), "device_tensors", ("auto", "true", "false")),
             cuda_graphs=_bool(_param(cfg, "cuda_graphs"), "cuda_graphs"),
             shared_cuda_stream=_bool(_param(cfg, "shared_cuda_stream"), "shared_cuda_stream"),
-            fuse_stages=_fuse_mode(_param(cfg, "fuse_stages")),
+            fuse_stages=_choice(_param(cfg, "fuse_stages"), "fuse_stages", ("auto", "true", "false")),
             fuse_segments=_fuse_segments(_param(cfg, "fuse_segments")),
             response_thread=_bool(_param(cfg, "response_thread"), "response_thread"),
             batch_per_execute=per_execute,
@@ -259,10 +219,8 @@ def _cpu_share(text: str | None) -> str:
 
 
 def _cpu_share_nice(text: str | None) -> int:
-    if text is None or not text.strip():
-        return 10
     try:
-        value = int(text.strip())
+        value = int((text or "").strip() or default_value("cpu_share_nice") or "")
     except ValueError:
         value = 0
     if not 1 <= value <= 19:
@@ -277,13 +235,6 @@ def _choice(text: str | None, name: str, choices: tuple[str, ...]) -> str:
         raise ConfigError(f"{name} must be {', '.join(choices[:-1])} or {choices[-1]}, got {text!r}",
                           field=f"parameters.{name}")
     return value
-
-
-def _fuse_mode(text: str | None) -> str:
-    mode = (text or "auto").strip().lower()
-    if mode not in ("auto", "true", "false"):
-        raise ConfigError(f"fuse_stages must be auto, true or false, got {text!r}", field="parameters.fuse_stages")
-    return mode
 
 
 def _fuse_segments(text: str | None) -> int:

@@ -40,7 +40,7 @@ def build(root: Path, policies: list[str], k: float, sla_ms: float, window_ms: f
           width: int, depth: int, cancel_poll_ms: float) -> tuple[Path, Path, dict[str, str]]:
     import onnx
 
-    from lazybatch.backend.settings import config_to_text, load_config
+    from lazybatch.backend.config_pbtxt import config_to_text, load_config
     from lazybatch.npu_repo import add_npu_model
     from lazybatch.staging import make_mlp, split_model
 

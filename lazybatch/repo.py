@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from lazybatch.backend.parameters import WHOLE_GRAPH
-from lazybatch.backend.settings import config_to_text, model_config_pb2
+from lazybatch.backend.config_pbtxt import config_to_text, model_config_pb2
 from lazybatch.backend.seq2seq_spec import Seq2SeqSpec
 from lazybatch.backend.stages import StageRunner
 from lazybatch.backend.stage_profile import profile_batch_sizes
@@ -128,7 +128,7 @@ def set_priority_timeouts(model_dir: str | Path, timeouts_us: Mapping[int, int])
     """Rewrite ``model_dir``'s Triton queue timeouts per priority level (a model under Triton's batcher with
     priority_levels), e.g. once the served batch-1 time is measured; a reload (explicit model control) applies them.
     Levels not in ``timeouts_us`` lose any timeout they had (an empty mapping removes them all)."""
-    from lazybatch.backend.settings import load_config
+    from lazybatch.backend.config_pbtxt import load_config
 
     path = Path(model_dir) / "config.pbtxt"
     cfg = load_config(path)

@@ -7,7 +7,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from lazybatch.backend.settings import load_config
+from lazybatch.backend.config_pbtxt import load_config
 from lazybatch.backend.model import TritonPythonModel
 
 

@@ -26,7 +26,7 @@ def test_repo_default_offers_every_model_kind() -> None:
 def test_per_suffix_parameters_reach_only_that_models_config(tmp_path) -> None:
     """A per-suffix parameter (here a device group) reaches that suffix's config only; Triton's models of the same
     build do not get it, and ``replace`` rewrites a directory that exists."""
-    from lazybatch.backend.settings import load_config
+    from lazybatch.backend.config_pbtxt import load_config
     from lazybatch.shipped import PAIR_OURS, build_default_repository
 
     group = "pair"

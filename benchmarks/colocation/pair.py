@@ -315,7 +315,7 @@ def build_twins(twins: Path, repository: Path, kinds: Sequence[str] = tuple(PAIR
 def build_pinned(copies: Path, repository: Path) -> Path:
     """PINNED's models in ``copies``: Triton 0 ms of each pair kind, its instance group under the host policy of its
     role (the server needs pinning_args)."""
-    from lazybatch.backend.settings import config_to_text, load_config
+    from lazybatch.backend.config_pbtxt import config_to_text, load_config
     from lazybatch.shipped import build_default_repository, default_build_dir
 
     for role, kind in PAIR_KINDS.items():

@@ -125,7 +125,7 @@ def build(out: Path, kinds: list[str], configs: list[Config], *, profile_reps: i
     """The main and the rate-limited repository under ``out`` with ``kinds`` under every configuration (each
     kind split and profiled once, in ``out/build``; a repository kept from an earlier run is reused, its configs
     rewritten; ``reprofile``: its latency tables measured again, on this machine now). Returns (main, rate-limited)."""
-    from lazybatch.backend.settings import config_to_text, load_config
+    from lazybatch.backend.config_pbtxt import config_to_text, load_config
 
     main, limited = out / "repo", out / "repo_rl"
     for kind in kinds:

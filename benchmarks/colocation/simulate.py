@@ -27,7 +27,7 @@ class Tables:
     """Each kind's latency table (the lazybatch model's) and, for a decoder, its histogram and length limits."""
 
     def __init__(self, tables: Mapping[str, Path]) -> None:
-        from lazybatch.backend.settings import load_config
+        from lazybatch.backend.config_pbtxt import load_config
         from lazybatch.batcher.latency_table import LatencyTable
         from lazybatch.batcher.lengths import LengthHistogram
         from lazybatch.client.seq2seq import info_from_parameters

@@ -38,7 +38,7 @@ TRITON = ("triton_0us", "triton_5000us")
 
 def add_variant(repository: Path, kind: str, suffix: str, parameters: dict[str, str]) -> None:
     """``<kind>_<suffix>``: the pair's shared model with ``parameters`` set (weights hard-linked, not copied)."""
-    from lazybatch.backend.settings import config_to_text, load_config
+    from lazybatch.backend.config_pbtxt import config_to_text, load_config
 
     src, dest = repository / f"{kind}_eager_shared", repository / f"{kind}_{suffix}"
     if suffix == "eager_shared":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lazybatch.backend.parameters import parameters_help
+from lazybatch.backend.parameters_docs import parameters_help
 from lazybatch.batcher.policies.registry import DEFAULT_POLICY, policy_choices, policy_help
 
 

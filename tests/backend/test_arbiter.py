@@ -447,7 +447,8 @@ def test_device_weight_and_priority_level_reach_the_arbiter_from_the_gate(models
 
 
 def test_device_weight_and_priority_level_parameters(tmp_path):
-    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings
+    from lazybatch.backend.config_pbtxt import parse_config_text
     from lazybatch.batcher.errors import ConfigError
 
     from test_backend import CONFIG
@@ -597,7 +598,8 @@ def test_the_device_wide_queue_bound_refuses_with_the_shared_devices_message(mod
 
 
 def test_device_max_queue_size_parameter(tmp_path):
-    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings
+    from lazybatch.backend.config_pbtxt import parse_config_text
     from lazybatch.batcher.errors import ConfigError
 
     from test_backend import CONFIG
@@ -623,7 +625,8 @@ def test_device_max_queue_size_parameter(tmp_path):
 
 
 def test_device_lanes_parameter(tmp_path):
-    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings
+    from lazybatch.backend.config_pbtxt import parse_config_text
     from lazybatch.batcher.errors import ConfigError
 
     from test_backend import CONFIG

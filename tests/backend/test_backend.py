@@ -14,7 +14,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from lazybatch.backend.settings import BackendSettings, load_config, parse_config_text
+from lazybatch.backend.settings import BackendSettings
+from lazybatch.backend.config_pbtxt import load_config, parse_config_text
 from lazybatch.backend.request_parsing import parse_request_parameters, RequestOptions, validate_request
 from lazybatch.backend.model import TritonPythonModel
 from lazybatch.backend.runtime import BackendRuntime

@@ -157,7 +157,8 @@ def test_unprivileged_nothing_is_lowered_and_it_says_so_once(folder):
 
 
 def test_a_bad_cpu_share_fails_the_load_saying_the_choices(tmp_path):
-    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings
+    from lazybatch.backend.config_pbtxt import parse_config_text
     from lazybatch.batcher.errors import ConfigError
 
     from test_backend import CONFIG
@@ -174,7 +175,8 @@ def test_a_bad_cpu_share_fails_the_load_saying_the_choices(tmp_path):
 
 
 def test_cpu_share_nice_sets_the_step_under_one_more_urgent_model(tmp_path):
-    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings
+    from lazybatch.backend.config_pbtxt import parse_config_text
     from lazybatch.batcher.cpu_rank import ShareMember, nice_for, nice_steps
     from lazybatch.batcher.errors import ConfigError
 
@@ -197,7 +199,8 @@ def test_a_cpu_share_member_keeps_the_process_pool_unless_told(tmp_path):
     """The process pool keeps a split model's workers warm from stage to stage; a member parks it while idle
     instead of taking pools per session (docs/colocation.md, "Parked pools"). The parameter still wins."""
     from lazybatch.backend.arbiter.sizing import per_session_threads
-    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings
+    from lazybatch.backend.config_pbtxt import parse_config_text
 
     from test_backend import CONFIG
 

@@ -21,7 +21,8 @@ import pytest
 from lazybatch.backend.arbiter import protocol as P
 from lazybatch.backend.arbiter.client import ArbiterGate, attach, query
 from lazybatch.backend.arbiter.join import SOLO_POLL_S, Membership
-from lazybatch.backend.settings import BackendSettings, parse_config_text
+from lazybatch.backend.settings import BackendSettings
+from lazybatch.backend.config_pbtxt import parse_config_text
 from lazybatch.backend.arbiter.sizing import default_device_group
 from lazybatch.backend.runtime import BackendRuntime
 from lazybatch.backend.stages import StageRunner

@@ -98,7 +98,8 @@ def test_runtime_releases_at_idle_moments_at_most_every_interval(heavy_stages):
 
 
 def test_memory_release_ms_parameter(tmp_path):
-    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings
+    from lazybatch.backend.config_pbtxt import parse_config_text
     from lazybatch.batcher.errors import ConfigError
 
     from test_backend import CONFIG

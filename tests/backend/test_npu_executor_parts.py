@@ -11,7 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from lazybatch.backend.settings import BackendSettings, parse_config_text
+from lazybatch.backend.settings import BackendSettings
+from lazybatch.backend.config_pbtxt import parse_config_text
 from lazybatch.backend.npu_executor import NpuTimedRunner, maybe_wrap
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher import LatencyTable, ModelGraph, StageType

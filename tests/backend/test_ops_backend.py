@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from lazybatch.backend import metrics as M
-from lazybatch.backend.settings import BackendSettings, parse_config_text
+from lazybatch.backend.settings import BackendSettings
+from lazybatch.backend.config_pbtxt import parse_config_text
 from lazybatch.backend.request_parsing import RequestOptions
 from lazybatch.backend.faults import FaultInjector
 from lazybatch.backend.runtime import BackendRuntime
@@ -246,7 +247,7 @@ def test_runtime_rejects_when_the_queue_is_full_and_counts_it(mlp):  # noqa: F81
 
 
 def test_repo_add_writes_the_admission_knobs(tmp_path, mlp):  # noqa: F811
-    from lazybatch.backend.settings import load_config
+    from lazybatch.backend.config_pbtxt import load_config
     from lazybatch.cli import main
 
     model, _ = mlp

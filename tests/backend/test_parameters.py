@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from lazybatch.backend import parameters as P
-from lazybatch.backend.settings import BackendSettings, parse_config_text
+from lazybatch.backend import parameters_docs as D
+from lazybatch.backend.settings import BackendSettings
+from lazybatch.backend.config_pbtxt import parse_config_text
 
 ROOT = Path(__file__).resolve().parents[2]
 READERS = [ROOT / "backend" / "settings.py", ROOT / "backend" / "npu_executor.py"]
@@ -23,10 +25,10 @@ output { name: "y" data_type: TYPE_FP32 dims: [ 8 ] }
 
 def test_docs_tables_are_the_schemas():
     page = (ROOT / "docs" / "triton.md").read_text()
-    section = P.docs_section(page)
+    section = D.docs_section(page)
     assert section is not None, "docs/triton.md lost its generated parameter tables' markers"
-    assert section == P.markdown(), "docs/triton.md's tables differ from backend/parameters.py: run " \
-                                    "python -m lazybatch.backend.parameters --write"
+    assert section == D.markdown(), "docs/triton.md's tables differ from backend/parameters.py: run " \
+                                    "python -m lazybatch.backend.parameters_docs --write"
     for p in P.SCHEMA:
         assert f"| `{p.name}` |" in section
 
@@ -73,6 +75,6 @@ def test_a_schema_entry_needs_a_known_group():
 
 
 def test_repo_add_help_lists_what_a_deployment_sets_and_counts_the_levers():
-    text = P.parameters_help()
+    text = D.parameters_help()
     assert "policy" in text and "sla_ms" in text and "experiment levers" in text
     assert all(p.name not in text for p in P.SCHEMA if p.lever)

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from lazybatch.backend.settings import BackendSettings, parse_config_text
+from lazybatch.backend.settings import BackendSettings
+from lazybatch.backend.config_pbtxt import parse_config_text
 from lazybatch.backend.responder import ResponseThread
 from lazybatch.batcher.errors import ConfigError
 

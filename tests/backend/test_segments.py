@@ -9,7 +9,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from lazybatch.backend.settings import BackendSettings, parse_config_text
+from lazybatch.backend.settings import BackendSettings
+from lazybatch.backend.config_pbtxt import parse_config_text
 from lazybatch.backend.fusion import segment, segment_table
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.errors import ConfigError

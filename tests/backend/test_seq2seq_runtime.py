@@ -515,7 +515,8 @@ def test_streaming_parts_concatenate_to_the_reference(split, every):
 def test_decoupled_configs_are_checked(tmp_path):
     """--decoupled streams tokens: refused with a reason for a model without a decoder loop, for Triton's whole-graph
     policy, and a stream interval needs a decoupled model and at least one token."""
-    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings
+    from lazybatch.backend.config_pbtxt import parse_config_text
     from lazybatch.batcher.errors import ConfigError
     from lazybatch.repo import add_model
 

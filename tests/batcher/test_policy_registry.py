@@ -73,7 +73,8 @@ def test_adding_an_entry_is_enough(monkeypatch) -> None:
 
 def test_one_default_policy() -> None:
     """`repo add` writes the registry's default, and a config.pbtxt without a policy parameter gets the same one."""
-    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings
+    from lazybatch.backend.config_pbtxt import parse_config_text
 
     assert CONFIG_DEFAULT is registry.DEFAULT_POLICY == "eager"
     from lazybatch.backend.parameters import BY_NAME

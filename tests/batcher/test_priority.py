@@ -65,7 +65,7 @@ def test_lazy_admits_the_urgent_request_into_a_limited_batch():
 def test_set_priority_timeouts_rewrites_every_level(tmp_path):
     """A rewrite replaces the timeouts a model had (a level left out loses its own; {} removes them all), so a
     repository kept from an earlier run does not carry stale timeouts into the next."""
-    from lazybatch.backend.settings import load_config
+    from lazybatch.backend.config_pbtxt import load_config
     from lazybatch.repo import set_priority_timeouts
 
     (tmp_path / "config.pbtxt").write_text('name: "m" backend: "python" max_batch_size: 4\n'

@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from lazybatch.backend.settings import load_config
+from lazybatch.backend.config_pbtxt import load_config
 from lazybatch.backend.stages import StageRunner
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.latency_table import LatencyTable

@@ -186,7 +186,8 @@ def test_backend_lazy_serves_inplace_split_correctly(split_all, monkeypatch):
 
 
 def test_backend_parameter(tmp_path):
-    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings
+    from lazybatch.backend.config_pbtxt import parse_config_text
     from lazybatch.batcher.errors import ConfigError
 
     cfg = '''name: "m" backend: "python" max_batch_size: 4

@@ -18,7 +18,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from lazybatch.backend.settings import load_config
+from lazybatch.backend.config_pbtxt import load_config
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.onnx_tools.verify import verify_dir
 from lazybatch.repo import add_model

@@ -50,7 +50,8 @@ def detector(tmp_path_factory) -> tuple[TritonServer, Path]:
 
 def test_repo_add_records_the_example_size() -> None:
     """The config carries the split's size for the dynamic dims, in perf_analyzer's --shape form."""
-    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings
+    from lazybatch.backend.config_pbtxt import parse_config_text
     from lazybatch.repo import build_config
     from lazybatch.formats.stage_manifest import TensorSpec
 
@@ -97,7 +98,8 @@ def test_load_and_perf_analyzer_feed_the_example_size(detector, tmp_path: Path) 
 
 def test_a_repository_written_before_example_dims_reads_the_manifest(detector) -> None:
     """A config.pbtxt without the example_dims parameter (written before it existed) takes the stage manifest's."""
-    from lazybatch.backend.settings import BackendSettings, load_config
+    from lazybatch.backend.settings import BackendSettings
+    from lazybatch.backend.config_pbtxt import load_config
 
     server, _ = detector
     mdir = Path(server.repo) / "det_triton_0us"

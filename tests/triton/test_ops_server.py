@@ -382,7 +382,7 @@ def test_reload_in_place_after_traffic_leaves_the_server_sound(tmp_path):
     counts under its own ``stub_pid``, and the server exits cleanly. Before that label, both instances wrote to one
     Prometheus series that the old one freed on finalize, and tritonserver died of heap corruption at or before
     shutdown (3 of 3 runs; backend/metrics.py, TritonMetricsExporter)."""
-    from lazybatch.backend.settings import config_to_text, load_config
+    from lazybatch.backend.config_pbtxt import config_to_text, load_config
     from lazybatch.repo import add_model
     from lazybatch.staging import make_mlp, split_model
 

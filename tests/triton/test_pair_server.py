@@ -23,7 +23,7 @@ from benchmarks.harness.procs import cores
 from benchmarks.harness.verdict import VERDICTS
 from lazybatch.backend.cpu_share import ACTIVE_WINDOW_S, POLL_S
 from lazybatch.batcher.cpu_rank import NICE_STEPS
-from lazybatch.backend.settings import config_to_text, load_config
+from lazybatch.backend.config_pbtxt import config_to_text, load_config
 from lazybatch.shipped import PAIR_OURS, PAIR_POLICIES
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model

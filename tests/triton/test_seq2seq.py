@@ -302,7 +302,7 @@ def test_infer_and_load_cli_drive_a_seq2seq_model(s2s, tmp_path, capsys):
 def test_repo_add_serves_seq2seq_under_tritons_batcher_a_batch_per_execute(tmp_path):
     """triton:<us> on a seq2seq model: Triton's dynamic_batching with that delay forms the batches; the backend
     decodes each group to its end (graph:0, batch_per_execute) before execute returns."""
-    from lazybatch.backend.settings import parse_config_text
+    from lazybatch.backend.config_pbtxt import parse_config_text
 
     export_model("gnmt", tmp_path / "g.onnx", small=True)
     add_model(tmp_path / "g.onnx", tmp_path / "repo", name="g", policy="triton:5000", execution_provider="cpu",
@@ -348,7 +348,8 @@ def test_tritons_batcher_groups_sources_of_different_lengths(s2s, kind):
 
 
 def test_batch_per_execute_needs_graph_policy(tmp_path):
-    from lazybatch.backend.settings import BackendSettings, parse_config_text
+    from lazybatch.backend.settings import BackendSettings
+    from lazybatch.backend.config_pbtxt import parse_config_text
 
     export_model("gnmt", tmp_path / "g.onnx", small=True)
     add_model(tmp_path / "g.onnx", tmp_path / "repo", name="g", policy="triton:0", execution_provider="cpu",
