@@ -113,7 +113,8 @@ class TritonPythonModel:
             runner = StageRunner(s.stage_dir, manifest=manifest, execution_provider=s.execution_provider,
                                  intra_op_threads=s.intra_op_threads, inplace_residuals=s.inplace_residuals,
                                  device_tensors=resident, device_id=device_id, graph_buckets=buckets, stream=stream)
-            _log_device_path(s.name, runner, no_graphs, no_stream)
+            for line in runner.device_path_lines(no_graphs, no_stream):
+                print(f"lazybatch: {s.name}: {line}", file=sys.stderr)
         self.parts = parts = MODEL_KINDS[kind](BuildInputs(s, cfg, spec, runner, plan.solo_threads, batch_log))
         if not parts.scheduled:
             return
@@ -361,29 +362,6 @@ class TritonPythonModel:
                 responses[i] = (_error_response(f"onnxruntime failed: {answers}", "INTERNAL")
                                 if isinstance(answers, str) else self._response(answers[k]))
         return responses
-
-
-def _log_device_path(name: str, runner: StageRunner, no_graphs: str | None, no_stream: str | None) -> None:
-    """One line each: where stage tensors live between stages, which stages replay CUDA graphs, which stream
-    they run on."""
-    if runner.resident is not None:
-        print(f"lazybatch: {name}: stage tensors stay on the {runner.resident.device} device between stages "
-              "(device_tensors)", file=sys.stderr)
-    if runner.resident_refused:
-        print(f"lazybatch: {name}: device_tensors off, serving through host numpy: {runner.resident_refused}",
-              file=sys.stderr)
-    if no_graphs:
-        print(f"lazybatch: {name}: cuda_graphs off: {no_graphs}", file=sys.stderr)
-    if runner.graphs:
-        print(f"lazybatch: {name}: CUDA graphs for {len(runner.graphs)} of {runner.n_stages} stages, batch buckets "
-              f"{list(runner.graph_buckets)} (cuda_graphs)", file=sys.stderr)
-    for why in runner.graphs_refused:
-        print(f"lazybatch: {name}: no CUDA graph for {why}", file=sys.stderr)
-    if no_stream:
-        print(f"lazybatch: {name}: shared_cuda_stream off: {no_stream}", file=sys.stderr)
-    if runner.stream is not None:
-        print(f"lazybatch: {name}: every stage session on one CUDA stream, one run in flight (shared_cuda_stream)",
-              file=sys.stderr)
 
 
 def _process_wide_onnxruntime(s: BackendSettings) -> None:

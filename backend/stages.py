@@ -332,6 +332,26 @@ class StageRunner:
         out = fn()
         return out, time.perf_counter() - t0
 
+    def device_path_lines(self, no_graphs: str | None = None, no_stream: str | None = None) -> list[str]:
+        """What the load log says of the device path, a line each: where stage tensors live between stages, which
+        stages replay CUDA graphs, which stream they run on (``no_*``: why a path asked for was refused)."""
+        lines = []
+        if self.resident is not None:
+            lines.append(f"stage tensors stay on the {self.resident.device} device between stages (device_tensors)")
+        if self.resident_refused:
+            lines.append(f"device_tensors off, serving through host numpy: {self.resident_refused}")
+        if no_graphs:
+            lines.append(f"cuda_graphs off: {no_graphs}")
+        if self.graphs:
+            lines.append(f"CUDA graphs for {len(self.graphs)} of {self.n_stages} stages, batch buckets "
+                         f"{list(self.graph_buckets)} (cuda_graphs)")
+        lines += [f"no CUDA graph for {why}" for why in self.graphs_refused]
+        if no_stream:
+            lines.append(f"shared_cuda_stream off: {no_stream}")
+        if self.stream is not None:
+            lines.append("every stage session on one CUDA stream, one run in flight (shared_cuda_stream)")
+        return lines
+
     def release_arenas(self) -> None:
         """Make each stage's next run give back the arena memory it does not use (backend/memory.py): onnxruntime
         shrinks an arena only at the end of a run that asks it to."""
