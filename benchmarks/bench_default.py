@@ -48,6 +48,7 @@ from tqdm import tqdm
 from benchmarks.harness import add_perf_arrivals_arg, command_line, machine_meta, start_server, static_t1, write_json
 from benchmarks.harness.method import CLIENT_PACE, segments_for, while_ours
 from benchmarks.harness.page import write_page
+from benchmarks.harness.stats import percentile, violation
 from lazybatch.client.capacity import ANSWERED, DRIFT, steady
 from lazybatch.client.load import run_load
 from lazybatch.shipped import KIND_SLA_MS, build_default_repository
@@ -71,16 +72,15 @@ def pool_load(segs: list[dict], sla_ms: float) -> dict:
     sent = sum(g["sent"] for g in segs)
     ok = sum(g["ok"] for g in segs)
     errors = sum(g["errors"] for g in segs)
-    late = int(np.count_nonzero(lat > sla_ms))
     paces = [(steady(g["records"], g["send_rate"], g["duration"]).sent, g["sent"]) for g in segs if g["sent"]]
     pace = sum(p * n for p, n in paces) / max(sum(n for _, n in paces), 1)
     first = [lat_ms for g in segs for t, lat_ms, good in g["records"] if good and t < g["duration"] / 2]
     second = [lat_ms for g in segs for t, lat_ms, good in g["records"] if good and t >= g["duration"] / 2]
     drift = float(np.median(second) / np.median(first)) if first and second else math.nan
     return {"sent": sent, "ok": ok, "errors": errors, "avg_ms": float(lat.mean()) if lat.size else math.nan,
-            "p99_ms": float(np.percentile(lat, 99)) if lat.size else math.nan,
+            "p99_ms": percentile(lat, 99),
             "throughput": ok / sum(g["duration"] for g in segs) if segs else math.nan,
-            "violations": (late + errors) / sent if sent else math.nan, "requests": ok, "pace": pace,
+            "violations": violation(lat, errors, sent, sla_ms), "requests": ok, "pace": pace,
             "client_bound": pace < CLIENT_PACE, "drift": drift,
             "sustained": bool(drift <= DRIFT and sent and ok / sent >= ANSWERED)}
 

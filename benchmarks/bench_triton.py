@@ -50,6 +50,7 @@ from benchmarks.harness import command_line, geomean, held_out_ratios, served, s
 from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.measure import service_time
 from benchmarks.harness.page import table_head
+from benchmarks.harness.stats import violation
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_load, summarize
 from lazybatch.shipped import (COMPARISON, PAIR_KINDS, build_default_repository, build_pair_repository,
@@ -92,13 +93,6 @@ def pool(parts: list[LoadResult]) -> LoadResult:
     res = summarize(res, lat, [True] * len(lat), errors, 0.0, span)
     res.duration_s = sum(p.duration_s for p in parts)
     return res
-
-
-def violation(r: LoadResult, sla_ms: float) -> float:
-    if not r.sent:
-        return math.nan
-    late = sum(1 for l in r.latencies_ms if l > sla_ms)
-    return (late + r.errors) / r.sent
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                     results.append({"fraction": f, "rate": rate, "model": model, "sla_ms": sl,
                                     "sent": r.sent, "ok": r.ok, "errors": r.errors, "throughput": r.throughput,
                                     "avg_ms": r.avg_ms, "p50_ms": r.p50_ms, "p90_ms": r.p90_ms,
-                                    "p99_ms": r.p99_ms, "violation": violation(r, sl), "overhead": overhead,
+                                    "p99_ms": r.p99_ms, "violation": violation(r.latencies_ms, r.errors, r.sent, sl), "overhead": overhead,
                                     "duration_s": slice_s * args.slices,
                                     "slice_avg_ms": [p.avg_ms for p in rs]})
                 print(f"  {f:>4.0%} {rate:7.2f}/s {model:<24} sla={sla or '-'}: sent {r.sent} ok {r.ok} "

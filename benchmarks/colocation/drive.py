@@ -16,6 +16,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from benchmarks.harness.stats import percentile
+
 TIGHTNESS = (2.0, 5.0, 10.0, 20.0)  # SLO multiples of each model's t1 the attainment is computed at
 
 
@@ -29,8 +31,8 @@ def summarise(latencies_ms: Sequence[float], sent: int, sla_ms: Sequence[float] 
     failed = max(0, sent - n)
     out = {"rate": rate, "sent": int(sent), "ok": int(n), "failed": int(failed), "throughput": float(throughput),
            "avg_ms": float(lat.mean()) if n else math.nan,
-           "p50_ms": float(np.percentile(lat, 50)) if n else math.nan,
-           "p99_ms": float(np.percentile(lat, 99)) if n else math.nan,
+           "p50_ms": percentile(lat, 50),
+           "p99_ms": percentile(lat, 99),
            "violations": float(((lat > sla).sum() + failed) / sent) if sent else math.nan,
            "attain": {f"{m:g}": float((lat <= m * t1).sum() / sent) if sent else math.nan for m in TIGHTNESS}}
     return out

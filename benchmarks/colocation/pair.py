@@ -36,6 +36,7 @@ import numpy as np
 from benchmarks.harness import geomean, held_out_ratios, judge
 from benchmarks.harness.measure import service_time
 from benchmarks.harness.page import table_head
+from benchmarks.harness.stats import percentile
 from benchmarks.harness.procs import cores, niced, processes, watched_nices
 from lazybatch.backend.arbiter.protocol import SIBLING_WINDOW_S
 from lazybatch.backend.cpu_share import ACTIVE_WINDOW_S, POLL_S
@@ -173,7 +174,7 @@ def pooled(runs: list[dict]) -> dict:
     lat = np.array([v for r in runs for v in r["latencies_ms"]], dtype=float)
     return {"sent": sum(r["sent"] for r in runs), "errors": sum(r["errors"] for r in runs),
             "avg_ms": float(lat.mean()) if lat.size else math.nan,
-            "p99_ms": float(np.percentile(lat, 99)) if lat.size else math.nan}
+            "p99_ms": percentile(lat, 99)}
 
 
 def per_rep(data: dict, mode: str, config: str, role: str, key: str) -> list[float]:

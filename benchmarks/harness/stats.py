@@ -20,6 +20,14 @@ def percentile(values: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+def violation(latencies_ms: Sequence[float], errors: int, sent: int, sla_ms: float) -> float:
+    """The SLA violation rate every page quotes: answers later than ``sla_ms`` plus failed requests, over the
+    requests sent (NaN for none sent)."""
+    if not sent:
+        return math.nan
+    return (sum(1 for v in latencies_ms if v > sla_ms) + errors) / sent
+
+
 def spread(values: Sequence[float]) -> dict[str, float]:
     """Repetitions of one figure: mean, min, max and their count (the docs quote mean [min-max])."""
     v = [float(x) for x in values]

@@ -11,6 +11,7 @@ import urllib.request
 from typing import Any
 
 from benchmarks.harness import runtime_stats, served, settled_stats, triton_stats
+from benchmarks.harness.stats import violation
 from benchmarks.harness.measure import sampled_service_time
 from benchmarks.regimes.perf import perf_binary, perf_cell
 from benchmarks.regimes.policies import (ALL_POLICIES, DESCRIPTION, LAZYBATCH_SCHEDULED, SEQ2SEQ_KINDS, parameters_for,
@@ -52,12 +53,6 @@ def pool(parts: list[LoadResult], sla_ms: float | None) -> LoadResult:
     res.duration_s = sum(p.duration_s for p in parts)
     res.send_rate = res.sent / res.duration_s if res.duration_s else 0.0
     return res
-
-
-def violation(lat_ms: list[float], errors: int, sent: int, sla_ms: float) -> float:
-    if not sent:
-        return math.nan
-    return (sum(1 for v in lat_ms if v > sla_ms) + errors) / sent
 
 
 def measure_model(kind: str, st: Settings, bar: Any) -> dict:
