@@ -115,13 +115,8 @@ class StageRuns:
                 for name in runner.drop_after[s]:
                     own.pop(name, None)
         t3 = time.perf_counter()
-        stats.stage_runs += 1
         stats.span_runs += 1
-        stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
-        stats.ort_s += t2 - t1
-        stats.io_s += (t1 - t0) + (t3 - t2)
-        if self.on_batch is not None:
-            self.on_batch(start, len(reqs), t2 - t1)
+        self._counted(start, len(reqs), t0, t1, t2, t3)
         # a whole-graph pass too: the table must follow what the device does, and at low load nearly every
         # request is one (its time shared among the stages by their table times); not a wider one (whole_wide)
         if not wide:
@@ -130,7 +125,6 @@ class StageRuns:
     def _run_batch(self, stage: int, reqs: list[Request]) -> None:
         runner = self.runner
         spec = runner.manifest.stages[stage]
-        stats = self.stats
         t0 = time.perf_counter()
         feeds = {inp.name: gather(inp, reqs, runner.join) for inp in spec.inputs}
         t1 = time.perf_counter()
@@ -145,13 +139,18 @@ class StageRuns:
             for name in runner.drop_after[stage]:
                 tensors.pop(name, None)
         t3 = time.perf_counter()
+        self._counted(stage, len(reqs), t0, t1, t2, t3)
+        self._calibrate(stage, len(reqs), t3 - t0)  # what the stage costs served: onnxruntime, join and split
+
+    def _counted(self, stage: int, batch: int, t0: float, t1: float, t2: float, t3: float) -> None:
+        """A run into the statistics and the batch log: joined by ``t1``, onnxruntime until ``t2``, split by ``t3``."""
+        stats = self.stats
         stats.stage_runs += 1
-        stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
+        stats.batch_hist[batch] = stats.batch_hist.get(batch, 0) + 1
         stats.ort_s += t2 - t1
         stats.io_s += (t1 - t0) + (t3 - t2)
         if self.on_batch is not None:
-            self.on_batch(stage, len(reqs), t2 - t1)
-        self._calibrate(stage, len(reqs), t3 - t0)  # what the stage costs served: onnxruntime, join and split
+            self.on_batch(stage, batch, t2 - t1)
 
     def _calibrate(self, stage: int, batch: int, took: float) -> None:
         """The stage run into the table the policy plans with (backend/table_keeper.py)."""
