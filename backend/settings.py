@@ -145,7 +145,7 @@ class BackendSettings:
         outputs = [_spec(t, "output") for t in cfg.output]
         if not inputs or not outputs:
             raise ConfigError("the config needs input and output sections", field="input/output")
-        policy = (_param(cfg, "policy", DEFAULT_POLICY) or DEFAULT_POLICY).lower()
+        policy = (_param(cfg, "policy") or DEFAULT_POLICY).lower()
         smbs = _number(_param(cfg, "scheduler_max_batch_size"), "scheduler_max_batch_size", int)
         dts = _number(_param(cfg, "dec_timesteps"), "dec_timesteps", int)
         cov = _number(_param(cfg, "dec_timesteps_coverage"), "dec_timesteps_coverage")

@@ -20,7 +20,6 @@ from lazybatch.batcher.graph import ModelGraph, Stage, StageType
 from .dtypes import NUMPY_TO_TRITON, TRITON_TO_NUMPY
 
 FORMAT = "lazybatch.stages/1"
-MANIFEST_FORMAT = FORMAT  # the name the backend has always used
 
 
 @dataclass(frozen=True)

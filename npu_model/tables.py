@@ -8,7 +8,6 @@ read measured tables.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,13 +17,11 @@ from tqdm import tqdm
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.graph import ModelGraph, StageType
 from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.formats.stage_manifest import load_manifest
 
 from .config import NPUConfig
 from .cost import Cost
 from .onnx_front import OnnxModel
-
-MANIFEST_FORMAT = "lazybatch.stages/1"
-
 
 @dataclass
 class StageModel:
@@ -36,28 +33,9 @@ class StageModel:
 def load_stages(target: str | Path) -> tuple[str, list[StageModel]]:
     """The stages of a split directory, or one stage for a single ONNX file."""
     p = Path(target)
-    if p.is_dir():
-        mf = p / "manifest.json"
-        if not mf.exists():
-            raise ConfigError("a directory target must hold manifest.json (from `lazybatch split`)", source=str(p))
-        try:
-            manifest = json.loads(mf.read_text())
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"manifest is not valid JSON ({e.msg})", source=str(mf)) from None
-        if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-            raise ConfigError(f"expected a {MANIFEST_FORMAT!r} manifest", field="format", source=str(mf))
-        stages = manifest.get("stages")
-        if not isinstance(stages, list) or not stages:
-            raise ConfigError("no stages", field="stages", source=str(mf))
-        out = []
-        for i, st in enumerate(stages):
-            try:
-                name, file = str(st["name"]), str(st["file"])
-            except (KeyError, TypeError):
-                raise ConfigError("each stage needs name and file", field=f"stages[{i}]", source=str(mf)) from None
-            stype = StageType.parse(st.get("type", "STATIC"), field=f"stages[{i}].type", source=str(mf))
-            out.append(StageModel(name, stype, OnnxModel(p / file, name=name)))
-        return str(manifest.get("model") or p.name), out
+    if p.is_dir():  # a split directory, read by the one stage-folder loader
+        man = load_manifest(p)
+        return man.model, [StageModel(st.name, st.type, OnnxModel(p / st.file, name=st.name)) for st in man.stages]
     if p.suffix.lower() != ".onnx":
         raise ConfigError("expected an .onnx file or a directory written by `lazybatch split`", source=str(p))
     model = OnnxModel(p)
