@@ -78,8 +78,8 @@ class BackendRuntime(StageRuns):
         chain the stages). ``whole_wide``: that graph is wider than the stages (arbiter/sizing.py solo_threads), so
         it runs only while ``alone`` says no other member of the device group is active (arbiter/join.py), and its
         passes leave the table alone, which describes the stages at the lane's width. ``inline``: whole passes may
-        run in ``execute`` (``InlineRoute.run``; a device group's gate switches it with its lease). ``park``: the process's
-        onnxruntime workers, parked while nothing is held (backend/pool_park.py; None: never parked)."""
+        run in ``execute`` (``InlineRoute.run``; a device group's gate switches it with its lease). ``park``: the
+        process's onnxruntime workers, parked while nothing is held (backend/pool_park.py; None: never parked)."""
         if table.graph.n != runner.n_stages:
             raise ValueError(f"latency table has {table.graph.n} stages, the stage directory {runner.n_stages}")
         self.runner = runner
