@@ -90,8 +90,8 @@ CPU_SHARE_FAMILIES: dict[str, tuple[str, str]] = {
     "lazybatch_cpu_share_weight_changes_total": (COUNTER, "Thread weight changes made (setpriority calls)"),
     "lazybatch_cpu_share_refused_total": (COUNTER, "Thread weight changes not made: they could not have been undone "
                                                    "without CAP_SYS_NICE or RLIMIT_NICE (the log says what to grant)"),
-    "lazybatch_cpu_share_parks_total": (COUNTER, "Busy periods that ended with the model's onnxruntime workers parked "
-                                                 "in SCHED_IDLE (cpu_share_park)"),
+    "lazybatch_cpu_share_parks_total": (COUNTER, "Times the idle model's onnxruntime workers were parked in "
+                                                 "SCHED_IDLE (cpu_share_park)"),
 }
 FAMILIES.update(CPU_SHARE_FAMILIES)
 

@@ -12,7 +12,9 @@ lock (backend/runtime.py, backend/inline.py): at most one syscall per worker eac
 request within one.
 
 Only beside a busy neighbour: the pool is parked only while another member of the server's CPU share had a request
-within its active window (the share's watcher says so, ``neighbours_active``). Parking is not free for the model
+within its active window (the share's watcher says so, ``neighbours_active``). The watcher also moves an idle pool
+when that changes: a model that went idle before its neighbour got busy parks then, and comes back once no
+neighbour is active. Parking is not free for the model
 itself: a pool that waited in SCHED_IDLE runs its next request slower wherever other threads want the cores (the
 load generator, Triton's own threads): 5-15% in-process beside two busy processes, and served alone the MLP's
 average was 0.73-0.93x Triton 0 ms's with its pool parked against 0.93-0.99x unparked (docs/colocation.md, "On by
@@ -41,7 +43,12 @@ def new_native_threads(before: Iterable[int], now: Iterable[int]) -> list[int]:
 
 
 class PoolPark:
-    """Parks and unparks one process's onnxruntime workers; counts what it costs."""
+    """Parks and unparks one process's onnxruntime workers; counts what it costs.
+
+    Two threads move it: the model's (``park`` when its work ends, ``unpark`` before it runs, under the scheduler's
+    lock) and the CPU share's watcher (``set_neighbours_active``), which parks an idle pool once a neighbour becomes
+    active and puts it back once none is: a model that went idle before its neighbour got busy parks all the same.
+    One small lock of its own orders the two; the syscalls stay at most one per worker each way per change."""
 
     def __init__(self, workers: Iterable[int], privileges: Privileges | None = None) -> None:
         self.workers = list(workers)
@@ -51,32 +58,53 @@ class PoolPark:
         # whether another member of the share is active (CpuShare's watcher): parking buys a neighbour its cores, and
         # a model with none pays nothing for it
         self.neighbours_active = False
-        self.parks = 0  # busy periods ended with the pool parked
+        self.idle = False  # the model's work ended and it has not run since
+        self.parks = 0  # parkings: busy periods ended with the pool parked, or idle pools parked by the watcher
         self.syscalls = 0
         self.syscall_s = 0.0  # time spent in them (benchmarks/bench_cpu_share_cost.py)
+        self._lock = threading.Lock()
 
     def set_neighbours_active(self, active: bool) -> None:
-        """The share's watcher saw whether another member is active: parking is worth its cost only then."""
-        self.neighbours_active = active
+        """The share's watcher saw whether another member is active: parking is worth its cost only then. An idle
+        pool follows at once (parked beside a newly active neighbour, back once none is)."""
+        if active == self.neighbours_active:  # the common case: no change, no lock
+            return
+        with self._lock:
+            self.neighbours_active = active
+            if self.idle:
+                self._park_if_wanted() if active else self._unpark()
 
     def park(self) -> None:
         """The model's work ended: its workers wait in SCHED_IDLE while a neighbour is active (nothing where not
         allowed, with no active neighbour, or already parked)."""
+        with self._lock:
+            self.idle = True
+            self._park_if_wanted()
+
+    def unpark(self) -> None:
+        """The model is about to run: its workers back in the normal class, at the nice they kept."""
+        if not self.idle:  # ran since its last park(): the watcher parks only idle pools (idle is ours to write)
+            return
+        with self._lock:
+            self.idle = False
+            self._unpark()
+
+    def close(self) -> None:
+        """Unloaded: no worker stays parked."""
+        with self._lock:
+            self._unpark()
+            self.allowed = False
+
+    def _park_if_wanted(self) -> None:
         if self.allowed and self.neighbours_active and not self.parked:
             self._set(os.SCHED_IDLE)
             self.parked = True
             self.parks += 1
 
-    def unpark(self) -> None:
-        """The model is about to run: its workers back in the normal class, at the nice they kept."""
+    def _unpark(self) -> None:
         if self.parked:
             self._set(os.SCHED_OTHER)
             self.parked = False
-
-    def close(self) -> None:
-        """Unloaded: no worker stays parked."""
-        self.unpark()
-        self.allowed = False
 
     def _set(self, policy: int) -> None:
         t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """Parked pools (backend/pool_park.py) on real threads, each thread's scheduling class read back from /proc: parked
 in SCHED_IDLE and back to the normal class at the nice it kept; never parked where it could not come back; a thread
 that ended is forgotten; the workers are the native threads onnxruntime starts with a process pool; a pool parks
-only while another member of the CPU share is active."""
+only while another member of the CPU share is active, and an idle pool follows that activity."""
 
 from __future__ import annotations
 
@@ -150,4 +150,28 @@ def test_a_pool_parks_only_while_a_neighbour_is_active(tmp_path):
         assert not park.neighbours_active and not park.parked
     finally:
         share.close()
+        stop.set()
+
+
+@needs_privilege
+def test_an_idle_pool_follows_its_neighbours_activity():
+    """A model that went idle before its neighbour became active parks once the watcher sees the neighbour (it
+    does not wait for a next busy period), and is back once no neighbour is; a model that is running is never
+    parked by the watcher."""
+    tids, stop = _threads(1)
+    park = PoolPark(tids)
+    try:
+        park.park()  # its work ended while alone
+        assert not park.parked
+        park.set_neighbours_active(True)
+        assert park.parked and read_weight(tids[0]).policy == IDLE and park.parks == 1
+        park.set_neighbours_active(False)
+        assert not park.parked and read_weight(tids[0]).policy == NORMAL
+        park.unpark()  # about to run: the watcher leaves a running model alone
+        park.set_neighbours_active(True)
+        assert not park.parked and read_weight(tids[0]).policy == NORMAL
+        park.park()
+        assert park.parked and park.parks == 2
+    finally:
+        park.close()
         stop.set()
