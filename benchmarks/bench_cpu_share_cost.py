@@ -84,7 +84,7 @@ def member(folder: str, name: str, sla_ms: float, rate: float, idle_threads: int
     out.put({"name": name, "requests": requests, "note_active_s": note_ns / 1e9, "looks": share.looks,
              "look_cpu_s": share.look_cpu_s, "syscalls": share.weights.changes, "refused": share.weights.refused,
              "park_syscalls": park.syscalls, "park_s": park.syscall_s, "pool_workers": pool_workers,
-             "parked_requests": parked,
+             "parked_requests": parked, "parks": park.parks,
              "lowered_s": share.lowered_seconds(), "nices": sorted(share.nices), "threads": idle_threads,
              "look_cpu_us": [round(v * 1e6, 1) for v in share.each], "note_ns": notes})
 

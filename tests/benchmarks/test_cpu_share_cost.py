@@ -23,9 +23,11 @@ def test_one_repetition_counts_the_looks_syscalls_and_requests_of_both_members()
     assert NICE_STEPS[1] in large["nices"] and large["syscalls"] >= large["threads"] and large["lowered_s"] > 0.5
     assert small["nices"] == [0] and small["syscalls"] == 0 and small["refused"] == large["refused"] == 0
     # the parked pool: once the other member is seen active, both workers unparked and parked again around every
-    # request, each syscall timed (before that first look, nothing is parked)
+    # request, each syscall timed (before that first look, nothing is parked); the watcher may also park an idle
+    # pool when it first sees the other member (a parking no request ended with): every parking is undone once
     for m in (small, large):
-        assert m["pool_workers"] == 2 and m["park_syscalls"] == 4 * m["parked_requests"] and m["park_s"] > 0
+        assert m["pool_workers"] == 2 and m["park_syscalls"] == 4 * m["parks"] and m["park_s"] > 0
+        assert m["parked_requests"] <= m["parks"] <= m["parked_requests"] + 3
         assert m["parked_requests"] >= 0.5 * m["requests"]
     cpu = sum(m["look_cpu_s"] + m["note_active_s"] + m["park_s"] for m in (small, large))
     data = {"meta": {"command": "python -m benchmarks.bench_cpu_share_cost", "commit": "abc1234", "data": "x.json",
