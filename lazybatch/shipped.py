@@ -194,13 +194,16 @@ PAIR_POLICIES = {PAIR_OURS: "eager", "triton_0us": "triton:0", "triton_5000us": 
 
 
 def build_pair_repository(repository: str | Path = "model_repository", *, force: bool = False,
-                          built: Sequence[str] = (), log: Any = print) -> Path:
-    """Add the co-located pair's models to ``repository`` (PAIR_KINDS under PAIR_POLICIES), beside the default
-    comparison: a model already there is kept, and each kind is split
+                          built: Sequence[str] = (), kinds: Mapping[str, str] = PAIR_KINDS,
+                          sla_ms: Mapping[str, float] | None = None, log: Any = print) -> Path:
+    """Add the co-located pair's models to ``repository`` (``kinds``, role -> kind, default PAIR_KINDS, under
+    PAIR_POLICIES), beside the default comparison: a model already there is kept, and each kind is split
     and profiled once for both (build_default_repository's build folder). ``force`` rebuilds everything but the
-    kinds in ``built`` (just rebuilt by the caller): their pair models are only rewritten from that build."""
-    for kind in PAIR_KINDS.values():
+    kinds in ``built`` (just rebuilt by the caller): their pair models are only rewritten from that build.
+    ``sla_ms`` (kind -> ms, default KIND_SLA_MS): the configs' SLAs, which rank the models in the CPU share (the
+    shorter one is the latency-critical one)."""
+    for kind in kinds.values():
         again = force and kind in built
         build_default_repository(repository, kind=kind, policies=PAIR_POLICIES, force=force and not again,
-                                 replace=again, log=log)
+                                 replace=again, sla_ms=(sla_ms or {}).get(kind), log=log)
     return Path(repository)

@@ -29,7 +29,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -301,25 +301,27 @@ def add_args(ap: argparse.ArgumentParser, prefix: str = "") -> None:
     ap.add_argument(f"--{prefix}large-load", dest="large_load", type=float, default=1.1, help="the large model's (1.1)")
 
 
-def build_twins(twins: Path, repository: Path, kinds: Sequence[str] = tuple(PAIR_KINDS.values())) -> Path:
-    """The noise floor's models (TWIN, an identical copy of Triton 0 ms) of ``kinds`` in ``twins``, a repository of
-    their own, from ``repository``'s builds (no new split or profile): the drop-in repository keeps only the models
-    a user serves. The pinned baseline's models (PINNED) of both kinds go there too (build_pinned)."""
+def build_twins(twins: Path, repository: Path, kinds: Sequence[str] | None = None,
+                pair: Mapping[str, str] = PAIR_KINDS) -> Path:
+    """The noise floor's models (TWIN, an identical copy of Triton 0 ms) of ``kinds`` (default the pair's) in
+    ``twins``, a repository of their own, from ``repository``'s builds (no new split or profile): the drop-in
+    repository keeps only the models a user serves. The pinned baseline's models (PINNED) of the ``pair`` (role ->
+    kind) go there too (build_pinned)."""
     from lazybatch.shipped import build_default_repository, default_build_dir
 
-    for kind in kinds:
+    for kind in pair.values() if kinds is None else kinds:
         build_default_repository(twins, kind=kind, work=default_build_dir(repository), policies={TWIN: "triton:0"},
                                  log=lambda line: None)
-    return build_pinned(twins, repository) if can_pin() else twins  # one core: no host policies to serve them
+    return build_pinned(twins, repository, pair) if can_pin() else twins  # one core: no host policies to serve them
 
 
-def build_pinned(copies: Path, repository: Path) -> Path:
+def build_pinned(copies: Path, repository: Path, kinds: Mapping[str, str] = PAIR_KINDS) -> Path:
     """PINNED's models in ``copies``: Triton 0 ms of each pair kind, its instance group under the host policy of its
     role (the server needs pinning_args)."""
     from lazybatch.backend.config_pbtxt import config_to_text, load_config
     from lazybatch.shipped import build_default_repository, default_build_dir
 
-    for role, kind in PAIR_KINDS.items():
+    for role, kind in kinds.items():
         build_default_repository(copies, kind=kind, work=default_build_dir(repository), policies={PINNED: "triton:0"},
                                  log=lambda line: None)
         path = copies / f"{kind}_{PINNED}" / "config.pbtxt"
@@ -328,6 +330,13 @@ def build_pinned(copies: Path, repository: Path) -> Path:
             group.host_policy = PIN_POLICY[role]
         path.write_text(config_to_text(cfg))
     return copies
+
+
+def pair_slas(kinds: Mapping[str, str]) -> dict[str, float]:
+    """kind -> the SLA (ms) its pair models are built and driven with: the kinds' own (KIND_SLA_MS), but the small
+    model's always the shorter, as the CPU share ranks the pair by it (the quickstart's pair: 10 and 100 ms)."""
+    small, large = KIND_SLA_MS[kinds["small"]], KIND_SLA_MS[kinds["large"]]
+    return {kinds["small"]: min(small, large / 2), kinds["large"]: large}
 
 
 def can_pin(n_cores: int | None = None) -> bool:
@@ -346,7 +355,7 @@ def pinning_args(n_cores: int | None = None) -> list[str]:
 
 
 def run_args(url: str, args: argparse.Namespace, server_pid: int | None = None, twin: bool = False,
-             pinned: bool = False) -> dict:
+             pinned: bool = False, kinds: Mapping[str, str] = PAIR_KINDS) -> dict:
     """The pair with the command line's options; with ``server_pid``, the stubs' nices recorded and, where this
     process may raise a thread back (CAP_SYS_NICE), the hand-set nice reference line at the CPU share's nice."""
     from lazybatch.backend.os_weights import Privileges
@@ -355,7 +364,8 @@ def run_args(url: str, args: argparse.Namespace, server_pid: int | None = None, 
     hand = NICE_STEPS[1] if server_pid is not None and Privileges.probe().cap_sys_nice else None
     if server_pid is not None and hand is None:
         print("pair: no hand-set nice reference line: raising its threads back needs CAP_SYS_NICE (run as root)")
-    return measure(url, dict(PAIR_KINDS), small_load=args.small_load, large_load=args.large_load,
+    return measure(url, dict(kinds), small_load=args.small_load, large_load=args.large_load,
                    duration_s=args.pair_duration, reps=args.pair_reps, seed=getattr(args, "seed", 0),
+                   slas={role: pair_slas(kinds)[kind] for role, kind in kinds.items()},
                    server_pid=server_pid, hand_nice=hand, twin=twin, pinned=pinned)
 
