@@ -148,6 +148,15 @@ PAGES: dict[str, Page] = {
                                   ("python -m benchmarks.probes.probe_two_widths --json docs/data/two_widths.json",),
                                   one_commit=True),
     # the CPU share (docs/colocation.md, "The CPU through the operating system"), served on the quickstart's pair
+    # about 16 minutes on 2 cores (7 searches of about 8 windows of 5 s, 3 repetitions)
+    "colocation_capacity": Page(
+        "docs/results/colocation_capacity.md", "whole", "an identical copy of Triton 0 ms searched like the others",
+        ("python -m benchmarks.pair --capacity --kinds small=tiny,large=mlp --out lazybatch-results/capacity "
+         "--repository lazybatch-results/capacity_repository --twin-repository "
+         "lazybatch-results/capacity_twin_repository --json docs/data/colocation_capacity_tiny_mlp.json "
+         "--page docs/results/colocation_capacity.md",
+         "python -m benchmarks.pair --from-data docs/data/colocation_capacity_tiny_mlp.json "
+         "--page docs/results/colocation_capacity.md"), one_commit=True),
     "cpu_share": Page("docs/results/cpu_share.md", "whole", "the spread over 5 repetitions (no identical copy)",
                       ("python -m benchmarks.pair --reps 5 --duration 4 --out docs/data/pair_cpu_share "
                        "--page docs/results/cpu_share.md",), one_commit=True),

@@ -6,6 +6,8 @@ tritonserver, both driven at once, under lazybatch's defaults (the CPU share on)
     python -m benchmarks.pair --capacity --kinds small=tiny,large=mlp \
         --out lazybatch-results/capacity --repository lazybatch-results/capacity_repository \
         --json docs/data/colocation_capacity_tiny_mlp.json --page docs/results/colocation_capacity.md
+    python -m benchmarks.pair --from-data docs/data/colocation_capacity_tiny_mlp.json \
+        --page docs/results/colocation_capacity.md           # its page again from the raw data
 
 What it measures and how it is judged: benchmarks/colocation/pair.py; with ``--capacity``, how much best-effort
 traffic each configuration carries while the small model keeps its p99 within an SLA fixed before the searches
@@ -39,6 +41,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="the pair's shipped models (default the quickstart's: small=mlp,large=resnet50)")
     capacity_args(ap)
     args = ap.parse_args(argv)
+    if args.from_data:  # the page again from its raw data, no server
+        import json
+
+        from benchmarks.colocation import capacity
+
+        data = json.loads(Path(args.from_data).read_text())
+        print(capacity.page(data, Path(args.page or Path(args.out) / "capacity.md"), json_path=Path(args.from_data)))
+        return 0
     kinds = parse_kinds(args.kinds)
     repo = build_pair_repository(args.repository, kinds=kinds, sla_ms=pair_slas(kinds))
     out = Path(args.out)
@@ -79,6 +89,8 @@ def capacity_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--start-load", type=float, default=0.3,
                     help="--capacity: the first rate, a fraction of the large model's batch-1 rate (0.3)")
     ap.add_argument("--json", default=None, help="--capacity: also write the raw data here (docs/data/...)")
+    ap.add_argument("--from-data", default=None, metavar="JSON",
+                    help="--capacity's page (--page) again from its raw data, no server")
 
 
 def run_capacity(server, kinds: dict[str, str], args: argparse.Namespace) -> int:

@@ -137,31 +137,41 @@ def capacities(data: dict, config: str) -> list[float]:
     return [s["capacity"] for s in rows]
 
 
+def _ratios(caps: Sequence[float], base: Sequence[float]) -> list[float]:
+    """Per repetition, a capacity / Triton 0 ms's; left out where Triton 0 ms passed no rate (nothing to divide by)."""
+    return [c / b for c, b in zip(caps, base) if b > 0]
+
+
 def score(data: dict, twin: str) -> list[dict]:
-    """Per configuration: its capacity per repetition, / BASE's in the same repetition, / the ceiling, the machine
-    used at capacity (rate x t1 summed over both models), and for lazybatch's the verdict against GOAL and 1.00,
-    given only where the noise floor (``twin``'s ratio) stayed within FLOOR."""
+    """Per configuration: its capacity per repetition, / BASE's in the same repetition (where BASE passed a rate),
+    / the ceiling, the machine used at capacity (rate x t1 summed over both models), and for lazybatch's the verdict
+    against GOAL and 1.00, given only where the noise floor (``twin``'s ratio) stayed within FLOOR in every
+    repetition."""
     meta = data["meta"]
     t1 = {r: v / 1e3 for r, v in meta["t1_ms"].items()}
     lc_use = meta["small_rate"] * t1["small"]
     base = capacities(data, BASE)
     ceiling = [max(a * (1.0 - lc_use), 0.0) for a in capacities(data, ALONE)]
-    floor = [c / b if b > 0 else math.nan for c, b in zip(capacities(data, twin), base)] \
-        if twin in meta["configs"] else []
-    settled = bool(floor) and all(FLOOR[0] <= f <= FLOOR[1] for f in floor)
+    twin_caps = capacities(data, twin) if twin in meta["configs"] else []
+    floor = _ratios(twin_caps, base)
     rows = []
     for cfg in [*meta["configs"], ALONE]:
         caps = capacities(data, cfg)
-        ratio = [c / b if b > 0 else math.inf for c, b in zip(caps, base)]
-        row = {"config": cfg, "capacity": spread(caps),
+        ratio = _ratios(caps, base)
+        row = {"config": cfg, "capacity": spread(caps), "vs_base": spread(ratio) if ratio else None,
                "used": spread([lc_use + c * t1["large"] for c in caps] if cfg != ALONE else
                               [c * t1["large"] for c in caps]),
-               "vs_base": spread(ratio), "vs_ceiling": spread([c / m for c, m in zip(caps, ceiling) if m > 0] or
-                                                              [math.nan])}
+               "vs_ceiling": spread([c / m for c, m in zip(caps, ceiling) if m > 0] or [math.nan])}
         if cfg == meta["configs"][0]:
-            if not settled:
+            lost = len(base) - len(floor)
+            if not twin_caps:
+                row["verdict"] = "no verdict: no noise floor"
+            elif lost:
+                row["verdict"] = (f"no verdict: Triton 0 ms passed no rate in {lost} of {len(base)} repetitions "
+                                  f"(below the lowest rate a window judges: longer windows)")
+            elif not all(FLOOR[0] <= f <= FLOOR[1] for f in floor):
                 row["verdict"] = (f"no verdict: the noise floor read {fmt(spread(floor))}, outside "
-                                  f"{FLOOR[0]:.2f}-{FLOOR[1]:.2f} (longer windows)" if floor else "no noise floor")
+                                  f"{FLOOR[0]:.2f}-{FLOOR[1]:.2f} (longer windows)")
             else:
                 row["verdict"] = (f"{judge(min(ratio), max(ratio), GOAL)} at the {GOAL:g}x goal; "
                                   f"{judge(min(ratio), max(ratio), 1.0)} against 1.00")
@@ -188,11 +198,13 @@ def markdown(data: dict, twin: str, labels: Mapping[str, str]) -> str:
              "verdict |", "| --- | --- | --- | --- | --- | --- |"]
     for row in score(data, twin):
         cfg = row["config"]
-        lines.append(f"| {labels.get(cfg, cfg)} | {fmt(row['capacity'], 1)} | {fmt(row['vs_base'])} | "
+        vs = fmt(row["vs_base"]) if row["vs_base"] else "-"
+        lines.append(f"| {labels.get(cfg, cfg)} | {fmt(row['capacity'], 1)} | {vs} | "
                      f"{fmt(row['vs_ceiling'])} | {fmt(row['used'])} | {row.get('verdict', '')} |")
     lines += ["", "Ranges are mean [min-max] over the repetitions; a range across a goal is a tie. The identical "
               "copy's row is the noise floor: its ratio to Triton 0 ms is what chance gives a configuration "
-              "identical to it. A capacity of 0: no rate passed down to the lowest a window can judge "
+              "identical to it. / Triton 0 ms: over the repetitions in which Triton 0 ms passed a rate ('-': "
+              "none). A capacity of 0: no rate passed down to the lowest a window can judge "
               f"({meta.get('min_rate', math.nan):.1f}/s: {MIN_REQUESTS} answers in a window)."]
     return "\n".join(lines)
 
@@ -208,14 +220,16 @@ def plot(data: dict, path: Path, labels: Mapping[str, str]) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, cfg in enumerate(data["meta"]["configs"]):
         probes = [p for s in data["searches"] if s["config"] == cfg for p in s["probes"]]
+        label = labels.get(cfg, cfg)  # on its first series: a configuration that never passed is named too
         for passed in (True, False):
             pts = [(p["rate"], p["p99_ms"]) for p in probes if p["passed"] == passed and not math.isnan(p["p99_ms"])]
             if pts:
-                ax.scatter(*zip(*pts), s=18, color=f"C{i}", facecolors=f"C{i}" if passed else "none",
-                           label=labels.get(cfg, cfg) if passed else None)
+                ax.scatter(*zip(*pts), s=18, color=f"C{i}", facecolors=f"C{i}" if passed else "none", label=label)
+                label = None
     ax.axhline(data["meta"]["sla_ms"], color="k", lw=0.8, ls="--", label="latency-critical SLA")
     ax.set_xlabel("best-effort rate (requests/s)")
     ax.set_ylabel("latency-critical p99 (ms)")
+    ax.set_title("filled: the window passed; hollow: it failed", fontsize=8)
     ax.set_yscale("log")
     ax.legend(fontsize=7)
     fig.tight_layout()

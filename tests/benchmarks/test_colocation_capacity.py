@@ -5,8 +5,6 @@ its plot written."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from benchmarks.colocation import capacity as cap
@@ -56,13 +54,17 @@ def test_no_verdict_where_the_identical_copy_strays():
     assert verdict.startswith("no verdict") and "longer windows" in verdict
 
 
-def test_a_search_with_no_passing_rate_counts_zero_and_the_ratio_is_infinite_only_over_zero():
+def test_a_repetition_where_triton_passed_no_rate_leaves_the_ratio_out_and_the_verdict_unset():
     data = _data({"eager_shared": [10.0, 10.0, 10.0], "triton_0us": [0.0, 10.0, 10.0],
-                  "triton_0us_twin": [0.0, 10.0, 10.0], "hand_nice": [8.0, 8.0, 8.0],
+                  "triton_0us_twin": [10.0, 10.0, 10.0], "hand_nice": [8.0, 8.0, 8.0],
                   cap.ALONE: [20.0, 20.0, 20.0]})
+    ours = _row(cap.score(data, "triton_0us_twin"), "eager_shared")
+    assert ours["vs_base"]["n"] == 2 and ours["vs_base"]["mean"] == pytest.approx(1.0)
+    assert ours["verdict"].startswith("no verdict: Triton 0 ms passed no rate in 1 of 3")
+    data = _data({"eager_shared": [10.0] * 3, "triton_0us": [0.0] * 3, "triton_0us_twin": [0.0] * 3,
+                  "hand_nice": [8.0] * 3, cap.ALONE: [20.0] * 3})
     rows = cap.score(data, "triton_0us_twin")
-    assert math.isinf(_row(rows, "eager_shared")["vs_base"]["max"])
-    assert _row(rows, "eager_shared")["verdict"].startswith("no verdict")  # the copy's 0/0 is no floor
+    assert _row(rows, "eager_shared")["vs_base"] is None and "| - |" in cap.markdown(data, "triton_0us_twin", {})
 
 
 def test_the_page_and_its_plot(tmp_path):

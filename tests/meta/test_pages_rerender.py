@@ -77,3 +77,15 @@ def test_the_readme_decoder_and_streaming_lines_are_their_pages_verdicts():
     for gen in (decoder_page, streaming_page):
         line = gen.readme_line(gen.load(DATA))
         assert len(line) < 250 and line in lines
+
+
+def test_the_colocation_capacity_page_renders_byte_for_byte(tmp_path):
+    """The co-location capacity page (benchmarks/colocation/capacity.py) from its one run, plot into a scratch
+    folder laid out like docs/."""
+    pytest.importorskip("matplotlib")
+    from benchmarks.colocation import capacity
+
+    data = json.loads((DATA / "colocation_capacity_tiny_mlp.json").read_text())
+    page = tmp_path / "results" / "colocation_capacity.md"
+    capacity.page(data, page, json_path=tmp_path / "data" / "colocation_capacity_tiny_mlp.json")
+    assert page.read_text() == (RESULTS / "colocation_capacity.md").read_text()
