@@ -48,7 +48,8 @@ class PoolPark:
     Two threads move it: the model's (``park`` when its work ends, ``unpark`` before it runs, under the scheduler's
     lock) and the CPU share's watcher (``set_neighbours_active``), which parks an idle pool once a neighbour becomes
     active and puts it back once none is: a model that went idle before its neighbour got busy parks all the same.
-    One small lock of its own orders the two; the syscalls stay at most one per worker each way per change."""
+    One small lock of its own orders the two where a neighbour is active; a model alone takes no lock. The syscalls
+    stay at most one per worker each way per change."""
 
     def __init__(self, workers: Iterable[int], privileges: Privileges | None = None) -> None:
         self.workers = list(workers)
@@ -77,8 +78,10 @@ class PoolPark:
     def park(self) -> None:
         """The model's work ended: its workers wait in SCHED_IDLE while a neighbour is active (nothing where not
         allowed, with no active neighbour, or already parked)."""
+        self.idle = True  # first, then the neighbours: either this sees the watcher's True or it sees idle
+        if not self.neighbours_active:  # a model alone (the common case): no lock, no syscall
+            return
         with self._lock:
-            self.idle = True
             self._park_if_wanted()
 
     def unpark(self) -> None:

@@ -99,7 +99,7 @@ def run_capacity(server, kinds: dict[str, str], args: argparse.Namespace) -> int
     from benchmarks.colocation import capacity
     from benchmarks.colocation.pair import HAND_NICE, PINNED, TRITON, TWIN, can_pin
     from benchmarks.harness import command_line
-    from benchmarks.harness.meta import machine_meta
+    from benchmarks.harness.meta import machine_meta, write_json
     from lazybatch.backend.os_weights import Privileges
     from lazybatch.batcher.cpu_rank import NICE_STEPS
     from lazybatch.shipped import PAIR_OURS
@@ -118,9 +118,8 @@ def run_capacity(server, kinds: dict[str, str], args: argparse.Namespace) -> int
     data["meta"].update(machine_meta(), command=command_line(), kinds=kinds,
                         date=time.strftime("%Y-%m-%d %H:%M:%S"))
     out = Path(args.out)
-    capacity.write(data, Path(args.json) if args.json else out / "capacity.json")
-    page = Path(args.page) if args.page else out / "capacity.md"
-    print(capacity.page(data, page, json_path=Path(args.json) if args.json else out / "capacity.json"))
+    raw = write_json(Path(args.json) if args.json else out / "capacity.json", data)
+    print(capacity.page(data, Path(args.page) if args.page else out / "capacity.md", json_path=raw))
     return 0
 
 

@@ -27,7 +27,6 @@ rate (3% at 5 steps).
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import time
@@ -245,11 +244,6 @@ LABELS = {"eager_shared": "lazybatch default (eager, CPU share)", "triton_0us": 
           "hand_nice": "Triton 0 ms, large stub at nice 10 by hand (reference)",
           ALONE: "best-effort model alone (Triton 0 ms; no SLA to keep)"}
 TWIN = "triton_0us_twin"
-
-
-def write(data: dict, json_path: Path) -> None:
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(data, indent=1))
 
 
 def page(data: dict, path: Path, *, json_path: Path) -> str:

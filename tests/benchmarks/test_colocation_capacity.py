@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.colocation import capacity as cap
+from benchmarks.harness.meta import write_json
 
 CONFIGS = ["eager_shared", "triton_0us", "triton_0us_twin", "hand_nice"]
 
@@ -73,7 +74,7 @@ def test_the_page_and_its_plot(tmp_path):
                   cap.ALONE: [200.0, 200.0, 200.0]})
     page = tmp_path / "docs" / "results" / "colocation_capacity.md"
     raw = tmp_path / "docs" / "data" / "colocation_capacity_tiny_mlp.json"
-    cap.write(data, raw)
+    write_json(raw, data)
     text = cap.page(data, page, json_path=raw)
     assert page.read_text() == text and "(../data/colocation_capacity_tiny_mlp.json)" in text
     assert (tmp_path / "docs" / "img" / "colocation_capacity_tiny_mlp.png").stat().st_size > 1000
