@@ -85,3 +85,13 @@ def test_the_page_and_its_plot(tmp_path):
 def test_turns_and_the_fixed_sla():
     assert cap.turn(["a", "b", "c"], 4) == ["b", "c", "a"]
     assert cap.fixed_sla(2.5) == pytest.approx(7.5)
+
+
+def test_kinds_are_read_or_refused_with_what_to_give():
+    from benchmarks.pair import parse_kinds
+
+    assert parse_kinds(None) == {"small": "mlp", "large": "resnet50"}  # the quickstart's pair
+    assert parse_kinds("small=tiny,large=mlp") == {"small": "tiny", "large": "mlp"}
+    for bad in ("small=tiny", "small=tiny,large=tiny", "small=tiny,large=nosuch", "tiny,mlp"):
+        with pytest.raises(SystemExit, match="give small=KIND,large=KIND"):
+            parse_kinds(bad)
