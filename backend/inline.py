@@ -72,6 +72,7 @@ class InlineRoute:
                  on: bool = False) -> None:
         self.rt = rt
         self.hooks = inline_hooks(policy)  # the inline route's questions, where the policy answers them
+        self._needs_classes = self.hooks is not None and self.hooks.needs_classes  # a trait of the policy as built
         self.on = on  # run allowed (BackendRuntime.inline; a device group's gate switches it with its lease)
         # ... but not before this instant (time.monotonic()): a lease holder whose co-located sibling was active
         # within the window keeps to stage jobs, so the sibling waits one stage, not a pass (arbiter/client.py)
@@ -110,34 +111,36 @@ class InlineRoute:
         hooks = self.hooks
         if rt.whole_runner is None or not self.on or hooks is None:
             return None
-        if rt.whole_wide and not rt.alone():  # wider than the lane: only alone on the device (runtime.whole_wide)
-            return self.refuse("the device is shared: the stages run at the lane's width")
-        if self.hold_until and time.monotonic() < self.hold_until:
-            return self.refuse("a co-located model was active within the window")
-        loop = self._loop
-        if (rt.job is not None or self._live or loop.pending) and not self._await_idle():
-            return None
         lock = self.lock
-        if not (lock.acquire(False) or self._acquire()):  # uncontended (the common case): no timer
-            return self.refuse("scheduler thread's bookkeeping")
+        loop = self._loop
+        # the common case first, kept short (every line here delays the answer): the scheduler thread asleep and
+        # holding nothing; else wait for it where the policy says these requests could only follow its work
+        if lock.acquire(False):
+            if loop.closed or rt.job is not None or self._live or loop.pending or rt.scheduler.held:
+                lock.release()
+                if not self._take_turn():
+                    return None
+        elif not self._take_turn():
+            return None
         park = rt.park
         try:
             if not self.on:  # switched off meanwhile (the device group's lease revoked)
                 return self.refuse("inline route off")
-            if self.hold_until and time.monotonic() < self.hold_until:  # a lease granted with a sibling recent
+            if rt.whole_wide and not rt.alone():  # wider than the lane: only alone on the device (runtime.whole_wide)
+                return self.refuse("the device is shared: the stages run at the lane's width")
+            if self.hold_until and time.monotonic() < self.hold_until:  # a co-located sibling active just now
                 return self.refuse("a co-located model was active within the window")
-            if loop.closed or rt.job is not None or self._live or loop.pending or rt.scheduler.held:
-                return self.refuse("scheduler busy")
-            n = requests[0][1] if len(requests) == 1 else sum(b for _, b in requests)
+            one = len(requests) == 1
+            n = requests[0][1] if one else sum(b for _, b in requests)
             start = time.monotonic()
             k = hooks.inline_batch(start, n, classes(requests, options)
-                                   if options is not None and hooks.needs_classes else None)
-            if k <= 0 or (k < n and early is None):
+                                   if options is not None and self._needs_classes else None)
+            if k <= 0 or (k < n and early is None and not one):
                 return self.refuse("a boundary may pay")
             self._stats.inline_groups += 1
             if park is not None:
                 park.unpark()
-            if k >= n:  # one pass (the common case, kept short: every line here delays the answer)
+            if k >= n or one:  # one pass (a lone request is never split)
                 results = self._pass(requests, range(len(requests)), n, start)
             else:
                 results = self._passes(requests, k, early, start)  # type: ignore[arg-type]
@@ -151,6 +154,26 @@ class InlineRoute:
             if park is not None:
                 rt.park_if_idle()
             lock.release()
+
+    def _take_turn(self) -> bool:
+        """Take ``lock`` with the scheduler holding nothing, where the scheduler thread is awake or holds work:
+        wait in execute for it where these requests could only follow that work (``_await_idle``), and for its
+        bookkeeping (``_acquire``). False (the refusal counted, the lock not held): the scheduler takes them."""
+        rt = self.rt
+        loop = self._loop
+        if self.hold_until and time.monotonic() < self.hold_until:  # no wait for a turn that would be refused
+            self.refuse("a co-located model was active within the window")
+            return False
+        if (rt.job is not None or self._live or loop.pending) and not self._await_idle():
+            return False
+        if not self._acquire():
+            self.refuse("scheduler thread's bookkeeping")
+            return False
+        if loop.closed or rt.job is not None or self._live or loop.pending or rt.scheduler.held:
+            self.lock.release()
+            self.refuse("scheduler busy")
+            return False
+        return True
 
     def _passes(self, requests: list[tuple[Outputs, int]], k: int, early: Early,
                 start: float) -> list[Outputs | str | None]:

@@ -263,11 +263,17 @@ class TritonPythonModel:
         outputs = None
         route = self.runtime.route  # the inline route (backend/inline.py): whole passes run here, in execute
         if route.on:
-            def early(i: int, out: Any) -> None:  # a pass before the group's last: its answers go now
-                good[i][0].get_response_sender().send(self._response(out),
-                                                      flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            if len(requests) == 1 and good:  # the common case below capacity, kept short: one request, one pass
+                _, tensors, batch, opts = good[0]
+                outputs = route.run([(tensors, batch)], None, (opts,))
+                if outputs is not None:
+                    return [self._response(outputs[0])]
+            else:
+                def early(i: int, out: Any) -> None:  # a pass before the group's last: its answers go now
+                    good[i][0].get_response_sender().send(self._response(out),
+                                                          flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
-            outputs = route.run([(g[1], g[2]) for g in good], early, [g[3] for g in good])
+                outputs = route.run([(g[1], g[2]) for g in good], early, [g[3] for g in good])
         if outputs is not None:  # the rest answered with the end of execute, one message (as Triton's backends)
             if len(good) == len(requests):  # every request valid: the answers in the requests' order
                 return [None if out is None else self._response(out) for out in outputs]

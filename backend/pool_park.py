@@ -88,6 +88,9 @@ class PoolPark:
         """The model is about to run: its workers back in the normal class, at the nice they kept."""
         if not self.idle:  # ran since its last park(): the watcher parks only idle pools (idle is ours to write)
             return
+        self.idle = False  # first, then the neighbours: either this sees the watcher's True or the watcher sees it
+        if not self.neighbours_active and not self.parked:  # a model alone (the common case): no lock
+            return
         with self._lock:
             self.idle = False
             self._unpark()

@@ -19,7 +19,8 @@ class InlineHooks(Protocol):
 
     @property
     def needs_classes(self) -> bool:
-        """Whether ``inline_batch`` reads its ``classes`` (the caller need not compute them otherwise)."""
+        """Whether ``inline_batch`` reads its ``classes`` (the caller need not compute them otherwise); a trait of
+        the policy as built, which the backend reads once."""
         ...
 
     def inline_batch(self, now: float, n: int, classes: "Sequence[tuple[float, int]] | None" = None) -> int:

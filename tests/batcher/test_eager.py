@@ -329,6 +329,29 @@ def test_inline_answers_are_the_benefit_rules_at_every_rate():
     assert not pol.inline_answers
 
 
+def test_an_inline_answer_stands_for_its_recheck_interval_then_the_rule_is_asked_again():
+    """Groups of one size within INLINE_RECHECK_S of an answer get that answer without the rate being read (it is a
+    window of dozens of passes); past it, the rule reads the rate again, so that a load that rose is followed."""
+    from lazybatch.batcher.policies.eager.policy import INLINE_RECHECK_S
+
+    from .test_scheduler_core import ManualClock
+
+    pol = EagerBatching(max_batch_size=8)
+    Scheduler(table(0.0), pol, _HeldExecutor(), ManualClock())  # 8 stages of 1 ms, batching free
+    whole = 8 * MS
+    t = 1.0
+    assert pol.inline_batch(t, 1) == 1  # nothing arrives mid-pass: whole passes
+    for k in range(200):  # then many arrivals mid-pass: boundaries pay
+        pol.inline_done(t, t + whole, 1)
+        pol.rates.busy_arrivals.extend([t + whole / 2] * 4)
+        t += whole
+    assert pol.preemption.stop_benefit(t, 0, 1, lam=pol.busy_rate(t)) < pol.graph.n
+    pol._inline_last = (1, t + INLINE_RECHECK_S, 1)  # as if answered just now, before the load rose
+    assert pol.inline_batch(t + INLINE_RECHECK_S / 2, 1) == 1  # within the interval: the answer stands
+    assert pol.inline_batch(t + INLINE_RECHECK_S / 2, 2) == 0  # another size: asked at once
+    assert pol.inline_batch(t + INLINE_RECHECK_S, 1) == 0  # past it: the rule again
+
+
 def test_inline_hooks_are_offered_by_eager_only():
     """The backend asks the inline route's questions only of a policy that has them (batcher/policies/backend_hooks):
     Policy itself no longer carries them, so the simulator's policies owe nothing to the backend."""

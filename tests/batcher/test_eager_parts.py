@@ -61,6 +61,22 @@ def test_rates_window_and_floor_follow_the_table():
     assert len(rates.busy_arrivals) == 4 and len(rates.arrivals) == 7
 
 
+def test_rates_keep_only_their_window_where_every_request_runs_inline():
+    """Where every request runs inline, nothing asks rate() (the scheduler's question): the arrivals are trimmed
+    by busy_rate (inline_batch's) all the same, so that a stub serving for days holds a window, not every arrival."""
+    rates = ArrivalRates()
+    rates.table_changed(1 * MS)  # a window of 64 ms
+    t = 0.0
+    for i in range(20_000):  # 20 s of passes of 1 ms, one request each, back to back
+        rates.inline_ran(t, t + MS, 1)
+        t += MS
+        if i % 2 == 0:
+            rates.busy_rate(t)
+    window = rates.window / MS
+    assert len(rates.arrivals) <= window + 2 and len(rates.busy_arrivals) <= window + 2 and len(rates.busy) <= window + 2
+    assert rates.busy_rate(t) == pytest.approx(1 / MS, rel=0.05)  # one arrival per ms of busy time
+
+
 def test_work_conserving_base_starts_everything_unless_smaller_batches_pay():
     free = attached(table(0.0))
     assert free.idle.batch_size(0.0, 4) == 4 and free.idle.batch_size(0.0, 20) == 8  # up to max_batch_size

@@ -78,6 +78,10 @@ from .work_conserving import WorkConserving
 # RATE_WINDOW_PASSES passes moves by more between two of them): a served call then skips the scan of every boundary
 INLINE_RATE_LOG_STEP = math.log(1.05)
 INLINE_ANSWERS_KEPT = 512
+# ... and the last answer stands for this long for groups of its size: the rate it read is a window of dozens of
+# passes, which a few more do not move, and reading it (the window trimmed, the bucket, the key) was a third of what
+# the default's execute cost beside Triton's on a 1 ms model (benchmarks/probes/probe_execute_cost.py)
+INLINE_RECHECK_S = 0.002
 
 
 class EagerBatching(LazyBatching):
@@ -122,6 +126,7 @@ class EagerBatching(LazyBatching):
         # inline_batch's answers: with nothing held or queued, where a whole pass of n would stop depends only on n,
         # the rate of arrivals mid-pass (in INLINE_RATE_LOG_STEP buckets) and the table, scale and boundary cost
         self.inline_answers: dict[tuple, int] = {}
+        self._inline_last = (0, -math.inf, 0)  # (n, until when, the answer): INLINE_RECHECK_S
         # the parts; the decision binds the methods it calls at every boundary once, here
         self.rates = ArrivalRates()
         self.idle = WorkConserving(self)
@@ -150,6 +155,7 @@ class EagerBatching(LazyBatching):
         self.longest = [max(row[b] for row in dense) for b in range(len(dense[0]))]  # [batch]: the longest stage
         self.rates.table_changed(self.whole[1])
         self.inline_answers = {}
+        self._inline_last = (0, -math.inf, 0)
 
     def describe(self) -> str:
         dec = self.decoder.describe() if self.decoder is not None else ""
@@ -250,6 +256,10 @@ class EagerBatching(LazyBatching):
         if classes and self.urgency:
             for sla, level in classes:
                 self.urgent.observe(now, (level, round(sla, 4)))
+        elif not self.urgency:
+            last_n, until, answer = self._inline_last
+            if n == last_n and now < until and not (self.stack or self.infq):  # the common case: as just answered
+                return answer
         if self.decoder is not None or not self.spans or self.stack or self.infq or not 1 <= n <= self.max_batch_size:
             return 0
         if classes and self.urgency and len(set(classes)) > 1:
@@ -269,8 +279,10 @@ class EagerBatching(LazyBatching):
                 self.inline_answers.clear()
             stop = self.inline_answers[key] = self._stop_benefit(now, 0, n, lam=lam)
         if self.urgency:
-            stop = min(stop, self.urgent.cut(now, 0, n))
-        return n if stop >= self.graph.n else 0
+            return n if min(stop, self.urgent.cut(now, 0, n)) >= self.graph.n else 0
+        answer = n if stop >= self.graph.n else 0
+        self._inline_last = (n, now + INLINE_RECHECK_S, answer)
+        return answer
 
     def inline_done(self, start: float, end: float, n: int) -> None:
         self.rates.inline_ran(start, end, n)

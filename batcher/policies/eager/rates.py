@@ -51,11 +51,16 @@ class ArrivalRates:
 
     def inline_ran(self, start: float, end: float, n: int) -> None:
         """An inline pass of ``n`` requests (handed over at ``start``, no arrival times of their own) ran."""
-        self.arrivals.extend([start] * n)
-        if self.last_end is not None and start - self.last_end <= BACK_TO_BACK_S:
+        if n == 1:  # the common case, kept short: it runs on the request's path
+            self.arrivals.append(start)
+        else:
+            self.arrivals.extend([start] * n)
+        last_end = self.last_end
+        if last_end is None:
+            if self.first is None:
+                self.first = start
+        elif start - last_end <= BACK_TO_BACK_S:
             self.busy_arrivals.extend([start] * n)
-        if self.first is None:
-            self.first = start
         self.busy.append((end, end - start))
         self.busy_s += end - start
         self.last_end = end
@@ -68,6 +73,9 @@ class ArrivalRates:
         busy = self.busy
         while busy and busy[0][0] < edge:
             self.busy_s -= busy.popleft()[1]
+        a = self.arrivals  # trimmed here too: where every request runs inline, rate() is never asked
+        while a and a[0] < edge:
+            a.popleft()
         a = self.busy_arrivals
         while a and a[0] < edge:
             a.popleft()
