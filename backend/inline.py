@@ -277,7 +277,7 @@ class InlineRoute:
         took ``took`` seconds (0: it failed). Only the record is kept now; the counters, the metrics and the
         calibration of the table are left to the scheduler thread (``apply_deferred``): every line here delays the
         answer, which Triton sends when ``execute`` returns (done here, the metrics cost 4% of a 3.5 ms MobileNet
-        pass, benchmarks/probes/probe_idle_cost.py, and this route's Python was most of a fast model's served gap,
+        pass, the retired probe_idle_cost, `git show 555b6b3:benchmarks/probes/probe_idle_cost.py`, and this route's Python was most of a fast model's served gap,
         docs/data/probe_served_gap.txt)."""
         self._loop.note_answer()
         on_batch = self.rt.on_batch

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import command_line, git_commit, machine_meta, write_json, start_server
+from benchmarks.harness.plots import pyplot, save
 
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.client.soak import OpenLoop, process_label, process_rss, process_tree
@@ -174,11 +175,10 @@ def spread_text(values: list[float], digits: int = 3) -> str:
 
 def plot(runs: dict[str, list[dict]], path: Path) -> None:
     """Total memory over time, one line a run, one colour a variant; the burst shaded."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
+    if plt is None:
+        print(f"no plot {path}: matplotlib is not installed (pip install -e '.[plots]')")
+        return
     fig, ax = plt.subplots(figsize=(8, 4))
     for k, (v, rs) in enumerate(runs.items()):
         for j, run in enumerate(rs):
@@ -194,7 +194,7 @@ def plot(runs: dict[str, list[dict]], path: Path) -> None:
     ax.set_ylabel("tritonserver + stubs, resident MiB")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save(fig, path, dpi=120)
     print(f"wrote {path}")
 
 

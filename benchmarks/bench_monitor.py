@@ -20,9 +20,11 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks.harness.plots import pyplot, save
+from benchmarks.harness.stats import bins, percentile
 from lazybatch.batcher import LatencyTable, parse_policy
 from lazybatch.batcher.decisions import DecisionLog
-from lazybatch.simulator import paper_tables, workload
+from lazybatch.simulator import workload
 from lazybatch.simulator.engine import Simulation
 from lazybatch.simulator.energy import per_request
 from lazybatch.simulator.sweep import load_table
@@ -47,14 +49,6 @@ def run(model: str, policy: str, arrivals, sla: float, scale: float = 1.0):
     sim.run(reqs)
     pol.energy_j = sim.energy_j  # modelled energy of the run (None without an energy table)
     return reqs, batches, pol
-
-
-def bins(values: list[tuple[float, float]], width: float, end: float) -> list[float]:
-    n = int(end // width) + 1
-    acc = [[] for _ in range(n)]
-    for t, v in values:
-        acc[min(int(t // width), n - 1)].append(v)
-    return [statistics.fmean(a) if a else float("nan") for a in acc]
 
 
 def main() -> int:
@@ -86,15 +80,15 @@ def main() -> int:
             reqs, batches, pol = run(model, policy, arrivals, sla, args.scale)
             lat = [r.latency for r in reqs]
             avg = statistics.fmean(lat)
-            p99 = statistics.quantiles(lat, n=100)[98]
+            p99 = percentile(lat, 99)
             mean_b = statistics.fmean(b for _, b in batches)
             viol = sum(1 for r in reqs if r.finish > r.deadline) / len(reqs)
             label = parse_policy(policy).label
             mj, _ = per_request(pol.energy_j, sum(1 for r in reqs if r.status.name == "OK"))
             results[(model, label)] = {"avg": avg, "p99": p99, "batch": mean_b, "viol": viol, "mj": mj}
             series.setdefault(model, {})[label] = (
-                bins([(r.arrival, r.latency * 1e3) for r in reqs], 1.0, args.duration),
-                bins([(t, float(b)) for t, b in batches], 1.0, args.duration),
+                bins([(r.arrival, r.latency * 1e3) for r in reqs], 1.0, args.duration)[1],
+                bins([(t, float(b)) for t, b in batches], 1.0, args.duration)[1],
                 getattr(pol, "history", None))
             print(f"  {label:18s} {avg * 1e3:8.2f} {p99 * 1e3:8.2f} {mean_b:10.2f} {viol * 100:7.1f}% {'n/a' if mj != mj else f'{mj:.3g} mJ':>10}")
         m, a, d = (results[(model, k)]["avg"] for k in ("BatchMonitor", "AdHoc", "MaxBatchDeadline"))
@@ -110,9 +104,10 @@ def main() -> int:
 
 
 def plot(trace, series, path: Path, duration: float) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        print(f"no plot {path}: matplotlib is not installed (pip install -e '.[plots]')")
+        return
     models = list(series)
     fig, axes = plt.subplots(3, len(models), figsize=(6 * len(models), 9), sharex=True, squeeze=False)
     for col, model in enumerate(models):
@@ -136,8 +131,7 @@ def plot(trace, series, path: Path, duration: float) -> None:
         axes[2][col].set_xlabel("time (s)")
         axes[1][col].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import machine_meta, percentile, start_server, write_json
+from benchmarks.harness.stats import bins
 from benchmarks.harness.measure import service_time
 from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.page import table_head
@@ -321,14 +322,6 @@ def goal_text(g: dict[str, float]) -> str:
          if "monitor_over_adhoc" in g else []) +
         ([f"MaxBatchDeadline / BatchMonitor **{g['deadline_over_monitor']:.1f}x** (goal >= 10x)"]
          if "deadline_over_monitor" in g else []))
-
-
-def bins(points: list[tuple[float, float]], width: float, end: float) -> tuple[list[float], list[float]]:
-    n = max(1, int(math.ceil(end / width)))
-    acc: list[list[float]] = [[] for _ in range(n)]
-    for t, v in points:
-        acc[min(max(int(t // width), 0), n - 1)].append(v)
-    return [(i + 0.5) * width for i in range(n)], [statistics.fmean(a) if a else math.nan for a in acc]
 
 
 def plot(res: dict, path: Path, bin_s: float) -> None:

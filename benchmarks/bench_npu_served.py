@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import command_line, machine_meta, percentile
+from benchmarks.harness.plots import pyplot, save
 from lazybatch.batcher import LatencyTable, parse_policy
 from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.simulator import workload
@@ -221,10 +222,11 @@ def main() -> int:
 
 
 def plot(cdfs: dict, path: Path, k: float) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
+    plt = pyplot()
+    if plt is None:
+        print(f"no plot {path}: matplotlib is not installed (pip install -e '.[plots]')")
+        return
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
     rates = sorted({r for _, r in cdfs})
     fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 3.8), squeeze=False)
@@ -238,8 +240,8 @@ def plot(cdfs: dict, path: Path, k: float) -> None:
                 v = np.sort(np.array(xs) * 1e3)
                 ax.plot(v, np.arange(1, len(v) + 1) / len(v), style, color=c, label=f"{label} {what}")
         ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
         ax.set_xlabel("latency, ms of NPU time")
         ax.set_title(f"{rate:g} req/s" if rate else "trace")
         ax.grid(alpha=0.3)
@@ -247,9 +249,7 @@ def plot(cdfs: dict, path: Path, k: float) -> None:
     axes[0][-1].legend(fontsize=7)
     fig.suptitle(f"Simulated (NPU table) vs served (Triton, executor npu, k={k:g}, latencies / k)")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,13 @@ GNMT ceiling, light-load probes, the admission replays, a response every 4 token
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 from benchmarks.reports import decoder as decoder_report
-from benchmarks.harness.page import commits, generate, goals_table, run_header
+from benchmarks.harness.page import commits, generate, goals_table, load_sources, run_header
 from benchmarks.harness.plots import log_panels
 from benchmarks.harness.stats import fmt, spread
 from benchmarks.harness.verdict import count, count_text, judge_spread
@@ -36,8 +35,7 @@ OPTIONAL = set(SOURCES) - {"decoder"}
 
 
 def load(data: Path) -> dict[str, dict]:
-    return {k: json.loads((data / name).read_text()) for k, name in SOURCES.items()
-            if k not in OPTIONAL or (data / name).exists()}
+    return load_sources(data, SOURCES, OPTIONAL)
 
 
 def decoder_goals(res: dict, driver: str) -> list[tuple[str, str, str, dict | None, str, str]]:

@@ -29,6 +29,9 @@ class Page:
     # True once the page holds one run: tests/meta/test_docs_data.py then fails (not warns) where its cited raw data is
     # from more than one commit, a dirty tree, or records none
     one_commit: bool = False
+    # the commit that last held a retired probe some of the commands run (its data and figures are committed; git
+    # keeps the probe): those commands run in a worktree of that commit
+    retired_at: str | None = None
 
 
 PAGES: dict[str, Page] = {
@@ -88,9 +91,11 @@ PAGES: dict[str, Page] = {
     "triton": Page(
         "docs/triton.md", "by hand", "t1 again / t1 (overhead), an identical copy of Triton 0 ms (idle cost)",
         ("python -m benchmarks.bench_overhead --rounds 7 --requests 2000 --json docs/data/overhead_mlp.json",
-         *(f"python -m benchmarks.probes.probe_idle_cost --model {m} --rounds 6 --requests 200 "
-           f"--variants triton_0us,triton_0us_twin,eager --out lazybatch-results/idle-cost-{m} "
-           f"--json docs/data/idle_cost_{m}.json" for m in ("mobilenet", "mlp")),
+         "git worktree add /tmp/lazybatch-555b6b3 555b6b3  # the retired idle-cost probe lives there",
+         *(f"(cd /tmp/lazybatch-555b6b3 && python -m benchmarks.probes.probe_idle_cost --model {m} --rounds 6 "
+           f"--requests 200 --variants triton_0us,triton_0us_twin,eager --out lazybatch-results/idle-cost-{m} "
+           f"--json docs/data/idle_cost_{m}.json && cp docs/data/idle_cost_{m}.json $OLDPWD/docs/data/)"
+           for m in ("mobilenet", "mlp")),
          "python -m benchmarks.probes.probe_execute_cost --model mobilenet --calls 600 --group 1 --gap-ms 0 "
          "--json docs/data/execute_cost_mobilenet.json",
          "python -m benchmarks.bench_segments --json docs/data/segments_resnet50_b1.json",
@@ -142,11 +147,12 @@ PAGES: dict[str, Page] = {
     "colocation_light_load": Page("docs/results/colocation_light_load.md", "by hand",
                                   "the spread over 3 repetitions (no identical copy)",
                                   ("python -m benchmarks.probes.probe_device_wait "
-                                   "--data docs/data/probe_device_wait.json",), one_commit=True),
+                                   "--data docs/data/probe_device_wait.json",), one_commit=True,
+                                  retired_at="555b6b3"),
     "colocation_two_widths": Page("docs/results/colocation_two_widths.md", "by hand",
                                   "the spread over 3 rounds, each variant in a process of its own",
                                   ("python -m benchmarks.probes.probe_two_widths --json docs/data/two_widths.json",),
-                                  one_commit=True),
+                                  one_commit=True, retired_at="555b6b3"),
     # the CPU share (docs/colocation.md, "The CPU through the operating system"), served on the quickstart's pair
     # about 16 minutes on 2 cores (7 searches of about 8 windows of 5 s, 3 repetitions)
     "colocation_capacity": Page(
@@ -170,7 +176,7 @@ PAGES: dict[str, Page] = {
                              "the spread over 3 repetitions (no identical copy)",
                              ("python -m benchmarks.probes.probe_cpu_levers --variants eager_shared,eager_unparked,"
                               "eager_per_session --reps 3 --json docs/data/cpu_levers/levers.json",),
-                             one_commit=True),
+                             one_commit=True, retired_at="555b6b3"),
     "cpu_share_cost": Page("docs/results/cpu_share_cost.md", "whole", "the spread over 3 repetitions",
                            ("python -m benchmarks.bench_cpu_share_cost --data docs/data/cpu_share_cost.json "
                             "--page docs/results/cpu_share_cost.md",), one_commit=True),
@@ -187,7 +193,12 @@ def describe(name: str, page: Page) -> str:
     head = {"whole": "generated whole by the last command",
             "tables": "its tables generated; prose by hand from the new run",
             "by hand": "written by hand from the printed figures"}[page.generated]
-    return "\n".join([f"# {name}: {page.path} ({head}; noise floor: {page.floor})", *page.commands])
+    lines = [f"# {name}: {page.path} ({head}; noise floor: {page.floor})"]
+    if page.retired_at:
+        lines += [f"# a retired probe: run where it lives, at {page.retired_at}, and copy its data back",
+                  f"git worktree add /tmp/lazybatch-{page.retired_at} {page.retired_at} && "
+                  f"cd /tmp/lazybatch-{page.retired_at}"]
+    return "\n".join([*lines, *page.commands])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,14 +10,13 @@ files named in ``SOURCES``, one run each; the goal's verdicts come from the one 
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 from benchmarks.reports import streaming as streaming_report
-from benchmarks.harness.page import commits, generate, goals_table, run_header
+from benchmarks.harness.page import commits, generate, goals_table, load_sources, run_header
 from benchmarks.harness.plots import log_panels
 from benchmarks.harness.stats import fmt, spread
 from benchmarks.harness.verdict import count, count_text, judge_spread
@@ -41,8 +40,7 @@ OPTIONAL = {f"streaming_perf_{m}" for m in MODELS}
 
 
 def load(data: Path) -> dict[str, dict]:
-    return {k: json.loads((data / name).read_text()) for k, name in SOURCES.items()
-            if k not in OPTIONAL or (data / name).exists()}
+    return load_sources(data, SOURCES, OPTIONAL)
 
 
 def streaming_goal(res: dict, driver: str) -> tuple[str, str, str, dict, str, str]:

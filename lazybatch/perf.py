@@ -7,7 +7,7 @@ extra); symlinks with the plain names suffice. The wheel is only unpacked; the v
 perf_analyzer 2.41 sends synchronous requests in request-rate mode unless given ``--async``, so it always is.
 
 Its Poisson schedule is drawn from the same seed on every run (it has no seed option): every run, at every rate,
-sends one fixed sequence of exponential gaps scaled by 1/rate (benchmarks/probes/probe_perf_rate.py shows two runs' gaps
+sends one fixed sequence of exponential gaps scaled by 1/rate (the retired probe `git show 555b6b3:benchmarks/probes/probe_perf_rate.py` showed two runs' gaps
 equal). Repetitions with it are the same arrivals, and over a few seconds that sequence's long early gaps offer
 0.6-0.9 of the asked rate. ``poisson_seed`` draws the gaps here instead and hands them to perf_analyzer's own
 ``--request-intervals``: a different sequence per seed, at the asked rate on average.

@@ -4,7 +4,7 @@ Why: a split model is one session per stage, and onnxruntime gives each session 
 the largest run's working set of that stage and keeps it. The whole graph needs one working set at a time; a split
 model run stage by stage keeps up to one per stage (20 for MobileNet), plus the whole graph's. One arena shared by
 every session holds one working set at a time, as the whole graph does (figures: docs/onnx.md, "One arena per
-process"; ``benchmarks/probes/probe_shared_arena.py``). onnxruntime's own mechanism is an allocator registered in its
+process"; ``git show 555b6b3:benchmarks/probes/probe_shared_arena.py``, a retired probe). onnxruntime's own mechanism is an allocator registered in its
 environment (``create_and_register_allocator``), used by the sessions whose options say
 ``session.use_env_allocators = 1``.
 

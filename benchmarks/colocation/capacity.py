@@ -35,6 +35,7 @@ from typing import Callable, Mapping, Sequence
 
 from benchmarks.colocation.pair import PAUSE_S
 from benchmarks.harness.measure import service_time
+from benchmarks.harness.plots import pyplot, save
 from benchmarks.harness.procs import niced, processes
 from benchmarks.harness.stats import fmt, spread
 from benchmarks.harness.verdict import judge
@@ -211,11 +212,9 @@ def markdown(data: dict, twin: str, labels: Mapping[str, str]) -> str:
 def plot(data: dict, path: Path, labels: Mapping[str, str]) -> Path:
     """Every window of every search: the best-effort rate against the latency-critical p99, passes filled,
     failures hollow, the SLA as a line: where each configuration's searches crossed it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
+    if plt is None:
+        raise RuntimeError("the plot needs matplotlib: pip install -e '.[plots]'")
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, cfg in enumerate(data["meta"]["configs"]):
         probes = [p for s in data["searches"] if s["config"] == cfg for p in s["probes"]]
@@ -232,10 +231,7 @@ def plot(data: dict, path: Path, labels: Mapping[str, str]) -> Path:
     ax.set_yscale("log")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=110)
 
 
 LABELS = {"eager_shared": "lazybatch default (eager, CPU share)", "triton_0us": "Triton 0 ms",

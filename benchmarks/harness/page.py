@@ -4,6 +4,7 @@ from their raw data (tests re-render them), so the layout lives here once rather
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -73,6 +74,13 @@ def run_header(generator: str, page: str, src: dict[str, dict], sources: dict[st
             + ", ".join(f"[`docs/data/{sources[k]}`](../data/{sources[k]})" for k in sources if k in src) + "."
             + (f" **Not in this run**: {', '.join(missing)} (their rounds were not re-run at this commit; "
                f"`python -m benchmarks.pages {page}` prints their commands)." if missing else ""))
+
+
+def load_sources(data: Path, sources: dict[str, str], optional: set[str] = frozenset()) -> dict[str, dict]:
+    """A generated page's raw data: each of ``sources`` (key -> file name in ``data``) read, those in ``optional``
+    only where the file is there."""
+    return {k: json.loads((data / name).read_text()) for k, name in sources.items()
+            if k not in optional or (data / name).exists()}
 
 
 def generate(doc: str, data: Path, page: Path, img_name: str, load: Callable[[Path], Any],

@@ -20,6 +20,16 @@ def percentile(values: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+def bins(points: Sequence[tuple[float, float]], width: float, end: float) -> tuple[list[float], list[float]]:
+    """A time series of (t, value) points as the mean value per bin of ``width`` seconds over [0, ``end``): the bins'
+    centres and their means (NaN for an empty bin; points past ``end`` fall in the last bin)."""
+    n = max(1, int(math.ceil(end / width)))
+    acc: list[list[float]] = [[] for _ in range(n)]
+    for t, v in points:
+        acc[min(max(int(t // width), 0), n - 1)].append(v)
+    return [(i + 0.5) * width for i in range(n)], [statistics.fmean(a) if a else math.nan for a in acc]
+
+
 def violation(latencies_ms: Sequence[float], errors: int, sent: int, sla_ms: float) -> float:
     """The SLA violation rate every page quotes: answers later than ``sla_ms`` plus failed requests, over the
     requests sent (NaN for none sent)."""

@@ -131,7 +131,7 @@ def test_colocated_models_share_the_device(colocated):
     assert sum(m["revokes"] + m["decisions"] for m in by.values()) > 0, stats
     if sum(m["decisions"] for m in by.values()):
         assert any("device to" in r for m in by.values() for r in m["recent"])
-    # each stub's statistics file carries its own side of it (benchmarks/probes/probe_device_wait.py reads them)
+    # each stub's statistics file carries its own side of it (the retired probe_device_wait read them, `git show 555b6b3:benchmarks/probes/probe_device_wait.py`)
     for name in graphs:
         mine = settled_stats(server.stats_dir / f"{name}.json")["device"]
         assert mine["grants"] > 0 and mine["device_s"] > 0.0 and mine["wait_s"] >= 0.0, mine

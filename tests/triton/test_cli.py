@@ -142,7 +142,7 @@ def test_perf_analyzer_against_lazy_model_reports_no_errors(served, tmp_path):
 def test_perf_analyzer_with_seeded_arrivals_offers_the_asked_rate(served, tmp_path):
     """`--poisson-seed`: our own Poisson gaps through perf_analyzer's --request-intervals, one run per rate; the
     rows keep the asked rates, and the served rate is the asked one (perf_analyzer's own schedule served 0.80 of 30/s
-    over windows this short, benchmarks/probes/probe_perf_rate.py)."""
+    over windows this short, the retired probe `git show 555b6b3:benchmarks/probes/probe_perf_rate.py`)."""
     out = tmp_path / "perf"
     rc = main(["perf", "mlp_lazy", "--url", served.grpc, "--rates", "30,60", "--measurement-ms", "1500",
                "--poisson-seed", "5", "--out", str(out), "--stability-percentage", "500"])
