@@ -126,6 +126,7 @@ class TritonPythonModel:
             # started above, so that a model that did not load leaves nothing running in the stub.
             self.finalize()
             raise
+        _freeze_loaded_heap()
 
     def _start(self, parts: ModelParts, cfg: Any, spec: Any, server_dir: Path, batch_log: Any, instance_kind: str,
                executor: str) -> None:
@@ -368,6 +369,21 @@ class TritonPythonModel:
                 responses[i] = (_error_response(f"onnxruntime failed: {answers}", "INTERNAL")
                                 if isinstance(answers, str) else self._response(answers[k]))
         return responses
+
+
+def _freeze_loaded_heap() -> None:
+    """Inside Triton, a scheduled model's stub keeps what it loaded (graphs, tables, sessions' Python side) for
+    good: moved out of the garbage collector's generations (``gc.freeze``), a full collection scans what came after
+    only. Why: the scheduler's threads keep objects between requests, so the stub collects now and then where
+    Triton's batcher never does, and a full collection over the loaded heap paused a 1 ms model for about 25 ms
+    (in-process, ad hoc: tiny, 20,000 requests), a queue of 25 requests at 90% load. Garbage from the load is
+    collected first, so that none of it is kept. Outside Triton the process is someone else's (tests, embedding)."""
+    if pb_utils is None:
+        return
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def _process_wide_onnxruntime(s: BackendSettings) -> None:
