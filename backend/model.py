@@ -44,6 +44,7 @@ from .responder import ResponseThread
 from .input_tensors import described, keeps_gpu_inputs, read_inputs
 from .stages import StageRunner, cuda_graph_buckets, shared_stream, wants_device_tensors
 from .stats_logs import StatsLogs
+from .stub_process import freeze_loaded_heap, process_wide_onnxruntime
 
 try:  # only importable inside the Triton Python backend stub
     import triton_python_backend_utils as pb_utils  # type: ignore
@@ -93,7 +94,7 @@ class TritonPythonModel:
         self.parts = ModelParts()  # what the model's kind builds (backend/model_kinds.py), below
         self._gpu_inputs: int | None = None  # the GPU whose inputs stay there (backend/input_tensors.py), or None
         self._threads_before = threads()  # the sessions' pool workers are the native threads started after this
-        _process_wide_onnxruntime(s)
+        process_wide_onnxruntime(s, pb_utils)
         # the options of every request that sends no parameters (most do not): one object, shared and never
         # written, so that such a request skips their parsing on its path (a few us a call, in-process, ad hoc)
         plain, _ = parse_request_parameters("", s.sla_ms)  # no text: the model's SLA, never an error
@@ -126,7 +127,7 @@ class TritonPythonModel:
             # started above, so that a model that did not load leaves nothing running in the stub.
             self.finalize()
             raise
-        _freeze_loaded_heap()
+        freeze_loaded_heap(pb_utils)
 
     def _start(self, parts: ModelParts, cfg: Any, spec: Any, server_dir: Path, batch_log: Any, instance_kind: str,
                executor: str) -> None:
@@ -369,34 +370,3 @@ class TritonPythonModel:
                 responses[i] = (_error_response(f"onnxruntime failed: {answers}", "INTERNAL")
                                 if isinstance(answers, str) else self._response(answers[k]))
         return responses
-
-
-def _freeze_loaded_heap() -> None:
-    """Inside Triton, a scheduled model's stub keeps what it loaded (graphs, tables, sessions' Python side) for
-    good: moved out of the garbage collector's generations (``gc.freeze``), a full collection scans what came after
-    only. Why: the scheduler's threads keep objects between requests, so the stub collects now and then where
-    Triton's batcher never does, and a full collection over the loaded heap paused a 1 ms model for about 25 ms
-    (in-process, ad hoc: tiny, 20,000 requests), a queue of 25 requests at 90% load. Garbage from the load is
-    collected first, so that none of it is kept. Outside Triton the process is someone else's (tests, embedding)."""
-    if pb_utils is None:
-        return
-    import gc
-
-    gc.collect()
-    gc.freeze()
-
-
-def _process_wide_onnxruntime(s: BackendSettings) -> None:
-    """Inside Triton a model instance is a stub process of its own: one thread pool and one CPU arena for all its
-    sessions (sessions/threads.py, sessions/arena.py). Outside it (in-process tests, embedding) the process is
-    someone else's, and the switch would refuse their sessions."""
-    if pb_utils is None:
-        return
-    if not s.use_per_session_threads:
-        from lazybatch.sessions.threads import use_global_thread_pool
-
-        use_global_thread_pool(s.intra_op_threads)
-    if s.use_env_allocators:
-        from lazybatch.sessions.arena import use_shared_arena
-
-        use_shared_arena()
