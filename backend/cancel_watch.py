@@ -121,6 +121,11 @@ class CancelWatcher:
         self._thread = threading.Thread(target=self._loop, name=f"{name}-cancel-watch", daemon=True)
         self._thread.start()
 
+    def pace(self, stage_s: float) -> None:
+        """The table changed: an automatic interval follows its typical stage time (a fixed one stays)."""
+        if self.auto:
+            self.interval = auto_interval(stage_s)
+
     @property
     def ask_rate(self) -> float:
         """Asks a second allowed now: MAX_ASK_RATE, or fewer where asks take long (MAX_ASK_SHARE of the clock)."""

@@ -151,7 +151,7 @@ class ModelMetrics:
         self.model = model
         self.cpu_share = cpu_share  # its CpuShare (backend/cpu_share.py), read at each collect; None: no families
         # device_group models: the families of DEVICE_FAMILIES, read from ``device_source`` (the arbiter gate, which
-        # keeps device_s, wait_s and grants) at each collect; set once the gate is attached
+        # keeps device_s, wait_s and grants) at each collect; given once the gate is attached (read_device_from)
         self.device = device
         self.device_source: Any = None
         self.stages = list(stages)
@@ -174,6 +174,11 @@ class ModelMetrics:
         self._last_sync = 0.0
 
     # ------------------------------------------------------------------ updates (any thread)
+    def read_device_from(self, gate: Any) -> None:
+        """The device group's gate this model now holds (a new one after an arbiter's restart): its device time,
+        wait and grants are read at each collect."""
+        self.device_source = gate
+
     def answered(self, samples: Sequence[Any], outcome: str, *, reject_reason: str | None = None) -> None:
         """One answered client request (its scheduler samples): outcome, and for OK its latency, queue delay and
         whether it met its SLA."""

@@ -173,7 +173,7 @@ class TritonPythonModel:
 
             def on_gate(gate: Any) -> None:  # its device time and wait, read at each push
                 if metrics is not None:
-                    metrics.device_source = gate
+                    metrics.read_device_from(gate)
 
             self.membership = membership = Membership(
                 self.runtime, self.device_group, server_dir, s.name, weight=s.device_weight,

@@ -34,7 +34,7 @@ from lazybatch.batcher.request import Request, Status
 from lazybatch.batcher.scheduler import Scheduler
 
 from . import metrics as M
-from .cancel_watch import CancelWatcher, auto_interval, typical_stage_s
+from .cancel_watch import CancelWatcher, typical_stage_s
 from .clock import WallClock
 from .request_parsing import RequestOptions, check_deadline
 from .faults import FaultInjector
@@ -315,8 +315,8 @@ class BackendRuntime(StageRuns):
         return {"payload": Sample(parent, row)}
 
     def _table_refreshed(self, dense: list[list[float]]) -> None:
-        if self.watcher is not None and self.watcher.auto:  # the stage time it is paced by
-            self.watcher.interval = auto_interval(typical_stage_s(dense))
+        if self.watcher is not None:  # the stage time it is paced by
+            self.watcher.pace(typical_stage_s(dense))
 
     def answer_cancelled(self) -> None:
         """Answer the requests the watcher saw cancelled, at once: queued ones need not wait for their turn, running

@@ -40,8 +40,10 @@ class GraphBatching(Policy):
     name = "graph"
 
     def __init__(self, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, max_queue_delay: float = 0.0,
-                 preferred_batch_sizes: Sequence[int] = ()) -> None:
+                 preferred_batch_sizes: Sequence[int] = (), name: str | None = None) -> None:
         super().__init__(max_batch_size)
+        if name is not None:  # a named variant (the registry's adhoc: no queue delay)
+            self.name = name
         if not isinstance(max_queue_delay, (int, float)) or max_queue_delay < 0:
             raise ConfigError(f"max_queue_delay must be >= 0 seconds, got {max_queue_delay!r}",
                               field="max_queue_delay_microseconds")

@@ -93,9 +93,7 @@ def _graph_label(p: Mapping[str, Any]) -> str:
 
 # ------------------------------------------------------------------ factories
 def _adhoc(p: dict[str, Any], a: BuildArgs) -> Policy:
-    policy = GraphBatching(max_queue_delay=0.0, **a.batch)
-    policy.name = "adhoc"
-    return policy
+    return GraphBatching(max_queue_delay=0.0, name="adhoc", **a.batch)
 
 
 def _stack(cls: type[LazyBatching], keys: tuple[str, ...]) -> Callable[[dict[str, Any], BuildArgs], Policy]:

@@ -495,7 +495,8 @@ def test_device_time_and_wait_metrics_appear_per_model_and_grow(models, group):
     rl, cl, gl = _runtime(models["large"][1], group, "large")
     ms = M.ModelMetrics("small", ["s"], 8, device=True)
     ml = M.ModelMetrics("large", ["s"], 8, device=True)
-    ms.device_source, ml.device_source = gs, gl
+    ms.read_device_from(gs)
+    ml.read_device_from(gl)
 
     def values(m):
         return {s.family: s.value for s in m.collect() if s.family in M.DEVICE_FAMILIES}
