@@ -280,8 +280,8 @@ class InlineRoute:
         took ``took`` seconds (0: it failed). Only the record is kept now; the counters, the metrics and the
         calibration of the table are left to the scheduler thread (``apply_deferred``): every line here delays the
         answer, which Triton sends when ``execute`` returns (done here, the metrics cost 4% of a 3.5 ms MobileNet
-        pass, the retired probe_idle_cost, `git show 555b6b3:benchmarks/probes/probe_idle_cost.py`, and this route's Python was most of a fast model's served gap,
-        docs/data/probe_served_gap.txt)."""
+        pass, the retired probe_idle_cost, `git show 555b6b3:benchmarks/probes/probe_idle_cost.py`, and this
+        route's Python was most of a fast model's served gap, docs/data/probe_served_gap.txt)."""
         self._loop.note_answer()
         on_batch = self.rt.on_batch
         if on_batch is not None and ort_s:
@@ -301,11 +301,9 @@ class InlineRoute:
         self.deferred = array("d")
         rt = self.rt
         stats = self._stats
-        by_size: dict[int, list[PassRecord]] = {}
+        by_size: dict[int, list[array]] = {}  # each pass's row (PassRecord's fields, as doubles) by its size
         for k in range(0, len(deferred), PASS_FIELDS):
-            n, ok_one, latency, failed_one, took_one, ort_one, io_one = deferred[k:k + PASS_FIELDS]
-            by_size.setdefault(int(n), []).append((int(n), int(ok_one), latency, int(failed_one), took_one, ort_one,
-                                                   io_one))
+            by_size.setdefault(int(deferred[k]), []).append(deferred[k:k + PASS_FIELDS])
         n_stages = rt.runner.n_stages
         answered = stats.answered
         for n, recs in by_size.items():
@@ -314,11 +312,11 @@ class InlineRoute:
             latencies: list[tuple[float, int]] = []
             took: list[float] = []
             for _, ok_one, latency, failed_one, took_one, ort_one, io_one in recs:
-                ok += ok_one
-                failed += failed_one
+                ok += int(ok_one)
+                failed += int(failed_one)
                 ort_s += ort_one
                 io_s += io_one
-                latencies.append((latency, ok_one))
+                latencies.append((latency, int(ok_one)))
                 if took_one > 0.0:
                     took.append(took_one)
             stats.requests += ok + failed

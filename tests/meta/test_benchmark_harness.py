@@ -33,8 +33,9 @@ def test_no_benchmark_defines_its_own():
              if isinstance(node, ast.FunctionDef) and node.name in ONCE]
     calls = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in scripts()
              for i, line in enumerate(p.read_text().splitlines(), 1) if CALLS.search(line)]
-    assert not again + calls, ("use benchmarks/harness (stats.percentile, stats.bins, stats.violation, "
-                               "page.load_sources, plots.pyplot and plots.save) instead of:\n" + "\n".join(again + calls))
+    found = again + calls
+    assert not found, ("use benchmarks/harness (stats.percentile, stats.bins, stats.violation, page.load_sources, "
+                       "plots.pyplot and plots.save) instead of:\n" + "\n".join(found))
 
 
 def test_the_check_sees_a_second_definition():
