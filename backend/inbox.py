@@ -126,6 +126,12 @@ class InboxLoop:
         """A request was answered: the idle hook is owed."""
         self.dirty = True
 
+    def note_pass(self, end: float) -> None:
+        """An inline pass answered and ended at ``end`` (time.monotonic()): ``note_answer`` and ``note_work`` in
+        one call, on the lone request's path."""
+        self.dirty = True
+        self.worked_at = end
+
     def note_work(self, now: float | None = None) -> None:
         """A job or a pass ended now (``now``: time.monotonic(), where the caller has it): the quiet moment starts
         later."""

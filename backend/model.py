@@ -267,9 +267,9 @@ class TritonPythonModel:
         if route.on:
             if len(requests) == 1 and good:  # the common case below capacity, kept short: one request, one pass
                 _, tensors, batch, opts = good[0]
-                outputs = route.run([(tensors, batch)], None, (opts,))
-                if outputs is not None:
-                    return [self._response(outputs[0])]
+                out = route.run_one(tensors, batch, opts)
+                if out is not None:
+                    return [self._response(out)]
             else:
                 def early(i: int, out: Any) -> None:  # a pass before the group's last: its answers go now
                     good[i][0].get_response_sender().send(self._response(out),

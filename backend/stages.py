@@ -197,11 +197,11 @@ class StageRunner:
         after this stage, so an in-place stage may write its output over its input when that array is writable
         and C-contiguous. Model inputs are never overwritten (not eligible)."""
         spec = self.manifest.stages[stage]
-        options = self._run_options(stage)
+        options = self._run_options(stage) if self._shrink_pending else None
         step = self.inplace.get(stage) if owned else None
         if step is not None and usable(feeds[step.input], step):
             return {step.output: run_inplace(self.sessions[stage], step, feeds, options)}
-        res = self.sessions[stage].run(spec.outputs, dict(feeds), options)
+        res = self.sessions[stage].run(spec.outputs, feeds if type(feeds) is dict else dict(feeds), options)
         return dict(zip(spec.outputs, res))
 
     def _run_options(self, stage: int) -> Any:

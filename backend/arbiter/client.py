@@ -169,7 +169,7 @@ class ArbiterGate:
         self.leases = 0
         self.sent = 0  # messages sent after the join (tests: none per job under a lease)
         if route is not None:
-            route.on_pass = self._inline_ran
+            route.tell_passes_to(self._inline_ran)
         if rejoin_paths is not None:  # set before the join: a join that fails already retries
             self.reconnect = Reconnector(self, *rejoin_paths, lanes=lanes)  # a restarted arbiter keeps the lanes
         scheduler.gate = self  # type: ignore[assignment]
@@ -208,7 +208,7 @@ class ArbiterGate:
         self.sibling_until = sibling + P.SIBLING_WINDOW_S if sibling else 0.0  # 0.0: no sibling was ever active
         self._inline(self.inline_ok)
         if self.route is not None:
-            self.route.hold_until = self.sibling_until  # no inline pass until then (InlineRoute.run)
+            self.route.hold(self.sibling_until)  # no inline pass until then (InlineRoute.run)
 
     def near_sibling(self) -> bool:
         """Leased, but another member was active less than ``SIBLING_WINDOW_S`` ago: it may ask again any moment,
@@ -389,7 +389,7 @@ class ArbiterGate:
         self.leased = self.revoked = False
         self.lease_s = 0.0
         if self.route is not None:
-            self.route.hold_until = 0.0  # schedules alone: no sibling to leave room for
+            self.route.hold(0.0)  # schedules alone: no sibling to leave room for
         self._inline(self.inline_ok)
         if not self.dead:
             self.dead = True

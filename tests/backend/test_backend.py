@@ -802,6 +802,33 @@ def test_inline_group_served_in_smaller_passes_answers_early_ones_at_once(mlp):
         rt.close()
 
 
+def test_a_lone_inline_request_gets_what_the_general_route_gives_it(mlp):
+    """``run_one``, the lone request's straight line, answers and counts as ``run`` does: the whole graph's result,
+    one pass in the statistics, an onnxruntime failure as its message; and where the scheduler holds work it takes
+    ``run``'s way (the request then goes to the scheduler: None)."""
+    model, _ = mlp
+    rt, c = _inline_runtime(mlp)
+    sess = ort.InferenceSession(str(model))
+    try:
+        x = np.random.default_rng(3).standard_normal((2, 16)).astype(np.float32)
+        out = rt.route.run_one({"x": x}, 2, RequestOptions())
+        assert isinstance(out, dict)
+        np.testing.assert_allclose(out["y"], sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+        bad = rt.route.run_one({"x": np.ones((1, 15), np.float32)}, 1, RequestOptions())
+        assert isinstance(bad, str) and bad
+        stats = rt.settled_stats()
+        assert stats.inline_runs == 2 and stats.inline_requests == 2 and stats.samples == 3
+        assert stats.answered == {"OK": 1, "ERROR": 1} and stats.batch_hist == {2: 1, 1: 1}
+        rt.scheduler.outstanding += 1  # as if the scheduler held a request: a lone one goes to it, not beside it
+        try:
+            assert rt.route.run_one({"x": x[:1]}, 1, RequestOptions()) is None
+        finally:
+            rt.scheduler.outstanding -= 1
+        assert rt.settled_stats().inline_refused == {"scheduler busy": 1}
+    finally:
+        rt.close()
+
+
 def test_inline_batch_that_fails_fails_only_the_request_that_fails_alone(mlp):
     """An onnxruntime failure in an inline pass: each request is rerun alone, and only the one that fails on its
     own gets the error (a message, not an exception out of Triton's execute); the others get their results."""
