@@ -52,6 +52,8 @@ Early = Callable[[int, "Outputs | str"], None]
 # thread looks in is one the garbage collector tracks, and enough of them made the stub collect, a pause of tens of
 # ms where Triton's batcher never collected (tiny at 90% load; the path now allocates nothing that outlives the call)
 PASS_FIELDS = 7
+_monotonic = time.monotonic
+_perf_counter = time.perf_counter
 PassRecord = tuple[int, int, float, int, float, float, float]
 
 
@@ -95,6 +97,10 @@ class InlineRoute:
         self._loop = loop
         self._live = rt.live
         self._stats = rt.stats
+        # what run_one calls, bound once (each lookup on the lone request's path delays its answer)
+        self._inline_batch = self.hooks.inline_batch if self.hooks is not None else None
+        self._inline_done = self.hooks.inline_done if self.hooks is not None else None
+        self._whole_run = rt.whole_runner.run if rt.whole_runner is not None else None
 
     def switch(self, on: bool) -> None:
         """Allow inline passes or stop them (a device group's gate, with its lease); the scheduler thread, which may
@@ -191,22 +197,22 @@ class InlineRoute:
             return self._one_by_run(feeds, n, options)
         rt = self.rt
         loop = self._loop
-        if not self._straight or loop.closed or rt.job is not None or self._live or loop.pending or rt.scheduler.held:
+        if not self._straight or loop.pending or rt.job is not None or self._live or rt.scheduler.held or loop.closed:
             lock.release()
             return self._one_by_run(feeds, n, options)
         park = rt.park
         try:
-            start = time.monotonic()
-            if self.hooks.inline_batch(start, n, None) <= 0:  # type: ignore[union-attr]
+            start = _monotonic()
+            if self._inline_batch(start, n, None) <= 0:
                 return self.refuse("a boundary may pay")
             self._stats.inline_groups += 1
             if park is not None:
                 park.unpark()
-            t0 = time.perf_counter()
+            t0 = _perf_counter()
             try:
-                out: Outputs | str = rt.whole_runner.run(0, feeds)  # type: ignore[union-attr]
-                took = time.perf_counter() - t0
-                end = time.monotonic()
+                out: Outputs | str = self._whole_run(0, feeds)
+                took = _perf_counter() - t0
+                end = _monotonic()
                 # _count's record, written here: (samples, answered, latency, failed, took, onnxruntime, join)
                 self.deferred.extend((n, 1, end - start, 0, took, took, 0.0))
                 if rt.on_batch is not None:
@@ -215,14 +221,14 @@ class InlineRoute:
                 if rt.metrics is not None:
                     rt.metrics.stage_failed(0)
                 out = f"{type(e).__name__}: {e}"
-                end = time.monotonic()
+                end = _monotonic()
                 self.deferred.extend((n, 0, end - start, 1, 0.0, 0.0, 0.0))
             loop.note_pass(end)
-            self.hooks.inline_done(start, end, n)  # type: ignore[union-attr]
+            self._inline_done(start, end, n)
             return out
         finally:
-            if park is not None:
-                rt.park_if_idle()
+            if park is not None and rt.job is None and not self._live and not loop.pending:
+                park.park()  # (BackendRuntime.park_if_idle, without the call)
             lock.release()
 
     def _one_by_run(self, feeds: Outputs, n: int, options: RequestOptions) -> Outputs | str | None:

@@ -34,7 +34,7 @@ from lazybatch.formats.stage_manifest import load_manifest
 from .settings import BackendSettings
 from .config_pbtxt import parse_config_json
 from .arbiter.sizing import plan_device
-from .request_parsing import check_deadline, parse_request_parameters, validate_request
+from .request_parsing import RequestOptions, check_deadline, parse_request_parameters, validate_request
 from .execute_latch import Latch
 from .faults import FaultInjector
 from .metrics import INVALID, ModelMetrics, TritonMetricsExporter
@@ -50,6 +50,10 @@ try:  # only importable inside the Triton Python backend stub
     import triton_python_backend_utils as pb_utils  # type: ignore
 except ImportError:  # pragma: no cover - unit tests import this module without Triton
     pb_utils = None
+
+
+# distinct request parameter texts whose options are kept (a client sends a few; past this they are parsed anew)
+OPTIONS_KEPT = 64
 
 
 def _error_code(status: Status) -> Any:
@@ -99,6 +103,9 @@ class TritonPythonModel:
         # written, so that such a request skips their parsing on its path (a few us a call, in-process, ad hoc)
         plain, _ = parse_request_parameters("", s.sla_ms)  # no text: the model's SLA, never an error
         self._plain_options = dataclasses.replace(plain, priority=s.request_level(0)[0])
+        # ... and those of each parameter text seen (a client sends the same with every request, `lazybatch load`
+        # its SLA), checked once: shared, never written; a deadline (absolute) is checked at every request
+        self._options: dict[str, RequestOptions] = {}
         batch_log = self.logs.batches.record if self.logs.batches else None
         # the GPU Triton assigned this instance (KIND_GPU); a CPU instance's id says nothing about a GPU
         device_id = int(args.get("model_instance_device_id", 0) or 0) if args.get("model_instance_kind") == "GPU" \
@@ -248,11 +255,9 @@ class TritonPythonModel:
                 if not text or text == "{}":  # no scheduling parameters: the model's defaults, already checked
                     opts = self._plain_options
                 else:
-                    opts, err = parse_request_parameters(text, s.sla_ms)
-                    if err is None:
-                        opts.priority, err = s.request_level(opts.priority)
-                    if err is None:
-                        err = check_deadline(opts)
+                    opts = self._options.get(text) if type(text) is str else None
+                    if opts is None:
+                        opts, err = self._parse_options(text)
             if err is None:
                 good.append((request, tensors, batch, opts))
                 continue
@@ -316,6 +321,19 @@ class TritonPythonModel:
             shutil.rmtree(self.parts.segment_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ helpers
+    def _parse_options(self, text: Any) -> tuple[Any, str | None]:
+        """A request's scheduling options from its parameter text, or why they are refused; kept by text where they
+        hold no deadline (``_options``, at most OPTIONS_KEPT texts)."""
+        s = self.settings
+        opts, err = parse_request_parameters(text, s.sla_ms)
+        if err is None:
+            opts.priority, err = s.request_level(opts.priority)
+        if err is None and opts.deadline_unix_s is None and type(text) is str:
+            if len(self._options) >= OPTIONS_KEPT:
+                self._options.clear()
+            self._options[text] = opts
+        return opts, err if err is not None else check_deadline(opts)
+
     @staticmethod
     def _response(out: "dict[str, np.ndarray] | str") -> Any:
         """An inline pass's answer: its outputs, or the error it failed with."""
