@@ -25,6 +25,7 @@ from typing import Any, Callable, NamedTuple
 
 from lazybatch.batcher.errors import ConfigError
 from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.policies.backend_hooks import serving_costs
 from lazybatch.batcher.policies.spec import PolicySpec
 from lazybatch.formats.stage_manifest import TensorSpec, Manifest
 
@@ -223,9 +224,12 @@ def _whole_graph_for_spans(b: BuildInputs, policy: Any, runner: StageRunner,
                 intra_op_threads=s.intra_op_threads, name=s.name)
     if done is None:
         return None, False, None
-    policy.fused_ratio = measure_fused_ratio(runner, done[0])  # at the stages' width: what eager weighs
+    ratio = measure_fused_ratio(runner, done[0])  # at the stages' width: what eager weighs
+    costs = serving_costs(policy)
+    if costs is not None:
+        costs.measured_costs(fused_ratio=ratio)
     fused = (f"a job that spans all {table.graph.n} stages runs as one whole-graph pass "
-             f"({policy.fused_ratio:.2f}x the stages' time); the scheduler keeps the stage boundaries where "
+             f"({ratio:.2f}x the stages' time); the scheduler keeps the stage boundaries where "
              "preempting may pay")
     if b.solo_threads:  # the device group's member alone on the device: a wider whole graph (arbiter/sizing.py)
         wide = fuse(runner, table, s.whole_graph_model, execution_provider=s.execution_provider,

@@ -16,6 +16,7 @@ from typing import Callable
 from lazybatch.batcher.calibration import OnlineCalibrator
 from lazybatch.batcher.interfaces import StageJob
 from lazybatch.batcher.latency_table import LatencyTable
+from lazybatch.batcher.policies.backend_hooks import serving_costs
 from lazybatch.batcher.policies.base import Policy
 
 from .runtime_stats import RuntimeStats
@@ -36,8 +37,8 @@ class TableKeeper:
         self.stats = stats
         self.dense = table.dense  # the rows the calibrator rewrites in place
         self.calibrator = OnlineCalibrator(table)
-        # the policy's boundary_cost follows the measured cost of a job, unless the model's config fixed it
-        self.measure_boundary_cost = measure_boundary_cost and hasattr(policy, "boundary_cost")
+        # the policy's boundary cost follows the measured cost of a job, unless the model's config fixed it
+        self._costs = serving_costs(policy) if measure_boundary_cost else None
         self.on_refresh = on_refresh  # after each rewrite, with the new rows (the cancel watcher's pace)
         self.owed = False
         self.refreshed_at = float("-inf")
@@ -90,5 +91,5 @@ class TableKeeper:
             return
         stats.host_per_job_s += BOUNDARY_COST_WEIGHT * (host_s - stats.host_per_job_s) if stats.stage_runs > 1 \
             else host_s - stats.host_per_job_s
-        if self.measure_boundary_cost:
-            self.policy.boundary_cost = stats.host_per_job_s
+        if self._costs is not None:
+            self._costs.measured_costs(boundary_s=stats.host_per_job_s)

@@ -171,7 +171,7 @@ class DeviceMember:
 
     def _free_lane(self) -> None:
         self.state = IDLE
-        self.device.free += 1
+        self.device.lane_back()
 
     def __repr__(self) -> str:
         return f"DeviceMember({self.name!r}, state={('idle', 'waiting', 'granted', 'running')[self.state]})"
@@ -211,7 +211,7 @@ class SharedDevice:
         m = DeviceMember(self, scheduler, name or scheduler.table.name, float(weight), priority)
         m.vt = self._active_vt(None)
         self.members.append(m)
-        scheduler.gate = m
+        scheduler.share_device(m)
         scheduler.log.counts.setdefault(DEVICE, 0)
         return m
 
@@ -254,6 +254,17 @@ class SharedDevice:
         if held + n > cap:
             return DEVICE_QUEUE_FULL, device_queue_full_message(held, len(self.members), cap)
         return None
+
+    def lane_back(self) -> None:
+        """A member's job ended, or its lease went back: its lane is free again."""
+        self.free += 1
+
+    def lease_lane(self, member: DeviceMember) -> None:
+        """A lane for ``member`` outside the grant order (the arbiter's solo lease for a member that joins with
+        nobody else active, backend/arbiter/server.py); the caller checked that one is free."""
+        self.free -= 1
+        member.state = GRANTED
+        member.grants += 1
 
     def _grant(self) -> None:
         """Hand free lanes to waiting members, one decision per lane. Re-entrant calls (a granted scheduler whose

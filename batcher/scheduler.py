@@ -45,8 +45,8 @@ class Scheduler:
         self.outstanding = 0
         self.rejected: dict[str, int] = {}  # refused at arrival, by reason (admission.QUEUE_FULL, ...), in samples
         self.last_rejection: str | None = None
-        # the device this model shares with co-located models (batcher/device.py: SharedDevice.join sets it); None:
-        # the model has the device to itself and nothing below asks anyone
+        # the device this model shares with co-located models (``share_device``: SharedDevice.join, a device
+        # group's arbiter gate); None: the model has the device to itself and nothing below asks anyone
         self.gate: DeviceMember | None = None
         policy.attach(self)
         self.admission: Admission | None = None
@@ -155,6 +155,11 @@ class Scheduler:
     @property
     def idle(self) -> bool:
         return not self.busy and self.outstanding == self.completed
+
+    def share_device(self, gate: DeviceMember | None) -> None:
+        """Ask ``gate`` before each job from now on (the shared device's member: batcher/device.py, or a device
+        group's arbiter gate); None: the model has the device to itself again (the arbiter is gone)."""
+        self.gate = gate
 
     def granted(self) -> None:
         """The shared device granted this model a lane (batcher/device.py): ask the policy now. Inside a dispatch

@@ -45,10 +45,11 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks.harness import command_line, fmt, judge_spread, machine_meta, spread, write_json
-from benchmarks.harness.inprocess import mlp_stages, runtime_latencies, whole_graph_latencies
+from benchmarks.harness.inprocess import Answered, mlp_stages, runtime_latencies, whole_graph_latencies
 from lazybatch.backend.arbiter import protocol as P
 from lazybatch.backend.arbiter.client import attach, query
 from lazybatch.backend.fusion import fuse, measure_fused_ratio
+from lazybatch.batcher.policies.backend_hooks import serving_costs
 from lazybatch.backend.runtime import BackendRuntime
 from lazybatch.backend.stages import StageRunner
 from lazybatch.backend.stage_profile import profile_batch_sizes
@@ -87,9 +88,11 @@ while True:
 
 def _runtime(runner, table, whole, spec: str, name: str) -> BackendRuntime:
     policy = parse_policy(spec).build(max_batch_size=16)
-    policy.fused_ratio = measure_fused_ratio(runner, whole)  # as the server builds an eager model (model_kinds.py)
+    costs = serving_costs(policy)
+    if costs is not None:  # as the server builds eager (backend/model_kinds.py)
+        costs.measured_costs(fused_ratio=measure_fused_ratio(runner, whole))
     # a grouped model never runs inline; the baselines take the same route
-    return BackendRuntime(runner, type(table).from_dict(table.to_dict()), policy, lambda *a: None, name=name,
+    return BackendRuntime(runner, type(table).from_dict(table.to_dict()), policy, Answered(), name=name,
                           whole_runner=whole, inline=False)
 
 

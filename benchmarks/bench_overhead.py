@@ -34,7 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks.harness import command_line, fmt, judge_spread, machine_meta, spread, write_json
-from benchmarks.harness.inprocess import mlp_stages, runtime_latencies, whole_graph_latencies
+from benchmarks.harness.inprocess import Answered, mlp_stages, runtime_latencies, whole_graph_latencies
 from lazybatch.backend.fusion import fuse, measure_fused_ratio
 from lazybatch.backend.runtime import BackendRuntime
 from lazybatch.backend.stages import StageRunner
@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             policy = parse_policy(spec).build(max_batch_size=16)
             eager = spec.startswith("eager")
             if eager:  # as the server builds it (backend/model_kinds.py)
-                policy.fused_ratio = measure_fused_ratio(runner, whole)
-            rt = BackendRuntime(runner, type(table).from_dict(table.to_dict()), policy, lambda *a: None, name=name,
+                policy.measured_costs(fused_ratio=measure_fused_ratio(runner, whole))
+            rt = BackendRuntime(runner, type(table).from_dict(table.to_dict()), policy, Answered(), name=name,
                                 whole_runner=whole if eager else None, inline=name == "eager")
             runtime_latencies(rt, x, 20)  # warm-up
             runtimes[name] = rt

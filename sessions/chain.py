@@ -80,12 +80,15 @@ class StageChain:
 
     def __init__(self, directory: str | Path, manifest: Mapping[str, Any],
                  providers: Sequence[str] = ("CPUExecutionProvider",), threads: int = 0, whole: bool = True,
-                 spinning: bool = False, inplace: bool = True, device_tensors: bool = False) -> None:
+                 spinning: bool = False, inplace: bool = True, device_tensors: bool = False,
+                 whole_model: str | None = None) -> None:
         d = Path(directory)
         check_host(manifest, f"the stages in {d}")
         self.manifest = manifest
         self.tensors = DeviceTensors(providers) if device_tensors else None
-        self.whole = make_session(d / manifest["whole_model"], providers, threads, spinning) if whole else None
+        # ``whole_model``: another file of the folder as the whole graph (verify: the optimized one, where it is)
+        self.whole = make_session(d / (whole_model or manifest["whole_model"]), providers, threads, spinning) \
+            if whole else None
         self.stages = [make_session(d / st["file"], providers, threads, spinning) for st in manifest["stages"]]
         self.inplace: dict[int, InPlace] = verified_plan(d, manifest, self.stages) if inplace else {}
 

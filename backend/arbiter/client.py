@@ -23,12 +23,9 @@ grants, revokes, its close) are dropped.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import queue
-import shutil
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -39,89 +36,19 @@ from lazybatch.batcher.device import DEVICE_QUEUE_FULL, device_queue_full_messag
 from lazybatch.batcher.interfaces import StageJob
 
 from . import protocol as P
+from .connection import connect, handshake
 from .reconnect import Reconnector
 
 if TYPE_CHECKING:  # pragma: no cover
     from lazybatch.batcher.scheduler import Scheduler
 
-CONNECT_TIMEOUT_S = 20.0  # the first stub starts the arbiter and waits this long for its socket
+    from ..inline import InlineRoute
+
 IDLE, WAITING, GRANTED, RUNNING = 0, 1, 2, 3
 # an acquire while already waiting is sent again only when the most urgent request must start this much earlier
 SLACK_RESEND_S = 1e-4
 # an admission asked of the arbiter (device_max_queue_size) waits this long for its answer, then admits
 ADMIT_TIMEOUT_S = 1.0
-# the join waits this long for the arbiter's W (leased or not), then the gate schedules alone
-JOIN_TIMEOUT_S = 5.0
-
-
-def _python() -> str:
-    """The interpreter to start the arbiter with: inside Triton's stub, ``sys.executable`` may be the stub."""
-    exe = sys.executable or ""
-    if "python" in Path(exe).name:
-        return exe
-    return shutil.which("python3") or shutil.which("python") or "python3"
-
-
-def _try_connect(path: Path) -> socket.socket | None:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.connect(str(path))
-        return s
-    except OSError:
-        s.close()
-        return None
-
-
-def connect(path: Path, lock: Path, *, lanes: int = 1, timeout: float = CONNECT_TIMEOUT_S) -> socket.socket:
-    """A socket to the group's arbiter, starting it first when none answers. The lock file makes sure that of the
-    stubs that load at once, one starts it and the others connect to it."""
-    s = _try_connect(path)
-    if s is not None:
-        return s
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            s = _try_connect(path)
-            if s is not None:
-                return s
-            # its own session: unloading the model whose stub started it must not take it down
-            proc = subprocess.Popen([_python(), "-m", "lazybatch.backend.arbiter.server", str(path), str(lanes)],
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-            end = time.monotonic() + timeout
-            while time.monotonic() < end:
-                s = _try_connect(path)
-                if s is not None:
-                    return s
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the device group's arbiter exited with {proc.returncode} at start")
-                time.sleep(0.01)
-            raise RuntimeError(f"the device group's arbiter did not open {path} within {timeout:g} s")
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def handshake(sock: socket.socket, msg: bytes, timeout: float = JOIN_TIMEOUT_S) -> tuple[int, float] | None:
-    """Send the join ``msg`` and read the arbiter's W: (leased, sibling's last active instant), or None when the
-    connection closed or no W came within ``timeout`` (an arbiter that died, or one that is dying: a retry after
-    its death may still reach its listener)."""
-    got = b""
-    size = P.REPLY_SIZES[P.WELCOME]
-    try:
-        sock.sendall(msg)
-        sock.settimeout(timeout)
-        while len(got) < size:
-            data = sock.recv(size - len(got))
-            if not data:
-                break
-            got += data
-        sock.settimeout(None)
-    except OSError:
-        return None
-    if len(got) < size or got[:1] != P.WELCOME:
-        return None
-    leased, sibling = P.ANSWER_BODY.unpack_from(got, 1)
-    return leased, sibling
 
 
 class ArbiterGate:
@@ -130,7 +57,7 @@ class ArbiterGate:
 
     def __init__(self, sock: socket.socket, scheduler: "Scheduler", post: Callable[[Callable[[], None]], None],
                  name: str, *, weight: float = 1.0, priority: int = 0, max_queue_size: int = 0,
-                 route: Any = None, inline_ok: bool = False,
+                 route: "InlineRoute | None" = None, inline_ok: bool = False,
                  rejoin_paths: tuple[Path, Path] | None = None, lanes: int = 1) -> None:
         self.sock = sock
         self.max_queue_size = max_queue_size  # the device-wide bound (0: none, no H message is ever sent)
@@ -172,10 +99,28 @@ class ArbiterGate:
             route.tell_passes_to(self._inline_ran)
         if rejoin_paths is not None:  # set before the join: a join that fails already retries
             self.reconnect = Reconnector(self, *rejoin_paths, lanes=lanes)  # a restarted arbiter keeps the lanes
-        scheduler.gate = self  # type: ignore[assignment]
+        scheduler.share_device(self)  # type: ignore[arg-type]
         self._join(P.join_message(name, weight, priority))
         if not self.dead:
             self.start_reader()
+
+    def reset(self, sock: socket.socket) -> None:
+        """A rejoin (reconnect.py, scheduler thread): the old connection closed (its reader, if still reading,
+        ends: its replies are an older epoch) and this one used from now on. The arbiter is new: nothing asked,
+        nothing held, nothing owed (a job running now started alone); the scheduler asks this gate again."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self.epoch += 1
+        self.sock = sock
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
+        self.state, self.drained, self.owed, self.shared, self.sent_start = IDLE, True, b"", False, 0.0
+        while not self.answers.empty():
+            self.answers.get_nowait()
+        self.dead = False
+        self.scheduler.share_device(self)  # type: ignore[arg-type]
 
     def start_reader(self) -> None:
         """The reader thread of the current connection (at the join, and at each rejoin), after its W was read."""
@@ -397,7 +342,7 @@ class ArbiterGate:
             print(f"lazybatch: {self.name}: the device group's arbiter is gone; scheduling alone until it is back",
                   file=sys.stderr)
         if self.scheduler.gate is self:
-            self.scheduler.gate = None
+            self.scheduler.share_device(None)
         if self.reconnect is not None and not self.left:
             self.reconnect.start()
 

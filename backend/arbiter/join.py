@@ -4,7 +4,7 @@ Why: every lazybatch model joins its device's group by default (docs/colocation.
 model, or several of which one is driven at a time. A model alone must cost nothing: no arbiter process (about
 90 ms to start one on this 2-core machine, and one more process per test server), no message per job, its inline
 route on. So the first member holds the group's *solo* lock file and schedules exactly as an ungrouped model, with
-no gate at all. A second member that finds that lock held starts the arbiter (``client.connect``) and joins; the
+no gate at all. A second member that finds that lock held starts the arbiter (``connection.connect``) and joins; the
 solo member sees the arbiter's socket appear (it looks every ``SOLO_POLL_S``), connects and joins on its scheduler
 thread, between two jobs, and lets the lock go. From then on the arbiter's solo lease keeps a member that is alone
 in time as cheap as one alone in the server.
@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import protocol as P
-from .client import ArbiterGate, _try_connect, check_lanes, connect
+from .client import ArbiterGate, check_lanes
+from .connection import connect, try_connect
 
 SOLO_POLL_S = 0.05  # how often a solo member looks for the arbiter a second member started
 
@@ -46,7 +47,7 @@ class Membership:
         self._on_gate = on_gate
         self._solo: Any = None  # the locked solo file while this member is alone and no arbiter runs
         self._closed = threading.Event()
-        sock = _try_connect(self.path)
+        sock = try_connect(self.path)
         if sock is not None:
             _checked(sock, self.path, group, lanes)
         else:
@@ -92,7 +93,7 @@ class Membership:
     def _watch(self) -> None:
         while not self._closed.wait(SOLO_POLL_S):
             if self.path.exists():
-                sock = _try_connect(self.path)
+                sock = try_connect(self.path)
                 if sock is not None:
                     self.runtime.loop.post(functools.partial(self._attach_posted, sock))
                     return

@@ -2,13 +2,13 @@
 background.
 
 Why: without it, one ``kill -9`` of the arbiter (or its crash) leaves every model of the group scheduling alone
-until each is reloaded, so the device is contended blindly from then on. ``client.connect`` already starts an
+until each is reloaded, so the device is contended blindly from then on. ``connection.connect`` already starts an
 arbiter under the group's file lock when none answers, so the first stub to retry starts a fresh one and the others
 connect to it; nothing else has to choose a leader.
 
 How: ``Reconnector.start`` (called by the gate when it falls back, on the scheduler thread) runs one background
 thread that tries ``connect`` at once, then after ``FIRST_DELAY_S`` doubling to ``MAX_DELAY_S`` between tries. A
-socket it gets joins (the first join's J/W handshake, ``client.handshake``: name, weight, priority level; the
+socket it gets joins (the first join's J/W handshake, ``connection.handshake``: name, weight, priority level; the
 device-wide bound travels with each admission as before) and is handed with its W to the scheduler thread
 (``InboxLoop.post``), where ``rejoin`` applies the W (the rejoin may hold the solo lease) and puts the gate back on
 the scheduler. That thread is the only one that touches the scheduler, so nothing it holds is lost or run
@@ -18,7 +18,7 @@ are dropped.
 
 The bound (docs/colocation.md, "Faults"): the models run unscheduled across one another from the arbiter's death
 until the rejoin, that is the job each was running (it sees the socket close at its next inbox turn), plus the
-arbiter's start (a Python process: about 0.3-1 s, at most ``client.CONNECT_TIMEOUT_S`` before a retry), plus one
+arbiter's start (a Python process: about 0.3-1 s, at most ``connection.CONNECT_TIMEOUT_S`` before a retry), plus one
 inbox turn. While no arbiter can be started, a retry every ``MAX_DELAY_S`` (plus the connect timeout).
 
 A stub that is the group's only member left restarts the arbiter too (it does not go back to ``join.py``'s solo
@@ -92,7 +92,7 @@ class Reconnector:
         return self.stopped or self.gate.left or self.gate.scheduler.closed
 
     def _run(self) -> None:
-        from .client import connect, handshake
+        from .connection import connect, handshake
 
         while True:
             end = time.monotonic() + self.delay
@@ -138,25 +138,7 @@ class Reconnector:
         if gate.left or sched.closed:
             sock.close()
             return
-        old = gate.sock
-        try:
-            old.shutdown(socket.SHUT_RDWR)  # its reader, if still reading, ends (its replies are an old epoch)
-        except OSError:
-            pass
-        old.close()
-        gate.epoch += 1
-        gate.sock = sock
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
-        # the arbiter is new: nothing asked, nothing held, nothing owed (a job running now started alone)
-        gate.state = 0  # client.IDLE
-        gate.drained = True
-        gate.owed = b""
-        gate.shared = False
-        gate.sent_start = 0.0
-        while not gate.answers.empty():
-            gate.answers.get_nowait()
-        gate.dead = False
-        sched.gate = gate  # type: ignore[assignment]
+        gate.reset(sock)  # a new connection: nothing asked, held or owed, and the scheduler asks it again
         gate.welcome(*welcome)  # the W the retry thread read: leased, or per job
         gate.start_reader()
         self.rejoins += 1

@@ -1,6 +1,6 @@
 """The arbiter process: a ``SharedDevice`` whose members stand for co-located stubs' schedulers.
 
-One process per device group and server, started by the first stub that needs it (``client.connect``). It is
+One process per device group and server, started by the first stub that needs it (``connection.connect``). It is
 single-threaded: one ``selectors`` loop reads every stub's socket and runs the device's decisions, so the device is
 only ever touched by one thread, as the scheduler core requires. A member's "scheduler" is a ``StubProxy``: its
 clock is the host's monotonic clock, its policy's ``least_slack`` comes from the instant the stub sent with its
@@ -277,9 +277,7 @@ class Arbiter:
         self.joined += 1
         leased = self.device.free > 0 and proxy.alone()  # nobody else active: it schedules alone from the start
         if leased:
-            self.device.free -= 1
-            m.state = GRANTED
-            m.grants += 1
+            self.device.lease_lane(m)
             proxy.leased = True
             proxy.leases += 1
         proxy.send(P.answer(P.WELCOME, leased, proxy.sibling_active() if leased else 0.0))

@@ -1,8 +1,9 @@
-"""What a policy may offer the Triton backend beyond the ``Policy`` interface: the inline route's three questions.
+"""What a policy may offer the Triton backend beyond the ``Policy`` interface: the inline route's three questions,
+and the serving costs the backend measures for a policy that weighs decision points against them.
 
-The simulator never asks them; the backend (``backend/inline.py``) asks only a policy that has them
-(``inline_hooks``), so ``Policy`` stays the five-method contract with the scheduler and a new policy owes nothing
-here. Today only the default (``eager``) implements them.
+The simulator never asks them; the backend (``backend/inline.py``, ``backend/table_keeper.py``) asks only a policy
+that has them (``inline_hooks``, ``serving_costs``), so ``Policy`` stays the five-method contract with the scheduler
+and a new policy owes nothing here. Today only the default (``eager``) implements them.
 """
 
 from __future__ import annotations
@@ -46,6 +47,22 @@ class InlineHooks(Protocol):
         Called from another thread than the scheduler's, without its lock: an answer read from a state that
         changes meanwhile only makes the group wait up to a bound, or go to the scheduler."""
         ...
+
+
+@runtime_checkable
+class ServingCosts(Protocol):
+    """A policy that weighs a decision point against what it costs on this server takes the backend's
+    measurements (the simulator has none: its policies keep what they were built with)."""
+
+    def measured_costs(self, *, boundary_s: float | None = None, fused_ratio: float | None = None) -> None:
+        """``boundary_s``: what one job costs the scheduler thread besides onnxruntime (a moving average);
+        ``fused_ratio``: a whole-graph pass / the stages' times summed at the same batch size. None: unchanged."""
+        ...
+
+
+def serving_costs(policy: object) -> ServingCosts | None:
+    """The policy as ``ServingCosts`` where it takes them; None: nothing to tell it."""
+    return policy if isinstance(policy, ServingCosts) else None
 
 
 def inline_hooks(policy: object) -> InlineHooks | None:

@@ -8,6 +8,8 @@ import threading
 import time
 from pathlib import Path
 
+from typing import Any
+
 import numpy as np
 
 from lazybatch.backend.request_parsing import RequestOptions
@@ -25,11 +27,24 @@ def mlp_stages(work: Path) -> tuple[Path, Path]:
     return model, split_model(model, work / "stages", cut_after=relus, name="mlp")
 
 
+class Answered:
+    """The ``respond`` of a runtime timed here (build it with one): wakes the sender of the one request in flight
+    (``runtime_latencies``)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def __call__(self, *answer: Any) -> None:
+        self.event.set()
+
+
 def runtime_latencies(rt: BackendRuntime, x: np.ndarray, n: int) -> list[float]:
     """Latency of ``n`` requests sent one at a time (the next after the previous answer), each as Triton's
-    ``execute`` hands it over: inline where the runtime takes it, else through the scheduler thread."""
-    done = threading.Event()
-    rt.respond = lambda handle, outputs, status, error: done.set()
+    ``execute`` hands it over: inline where the runtime takes it, else through the scheduler thread. The runtime
+    answers through an ``Answered``."""
+    if not isinstance(rt.respond, Answered):
+        raise TypeError("build the runtime with respond=Answered() to time it here")
+    done = rt.respond.event
     out = []
     for _ in range(n):
         done.clear()

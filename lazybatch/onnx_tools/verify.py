@@ -100,11 +100,10 @@ def verify_dir(directory: str | Path, manifest: Mapping[str, Any], *, batch_size
     With ``original`` (the file that was split), batch 1 is also compared against that untouched model, which
     proves the batchable rewrite kept the model's meaning, not only that the stages match the rewrite.
     """
-    chain = StageChain(directory, manifest, providers, whole=False)
     instrumented = _instrumented_whole(Path(directory), manifest, providers)
     opt = manifest.get("ort_optimization") or {}
-    if instrumented is None:
-        chain.whole = make_session(Path(directory) / (opt.get("whole_model") or manifest["whole_model"]), providers)
+    chain = StageChain(directory, manifest, providers, whole=instrumented is None,
+                       whole_model=opt.get("whole_model") or manifest["whole_model"])
     unoptimized = make_session(Path(directory) / manifest["whole_model"], providers) if opt else None
     model_outputs = [o["name"] for o in manifest["graph_outputs"]]
     boundaries = [o["name"] for st in manifest["stages"] for o in st["outputs"] if o["name"] not in model_outputs]

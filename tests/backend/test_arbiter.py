@@ -323,7 +323,7 @@ class _Member:
 
 
 def _arbiter_path(group):
-    from lazybatch.backend.arbiter.client import connect
+    from lazybatch.backend.arbiter.connection import connect
 
     path, lock = P.group_paths(group, GROUP)
     connect(path, lock).close()  # starts the group's arbiter

@@ -638,8 +638,7 @@ def test_eager_keeps_boundaries_when_arrivals_come_mid_pass(mlp):
     rt, c = _inline_runtime(mlp)
     try:
         pol = rt.policy
-        pol.boundary_cost = 0.0
-        pol.fused_ratio = 1.0
+        pol.measured_costs(boundary_s=0.0, fused_ratio=1.0)
         # A fixed table, not the profile's: whether a boundary pays depends on the stages' shares of the pass (a
         # profile of these ~10 us stages put 26% of the pass in stage 0 on one machine, and the gain of a boundary
         # after it fell below min_gain). Here stage 0 is short and batching free: the gain at boundary 1 is ~11%.

@@ -184,7 +184,7 @@ def test_a_cheaper_whole_graph_pass_raises_the_price_of_cutting_it():
     fused_ratio 1 leave them whole."""
     def stops(ratio):
         pol = EagerBatching(max_batch_size=8, boundary_cost_us=10.0)
-        pol.fused_ratio = ratio
+        pol.measured_costs(fused_ratio=ratio)
         out = []
         sim = Simulation(table(0.0), pol, on_job=lambda t, j: out.append((j.stage, j.stop)))
         sim.run([Request(i, i * 3 * MS, sla=1.0) for i in range(40)])

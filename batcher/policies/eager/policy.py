@@ -157,6 +157,16 @@ class EagerBatching(LazyBatching):
         self.inline_answers = {}
         self._inline_last = (0, -math.inf, 0)
 
+    def measured_costs(self, *, boundary_s: float | None = None, fused_ratio: float | None = None) -> None:
+        """The backend's measurements (``ServingCosts``, batcher/policies/backend_hooks.py): the boundary cost
+        follows them unless the model's config fixed it (the backend then does not call); the inline answers,
+        keyed by both, are asked again."""
+        if boundary_s is not None:
+            self.boundary_cost = boundary_s
+        if fused_ratio is not None:
+            self.fused_ratio = fused_ratio
+        self._inline_last = (0, -math.inf, 0)
+
     def describe(self) -> str:
         dec = self.decoder.describe() if self.decoder is not None else ""
         cost = f", boundary_cost={self.boundary_cost * 1e6:.0f}us" if self.boundary_cost else ""
