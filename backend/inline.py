@@ -26,6 +26,7 @@ import numpy as np
 from lazybatch.batcher.policies.backend_hooks import inline_hooks
 from lazybatch.batcher.policies.base import Policy
 
+from .inline_passes import apply_passes
 from .request_parsing import RequestOptions
 from .stages import StageRunner
 
@@ -44,17 +45,10 @@ INLINE_BOOKKEEPING_WAIT_S = 0.05
 # most twice the predicted rest of that work plus this, then runs inline; past that, it goes to the scheduler.
 INLINE_WAIT_SLACK_S = 0.005
 
+_monotonic = time.monotonic  # bound once: run_one's path
+_perf_counter = time.perf_counter
 Outputs = dict[str, np.ndarray]
 Early = Callable[[int, "Outputs | str"], None]
-# one inline pass, as ``_count`` records it for ``apply_deferred``: (samples, requests answered, seconds since execute
-# began, requests failed alone, seconds the pass took (0: it failed), onnxruntime seconds, join and split seconds),
-# PASS_FIELDS numbers in a row of a flat array of doubles. Not a tuple a pass: an object kept until the scheduler
-# thread looks in is one the garbage collector tracks, and enough of them made the stub collect, a pause of tens of
-# ms where Triton's batcher never collected (tiny at 90% load; the path now allocates nothing that outlives the call)
-PASS_FIELDS = 7
-_monotonic = time.monotonic
-_perf_counter = time.perf_counter
-PassRecord = tuple[int, int, float, int, float, float, float]
 
 
 def classes(requests: Sequence[tuple[Outputs, int]], options: Sequence[RequestOptions]) -> list[tuple[float, int]]:
@@ -93,7 +87,7 @@ class InlineRoute:
         self.idle = loop.idle  # set while the scheduler holds nothing (an inline pass may wait for it)
         # inline passes' counters, metrics and calibration, applied by the scheduler thread at its idle hook
         # (apply_deferred)
-        self.deferred = array("d")  # PASS_FIELDS numbers a pass
+        self.deferred = array("d")  # PASS_FIELDS numbers a pass (backend/inline_passes.py)
         self._loop = loop
         self._live = rt.live
         self._stats = rt.stats
@@ -367,47 +361,9 @@ class InlineRoute:
         self.deferred.extend((n, requests, time.monotonic() - start, failed, took, ort_s, io_s))
 
     def apply_deferred(self) -> None:
-        """The inline passes' counters, metrics and calibration (``_count``); scheduler thread, under ``lock``
-        (the calibrator and the policy's table are this thread's). The passes since the last look are applied
-        per batch size, one calibration and one metrics call each: applied pass by pass, they cost 11 us of
-        this thread per request in-process, a block of a millisecond and more every interval in which the next
-        requests waited for the lock and the interpreter (ad hoc, tiny at 90% load)."""
+        """The inline passes' counters, metrics and calibration (``_count``), applied by the scheduler thread under
+        ``lock`` (backend/inline_passes.py)."""
         deferred = self.deferred
-        if not deferred:
-            return
-        self.deferred = array("d")
-        rt = self.rt
-        stats = self._stats
-        by_size: dict[int, list[array]] = {}  # each pass's row (PassRecord's fields, as doubles) by its size
-        for k in range(0, len(deferred), PASS_FIELDS):
-            by_size.setdefault(int(deferred[k]), []).append(deferred[k:k + PASS_FIELDS])
-        n_stages = rt.runner.n_stages
-        answered = stats.answered
-        for n, recs in by_size.items():
-            ok = failed = 0
-            ort_s = io_s = 0.0
-            latencies: list[tuple[float, int]] = []
-            took: list[float] = []
-            for _, ok_one, latency, failed_one, took_one, ort_one, io_one in recs:
-                ok += int(ok_one)
-                failed += int(failed_one)
-                ort_s += ort_one
-                io_s += io_one
-                latencies.append((latency, int(ok_one)))
-                if took_one > 0.0:
-                    took.append(took_one)
-            stats.requests += ok + failed
-            stats.inline_requests += ok + failed
-            stats.samples += n * len(recs)
-            stats.inline_runs += len(recs)
-            stats.stage_runs += len(recs)
-            stats.batch_hist[n] = stats.batch_hist.get(n, 0) + len(recs)
-            stats.ort_s += ort_s
-            stats.io_s += io_s
-            answered["OK"] = answered.get("OK", 0) + ok
-            if failed:
-                answered["ERROR"] = answered.get("ERROR", 0) + failed
-            if rt.metrics is not None:
-                rt.metrics.passes_done(n_stages, n, latencies, failed)
-            if took and not rt.whole_wide:  # a wider pass says nothing of the stages' times
-                rt.calibrate_span(0, n_stages, n, sum(took) / len(took), runs=len(took))
+        if deferred:
+            self.deferred = array("d")
+            apply_passes(deferred, self.rt, self._stats)

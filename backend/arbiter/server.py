@@ -101,6 +101,10 @@ class StubProxy:
         return max((o.scheduler.active_at for o in self.device.members  # type: ignore[attr-defined]
                     if o is not self.gate), default=0.0)
 
+    def share_device(self, gate: DeviceMember | None) -> None:
+        """As ``Scheduler.share_device``: the member ``SharedDevice.join`` made for this stub."""
+        self.gate = gate
+
     def alone(self) -> bool:
         """Every other member is idle (none waits, holds or runs): a grant now is a lease."""
         return self.device is not None and all(o.state == IDLE for o in self.device.members if o is not self.gate)

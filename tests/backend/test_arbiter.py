@@ -228,12 +228,12 @@ def test_the_arbiter_killed_under_load_falls_back_then_both_rejoin_a_restarted_o
 
 
 def test_a_model_unloaded_while_its_gate_retries_stops_retrying(models, group, monkeypatch):
-    from lazybatch.backend.arbiter import client
+    from lazybatch.backend.arbiter import connection
 
     rs, cs, gs = _runtime(models["small"][1], group, "small")
     path = P.group_paths(group, GROUP)[0]
     # no arbiter can start: every try fails, the gate schedules alone and keeps trying
-    monkeypatch.setattr(client, "_python", lambda: "/nonexistent/python")
+    monkeypatch.setattr(connection, "_python", lambda: "/nonexistent/python")
     try:
         os.kill(query(path)["pid"], signal.SIGKILL)
         end = time.monotonic() + 10
