@@ -79,8 +79,8 @@ class InlineRoute:
         # told each run's pass time, under ``lock`` (the device group's gate: device time under its solo lease)
         self.on_pass: Callable[[float], None] | None = None
         # run_one's straight line applies: on, no hold, not wider than a lane, no classes for the policy to see
+        # (set by _restraighten once the route is built, below, and at each change)
         self._straight = False
-        self._restraighten()
         # held by the scheduler thread whenever it is not asleep on the inbox; an inline pass holds it throughout,
         # so that the policy and the table are only ever touched by one thread at a time
         self.lock = lock
@@ -215,8 +215,8 @@ class InlineRoute:
                 if rt.metrics is not None:
                     rt.metrics.stage_failed(0)
                 out = f"{type(e).__name__}: {e}"
+                self._count(0, n, 0.0, 0.0, start, failed=1, took=0.0)
                 end = _monotonic()
-                self.deferred.extend((n, 0, end - start, 1, 0.0, 0.0, 0.0))
             loop.note_pass(end)
             self._inline_done(start, end, n)
             return out
