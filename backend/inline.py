@@ -79,7 +79,7 @@ class InlineRoute:
         # told each run's pass time, under ``lock`` (the device group's gate: device time under its solo lease)
         self.on_pass: Callable[[float], None] | None = None
         # run_one's straight line applies: on, no hold, not wider than a lane, no classes for the policy to see
-        # (set by _restraighten once the route is built, below, and at each change)
+        # (set by _restraighten at the end of this constructor, and at each change)
         self._straight = False
         # held by the scheduler thread whenever it is not asleep on the inbox; an inline pass holds it throughout,
         # so that the policy and the table are only ever touched by one thread at a time
@@ -95,6 +95,7 @@ class InlineRoute:
         self._inline_batch = self.hooks.inline_batch if self.hooks is not None else None
         self._inline_done = self.hooks.inline_done if self.hooks is not None else None
         self._whole_run = rt.whole_runner.run if rt.whole_runner is not None else None
+        self._restraighten()
 
     def switch(self, on: bool) -> None:
         """Allow inline passes or stop them (a device group's gate, with its lease); the scheduler thread, which may

@@ -808,6 +808,9 @@ def test_a_lone_inline_request_gets_what_the_general_route_gives_it(mlp):
     model, _ = mlp
     rt, c = _inline_runtime(mlp)
     sess = ort.InferenceSession(str(model))
+    general = []  # the requests run_one handed to the general route (run)
+    one_by_run = rt.route._one_by_run
+    rt.route._one_by_run = lambda *a: general.append(a) or one_by_run(*a)
     try:
         x = np.random.default_rng(3).standard_normal((2, 16)).astype(np.float32)
         out = rt.route.run_one({"x": x}, 2, RequestOptions())
@@ -818,11 +821,13 @@ def test_a_lone_inline_request_gets_what_the_general_route_gives_it(mlp):
         stats = rt.settled_stats()
         assert stats.inline_runs == 2 and stats.inline_requests == 2 and stats.samples == 3
         assert stats.answered == {"OK": 1, "ERROR": 1} and stats.batch_hist == {2: 1, 1: 1}
+        assert not general, "a lone request on a solo route left the straight line"
         rt.scheduler.outstanding += 1  # as if the scheduler held a request: a lone one goes to it, not beside it
         try:
             assert rt.route.run_one({"x": x[:1]}, 1, RequestOptions()) is None
         finally:
             rt.scheduler.outstanding -= 1
+        assert len(general) == 1
         assert rt.settled_stats().inline_refused == {"scheduler busy": 1}
     finally:
         rt.close()
