@@ -15,7 +15,6 @@ route reads the inbox's ``pending``, ``closed`` and ``idle`` and tells it when a
 
 from __future__ import annotations
 
-import math
 from array import array
 import threading
 import time
@@ -27,7 +26,7 @@ from lazybatch.batcher.policies.backend_hooks import inline_hooks
 from lazybatch.batcher.policies.base import Policy
 
 from .inline_passes import apply_passes
-from .request_parsing import RequestOptions
+from .request_parsing import RequestOptions, sample_classes
 from .stages import StageRunner
 
 if TYPE_CHECKING:
@@ -49,19 +48,6 @@ _monotonic = time.monotonic  # bound once: run_one's path
 _perf_counter = time.perf_counter
 Outputs = dict[str, np.ndarray]
 Early = Callable[[int, "Outputs | str"], None]
-
-
-def classes(requests: Sequence[tuple[Outputs, int]], options: Sequence[RequestOptions]) -> list[tuple[float, int]]:
-    """(SLA in seconds, inf for none; priority level) per sample, for ``InlineHooks.inline_batch``."""
-    now = time.time()
-    out: list[tuple[float, int]] = []
-    for (_, batch), opts in zip(requests, options):
-        if opts.deadline_unix_s is not None:
-            sla = opts.deadline_unix_s - now
-        else:
-            sla = opts.sla_s if opts.sla_s is not None else math.inf
-        out += [(sla, opts.priority)] * batch
-    return out
 
 
 class InlineRoute:
@@ -157,7 +143,7 @@ class InlineRoute:
             one = len(requests) == 1
             n = requests[0][1] if one else sum(b for _, b in requests)
             start = time.monotonic()
-            k = hooks.inline_batch(start, n, classes(requests, options)
+            k = hooks.inline_batch(start, n, sample_classes([b for _, b in requests], options)
                                    if options is not None and self._needs_classes else None)
             if k <= 0 or (k < n and early is None and not one):
                 return self.refuse("a boundary may pay")
@@ -229,6 +215,46 @@ class InlineRoute:
     def _one_by_run(self, feeds: Outputs, n: int, options: RequestOptions) -> Outputs | str | None:
         out = self.run([(feeds, n)], None, (options,))
         return None if out is None else out[0]
+
+    def run_group(self, requests: list[tuple[Outputs, int]], early: Early,
+                  options: Sequence[RequestOptions]) -> list[Outputs | str | None] | None:
+        """``run`` for a group of requests that Triton handed over together (they queued while the previous
+        execute ran: most groups at 90% load), as ``run_one``'s straight line: one pass of the whole group where
+        the policy takes every sample at once and nothing else is held. Anything else takes ``run``'s way. Why:
+        at 90% load on a 0.7 ms model the general path cost 11 us a group more than Triton's batcher's
+        (concatenate, run, split), in-process, ad hoc; half the requests come in groups there."""
+        lock = self.lock
+        if not self._straight or not lock.acquire(False):
+            return self.run(requests, early, options)
+        rt = self.rt
+        loop = self._loop
+        if not self._straight or loop.pending or rt.job is not None or self._live or rt.scheduler.held or loop.closed:
+            lock.release()
+            return self.run(requests, early, options)
+        n = 0
+        for _, b in requests:
+            n += b
+        start = _monotonic()
+        k = self._inline_batch(start, n, None)
+        if 0 < k < n:  # the policy serves it in several passes: run's way (its answers go early)
+            lock.release()
+            return self.run(requests, early, options)
+        park = rt.park
+        try:
+            if k <= 0:
+                return self.refuse("a boundary may pay")
+            self._stats.inline_groups += 1
+            if park is not None:
+                park.unpark()
+            results = self._pass(requests, range(len(requests)), n, start)
+            end = _monotonic()
+            loop.note_work(end)
+            self._inline_done(start, end, n)
+            return results
+        finally:
+            if park is not None and rt.job is None and not self._live and not loop.pending:
+                park.park()
+            lock.release()
 
     def _take_turn(self) -> bool:
         """Take ``lock`` with the scheduler holding nothing, where the scheduler thread is awake or holds work:

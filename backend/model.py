@@ -280,7 +280,7 @@ class TritonPythonModel:
                     good[i][0].get_response_sender().send(self._response(out),
                                                           flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
-                outputs = route.run([(g[1], g[2]) for g in good], early, [g[3] for g in good])
+                outputs = route.run_group([(g[1], g[2]) for g in good], early, [g[3] for g in good])
         if outputs is not None:  # the rest answered with the end of execute, one message (as Triton's backends)
             if len(good) == len(requests):  # every request valid: the answers in the requests' order
                 return [None if out is None else self._response(out) for out in outputs]

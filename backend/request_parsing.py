@@ -10,7 +10,7 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -122,3 +122,17 @@ def check_deadline(opts: RequestOptions) -> str | None:
         if left <= 0:
             return f"the request's deadline passed {-left * 1e3:.1f} ms before it reached the model"
     return None
+
+
+def sample_classes(batches: Sequence[int], options: Sequence[RequestOptions]) -> list[tuple[float, int]]:
+    """(SLA in seconds, inf for none; priority level) per sample of requests of ``batches`` samples with these
+    ``options``: the classes of a group that the policy reads (``InlineHooks.inline_batch``)."""
+    now = time.time()
+    out: list[tuple[float, int]] = []
+    for batch, opts in zip(batches, options):
+        if opts.deadline_unix_s is not None:
+            sla = opts.deadline_unix_s - now
+        else:
+            sla = opts.sla_s if opts.sla_s is not None else math.inf
+        out += [(sla, opts.priority)] * batch
+    return out

@@ -833,6 +833,39 @@ def test_a_lone_inline_request_gets_what_the_general_route_gives_it(mlp):
         rt.close()
 
 
+def test_a_group_that_finds_the_scheduler_idle_is_one_pass_on_the_straight_line(mlp):
+    """``run_group``, the straight line of a group Triton handed over together: one whole pass of every sample, each
+    request its own rows of it, counted as one pass; a request that fails alone gets its error and the others their
+    results; and where the scheduler holds work the group takes ``run``'s way (to the scheduler: None)."""
+    model, _ = mlp
+    rt, c = _inline_runtime(mlp)
+    sess = ort.InferenceSession(str(model))
+    general = []  # the groups run_group handed to the general route (run)
+    run = rt.route.run
+    rt.route.run = lambda *a: general.append(a) or run(*a)
+    try:
+        xs = [np.random.default_rng(k).standard_normal((b, 16)).astype(np.float32) for k, b in enumerate((2, 1, 1))]
+        outs = rt.route.run_group([({"x": x}, x.shape[0]) for x in xs], lambda i, out: None, [RequestOptions()] * 3)
+        assert outs is not None and len(outs) == 3
+        for x, out in zip(xs, outs):
+            np.testing.assert_allclose(out["y"], sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+        stats = rt.settled_stats()
+        assert stats.inline_runs == 1 and stats.inline_requests == 3 and stats.batch_hist == {4: 1}
+        assert not general, "a group on a solo route left the straight line"
+        bad = rt.route.run_group([({"x": xs[1]}, 1), ({"x": np.ones((1, 15), np.float32)}, 1)],
+                                 lambda i, out: None, [RequestOptions()] * 2)
+        assert isinstance(bad[0], dict) and isinstance(bad[1], str) and bad[1]
+        assert rt.settled_stats().answered == {"OK": 4, "ERROR": 1}
+        rt.scheduler.outstanding += 1  # as if the scheduler held a request: the group goes to it, not beside it
+        try:
+            assert rt.route.run_group([({"x": xs[1]}, 1)] * 2, lambda i, out: None, [RequestOptions()] * 2) is None
+        finally:
+            rt.scheduler.outstanding -= 1
+        assert len(general) == 1
+    finally:
+        rt.close()
+
+
 def test_inline_batch_that_fails_fails_only_the_request_that_fails_alone(mlp):
     """An onnxruntime failure in an inline pass: each request is rerun alone, and only the one that fails on its
     own gets the error (a message, not an exception out of Triton's execute); the others get their results."""

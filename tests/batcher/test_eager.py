@@ -314,6 +314,7 @@ def test_inline_answers_are_the_benefit_rules_at_every_rate():
                     pol.rates.busy_arrivals.append(start + whole * (k + 0.5) / round(1 / gap_passes))
             t = start + whole + (gap_passes - 1.0) * whole if gap_passes > 1.0 else start + whole
             for n in (1, 2, 4):
+                pol._forget_inline()  # the rate-bucket answers on their own (the per-size recheck: the next test)
                 got = pol.inline_batch(t, n)
                 lam = pol.busy_rate(t)
                 near = {n if pol.preemption.stop_benefit(t, 0, n, lam=lam * f) >= pol.graph.n else 0 for f in (1 / 1.05, 1.05)}
@@ -330,9 +331,10 @@ def test_inline_answers_are_the_benefit_rules_at_every_rate():
 
 
 def test_an_inline_answer_stands_for_its_recheck_interval_then_the_rule_is_asked_again():
-    """Groups of one size within INLINE_RECHECK_S of an answer get that answer without the rate being read (it is a
-    window of dozens of passes); past it, the rule reads the rate again, so that a load that rose is followed."""
-    from lazybatch.batcher.policies.eager.policy import INLINE_RECHECK_S
+    """Groups of one size within their recheck interval (an eighth of the rate's window, INLINE_RECHECK_WINDOW) of an
+    answer get that answer without the rate being read (it is a window of dozens of passes), each size its own;
+    past it, the rule reads the rate again, so that a load that rose is followed."""
+    from lazybatch.batcher.policies.eager.policy import INLINE_RECHECK_S, INLINE_RECHECK_WINDOW
 
     from .test_scheduler_core import ManualClock
 
@@ -346,10 +348,14 @@ def test_an_inline_answer_stands_for_its_recheck_interval_then_the_rule_is_asked
         pol.rates.busy_arrivals.extend([t + whole / 2] * 4)
         t += whole
     assert pol.preemption.stop_benefit(t, 0, 1, lam=pol.busy_rate(t)) < pol.graph.n
-    pol._inline_last = (1, t + INLINE_RECHECK_S, 1)  # as if answered just now, before the load rose
-    assert pol.inline_batch(t + INLINE_RECHECK_S / 2, 1) == 1  # within the interval: the answer stands
-    assert pol.inline_batch(t + INLINE_RECHECK_S / 2, 2) == 0  # another size: asked at once
-    assert pol.inline_batch(t + INLINE_RECHECK_S, 1) == 0  # past it: the rule again
+    recheck = max(INLINE_RECHECK_S, INLINE_RECHECK_WINDOW * pol.rates.window)
+    assert recheck < pol.rates.window
+    pol._forget_inline()
+    pol._inline_until[1], pol._inline_kept[1] = t + recheck, 1  # as if answered just now, before the load rose
+    assert pol.inline_batch(t + recheck / 2, 1) == 1  # within the interval: the answer stands
+    assert pol.inline_batch(t + recheck / 2, 2) == 0  # another size: asked at once ...
+    assert pol.inline_batch(t + recheck / 2, 1) == 1  # ... and the first size's answer still stands
+    assert pol.inline_batch(t + recheck, 1) == 0  # past it: the rule again
 
 
 def test_inline_hooks_are_offered_by_eager_only():

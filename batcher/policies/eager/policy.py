@@ -78,9 +78,12 @@ from .work_conserving import WorkConserving
 # RATE_WINDOW_PASSES passes moves by more between two of them): a served call then skips the scan of every boundary
 INLINE_RATE_LOG_STEP = math.log(1.05)
 INLINE_ANSWERS_KEPT = 512
-# ... and the last answer stands for this long for groups of its size: the rate it read is a window of dozens of
-# passes, which a few more do not move, and reading it (the window trimmed, the bucket, the key) was a third of what
-# the default's execute cost beside Triton's on a 1 ms model (benchmarks/probes/probe_execute_cost.py)
+# ... and the answer for a group size stands for this share of the rate's window (RATE_WINDOW_PASSES passes: an
+# answer stands for 8 of them), at least INLINE_RECHECK_S: a few passes do not move a rate read over dozens, and
+# reading it (the window trimmed, the bucket, the key) cost 9 us of a served execute on a 0.7 ms model, beside
+# Triton's batcher's 25 us around onnxruntime's run (ad hoc, tiny at 90% load; in-process it reads 1-2 us). Kept
+# for the last size only, the answer was read again at nearly every pass there: groups vary in size under load.
+INLINE_RECHECK_WINDOW = 1 / 8
 INLINE_RECHECK_S = 0.002
 
 
@@ -126,7 +129,9 @@ class EagerBatching(LazyBatching):
         # inline_batch's answers: with nothing held or queued, where a whole pass of n would stop depends only on n,
         # the rate of arrivals mid-pass (in INLINE_RATE_LOG_STEP buckets) and the table, scale and boundary cost
         self.inline_answers: dict[tuple, int] = {}
-        self._inline_last = (0, -math.inf, 0)  # (n, until when, the answer): INLINE_RECHECK_S
+        # per group size n: until when (time) the answer kept for n stands, and that answer (INLINE_RECHECK_WINDOW)
+        self._inline_until = [-math.inf] * (max_batch_size + 1)
+        self._inline_kept = [0] * (max_batch_size + 1)
         # the parts; the decision binds the methods it calls at every boundary once, here
         self.rates = ArrivalRates()
         self.idle = WorkConserving(self)
@@ -155,7 +160,7 @@ class EagerBatching(LazyBatching):
         self.longest = [max(row[b] for row in dense) for b in range(len(dense[0]))]  # [batch]: the longest stage
         self.rates.table_changed(self.whole[1])
         self.inline_answers = {}
-        self._inline_last = (0, -math.inf, 0)
+        self._forget_inline()
 
     def measured_costs(self, *, boundary_s: float | None = None, fused_ratio: float | None = None) -> None:
         """The backend's measurements (``ServingCosts``, batcher/policies/backend_hooks.py): the boundary cost
@@ -165,7 +170,13 @@ class EagerBatching(LazyBatching):
             self.boundary_cost = boundary_s
         if fused_ratio is not None:
             self.fused_ratio = fused_ratio
-        self._inline_last = (0, -math.inf, 0)
+        self._forget_inline()
+
+    def _forget_inline(self) -> None:
+        """The kept inline answers are asked again (the table, the boundary cost or the fused ratio changed)."""
+        until = self._inline_until
+        for n in range(len(until)):
+            until[n] = -math.inf
 
     def describe(self) -> str:
         dec = self.decoder.describe() if self.decoder is not None else ""
@@ -266,10 +277,9 @@ class EagerBatching(LazyBatching):
         if classes and self.urgency:
             for sla, level in classes:
                 self.urgent.observe(now, (level, round(sla, 4)))
-        elif not self.urgency:
-            last_n, until, answer = self._inline_last
-            if n == last_n and now < until and not (self.stack or self.infq):  # the common case: as just answered
-                return answer
+        elif not self.urgency and n < len(self._inline_until):
+            if now < self._inline_until[n] and not (self.stack or self.infq):  # the common case: as just answered
+                return self._inline_kept[n]
         if self.decoder is not None or not self.spans or self.stack or self.infq or not 1 <= n <= self.max_batch_size:
             return 0
         if classes and self.urgency and len(set(classes)) > 1:
@@ -291,7 +301,8 @@ class EagerBatching(LazyBatching):
         if self.urgency:
             return n if min(stop, self.urgent.cut(now, 0, n)) >= self.graph.n else 0
         answer = n if stop >= self.graph.n else 0
-        self._inline_last = (n, now + INLINE_RECHECK_S, answer)
+        self._inline_until[n] = now + max(INLINE_RECHECK_S, INLINE_RECHECK_WINDOW * self.rates.window)
+        self._inline_kept[n] = answer
         return answer
 
     def inline_done(self, start: float, end: float, n: int) -> None:
