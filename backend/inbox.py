@@ -68,8 +68,10 @@ class Worker(Protocol):
     def next_due(self) -> float | None: ...  # the next timer (monotonic), None: none
     def fire_due(self) -> None: ...
     def looks_in(self) -> bool: ...  # inline passes may run, so the loop looks in on their bookkeeping
-    def idle_hook(self) -> None: ...  # counters, metrics, the inline passes' deferred bookkeeping
-    def release_memory(self) -> bool: ...  # True: memory was given back
+    def idle_hook(self) -> Any: ...  # under the lock: counters, metrics; returns the inline passes' rows ...
+    def settle(self, rows: Any) -> None: ...  # ... which it tallies without the lock (taking it to calibrate)
+    def release_arenas(self) -> None: ...  # under the lock: the sessions' next runs shrink their arenas ...
+    def trim_heap(self) -> bool: ...  # ... and glibc's free heap goes back, without it; True: it went
     def write_statistics(self) -> None: ...
     def answer_leftovers(self, queued: Iterable[Parent]) -> None: ...
 
@@ -94,7 +96,7 @@ class InboxLoop:
         self.quiet_owed = False  # the statistics file and the memory release wait for a quiet moment (QUIET_S)
         self.quiet_hook_at = 0.0  # when they last ran (STATS_MAX_AGE_S)
         self.worked_at = 0.0  # when the last pass or job ended (monotonic)
-        self.released_at = time.monotonic()  # when memory was last given back (release_memory)
+        self.released_at = time.monotonic()  # when memory was last given back (quiet_hook)
         self.thread = threading.Thread(target=self.run, name=f"{name}-scheduler", daemon=True)
 
     # ------------------------------------------------------------------ any thread
@@ -152,13 +154,16 @@ class InboxLoop:
                                 self.dirty = False
                                 self.quiet_owed = True
                                 self.idle_hook_at = now
-                                self.idle_hook()
+                                rows = w.idle_hook()
+                            w.settle(rows)  # the inline passes' tally, without the lock (Worker.settle)
                         if self.quiet_owed and not self.dirty and (
                                 now - self.worked_at >= QUIET_S or now - self.quiet_hook_at >= STATS_MAX_AGE_S):
                             with busy:
                                 self.quiet_owed = False
                                 self.quiet_hook_at = now
-                                self.quiet_hook(now)
+                                trim = self.quiet_hook(now)
+                            if trim:  # glibc's heap, without the lock: 1-4 ms served under load (ad hoc)
+                                w.trim_heap()
                     hook = None
                     if self.dirty:  # the hook is owed: at its interval
                         hook = max(self.idle_hook_at + IDLE_HOOK_INTERVAL_S, time.monotonic() + 1e-3)
@@ -167,7 +172,7 @@ class InboxLoop:
                                    time.monotonic() + 1e-3)
                     elif w.looks_in():
                         # inline passes, which never wake this thread, may make it owed (their metrics and
-                        # calibration are applied by it, InlineRoute.apply_deferred): look in once an interval.
+                        # calibration are applied by it, Worker.settle): look in once an interval.
                         # (Not "at the interval after the last hook": with nothing owed that moment is past, and
                         # the thread woke every millisecond, 25 ms of CPU a second in an idle stub.)
                         hook = time.monotonic() + IDLE_HOOK_INTERVAL_S
@@ -191,7 +196,9 @@ class InboxLoop:
         finally:
             with busy:
                 w.answer_leftovers(self._leftovers())
-                self.idle_hook()
+                rows = w.idle_hook()
+            w.settle(rows)
+            with busy:
                 w.write_statistics()
 
     def wait(self, timeout: float | None) -> Any:
@@ -238,18 +245,19 @@ class InboxLoop:
                 out += [parent for parent, _, _ in item.items]
 
     # ------------------------------------------------------------------ hooks (scheduler thread, busy lock held)
-    def idle_hook(self) -> None:
-        """At most once an IDLE_HOOK_INTERVAL_S with nothing held: the counters the metrics read."""
-        self.worker.idle_hook()
-
-    def quiet_hook(self, now: float) -> None:
+    def quiet_hook(self, now: float) -> bool:
         """After an idle hook, once nothing has run for QUIET_S (or the file is STATS_MAX_AGE_S old): the statistics
-        file, and the memory given back (at most once a ``memory_release_s``)."""
+        file, and the memory given back (at most once a ``memory_release_s``): the arenas here, under the lock;
+        True: the heap is trimmed after it (``Worker.trim_heap``)."""
         # memory at rest, or (load that never pauses) at the latest every MEMORY_RELEASE_UNDER_LOAD intervals: a
         # burst's high-water mark is not kept for good by the steady load after it
         every = self.memory_release_s
         since = now - self.released_at
         if every and since >= every and (now - self.worked_at >= QUIET_S or since >= MEMORY_RELEASE_UNDER_LOAD * every):
             self.released_at = now
-            self.worker.release_memory()
+            self.worker.release_arenas()
+            trim = True
+        else:
+            trim = False
         self.worker.write_statistics()
+        return trim

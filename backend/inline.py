@@ -25,7 +25,6 @@ import numpy as np
 from lazybatch.batcher.policies.backend_hooks import inline_hooks
 from lazybatch.batcher.policies.base import Policy
 
-from .inline_passes import apply_passes
 from .request_parsing import RequestOptions, sample_classes
 from .stages import StageRunner
 
@@ -72,7 +71,7 @@ class InlineRoute:
         self.lock = lock
         self.idle = loop.idle  # set while the scheduler holds nothing (an inline pass may wait for it)
         # inline passes' counters, metrics and calibration, applied by the scheduler thread at its idle hook
-        # (apply_deferred)
+        # (take_deferred)
         self.deferred = array("d")  # PASS_FIELDS numbers a pass (backend/inline_passes.py)
         self._loop = loop
         self._live = rt.live
@@ -376,7 +375,7 @@ class InlineRoute:
                failed: int = 0, took: float) -> None:
         """One inline pass of ``requests`` answered (and ``failed`` that failed alone), ``n`` samples in all, that
         took ``took`` seconds (0: it failed). Only the record is kept now; the counters, the metrics and the
-        calibration of the table are left to the scheduler thread (``apply_deferred``): every line here delays the
+        calibration of the table are left to the scheduler thread (``take_deferred``): every line here delays the
         answer, which Triton sends when ``execute`` returns (done here, the metrics cost 4% of a 3.5 ms MobileNet
         pass, the retired probe_idle_cost, `git show 555b6b3:benchmarks/probes/probe_idle_cost.py`, and this
         route's Python was most of a fast model's served gap, docs/data/probe_served_gap.txt)."""
@@ -387,10 +386,10 @@ class InlineRoute:
         # from execute: Triton's own queue time is in its nv_inference_*
         self.deferred.extend((n, requests, time.monotonic() - start, failed, took, ort_s, io_s))
 
-    def apply_deferred(self) -> None:
-        """The inline passes' counters, metrics and calibration (``_count``), applied by the scheduler thread under
-        ``lock`` (backend/inline_passes.py)."""
+    def take_deferred(self) -> array:
+        """The inline passes' rows recorded since the last look (``_count``), taken under ``lock`` (a pass appends
+        under it): the scheduler thread tallies them outside it (backend/inline_passes.py)."""
         deferred = self.deferred
         if deferred:
             self.deferred = array("d")
-            apply_passes(deferred, self.rt, self._stats)
+        return deferred

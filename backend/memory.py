@@ -15,7 +15,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
-from typing import Sequence
+import time
+from typing import Any, Sequence
 
 _libc_lock = threading.Lock()
 _libc: ctypes.CDLL | None | bool = None  # False: no malloc_trim here (not glibc)
@@ -37,6 +38,25 @@ def malloc_trim() -> bool:
     if lib is False:
         return False
     lib.malloc_trim(0)  # type: ignore[union-attr]
+    return True
+
+
+def release_arenas(runners: Sequence[Any]) -> None:
+    """The runners' sessions shrink their arenas at their next runs (an executor wrapper, npu, may have none)."""
+    for runner in runners:
+        release = getattr(runner, "release_arenas", None)
+        if release is not None:
+            release()
+
+
+def trim_heap(stats: Any) -> bool:
+    """``malloc_trim``, counted in ``stats`` (RuntimeStats: memory_releases, memory_release_s); False where there is
+    no malloc_trim."""
+    t0 = time.perf_counter()
+    if not malloc_trim():
+        return False
+    stats.memory_releases += 1
+    stats.memory_release_s += time.perf_counter() - t0
     return True
 
 

@@ -214,7 +214,7 @@ class ModelMetrics:
         """Whole-graph passes of ``batch_size`` samples each, one (seconds after execute began, requests answered)
         per pass in ``answered``, and ``failed`` more requests that failed alone in them: what ``stage_run`` for
         every stage and ``request_done`` for every request record, under one lock with one bucket lookup each
-        (the scheduler thread applies an interval's inline passes at once, InlineRoute.apply_deferred)."""
+        (the scheduler thread applies an interval's inline passes at once, backend/inline_passes.py)."""
         with self._lock:
             passes = len(answered)
             if n_stages and passes:

@@ -22,6 +22,7 @@ import queue
 import threading
 import time
 import traceback
+from array import array
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -40,7 +41,8 @@ from .request_parsing import RequestOptions, check_deadline
 from .faults import FaultInjector
 from .inbox import MEMORY_RELEASE_INTERVAL_S, InboxLoop
 from .inline import InlineRoute
-from .memory import malloc_trim
+from .inline_passes import apply_passes, calibrate, tally
+from . import memory
 from .pool_park import PoolPark
 from .rows import Parent, Sample
 from .runtime_stats import RuntimeStats
@@ -115,6 +117,7 @@ class BackendRuntime(StageRuns):
         self._cancelled: queue.SimpleQueue[Parent] = queue.SimpleQueue()  # seen cancelled by the watcher
         self._answer_lock = threading.Lock()  # a request is asked for cancellation only while unanswered
         busy = threading.Lock()  # the scheduler thread's whenever it is awake; an inline pass's throughout
+        self.tally_lock = threading.Lock()  # ... but the passes' tally (settle; settled_stats from elsewhere)
         self.loop = InboxLoop(self, name, busy, memory_release_s=memory_release_s)
         self.route = InlineRoute(self, policy, self.loop, busy, on=inline)
         # cancel_poll_s 0: paced by the stage times (cancel_poll_ms: auto, backend/cancel_watch.py)
@@ -136,10 +139,10 @@ class BackendRuntime(StageRuns):
 
     def settled_stats(self) -> RuntimeStats:
         """The counters with every inline pass so far in them: the scheduler thread applies the passes' records
-        at its idle hook (``InlineRoute.apply_deferred``); a reader on another thread (tests, in-process
+        at its idle hook (``idle_hook``, ``settle``); a reader on another thread (tests, in-process
         benchmarks) applies them now, under the scheduler's lock."""
-        with self.loop.busy:
-            self.route.apply_deferred()
+        with self.loop.busy, self.tally_lock:
+            apply_passes(self.route.take_deferred(), self, self.stats)
         return self.stats
 
     def submit(self, handle: Any, inputs: dict[str, np.ndarray], batch: int, opts: RequestOptions) -> str | None:
@@ -198,9 +201,9 @@ class BackendRuntime(StageRuns):
             for one in items:
                 self.admit(*one)
 
-    def idle_hook(self) -> None:
-        """The inline passes' deferred bookkeeping, and the counters the metrics read."""
-        self.route.apply_deferred()
+    def idle_hook(self) -> array:
+        """Under the lock: the counters the metrics read, and the inline passes' rows taken for ``settle``."""
+        rows = self.route.take_deferred()
         watcher = self.watcher
         if watcher is not None:
             self.stats.cancel_checks = watcher.checks
@@ -208,20 +211,26 @@ class BackendRuntime(StageRuns):
             self.stats.cancel_slip = watcher.slip
         if self.metrics is not None:
             self.sync_metrics()
+        return rows
 
-    def release_memory(self) -> bool:
-        """Nothing held and something ran since the last release: the sessions' next runs shrink their arenas,
-        and glibc returns its free heap pages now (a few ms at most, on this otherwise idle thread)."""
-        for runner in (self.runner, self.whole_runner):
-            release = getattr(runner, "release_arenas", None)  # executor wrappers (npu) may have no arenas
-            if release is not None:
-                release()
-        t0 = time.perf_counter()
-        if not malloc_trim():
-            return False
-        self.stats.memory_releases += 1
-        self.stats.memory_release_s += time.perf_counter() - t0
-        return True
+    def settle(self, rows: array) -> None:
+        """The inline passes' rows (``idle_hook``) into the counters and metrics without the lock, and into the
+        table under it, briefly (backend/inline_passes.py: what the lock held meant for the requests that came)."""
+        with self.tally_lock:  # (no rows: nothing to tally, nothing to calibrate)
+            items = tally(rows, self, self.stats)
+        if items:
+            with self.loop.busy:
+                calibrate(items, self)
+
+    def release_arenas(self) -> None:
+        """Nothing held and something ran since the last release: the sessions' next runs shrink their arenas
+        (under the lock: an inline pass reads which)."""
+        memory.release_arenas((self.runner, self.whole_runner))
+
+    def trim_heap(self) -> bool:
+        """glibc returns its free heap pages now (a few ms at most, on this thread, without the lock: under load
+        an inline pass that waited for it made the queue behind it wait too); False where it cannot."""
+        return memory.trim_heap(self.stats)
 
     def write_statistics(self) -> None:
         if self.on_idle is not None:

@@ -676,6 +676,31 @@ def test_statistics_follow_inline_passes_after_the_first_write(mlp):
         rt.close()
 
 
+def test_the_idle_hook_tallies_the_inline_passes_without_the_lock(mlp, monkeypatch):
+    """The scheduler thread's look-in takes the inline passes' rows under the lock the passes take, tallies them
+    (counters, metrics) without it, and takes it again only to calibrate the table: a request that comes meanwhile
+    runs at once instead of waiting for the tally (0.3 ms of every 0.1 s on a fast model at 90% load, served)."""
+    from lazybatch.backend import runtime as runtime_mod
+
+    rt, _ = _inline_runtime(mlp)
+    seen: list[tuple[bool, str]] = []  # (the lock held, the thread) at each tally
+    tally = runtime_mod.tally
+    monkeypatch.setattr(runtime_mod, "tally", lambda rows, r, stats: (
+        seen.append((rt.loop.busy.locked(), threading.current_thread().name)), tally(rows, r, stats))[1])
+    try:
+        x = np.ones((1, 16), np.float32)
+        for _ in range(5):
+            assert rt.route.run_one({"x": x}, 1, RequestOptions()) is not None
+        deadline = time.monotonic() + 5.0
+        while not seen:
+            assert time.monotonic() < deadline, "the scheduler thread never tallied the inline passes"
+            time.sleep(0.01)
+        assert seen[0] == (False, rt.loop.thread.name)
+        assert rt.settled_stats().inline_requests == 5 and rt.stats.answered == {"OK": 5}
+    finally:
+        rt.close()
+
+
 def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
     """Under steady load the statistics file (on_idle) and the memory release wait until nothing has run for
     QUIET_S (the file at most STATS_MAX_AGE_S late): written at every idle hook, the file cost eager 0.8 ms of CPU
@@ -687,8 +712,8 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
     # memory under endless load at the latest after 4 x 0.3 s: longer than the load below
     rt, _ = _inline_runtime(mlp, on_idle=lambda r: writes.append(time.monotonic()), memory_release_s=0.3)
     hooks: list[float] = []
-    idle_hook = rt.loop.idle_hook
-    rt.loop.idle_hook = lambda: (hooks.append(time.monotonic()), idle_hook())[1]
+    idle_hook = rt.idle_hook
+    rt.idle_hook = lambda: (hooks.append(time.monotonic()), idle_hook())[1]
     try:
         x = np.ones((1, 16), np.float32)
         assert rt.route.run([({"x": x}, 1)]) is not None
@@ -711,7 +736,10 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
             assert time.monotonic() < deadline, "the statistics file was not written once the load stopped"
             time.sleep(0.01)
         assert writes[-1] - end < inbox.QUIET_S + 0.2
-        assert rt.stats.memory_releases == released + 1, "memory not given back at the quiet moment"
+        while rt.stats.memory_releases == released:  # the heap is trimmed just after the file, without the lock
+            assert time.monotonic() < deadline, "memory not given back at the quiet moment"
+            time.sleep(0.01)
+        assert rt.stats.memory_releases == released + 1
     finally:
         rt.close()
 
