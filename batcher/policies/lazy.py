@@ -294,6 +294,27 @@ class LazyBatching(Policy):
         self.log.add(now, DISPATCH, 0, len(e.reqs), "lazily batched", value)
         self.merge_top(now)
 
+    def run_ahead(self, now: float, reqs: list[Request], why: str) -> None:
+        """Set the active sub-batch aside at its boundary for these queued requests, chosen out of queue order (an
+        urgency rule's choice): taken out of InfQ, pushed at stage 0 as one urgent entry, merged where they meet."""
+        taken = set(map(id, reqs))
+        self.infq = deque(r for r in self.infq if id(r) not in taken)
+        for r in reqs:
+            r.start = now
+        e = Entry(0, reqs, sum(r.est for r in reqs), min(r.deadline for r in reqs))
+        e.urgent = True
+        top = self.stack[-1]
+        self.log.add(now, PREEMPT, top.node, len(top.reqs), why)
+        self.stack.append(e)
+        self.log.add(now, DISPATCH, 0, len(reqs), "urgent")
+        self.merge_top(now)
+
+    def queue_first(self, reqs: Sequence[Request]) -> None:
+        """These queued requests go to the head of InfQ in this order (an urgency rule's choice: they join the
+        running decode at its next step); the others keep theirs."""
+        taken = set(map(id, reqs))
+        self.infq = deque([*reqs, *(r for r in self.infq if id(r) not in taken)])
+
     def admissible(self, now: float) -> tuple[int, float]:
         """How many queued requests (in arrival order) may join now, and the slack that leaves."""
         work = 0.0

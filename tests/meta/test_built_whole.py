@@ -181,3 +181,57 @@ def rejoin(gate: "Gate | None", sock, request: Request, owner: Owner, other):
 """
     found = outside_writes({"m.py": ast.parse(src)})
     assert set(found) == {("m.py", "Gate.sock", "gate"), ("m.py", "Gate.label", "owner.gate")}, found
+
+
+MUTATORS = {"append", "appendleft", "extend", "extendleft", "insert", "pop", "popleft", "remove", "clear", "rotate"}
+
+
+def part_writes(trees: dict[str, ast.Module]) -> list[str]:
+    """Writes by a policy's parts (the modules under batcher/policies/ that keep their policy as ``self.policy``,
+    read through a local such as ``pol``) to the policy's state: an assignment to one of its attributes, or a
+    list or deque of it changed in place (``pol.stack.append``)."""
+    found = []
+    for rel, tree in trees.items():
+        if "batcher/policies/" not in rel:
+            continue
+        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            pols = {t.id for node in ast.walk(fn) if isinstance(node, ast.Assign)
+                    and ast.unparse(node.value) == "self.policy" for t in node.targets if isinstance(t, ast.Name)}
+
+            def is_policy(e: ast.AST) -> bool:
+                return (isinstance(e, ast.Name) and e.id in pols) or ast.unparse(e) == "self.policy"
+
+            for node in ast.walk(fn):
+                targets = node.targets if isinstance(node, ast.Assign) else \
+                    [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+                for t in targets:
+                    if isinstance(t, ast.Attribute) and is_policy(t.value):
+                        found.append(f"{rel}:{node.lineno}: {ast.unparse(t)} = ...")
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                        node.func.attr in MUTATORS and isinstance(node.func.value, ast.Attribute) and \
+                        is_policy(node.func.value.value):
+                    found.append(f"{rel}:{node.lineno}: {ast.unparse(node.func)}(...)")
+    return found
+
+
+def test_a_policys_parts_change_its_state_only_through_its_methods():
+    """The eager policy's parts (the urgency rule, the decoder admission, the preemption rule: batcher/policies/eager/)
+    read their policy's InfQ and BatchTable stack, and change them only through the policy's own moves
+    (``take``, ``run_ahead``, ``queue_first``) or by returning a decision that the policy applies
+    (``UrgencyRule.split`` returns the entry to push)."""
+    found = part_writes(package_trees())
+    assert not found, "a part writes its policy's state (give the policy a method):\n" + "\n".join(found)
+
+
+def test_the_parts_check_finds_a_write_to_the_policys_state():
+    src = """
+class Rule:
+    def move(self):
+        pol = self.policy
+        pol.infq = []                       # an assignment
+        pol.stack.append(1)                 # an in-place change
+        self.policy.cap += 1                # through self.policy
+        n = len(pol.stack)                  # a read: fine
+        pol.merge_top(0)                    # the policy's own move: fine
+"""
+    assert len(part_writes({"batcher/policies/eager/rule.py": ast.parse(src)})) == 3

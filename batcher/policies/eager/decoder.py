@@ -28,7 +28,6 @@ the replay script is in git history).
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import TYPE_CHECKING, Sequence
 
 from ...decode_admission import CurveAdmission, DecodeLengths
@@ -100,8 +99,7 @@ class DecoderAdmission:
         urgent = pol.urgent.admitted_to_decode(pol.batch_cap - len(pol.stack[-1].reqs))
         if not urgent:
             return k, slack
-        taken = set(map(id, urgent))
-        pol.infq = deque(urgent + [r for r in pol.infq if id(r) not in taken])
+        pol.queue_first(urgent)
         return len(urgent), slack
 
     def steps_left(self, r: Request, done: int) -> int:

@@ -227,8 +227,9 @@ class EagerBatching(LazyBatching):
                     stack.append(e)
                     self.log.add(now, DISPATCH, 0, len(e.reqs), "device idle: every queued request starts"
                                  if not self.infq else "device idle: the batch size of least mean latency starts")
-                    if self.urgency:
-                        self.urgent.split(now)
+                    ahead = self.urgent.split(now) if self.urgency else None
+                    if ahead is not None:
+                        stack.append(ahead)
             elif not (self.urgency and self.urgent.preemption(now)):
                 k, gain = self._best_preemption(now)
                 if k:

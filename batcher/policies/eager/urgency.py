@@ -11,7 +11,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ...decisions import DISPATCH, PREEMPT
+from ...decisions import PREEMPT
 from ...request import Request
 from ..lazy import Entry
 from .work_conserving import MAX_UTILISATION
@@ -183,33 +183,25 @@ class UrgencyRule:
         _, top_done, merges = self.finish_times(now, s, m, len(group))
         if any(now + rest <= q.deadline < top_done for q in top.reqs):
             return False
-        taken = set(map(id, group))
-        pol.infq = deque(r for r in pol.infq if id(r) not in taken)
-        for r in group:
-            r.start = now
-        e = Entry(0, group, sum(r.est for r in group), min(r.deadline for r in group))
-        e.urgent = True
-        pol.log.add(now, PREEMPT, s, m, f"{len(group)} outranking request(s) would miss their deadline behind the "
-                    f"running batch" + ("; they merge at this stage" if merges else "; they run ahead alone"))
-        stack.append(e)
-        pol.log.add(now, DISPATCH, 0, len(group), "urgent")
-        pol.merge_top(now)
+        pol.run_ahead(now, group, f"{len(group)} outranking request(s) would miss their deadline behind the running "
+                      "batch" + ("; they merge at this stage" if merges else "; they run ahead alone"))
         return True
 
-    def split(self, now: float) -> None:
+    def split(self, now: float) -> Entry | None:
         """The batch just started on an idle device (the top entry, at stage 0): its members that outrank the
         loosest class in it and would miss their deadline in the whole batch's pass, but meet it in a pass of
-        their own, run ahead of the rest (pushed above it, unmerged), with as many of the rest as their deadline
-        allows. The rest keeps every deadline that holds in the whole pass."""
+        their own, run ahead of the rest (the entry returned, which the policy pushes above it, unmerged), with as
+        many of the rest as their deadline allows. The rest keeps every deadline that holds in the whole pass.
+        None: the batch runs whole."""
         pol = self.policy
         e = pol.stack[-1]
         reqs = e.reqs
         if len(reqs) < 2:
-            return
+            return None
         loosest = max(class_key(r) for r in reqs)
         urgent = [r for r in reqs if class_key(r) < loosest]
         if not urgent:
-            return
+            return None
         scale = pol.time_scale
         whole = pol.whole
         together = now + whole[len(reqs)] * scale
@@ -217,29 +209,29 @@ class UrgencyRule:
         urgent = [r for r in urgent if r.deadline < together]
         urgent = [r for r in urgent if r.deadline >= now + whole[len(urgent)] * scale]
         if not urgent:
-            return
+            return None
         dmin = min(r.deadline for r in urgent)
         if dmin < now + whole[len(urgent)] * scale:
-            return
+            return None
         taken = set(map(id, urgent))
         rest = [r for r in reqs if id(r) not in taken]
         while rest and now + whole[len(urgent) + 1] * scale <= min(dmin, rest[0].deadline):
             dmin = min(dmin, rest[0].deadline)
             urgent.append(rest.pop(0))  # as many as their deadline allows go ahead with them
         if not rest:
-            return
+            return None
         k = len(urgent)
         after = now + (whole[k] + whole[len(rest)]) * scale
         if any(together <= q.deadline < after for q in rest):
-            return
+            return None
         e.reqs = rest
         e.rem = sum(r.est for r in rest)
         e.dmin = min(r.deadline for r in rest)
         u = Entry(0, urgent, sum(r.est for r in urgent), dmin)
         u.urgent = True
-        pol.stack.append(u)
         pol.log.add(now, PREEMPT, 0, len(rest), f"{k} outranking request(s) run ahead of the batch for their "
                                                 "deadline")
+        return u
 
     def keeps_apart(self, now: float, a: Entry, size: int) -> bool:
         """Whether urgent sub-batch ``a`` stays apart from the one below (merged: ``size``): where the merged batch
