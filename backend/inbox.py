@@ -72,7 +72,7 @@ class Worker(Protocol):
     def settle(self, rows: Any) -> None: ...  # ... which it tallies without the lock (taking it to calibrate)
     def release_arenas(self) -> None: ...  # under the lock: the sessions' next runs shrink their arenas ...
     def trim_heap(self) -> bool: ...  # ... and glibc's free heap goes back, without it; True: it went
-    def write_statistics(self) -> None: ...
+    def write_statistics(self) -> None: ...  # takes the lock for the counters, writes the file after it
     def answer_leftovers(self, queued: Iterable[Parent]) -> None: ...
 
 
@@ -164,6 +164,7 @@ class InboxLoop:
                                 trim = self.quiet_hook(now)
                             if trim:  # glibc's heap, without the lock: 1-4 ms served under load (ad hoc)
                                 w.trim_heap()
+                            w.write_statistics()  # takes the lock for the counters only
                     hook = None
                     if self.dirty:  # the hook is owed: at its interval
                         hook = max(self.idle_hook_at + IDLE_HOOK_INTERVAL_S, time.monotonic() + 1e-3)
@@ -198,8 +199,7 @@ class InboxLoop:
                 w.answer_leftovers(self._leftovers())
                 rows = w.idle_hook()
             w.settle(rows)
-            with busy:
-                w.write_statistics()
+            w.write_statistics()
 
     def wait(self, timeout: float | None) -> Any:
         """The next inbox item, or WAKE when ``timeout`` (a timer) passes first; None once close() was called."""
@@ -246,9 +246,9 @@ class InboxLoop:
 
     # ------------------------------------------------------------------ hooks (scheduler thread, busy lock held)
     def quiet_hook(self, now: float) -> bool:
-        """After an idle hook, once nothing has run for QUIET_S (or the file is STATS_MAX_AGE_S old): the statistics
-        file, and the memory given back (at most once a ``memory_release_s``): the arenas here, under the lock;
-        True: the heap is trimmed after it (``Worker.trim_heap``)."""
+        """After an idle hook, once nothing has run for QUIET_S (or the file is STATS_MAX_AGE_S old): the memory
+        given back (at most once a ``memory_release_s``): the arenas here, under the lock; True: the heap is
+        trimmed after it (``Worker.trim_heap``). The statistics file follows (``Worker.write_statistics``)."""
         # memory at rest, or (load that never pauses) at the latest every MEMORY_RELEASE_UNDER_LOAD intervals: a
         # burst's high-water mark is not kept for good by the steady load after it
         every = self.memory_release_s
@@ -256,8 +256,5 @@ class InboxLoop:
         if every and since >= every and (now - self.worked_at >= QUIET_S or since >= MEMORY_RELEASE_UNDER_LOAD * every):
             self.released_at = now
             self.worker.release_arenas()
-            trim = True
-        else:
-            trim = False
-        self.worker.write_statistics()
-        return trim
+            return True
+        return False

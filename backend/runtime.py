@@ -56,10 +56,6 @@ IsCancelled = Callable[[Any], bool]
 DECISION_LOG_CAPACITY = 4096
 
 
-def _always() -> bool:
-    return True
-
-
 class BackendRuntime(StageRuns):
     """Owns the scheduler thread of one model instance (its stage runs: ``stage_runs.py``)."""
 
@@ -67,12 +63,12 @@ class BackendRuntime(StageRuns):
 
     def __init__(self, runner: StageRunner, table: LatencyTable, policy: Policy, respond: Respond, *,
                  is_cancelled: IsCancelled | None = None, cancel_poll_s: float = 0.002,
-                 on_idle: "Callable[[BackendRuntime], None] | None" = None,
+                 on_idle: "Callable[[BackendRuntime], Callable[[], None] | None] | None" = None,
                  on_batch: "Callable[[int, int, float], None] | None" = None,
                  name: str = "lazybatch", queue_policy: QueuePolicy | None = None,
                  metrics: "M.ModelMetrics | None" = None, fault: FaultInjector | None = None,
                  whole_runner: StageRunner | None = None, whole_wide: bool = False,
-                 alone: Callable[[], bool] = _always, inline: bool = False,
+                 alone: Callable[[], bool] | None = None, inline: bool = False,
                  measure_boundary_cost: bool = True,
                  memory_release_s: float = MEMORY_RELEASE_INTERVAL_S, park: "PoolPark | None" = None) -> None:
         """Built whole from what ``backend/model_kinds.py`` made of the model (``ModelParts``); the thread starts
@@ -87,7 +83,7 @@ class BackendRuntime(StageRuns):
         self.runner = runner
         self.whole_runner = whole_runner
         self.whole_wide = whole_wide
-        self.alone = alone
+        self.alone = alone or (lambda: True)  # None: no device group, always alone
         self.park = park
         self.policy = policy
         self.respond = respond
@@ -233,11 +229,14 @@ class BackendRuntime(StageRuns):
         return memory.trim_heap(self.stats)
 
     def write_statistics(self) -> None:
-        if self.on_idle is not None:
-            try:
-                self.on_idle(self)
-            except Exception:  # statistics are best effort
-                traceback.print_exc()
+        """``on_idle`` under the lock; what it returns (the file written) after it."""
+        try:
+            with self.loop.busy:
+                save = self.on_idle(self) if self.on_idle is not None else None
+            if save is not None:
+                save()
+        except Exception:  # statistics are best effort
+            traceback.print_exc()
 
     def run_next(self) -> bool:
         """Run the job the scheduler gave, then report it done; False once close() was called."""

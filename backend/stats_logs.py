@@ -76,20 +76,26 @@ class StatsFile:
         self.header = header  # the model, its policy and why its stages run fused, if they do
         self.gate = gate  # the device group's gate once joined (None: solo or ungrouped)
 
-    def write(self, runtime: Any) -> None:
+    def write(self, runtime: Any) -> Callable[[], None]:
+        """The counters now (under the runtime's lock, where they hold still); returns what writes them to the file,
+        which the scheduler thread calls after letting go of the lock (the JSON and the file took 0.6-1.3 ms of it
+        served under load, ad hoc: requests that came meanwhile waited)."""
+        data = {**self.header,
+                "scheduler": runtime.policy.describe(),  # with what it made of the table, e.g. its batch cap
+                **runtime.stats.as_dict(),
+                # the scheduler's decision counts: dispatch, preempt, merge, split, reject
+                "decisions": dict(runtime.scheduler.log.counts)}
+        if hasattr(runtime.runner, "npu_stats"):
+            data["npu"] = runtime.runner.npu_stats()
+        gate = self.gate()
+        if gate is not None:  # a grouped model: its use of the shared device (the metrics' device families)
+            data["device"] = {"device_s": gate.device_s, "wait_s": gate.wait_s, "grants": gate.grants,
+                              "leased": bool(gate.leased)}
+        return lambda: self._save(data)
+
+    def _save(self, data: dict[str, Any]) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            data = {**self.header,
-                    "scheduler": runtime.policy.describe(),  # with what it made of the table, e.g. its batch cap
-                    **runtime.stats.as_dict(),
-                    # the scheduler's decision counts: dispatch, preempt, merge, split, reject
-                    "decisions": dict(runtime.scheduler.log.counts)}
-            if hasattr(runtime.runner, "npu_stats"):
-                data["npu"] = runtime.runner.npu_stats()
-            gate = self.gate()
-            if gate is not None:  # a grouped model: its use of the shared device (the metrics' device families)
-                data["device"] = {"device_s": gate.device_s, "wait_s": gate.wait_s, "grants": gate.grants,
-                                  "leased": bool(gate.leased)}
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data, indent=1))
             tmp.replace(self.path)
