@@ -47,7 +47,7 @@ PAGES: dict[str, Page] = {
         "docs/results/default_guard.md", "by hand", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
         ("python -m benchmarks.bench_default --models tiny,mlp --loads 0.4,0.9 --reps 3 --duration 8 "
          "--segment 2 --restart --driver load --perf-arrivals seeded --out lazybatch-results/default_lean "
-         "--json docs/data/default_guard_cf5f6eb.json",), one_commit=True),
+         "--json docs/data/default_guard_b467ad8.json",), one_commit=True),
     # about 2 h 15 min on 2 cores (an AMD EPYC: t1 is 1.4x the Intel Xeon's; the main sweep about 100 minutes, the
     # LM's light-load cells alone about 25, perf_analyzer about 35). The opt-in eager:join=benefit served beside
     # eager (--variants eager_join) adds a fifth of the sweep and no goal of the page: it was level with eager at
