@@ -87,9 +87,10 @@ def verdict_lines(results: list[dict], restart: bool) -> list[str]:
         missed = missed_cells(results, d)
         peak = "; ".join(f"{res['model']} {e:.2f}x (the copy {t:.2f}x)"
                          for res in results for e, t in [peak_ratios(res, d)])
-        pooled_n = p["cells"] - p.get("unsettled", 0)
+        pooled_n = p["cells"] - p.get("unsettled", 0) - p.get("unsustained", 0)
         lines += [f"- **Under {DRIVERS[d]}: eager / an identical copy of Triton 0 ms, pooled over {pooled_n} of "
-                  f"{p['cells']} cells (the rest have no settled noise floor), {default_report.interval(p)}: "
+                  f"{p['cells']} cells (the rest have no settled noise floor, or a queue grew there and the "
+                  f"throughput judges them), {default_report.interval(p)}: "
                   f"{p['verdict']}.** "
                   f"Goal \"never slower\" (best Triton avg / eager avg >= 1.00), "
                   f"{count_line(p['counts']['eager'], p['counts']['twin'])}."

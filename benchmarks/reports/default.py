@@ -62,6 +62,9 @@ def ratios(res: dict, driver: str) -> list[dict]:
                 inline.append(r["inline"] / (r["inline"] + r["scheduler"]))
         twin_reps = [by[k, best]["avg_ms"] / by[k, TWIN]["avg_ms"] for k in reps if (k, TWIN) in by]
         pols = ("eager", best)
+        # eager's throughput over the best's, per repetition: the cell's figure where a queue grew (cell_verdict)
+        thr = [e["throughput"] / by[k, best]["throughput"] for k in reps
+               if (e := by[k, "eager"])["throughput"] and by[k, best]["throughput"]]
         # requests each p99 rests on, pooled over the repetitions (None: a run from before counts were kept)
         counts = {p: sum(by[k, p].get("requests") or 0 for k in reps)
                   if all(by[k, p].get("requests") is not None for k in reps) else None for p in pols}
@@ -77,6 +80,11 @@ def ratios(res: dict, driver: str) -> list[dict]:
                      "stolen": sum(by[k, p].get("stolen", 0) for k in reps for p in POLICIES if (k, p) in by),
                      "client_bound": any(by[k, p].get("client_bound") for k in reps for p in pols),
                      "unsustained": sum(1 for k in reps for p in pols if by[k, p].get("sustained") is False),
+                     # whether eager, the best and the twin all sustained the load in every repetition: a latency
+                     # there measures a queue's growth over the run, not what a request waits (pooled leaves it out)
+                     "sustained": all(by[k, p].get("sustained") is not False
+                                      for k in reps for p in (*pols, TWIN) if (k, p) in by),
+                     "throughput": spread(thr) if thr else None,
                      # runs that measured nothing (perf_analyzer: "Failed to obtain stable measurement")
                      "failed": sum(1 for k in reps for p in POLICIES if (k, p) in by
                                    and not math.isfinite(by[k, p]["avg_ms"])),
@@ -107,12 +115,16 @@ def pooled(results: list[dict], driver: str, restart: bool = False, draws: int =
     units: dict[tuple, list[float]] = {}
     said: dict[str, list[str]] = {"eager": [], "twin": []}
     unsettled = 0  # cells whose noise floor strayed outside its band in a repetition (harness/method.py)
+    unsustained = 0  # cells where a queue grew through a run of eager, the best or the twin: judged on throughput
     for res in results:
         if not any(c["driver"] == driver for c in res["cells"]):
             continue
         models.append(res["model"])
         for r in ratios(res, driver):
             if r["twin"] is None:
+                continue
+            if not r["sustained"]:  # its averages measure a queue's growth: its verdict is throughput's
+                unsustained += 1
                 continue
             if not r["settled"]:  # no verdict of its own (harness/method.py): it does not vote in the pool either
                 unsettled += 1
@@ -125,17 +137,18 @@ def pooled(results: list[dict], driver: str, restart: bool = False, draws: int =
                 units.setdefault((res["model"], k) if restart else (res["model"],), []).append(d)
             for who, s in (("eager", r["avg"]), ("twin", r["twin"])):
                 said[who].append(verdict(s, 1.0))
-    if not diffs and not unsettled:  # no cell with an identical copy: nothing to say
+    if not diffs and not unsettled + unsustained:  # no cell with an identical copy: nothing to say
         return None
-    if not diffs:  # every cell unsettled: nothing to pool
-        return {"cells": unsettled, "models": models, "eager": math.nan, "twin": math.nan, "ratio": math.nan,
+    if not diffs:  # every cell unsettled or unsustained: nothing to pool
+        return {"cells": unsettled + unsustained, "models": models, "eager": math.nan, "twin": math.nan, "ratio": math.nan,
                 "draws": 0, "restart": restart, "counts": {w: count(v) for w, v in said.items()},
-                "unsettled": unsettled, "lo": math.nan, "hi": math.nan,
-                "verdict": "unresolved (no cell's noise floor settled within 0.90-1.10x: run longer)"}
+                "unsettled": unsettled, "unsustained": unsustained, "lo": math.nan, "hi": math.nan,
+                "verdict": "unresolved (no sustained cell whose noise floor settled within 0.90-1.10x: run longer, "
+                           "or at a load the configurations sustain)"}
     n = len(diffs)
-    out = {"cells": n + unsettled, "models": models, "eager": math.exp(sum(goal) / n), "twin": math.exp(sum(twin) / n),
+    out = {"cells": n + unsettled + unsustained, "models": models, "eager": math.exp(sum(goal) / n), "twin": math.exp(sum(twin) / n),
            "ratio": math.exp(sum(diffs) / n), "draws": len(units), "restart": restart,
-           "counts": {w: count(v) for w, v in said.items()}, "unsettled": unsettled}
+           "counts": {w: count(v) for w, v in said.items()}, "unsettled": unsettled, "unsustained": unsustained}
     if len(units) < MIN_DRAWS:
         return out | {"lo": math.nan, "hi": math.nan,
                       "verdict": f"unresolved ({len(units)} session draw(s); run with --restart for more)"}
@@ -173,7 +186,9 @@ def pooled_line(results: list[dict], driver: str, restart: bool = False) -> list
             f"{e['missed']} cells missed and {e['met']} met for eager, {t['missed']} missed and {t['met']} met for "
             "the twin (an identical copy: every one of its verdicts is false). "
             f"{p['unsettled']} of the {p['cells']} cells have no verdict and are left out of the pool: their noise "
-            f"floor strayed outside {FLOOR_BAND[0]:.2f}-{FLOOR_BAND[1]:.2f} in a repetition.", ""]
+            f"floor strayed outside {FLOOR_BAND[0]:.2f}-{FLOOR_BAND[1]:.2f} in a repetition. "
+            f"{p['unsustained']} are judged on throughput instead and left out too: a queue grew through a run there "
+            "(its average measures that growth).", ""]
 
 
 def report(res: dict, driver: str) -> list[str]:
@@ -205,12 +220,18 @@ def report(res: dict, driver: str) -> list[str]:
 
 def cell_verdict(r: dict) -> str:
     """The goal's verdict where the cell's noise floor settled (harness/method.py), else why there is none (which
-    counts as not met); a client-bound cell or one a configuration did not sustain says so."""
-    said = verdict(r["avg"], 1.0) if r["settled"] or r["twin"] is None else floor_note(r["twin_reps"])
+    counts as not met); a client-bound cell says so. Where eager or the best Triton did not sustain the load in a
+    repetition, the verdict is on throughput (eager's / the best's): an average there measures how fast a queue grew
+    over the run, not a latency a user would see."""
+    if r["unsustained"] and r.get("throughput"):  # a queue grew: its average is no figure, its throughput is
+        said = (f"throughput eager / best Triton {fmt(r['throughput'])}: {verdict(r['throughput'], 1.0)}; "
+                f"{r['unsustained']} run(s) not sustained (a queue grew), so no latency verdict")
+    else:
+        said = verdict(r["avg"], 1.0) if r["settled"] or r["twin"] is None else floor_note(r["twin_reps"])
+        if r["unsustained"]:
+            said += f"; {r['unsustained']} run(s) not sustained (a queue grew)"
     if r["client_bound"]:
         said += "; client-bound in a repetition"
-    if r["unsustained"]:
-        said += f"; {r['unsustained']} run(s) not sustained (a queue grew)"
     if r.get("failed"):
         said += f"; {r['failed']} run(s) measured nothing"
     return said

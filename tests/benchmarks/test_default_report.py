@@ -160,7 +160,7 @@ def test_unsettled_cells_stay_out_of_the_pool(bench):
     p = bench.pooled([{"model": "m", "t1_ms": 1.0, "sla_ms": 5.0, "cells": settled + stray}], "load", restart=True)
     assert p["cells"] == 2 and p["unsettled"] == 1 and p["ratio"] == pytest.approx(1 / 1.05, rel=1e-3)
     none = bench.pooled([{"model": "m", "t1_ms": 1.0, "sla_ms": 5.0, "cells": stray}], "load", restart=True)
-    assert none["ratio"] != none["ratio"] and none["verdict"].startswith("unresolved (no cell's noise floor")
+    assert none["ratio"] != none["ratio"] and none["verdict"].startswith("unresolved (no sustained cell whose noise floor")
     assert "no figure [no settled cell]" in "\n".join(
         bench.pooled_line([{"model": "m", "t1_ms": 1.0, "sla_ms": 5.0, "cells": stray}], "load", restart=True))
 
@@ -223,3 +223,31 @@ def test_a_model_behind_on_its_own_is_named_though_the_pool_of_all_is_level():
     line = default_page.readme_line({"meta": {"commit": "abc1234", "restart": True}, "results": results})
     assert line.startswith("| [Static models](docs/results/default.md) | eager vs Triton 0 ms: tie ")
     assert line.endswith("(lazybatch load); behind slow; abc1234 |")
+
+
+def test_a_cell_where_a_queue_grew_is_judged_on_throughput_and_left_out_of_the_pool(bench):
+    """Latency only at loads the configurations sustain: where eager's queue grew through a run, its average
+    measures that growth, so the cell is judged on throughput (eager's / the best's) and does not vote in the pooled
+    latency figure; a twin whose queue grew leaves it out of the pool too."""
+    steady = _cells(0.4, 1.05, 1.0)
+    over = _cells(0.9, 1.5, 1.0)  # eager 50% slower on average: a queue grew, at the same throughput
+    for c in over:
+        c["sustained"] = not (c["policy"] == "eager" and c["rep"] == 1)
+    res = {"model": "m", "t1_ms": 1.0, "sla_ms": 5.0, "cells": steady + over}
+    rows = {r["load"]: r for r in bench.ratios(res, "load")}
+    assert rows[0.4]["sustained"] and not rows[0.9]["sustained"] and rows[0.9]["unsustained"] == 1
+    assert rows[0.9]["throughput"]["mean"] == pytest.approx(1.0)
+    said = bench.cell_verdict(rows[0.9])
+    assert said.startswith("throughput eager / best Triton 1.00 [1.00-1.00]: met") and "no latency verdict" in said
+    assert bench.cell_verdict(rows[0.4]) == "missed"
+    p = bench.pooled([res], "load", restart=True)
+    assert p["cells"] == 2 and p["unsustained"] == 1 and p["ratio"] == pytest.approx(1 / 1.05, rel=1e-3)
+    for c in over:  # the twin's queue grew instead: its ratio is no floor either
+        c["sustained"] = c["policy"] != "triton_0us_twin"
+    assert bench.pooled([res], "load", restart=True)["unsustained"] == 1
+    assert "1 are judged on throughput instead" in "\n".join(bench.pooled_line([res], "load", restart=True))
+    for c in over:  # eager's throughput 10% lower where the queue grew: missed
+        c["sustained"] = c["policy"] != "eager"
+        if c["policy"] == "eager":
+            c["throughput"] = 9.0
+    assert ": missed;" in bench.cell_verdict(bench.ratios(res, "load")[1])
