@@ -103,7 +103,8 @@ def ratios(res: dict, driver: str) -> list[dict]:
                      "unsustained": (grew := {p: d for p in pols
                                               if (d := queue_grew([by[k, p] for k in reps])) is not None}),
                      # and the twin's: with any of the three, the cell stays out of the pooled latency figure
-                     "sustained": not grew and queue_grew([by[k, TWIN] for k in reps if (k, TWIN) in by]) is None,
+                     "copy_grew": (cg := queue_grew([by[k, TWIN] for k in reps if (k, TWIN) in by])),
+                     "sustained": not grew and cg is None,
                      "throughput": spread(thr) if thr else None,
                      # runs that measured nothing (perf_analyzer: "Failed to obtain stable measurement")
                      "failed": sum(1 for k in reps for p in POLICIES if (k, p) in by
@@ -207,8 +208,9 @@ def pooled_line(results: list[dict], driver: str, restart: bool = False) -> list
             "the twin (an identical copy: every one of its verdicts is false). "
             f"{p['unsettled']} of the {p['cells']} cells have no verdict and are left out of the pool: their noise "
             f"floor strayed outside {FLOOR_BAND[0]:.2f}-{FLOOR_BAND[1]:.2f} in a repetition. "
-            f"{p['unsustained']} are judged on throughput instead and left out too: a queue grew through a run there "
-            "(its average measures that growth).", ""]
+            f"{p['unsustained']} are left out too because a queue grew over the runs of eager, the best or the "
+            "copy there (an average there measures that growth; where it was eager's or the best's, the cell is "
+            "judged on throughput).", ""]
 
 
 def report(res: dict, driver: str) -> list[str]:
@@ -252,6 +254,9 @@ def cell_verdict(r: dict) -> str:
         said = verdict(r["avg"], 1.0) if r["settled"] or r["twin"] is None else floor_note(r["twin_reps"])
         if r["unsustained"]:
             said += f"; not sustained ({grew}: a queue grew)"
+        elif r.get("copy_grew") is not None:  # the floor measured a queue's growth: the cell stays out of the pool
+            d = r["copy_grew"]
+            said += f"; the copy's queue grew ({'lost answers' if math.isinf(d) else f'drift {d:.2f}x'}): no floor"
     if r["client_bound"]:
         said += "; client-bound in a repetition"
     if r.get("failed"):

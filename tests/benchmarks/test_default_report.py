@@ -246,7 +246,8 @@ def test_a_cell_where_a_queue_grew_is_judged_on_throughput_and_left_out_of_the_p
     for c in over:  # the twin's queue grew instead: its ratio is no floor either
         c["drift"] = 1.6 if c["policy"] == "triton_0us_twin" else 1.0
     assert bench.pooled([res], "load", restart=True)["unsustained"] == 1
-    assert "1 are judged on throughput instead" in "\n".join(bench.pooled_line([res], "load", restart=True))
+    assert "1 are left out too because a queue grew" in "\n".join(bench.pooled_line([res], "load", restart=True))
+    assert bench.cell_verdict(bench.ratios(res, "load")[1]) == "missed; the copy's queue grew (drift 1.60x): no floor"
     for c in over:  # eager lost answers and its throughput is 10% lower: missed
         c["drift"] = 1.0
         if c["policy"] == "eager":
