@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lazybatch.serving import TritonServer, free_port
-from triton_models import Served, build_repository, unload_all
+from triton_models import Served, build_repository
 
 
 @pytest.fixture(scope="session")
@@ -19,15 +19,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Served:
     stats_dir = root / "stats"
     log = root / "tritonserver.log"
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                          log_file=log, env={"LAZYBATCH_STATS_DIR": str(stats_dir), "OMP_NUM_THREADS": "1"},
-                          extra_args=["--model-control-mode=explicit", "--load-model=*"])  # unload_all at the end
+                          log_file=log, env={"LAZYBATCH_STATS_DIR": str(stats_dir), "OMP_NUM_THREADS": "1"})
     server.start(timeout=240)
     try:
         yield Served(server, repo, stats_dir, log, mlp, slow)
     finally:
-        problems = unload_all(server)
         code = server.stop()
-        assert not problems, f"models did not unload cleanly: {problems}; see {log}"
         assert code == 0, f"tritonserver exited with {code}; see {log}"
 
 

@@ -175,37 +175,3 @@ def stub_pid(repo: Path, model: str) -> int:
             return int(p)
     raise AssertionError(f"no stub serves {model} of {repo}")
 
-
-def unload_all(server: TritonServer, timeout: float = 60.0) -> list[str]:
-    """Unload every loaded model one at a time through the repository API (the server runs with
-    ``--model-control-mode=explicit``) and wait until each reports UNAVAILABLE: each model's ``finalize`` ends, in
-    turn, before the server is stopped. Returns what went wrong (empty: all unloaded).
-
-    Why one at a time rather than at SIGINT, where tritonserver unloads all of them at once: a CI run's server
-    (18 models, after the whole module's traffic) died of SIGSEGV in its own process during that parallel unload,
-    after it had found no inference in flight, and 25 restarts serving the same repository could not reproduce it.
-    Unloaded in turn, each model's finalize is checked on its own, and the stop that follows has nothing to unload."""
-    import tritonclient.http as http
-
-    problems = []
-    client = http.InferenceServerClient(server.endpoints.http, network_timeout=timeout)
-    try:
-        ready = [m["name"] for m in client.get_model_repository_index() if m.get("state") == "READY"]
-        for name in ready:
-            try:
-                client.unload_model(name)
-            except Exception as e:  # noqa: BLE001 - named in the test's failure
-                problems.append(f"{name}: unload refused: {e}")
-                continue
-            end = time.monotonic() + timeout
-            while time.monotonic() < end:
-                state = {m["name"]: m.get("state") for m in client.get_model_repository_index()}.get(name)
-                if state != "READY" and state != "UNLOADING":
-                    break
-                time.sleep(0.1)
-            else:
-                problems.append(f"{name}: still {state} after {timeout:.0f} s")
-    finally:
-        client.close()
-    return problems
-
