@@ -136,7 +136,7 @@ def pooled(results: list[dict], driver: str, restart: bool = False, draws: int =
     units: dict[tuple, list[float]] = {}
     said: dict[str, list[str]] = {"eager": [], "twin": []}
     unsettled = 0  # cells whose noise floor strayed outside its band in a repetition (harness/method.py)
-    unsustained = 0  # cells where a queue grew through a run of eager, the best or the twin: judged on throughput
+    unsustained = 0  # cells where the queue of eager, the best or the twin grew over the runs (queue_grew)
     for res in results:
         if not any(c["driver"] == driver for c in res["cells"]):
             continue
@@ -242,11 +242,10 @@ def report(res: dict, driver: str) -> list[str]:
 
 def cell_verdict(r: dict) -> str:
     """The goal's verdict where the cell's noise floor settled (harness/method.py), else why there is none (which
-    counts as not met); a client-bound cell says so. Where eager or the best Triton did not sustain the load in a
-    repetition, the verdict is on throughput (eager's / the best's): an average there measures how fast a queue grew
-    over the run, not a latency a user would see."""
-    grew = ", ".join(f"{p.removeprefix('triton_')} {'lost answers' if math.isinf(d) else f'drift {d:.2f}x'}"
-                     for p, d in r["unsustained"].items())
+    counts as not met); a client-bound cell says so. Where the queue of eager or the best Triton grew over the
+    cell's runs (``queue_grew``), the verdict is on throughput (eager's / the best's): an average there measures how
+    fast the queue grew, not a latency a user would see."""
+    grew = ", ".join(f"{p.removeprefix('triton_')} {growth(d)}" for p, d in r["unsustained"].items())
     if r["unsustained"] and r.get("throughput"):  # a queue grew: its average is no figure, its throughput is
         said = (f"throughput eager / best Triton {fmt(r['throughput'])}: {verdict(r['throughput'], 1.0)}; "
                 f"not sustained ({grew}: a queue grew), so no latency verdict")
@@ -255,13 +254,17 @@ def cell_verdict(r: dict) -> str:
         if r["unsustained"]:
             said += f"; not sustained ({grew}: a queue grew)"
         elif r.get("copy_grew") is not None:  # the floor measured a queue's growth: the cell stays out of the pool
-            d = r["copy_grew"]
-            said += f"; the copy's queue grew ({'lost answers' if math.isinf(d) else f'drift {d:.2f}x'}): no floor"
+            said += f"; the copy's queue grew ({growth(r['copy_grew'])}): no floor"
     if r["client_bound"]:
         said += "; client-bound in a repetition"
     if r.get("failed"):
         said += f"; {r['failed']} run(s) measured nothing"
     return said
+
+
+def growth(drift: float) -> str:
+    """``queue_grew``'s figure in the pages' words."""
+    return "lost answers" if math.isinf(drift) else f"drift {drift:.2f}x"
 
 
 def counts(r: dict) -> str:
