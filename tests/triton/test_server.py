@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 
 from lazybatch.client.api import Client, InferError
 
-from triton_models import MAX_BATCH, POLICIES
+from triton_models import MAX_BATCH, POLICIES, crash_at_stop
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
@@ -200,3 +200,17 @@ def test_cancelled_while_queued_is_answered_cancelled(served, reference):
     assert after["answered"].get("OK", 0) - before["answered"].get("OK", 0) == 1
     n_stages = len(json.loads((served.repo / model / "1" / "stages" / "manifest.json").read_text())["stages"])
     assert after["stage_runs"] - before.get("stage_runs", 0) == n_stages  # the cancelled ones ran no stage
+
+
+def test_the_fixture_forgives_only_a_crash_after_sigint(tmp_path):
+    """conftest.py's teardown lets pass a crash at the stop (an open defect, triton_models.crash_at_stop), never
+    a crash while serving, a hang killed or another exit code."""
+    log = tmp_path / "tritonserver.log"
+    log.write_text("I started\nSignal (2) received.\nI unloading\n"
+                   "tcache_thread_shutdown(): unaligned tcache chunk detected\nSignal (6) received.\n")
+    assert "tcache" in crash_at_stop(-6, log)
+    assert crash_at_stop(0, log) is None and crash_at_stop(-9, log) is None and crash_at_stop(1, log) is None
+    log.write_text("I started\nSignal (11) received.\nSignal (2) received.\n")  # crashed while serving
+    assert crash_at_stop(-11, log) is None
+    log.write_text("I started\n")
+    assert crash_at_stop(-11, log) is None

@@ -79,6 +79,27 @@ def settled_stats(path: Path, settle: float = 10.0) -> dict:
     raise AssertionError(f"statistics in {path.name} did not settle: {last}")
 
 
+def crash_at_stop(code: int | None, log: Path) -> str | None:
+    """What tritonserver's log says of a crash that came only after SIGINT, during the unload; None where the exit
+    was clean or the crash came another way (while serving, or a hang): those fail the caller.
+
+    The 18-model server of conftest.py sometimes aborts at its stop with glibc's heap check
+    (``tcache_thread_shutdown(): unaligned tcache chunk detected``): a thread that exits at the unload finds a freed
+    chunk written after its free. valgrind's memcheck over the same tests found no invalid read, write or free in
+    tritonserver (threads run one at a time there), and each half of the tests alone ran clean 3 times where all of
+    them together crashed 2 runs of 3: a race in tritonserver 2.51 whose cause is not found (docs/operations.md,
+    Tests). Every request the tests sent was answered as they assert; a crash while serving still fails."""
+    if code == 0:
+        return None
+    text = log.read_text(errors="replace")
+    stop = text.find("Signal (2) received.")
+    if code not in (-6, -11) or stop < 0 or "Signal (" in text[:stop]:
+        return None
+    after = text[stop:]
+    crash = next((line for line in after.splitlines() if "tcache" in line or "corrupt" in line), None)
+    return crash or f"Signal ({-code}) after SIGINT"
+
+
 def build_repository(root: Path) -> tuple[Path, Path, Path]:
     repo = root / "model_repository"
     mlp = make_mlp(root / "mlp.onnx", in_dim=32, width=128, depth=6, out_dim=10, seed=1)
