@@ -6,8 +6,9 @@ nvidia-pytriton's tritonserver and sent gRPC requests, each cancelled by its cli
 - ``racing``: a cancel 0-1 ms after its request, while the answer (well under a millisecond) is on its way;
 - ``held``: the model sleeps 30 ms and each cancel comes 3 ms after its request, long before the answer.
 
-Prints each trial's exit code at SIGINT (0: a clean stop; -11, -6: the server crashed). With Triton 2.51 (the
-server nvidia-pytriton 0.7 bundles) racing cancels crash it, held ones do not (docs/operations.md, Cancellation).
+Prints each trial's exit code at SIGINT (0: a clean stop; anything else, -11, -6 or 1 seen here, a crash). With
+Triton 2.51 (the server nvidia-pytriton 0.7 bundles) racing cancels crash it, held ones do not (docs/operations.md,
+Cancellation).
 
     python scripts/grpc_cancel_race.py --trials 4
 """
@@ -51,21 +52,24 @@ def trial(root: Path, way: str, n: int, seed: int) -> int | None:
     (repo / "double" / "config.pbtxt").write_text(CONFIG)
     server = TritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                           log_file=root / way / f"tritonserver{seed}.log").start(timeout=120)
-    client = grpcclient.InferenceServerClient(server.endpoints.grpc)
-    done = threading.Semaphore(0)
-    rng = random.Random(seed)
-    x = np.ones((1, 32), np.float32)
-    for i in range(n):
-        t = grpcclient.InferInput("x", [1, 32], "FP32")
-        t.set_data_from_numpy(x)
-        call = client.async_infer("double", [t], lambda result, error: done.release())
-        time.sleep(rng.choice([0, 0, 1e-4, 5e-4, 1e-3]) if way == "racing" else 0.003)
-        call.cancel()
-        time.sleep(0.002 if way == "racing" and i % 50 else 0.01)
-    for _ in range(n):
-        done.acquire(timeout=30)
-    client.close()
-    return server.stop()
+    try:
+        client = grpcclient.InferenceServerClient(server.endpoints.grpc)
+        done = threading.Semaphore(0)
+        rng = random.Random(seed)
+        x = np.ones((1, 32), np.float32)
+        for i in range(n):
+            t = grpcclient.InferInput("x", [1, 32], "FP32")
+            t.set_data_from_numpy(x)
+            call = client.async_infer("double", [t], lambda result, error: done.release())
+            time.sleep(rng.choice([0, 0, 1e-4, 5e-4, 1e-3]) if way == "racing" else 0.003)
+            call.cancel()
+            time.sleep(0.002 if way == "racing" and i % 50 else 0.01)
+        for _ in range(n):
+            done.acquire(timeout=30)
+        client.close()
+    finally:  # stopped whatever happened: its exit code is the result
+        code = server.stop()
+    return code
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ import statistics
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -93,6 +94,23 @@ def _input(x: np.ndarray) -> list:
     return [t]
 
 
+def _answers() -> tuple[dict[int, list], threading.Semaphore, Any]:
+    """Every answer per request index (to count them: exactly one each), a semaphore released per answer, and
+    ``cb(i)``, the callback for request ``i``."""
+    got: dict[int, list] = {}
+    lock = threading.Lock()
+    done = threading.Semaphore(0)
+
+    def cb(i: int):
+        def f(result, error):
+            with lock:
+                got.setdefault(i, []).append((result, error))
+            done.release()
+        return f
+
+    return got, done, cb
+
+
 def _wait(pred, timeout: float = 10.0, every: float = 0.001):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -142,17 +160,7 @@ def test_cancelled_running_request_stops_within_a_stage_and_the_batch_goes_on(ca
     queued_late: list[int] = []  # boundaries between its cancel and its answer, less one
     stage_times: list[float] = []
     for trial in range(TRIALS):
-        got: dict[int, list] = {}
-        lock = threading.Lock()
-        done = threading.Semaphore(0)
-
-        def cb(i):
-            def f(result, error):
-                with lock:
-                    got.setdefault(i, []).append((result, error))
-                done.release()
-            return f
-
+        got, done, cb = _answers()
         tag = f"t{trial}-"
         t_send = time.time()
         ctx = [client.async_infer(MODEL, _input(xs[i]), cb(i), request_id=f"{tag}{i}") for i in range(3)]
@@ -211,7 +219,7 @@ def test_cancelled_running_request_stops_within_a_stage_and_the_batch_goes_on(ca
 
 
 def test_mixed_good_bad_cancelled_exactly_one_response_each(cancel_served):
-    """Good, bad and cancelled requests interleaved from many threads on LazyBatching: every call completes exactly
+    """Good, bad and cancelled requests interleaved on LazyBatching: every call completes exactly
     once, good ones with their own correct result, bad ones with their error, cancelled ones as cancelled; the server
     goes on.
 
@@ -224,18 +232,8 @@ def test_mixed_good_bad_cancelled_exactly_one_response_each(cancel_served):
     ref = ort.InferenceSession(str(served.onnx_path), providers=["CPUExecutionProvider"])
     before = served.stats(LAZY)
     c = grpcclient.InferenceServerClient(served.server.endpoints.grpc)
-    results: dict[int, list] = {}
-    lock = threading.Lock()
-    done = threading.Semaphore(0)
+    results, done, cb = _answers()
     expected: dict[int, tuple[str, np.ndarray]] = {}
-
-    def cb(i):
-        def f(result, error):
-            with lock:
-                results.setdefault(i, []).append((result, error))
-            done.release()
-        return f
-
     n = 32
     rng = np.random.default_rng(5)
     for i in range(n):
