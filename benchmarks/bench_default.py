@@ -46,43 +46,13 @@ ROOT = Path(__file__).resolve().parent.parent
 from tqdm import tqdm
 
 from benchmarks.harness import add_perf_arrivals_arg, command_line, machine_meta, start_server, static_t1, write_json
-from benchmarks.harness.method import CLIENT_PACE, segments_for, while_ours
+from benchmarks.harness.measure import load_segment, pool_load
+from benchmarks.harness.method import segments_for, while_ours
 from benchmarks.harness.page import write_page
-from benchmarks.harness.stats import percentile, violation
-from lazybatch.client.capacity import ANSWERED, DRIFT, steady
 from lazybatch.client.load import run_load
 from lazybatch.shipped import KIND_SLA_MS, build_default_repository
 from lazybatch.serving import TritonServer
 from benchmarks.reports.default import POLICIES, SLA_MULTIPLE, pooled_line, ratios, report
-
-
-def drive_load(url: str, model: str, rate: float, duration: float, sla_ms: float, seed: int) -> dict:
-    """One segment under `lazybatch load`: its answers' latencies and records, for pooling (``pool_load``)."""
-    r = run_load(url, model, rate, duration, sla_ms=sla_ms, seed=seed, timeout_s=120.0)
-    return {"sent": r.sent, "ok": r.ok, "errors": r.errors, "latencies": r.latencies_ms, "records": r.records,
-            "send_rate": r.send_rate, "duration": duration}
-
-
-def pool_load(segs: list[dict], sla_ms: float) -> dict:
-    """A cell's figures from its segments under `lazybatch load`: every answer pooled (average, p99, violations);
-    the pace is the sent-weighted mean of the segments'; sustained where the segments' second halves, pooled, have
-    a median at most DRIFT x their first halves' (a queue growing through each segment shows in every one) and
-    answers reach ANSWERED of sends."""
-    lat = np.concatenate([np.asarray(g["latencies"], dtype=float) for g in segs]) if segs else np.zeros(0)
-    sent = sum(g["sent"] for g in segs)
-    ok = sum(g["ok"] for g in segs)
-    errors = sum(g["errors"] for g in segs)
-    paces = [(steady(g["records"], g["send_rate"], g["duration"]).sent, g["sent"]) for g in segs if g["sent"]]
-    pace = sum(p * n for p, n in paces) / max(sum(n for _, n in paces), 1)
-    first = [lat_ms for g in segs for t, lat_ms, good in g["records"] if good and t < g["duration"] / 2]
-    second = [lat_ms for g in segs for t, lat_ms, good in g["records"] if good and t >= g["duration"] / 2]
-    drift = float(np.median(second) / np.median(first)) if first and second else math.nan
-    return {"sent": sent, "ok": ok, "errors": errors, "avg_ms": float(lat.mean()) if lat.size else math.nan,
-            "p99_ms": percentile(lat, 99),
-            "throughput": ok / sum(g["duration"] for g in segs) if segs else math.nan,
-            "violations": violation(lat, errors, sent, sla_ms), "requests": ok, "pace": pace,
-            "client_bound": pace < CLIENT_PACE, "drift": drift,
-            "sustained": bool(drift <= DRIFT and sent and ok / sent >= ANSWERED)}
 
 
 PERF_MIN_SEGMENT_S = 3.0  # perf_analyzer's three measurement windows of at least 1 s each
@@ -237,7 +207,8 @@ class CellRunner:
         segment and its busy, steal, retries and whether its steal stayed high."""
         model = f"{self.kind}_{pol}"
         if driver == "load":
-            seg, turn = while_ours(lambda: drive_load(url, model, rate, seg_s, self.sla_ms, seed=seed))
+            seg, turn = while_ours(lambda: load_segment(run_load(url, model, rate, seg_s, sla_ms=self.sla_ms, seed=seed,
+                                                                 timeout_s=120.0), seg_s))
         else:
             seg, turn = while_ours(lambda: drive_perf(url, model, rate, seg_s, self.sla_ms, seed=seed, out=self.out,
                                                       input_data=PERF_INPUT_DATA.get(self.kind),

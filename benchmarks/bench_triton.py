@@ -3,7 +3,6 @@
     python -m benchmarks.bench_triton                    # the static-model experiment on ResNet-50 (~12 minutes)
     python -m benchmarks.bench_triton --model mlp        # the same where batching pays (8 x 2048 MLP, SLA 10/25 ms)
     python -m benchmarks.bench_triton --duration 5 --fractions 0.1,0.9   # a quick look
-    python -m benchmarks.bench_triton ... --pair         # then the co-located pair on the same server (the quickstart)
 
 One tritonserver serves the default repository (`lazybatch repo default`). The batch-1 service rate mu is measured
 first (sequential whole-graph requests); then open-loop Poisson load at fractions of mu, every configuration one
@@ -26,10 +25,6 @@ identical to Triton's could come out behind by that alone. And a second, identic
 configuration (the twin, served from OUT/twin_repository beside the drop-in repository) runs in turn and is scored
 by the same rule in eager's place: what this machine's noise alone does to one load's verdict. With 7 slices, a
 policy equal to Triton's best has every slice below 1.00 by chance at 1 load in 128 (3 slices: 1 in 8).
-
-``--pair`` adds, on the same server once the table above is measured, the co-located pair (benchmarks/pair.py: the
-MLP beside ResNet-50, both at once, under lazybatch's device scheduler and under Triton's batcher at 0 and 5 ms),
-written to OUT/pair.md and OUT/pair.json and printed after the single-model table.
 """
 
 from __future__ import annotations
@@ -53,8 +48,7 @@ from benchmarks.harness.page import table_head
 from benchmarks.harness.stats import violation
 from lazybatch.client.api import Client
 from lazybatch.client.load import LoadResult, run_load, summarize
-from lazybatch.shipped import (COMPARISON, PAIR_KINDS, build_default_repository, build_pair_repository,
-                               default_build_dir)
+from lazybatch.shipped import COMPARISON, build_default_repository, default_build_dir
 
 OURS = "eager"  # the default policy (batcher/policies/eager.py)
 BASELINE_SUFFIXES = [k for k in COMPARISON if k != OURS]
@@ -107,9 +101,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slas", default=None, help="SLA targets in ms (default 100,200 for resnet50, 10,25 for mlp)")
     ap.add_argument("--out", default=None, help="default lazybatch-results/triton-bench-<model>")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--pair", action="store_true", help="then the co-located pair on the same server "
-                    "(benchmarks/pair.py; its models are built into --repository as `lazybatch repo default --pair`)")
-    colocated_pair.add_args(ap, prefix="pair-")
     args = ap.parse_args(argv)
     fractions = [float(v) for v in args.fractions.split(",")]
     slas = [float(v) for v in (args.slas or DEFAULT_SLAS[args.model]).split(",")]
@@ -124,16 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(out / "twin_repository", ignore_errors=True)
     twin_repo = build_default_repository(out / "twin_repository", kind=args.model,
                                          work=default_build_dir(args.repository), policies={TWIN_SUFFIX: "triton:0"})
-    if args.pair:  # + the pair's models, and the noise floor's copy of its other kind's Triton 0 ms
-        build_pair_repository(repo)
-        colocated_pair.build_twins(twin_repo, Path(args.repository),
-                                   [kind for kind in PAIR_KINDS.values() if kind != args.model])
-    pair_data = None
     print(f"starting tritonserver on {repo} ...", flush=True)
     results: list[dict] = []
-    pins = colocated_pair.pinning_args() if args.pair else []  # the pair's pinned baseline's host policies
     with served(repo, out / "tritonserver.log", stats_dir=stats_dir.resolve(),
-                extra_args=[f"--model-repository={twin_repo.resolve()}", *pins]) as server:
+                extra_args=[f"--model-repository={twin_repo.resolve()}"]) as server:
         url = server.endpoints.grpc
         with Client(url) as c:
             n_cal = 15 if args.model == "resnet50" else 200
@@ -186,10 +171,6 @@ def main(argv: list[str] | None = None) -> int:
                       f"err {r.errors} avg {r.avg_ms:.1f} p99 {r.p99_ms:.1f} ms thr {r.throughput:.2f}/s"
                       + (f" overhead/stage {overhead['per_stage_ms']:.3f} ms ({overhead['fraction']:.1%}), "
                          f"mean sub-batch {overhead['mean_batch']:.2f}" if overhead else ""), flush=True)
-        if args.pair:
-            # its noise floor: the twins of both kinds are in twin_repo (the model's, and the other kind's above),
-            # with the pinned baseline's models
-            pair_data = colocated_pair.run_args(url, args, server_pid=server.proc.pid, twin=True, pinned=True)
     meta = {"model": args.model, "slices": args.slices, "t_whole_ms": t_whole * 1e3, "t_lazy_ms": t_lazy * 1e3, "mu": mu, "duration_s": args.duration,
             "min_requests": args.min_requests,
             "fractions": fractions, "slas": slas, "cpu_count": os.cpu_count(),
@@ -202,9 +183,6 @@ def main(argv: list[str] | None = None) -> int:
     (out / "bench.md").write_text(table)
     print(table)
     plot(results, out / "bench.png")
-    if pair_data is not None:
-        pair_data["meta"]["command"] = meta["command"]
-        colocated_pair.report(pair_data, out)
     return 0
 
 

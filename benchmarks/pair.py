@@ -2,7 +2,6 @@
 tritonserver, both driven at once, under lazybatch's defaults (the CPU share on) and under Triton's batcher.
 
     python -m benchmarks.pair                     # serves model_repository (built with `lazybatch repo default --pair`)
-    python -m benchmarks.bench_triton ... --pair  # the same after the single-model table, on that run's server
     python -m benchmarks.pair --capacity --kinds small=tiny,large=mlp \
         --out lazybatch-results/capacity --repository lazybatch-results/capacity_repository \
         --json docs/data/colocation_capacity_tiny_mlp.json --page docs/results/colocation_capacity.md

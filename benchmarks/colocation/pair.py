@@ -1,8 +1,7 @@
-"""The quickstart's co-located pair (docs/colocation.md), its parts: the measurement, the options and the page that
-``python -m benchmarks.pair`` and ``bench_triton --pair`` share.
+"""The co-located pair (docs/colocation.md), its parts: the measurement, the options and the page of
+``python -m benchmarks.pair``.
 
     python -m benchmarks.pair                     # serves model_repository (built with `lazybatch repo default --pair`)
-    python -m benchmarks.bench_triton ... --pair  # the same after the single-model table, on that run's server
 
 The small model (the 8 x 2048 MLP) gets Poisson arrivals at ``--small-load`` of its batch-1 rate (0.3), the large
 one (ResNet-50) at ``--large-load`` of its own (1.1), both at once (client/together.py, ``lazybatch load
@@ -291,14 +290,14 @@ def report(data: dict, out: Path, page: Path | None = None) -> str:
     return text
 
 
-def add_args(ap: argparse.ArgumentParser, prefix: str = "") -> None:
-    """The pair's options (``prefix``: ``pair-`` where they sit beside another benchmark's --duration)."""
-    ap.add_argument(f"--{prefix}duration", dest="pair_duration", type=float, default=2.0,
+def add_args(ap: argparse.ArgumentParser) -> None:
+    """The pair's options."""
+    ap.add_argument("--duration", dest="pair_duration", type=float, default=2.0,
                     help="seconds of load per configuration and repetition (2)")
-    ap.add_argument(f"--{prefix}reps", dest="pair_reps", type=int, default=3, help="repetitions (3)")
-    ap.add_argument(f"--{prefix}small-load", dest="small_load", type=float, default=0.3,
+    ap.add_argument("--reps", dest="pair_reps", type=int, default=3, help="repetitions (3)")
+    ap.add_argument("--small-load", dest="small_load", type=float, default=0.3,
                     help="the small model's load, a fraction of its batch-1 rate (0.3)")
-    ap.add_argument(f"--{prefix}large-load", dest="large_load", type=float, default=1.1, help="the large model's (1.1)")
+    ap.add_argument("--large-load", dest="large_load", type=float, default=1.1, help="the large model's (1.1)")
 
 
 def build_twins(twins: Path, repository: Path, kinds: Sequence[str] | None = None,

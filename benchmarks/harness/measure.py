@@ -1,13 +1,21 @@
 """What the served benchmarks measure on a running server: batch-1 times (the t1 loads and SLAs are multiples of),
-seq2seq requests drawn as `lazybatch load` draws them, and a perf_analyzer cell."""
+seq2seq requests drawn as `lazybatch load` draws them, `lazybatch load` segments pooled into one cell (sustained or
+not), and a perf_analyzer cell."""
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from benchmarks.harness.method import CLIENT_PACE
+from benchmarks.harness.stats import percentile, violation
+from lazybatch.client.capacity import ANSWERED, DRIFT, steady
 
 
 def seq2seq_requests(http: str, model: str, n: int, seed: int = 0) -> list[dict] | None:
@@ -76,6 +84,35 @@ def seq2seq_t1(url: str, http: str, model: str, n: int) -> float:
     with Client(url) as c:
         times = c.latencies(model, feeds, n + 2, warmup=0)[2:]
     return statistics.fmean(times)
+
+
+def load_segment(r: Any, duration: float) -> dict:
+    """One segment of `lazybatch load` (a client.load.LoadResult of ``duration`` s) as ``pool_load`` pools it: its
+    answers' latencies and records (send offset, latency, answered)."""
+    return {"sent": r.sent, "ok": r.ok, "errors": r.errors, "latencies": r.latencies_ms, "records": r.records,
+            "send_rate": r.send_rate, "duration": duration}
+
+
+def pool_load(segs: list[dict], sla_ms: float) -> dict:
+    """A cell's figures from its segments under `lazybatch load`: every answer pooled (average, p99, violations);
+    the pace is the sent-weighted mean of the segments'; sustained where the segments' second halves, pooled, have
+    a median at most DRIFT x their first halves' (a queue growing through each segment shows in every one) and
+    answers reach ANSWERED of sends."""
+    lat = np.concatenate([np.asarray(g["latencies"], dtype=float) for g in segs]) if segs else np.zeros(0)
+    sent = sum(g["sent"] for g in segs)
+    ok = sum(g["ok"] for g in segs)
+    errors = sum(g["errors"] for g in segs)
+    paces = [(steady(g["records"], g["send_rate"], g["duration"]).sent, g["sent"]) for g in segs if g["sent"]]
+    pace = sum(p * n for p, n in paces) / max(sum(n for _, n in paces), 1)
+    first = [lat_ms for g in segs for t, lat_ms, good in g["records"] if good and t < g["duration"] / 2]
+    second = [lat_ms for g in segs for t, lat_ms, good in g["records"] if good and t >= g["duration"] / 2]
+    drift = float(np.median(second) / np.median(first)) if first and second else math.nan
+    return {"sent": sent, "ok": ok, "errors": errors, "avg_ms": float(lat.mean()) if lat.size else math.nan,
+            "p99_ms": percentile(lat, 99),
+            "throughput": ok / sum(g["duration"] for g in segs) if segs else math.nan,
+            "violations": violation(lat, errors, sent, sla_ms), "requests": ok, "pace": pace,
+            "client_bound": pace < CLIENT_PACE, "drift": drift,
+            "sustained": bool(drift <= DRIFT and sent and ok / sent >= ANSWERED)}
 
 
 class PerfMeasuredNothing(RuntimeError):

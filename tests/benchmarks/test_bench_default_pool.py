@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 
-from benchmarks.bench_default import pool_load, pool_perf
+from benchmarks.bench_default import pool_perf
+from benchmarks.harness.measure import pool_load
 
 
 def _segment(latencies: list[float], duration: float = 2.0, sent: int | None = None) -> dict:

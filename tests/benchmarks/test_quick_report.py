@@ -1,4 +1,4 @@
-"""benchmarks/bench_triton.py's verdict (the quickstart's table): best Triton / eager slice by slice, Triton's best
+"""benchmarks/bench_triton.py's verdict: best Triton / eager slice by slice, Triton's best
 chosen on the other slices, with the range over the slices, a range across 1.00 called a tie; the same for the
 identical copy of Triton 0 ms (the noise floor). No server: synthetic cells."""
 
@@ -74,7 +74,7 @@ def test_runs_without_slices_fall_back_to_the_pooled_ratio(bench):
     assert ratio == "1.30x" and verdict == "eager level or ahead"
 
 
-# The co-located pair's page (benchmarks/pair.py, `bench_triton --pair`): synthetic runs, no server.
+# The co-located pair's page (benchmarks/pair.py): synthetic runs, no server.
 
 def pair_data(small_avg: dict[str, list[float]], alone: list[float], large_avg: float = 100.0) -> dict:
     """Runs of the pair: per configuration the small model's average per repetition (its p99 twice that), the large

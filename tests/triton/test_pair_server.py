@@ -1,4 +1,4 @@
-"""The quickstart's co-located pair (benchmarks/pair.py, `bench_triton --pair`) in a short mode on a real
+"""The co-located pair (benchmarks/pair.py) in a short mode on a real
 tritonserver: a small MLP beside a larger one, under lazybatch's defaults (the CPU share on: no ``cpu_share`` line) and under Triton's
 batcher at 0 ms, both driven at once, each alone under each for reference. Every request is answered, the two
 models of a pair run over the same time, lazybatch's large model yielded the cores to the small one (its threads
@@ -6,7 +6,7 @@ lowered while the small one had requests, read from /proc and from its metrics; 
 stubs were left alone, every thread is back at its weight after, and the printed page has the per-model table and
 the verdict rows with the one rule's words.
 
-Its own server and repository: the models are named as the quickstart's (<prefix>_eager_shared, <prefix>_triton_0us), only
+Its own server and repository: the models are named as the pair's (<prefix>_eager_shared, <prefix>_triton_0us), only
 smaller, so the whole module runs in well under a minute."""
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
         time.sleep(0.05)
 
     text = pair.report(data, tmp_path)
-    assert capsys.readouterr().out.strip() == text.strip()  # the page is what the quickstart prints
+    assert capsys.readouterr().out.strip() == text.strip()  # the page is what the benchmark prints
     assert json.loads((tmp_path / "pair.json").read_text())["runs"] == json.loads(json.dumps(runs))
     assert (tmp_path / "pair.md").read_text() == text
     rows = [line for line in text.splitlines() if line.startswith("| ")]
