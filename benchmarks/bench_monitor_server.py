@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import machine_meta, percentile, start_server, write_json
+from benchmarks.harness.cli import turned
 from benchmarks.harness.stats import bins
 from benchmarks.harness.measure import service_time
 from benchmarks.harness.plots import pyplot, save
@@ -162,7 +163,7 @@ def run_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
         runs: dict[str, list[tuple[float, LoadResult, float, float]]] = {p: [] for p in policies}
         for k in range(args.slices):
             seg = [o - bounds[k] for o in offsets if bounds[k] <= o < bounds[k + 1]]
-            order = policies[k % len(policies):] + policies[:k % len(policies)]
+            order = turned(policies, k)
             for p in order:
                 if not seg:
                     continue

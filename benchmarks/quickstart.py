@@ -38,7 +38,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
@@ -46,9 +46,10 @@ from benchmarks.colocation.pair import PAUSE_S, TWIN, pair_slas
 from benchmarks.pair import parse_kinds
 from benchmarks.harness import command_line, geomean, judge, machine_meta, served, write_json
 from benchmarks.harness.measure import load_segment, pool_load, service_time
-from benchmarks.harness.method import busy_between, cpu_times, floor_note, floor_settled, p99_note, steal_between
+from benchmarks.harness.cli import turned
+from benchmarks.harness.method import floor_note, floor_settled, measured, p99_note, segments_for
 from benchmarks.harness.page import table_head, write_page
-from benchmarks.harness.plots import pyplot, save
+from benchmarks.harness.plots import latency_cdfs
 from benchmarks.harness.procs import niced, processes
 from lazybatch.client.api import Client
 from lazybatch.client.load import run_load
@@ -59,11 +60,8 @@ CONFIGS = {"lazybatch": PAIR_OURS, "Triton 0 ms": "triton_0us", "copy": TWIN}  #
 HAND = "hand-set nice"  # Triton 0 ms's models, the neighbour's stub at HAND_NICE for the window
 HAND_NICE = 10  # the CPU share's first step (batcher/cpu_rank.py NICE_STEPS[1])
 LOADS = (0.4, 0.7)  # question 1: fractions of the MLP's batch-1 rate
-# question 2: the latency-critical model (small) and its busy neighbour (large), and their fractions of their own
-# batch-1 rates. The MLP beside ResNet-50 was sustained by no configuration at 30% + 40% (cores 97% busy: two
-# backends' onnxruntime threads on 2 cores cost more than the sum of their t1), and at 30% + 25% a 6 s window holds
-# too few ResNet-50 answers (about 50 a half) to tell a steady queue from a growing one; tiny beside the MLP, which
-# batches, gives both models hundreds of answers a window. ``--kinds small=mlp,large=resnet50`` runs that pair.
+# question 2: the latency-critical model (small), its busy neighbour (large) and their fractions of their own batch-1
+# rates: why not the MLP beside ResNet-50, docs/colocation.md "The quickstart's pair"
 PAIR = {"small": "tiny", "large": "mlp"}
 SMALL_LOAD, LARGE_LOAD = 0.3, 0.5
 SEGMENT_S, WINDOW_S, REPS = 2.0, 2.0, 3
@@ -77,24 +75,8 @@ LATER = ["python -m benchmarks.bench_default   # the standing guard: four models
          "python -m benchmarks.bench_colocation   # four models, the rate limiter among Triton's configurations"]
 
 
-def turned(items: Sequence, k: int) -> list:
-    """``items`` starting at the k-th: each configuration opens a turn as often as the others."""
-    k %= len(items)
-    return list(items[k:]) + list(items[:k])
-
-
-def window(measure: Callable[[], object]) -> tuple[object, dict]:
-    """``measure()`` and the machine's busy and steal shares meanwhile (/proc/stat)."""
-    before = cpu_times()
-    value = measure()
-    after = cpu_times()
-    return value, {"busy": busy_between(before, after), "steal": steal_between(before, after)}
-
-
 def alone(url: str, t1_s: float, *, reps: int, seg_s: float, say: Callable[[str], None]) -> list[dict]:
     """Question 1: every configuration of CONFIGS on the MLP alone at each of LOADS, in turn segment by segment."""
-    from benchmarks.harness.method import segments_for
-
     runs = []
     for f in LOADS:
         rate = f / t1_s
@@ -103,7 +85,7 @@ def alone(url: str, t1_s: float, *, reps: int, seg_s: float, say: Callable[[str]
         for k in range(reps):
             for j in range(n):
                 for name in turned(list(CONFIGS), k * n + j):
-                    r, m = window(lambda: run_load(url, f"mlp_{CONFIGS[name]}", rate, seg_s, sla_ms=10.0,
+                    r, m = measured(lambda: run_load(url, f"mlp_{CONFIGS[name]}", rate, seg_s, sla_ms=10.0,
                                                    seed=1000 * k + j, timeout_s=60.0, send_sla=False))
                     runs.append({"question": 1, "load": f, "rep": k, "config": name, "model": r.model,
                                  **m, **load_segment(r, seg_s)})
@@ -147,7 +129,7 @@ def beside(url: str, kinds: dict[str, str], rates: dict[str, float], slas: dict[
 
     def turn(mode: str, cfg: str, k: int, j: int) -> None:
         with nice(cfg):
-            results, m = window(lambda: drive(mode, cfg, window_s, 100 * k + j))
+            results, m = measured(lambda: drive(mode, cfg, window_s, 100 * k + j))
         for role, r in zip(roles, results):
             runs.append({"question": 2, "mode": mode, "rep": k, "config": cfg, "role": role, "model": r.model,
                          **m, **load_segment(r, window_s)})
@@ -221,9 +203,8 @@ def first_table(runs: list[dict], t1_ms: float) -> list[str]:
              "alone. Ratio: Triton 0 ms's average / lazybatch's per repetition (above 1.00 lazybatch is faster); "
              "noise floor: the same ratio for an identical copy of Triton 0 ms.", "",
              *table_head(["load", "configuration", "requests", "avg ms", "p99 ms", "drift", "max steal"])]
-    verdicts = [""]
-    verdicts += table_head(["load", "Triton 0 ms / lazybatch, avg", "noise floor (copy)", "verdict",
-                            "p99 ratio (copy)"])
+    verdicts = ["", *table_head(["load", "Triton 0 ms / lazybatch, avg", "noise floor (copy)", "verdict",
+                                 "p99 ratio (copy)"])]
     for f in LOADS:
         cells = {name: cell(runs, 10.0, question=1, load=f, config=name) for name in CONFIGS}
         for name, c in cells.items():
@@ -317,31 +298,17 @@ def second_table(runs: list[dict], meta: dict) -> list[str]:
 
 
 def cdf(runs: list[dict], kinds: dict[str, str], path: Path) -> Path | None:
-    """The latency-critical model's latency CDF beside its neighbour per configuration, and alone (dashed): what
-    its users would see."""
-    plt = pyplot()
-    if plt is None:
-        return None
+    """The latency-critical model's latency CDF beside its neighbour per configuration, and alone (dashed)."""
     small, large = (LABEL.get(kinds[r], kinds[r]) for r in ("small", "large"))
-    fig, ax = plt.subplots(figsize=(7, 4.2))
     colours = dict(zip([*CONFIGS, HAND], ("tab:blue", "tab:orange", "tab:gray", "tab:green")))
-    for mode in ("together", "alone"):
-        for cfg in [*CONFIGS, HAND]:
-            lat = np.sort([v for r in runs if r["question"] == 2 and r.get("mode") == mode and r["config"] == cfg
-                           and r["role"] == "small" for v in r["latencies"]])
-            if lat.size:
-                label = f"{cfg}, beside {large}" if mode == "together" else f"{cfg}, alone"
-                ax.plot(lat, np.arange(1, lat.size + 1) / lat.size, label=label, color=colours[cfg],
-                        linestyle="--" if mode == "alone" else "-", linewidth=1.0 if cfg == "copy" else 1.8)
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(plt.matplotlib.ticker.ScalarFormatter())
-    ax.set_xlabel(f"{small} latency (ms, log scale)")
-    ax.set_ylabel("fraction of requests")
-    ax.set_title(f"The latency-critical {small} beside {large}, and alone")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    return save(fig, path, dpi=110)
+    series = {f"{cfg}, {f'beside {large}' if mode == 'together' else 'alone'}": (
+        [v for r in runs if r["question"] == 2 and r.get("mode") == mode and r["config"] == cfg and r["role"] ==
+         "small" for v in r["latencies"]],
+        {"color": colours[cfg], "linestyle": "--" if mode == "alone" else "-",
+         "linewidth": 1 if cfg == "copy" else 1.8})
+        for mode in ("together", "alone") for cfg in colours}
+    return latency_cdfs(series, path, xlabel=f"{small} latency (ms, log scale)",
+                        title=f"The latency-critical {small} beside {large}, and alone")
 
 
 def render(data: dict, out: Path) -> list[str]:
@@ -409,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         loads = {"small": SMALL_LOAD, "large": args.neighbour_load}
         rates = {role: loads[role] / t1[kind] for role, kind in kinds.items()}
         runs += beside(url, kinds, rates, {role: slas[kind] for role, kind in kinds.items()}, reps=args.reps,
-                       window_s=WINDOW_S * args.scale, segments=SEGMENTS, hand=hand, server_pid=server.proc.pid, say=say)
+                       window_s=WINDOW_S * args.scale, segments=SEGMENTS, hand=hand, server_pid=server.proc.pid,
+                       say=say)
         phases["2. beside"] = time.monotonic() - t
     phases["total, server start to last table"] = time.monotonic() - start  # the tables take a second more
     meta = {**machine_meta(), "command": command_line(), "pair": kinds, "alone_t1_ms": t1["mlp"] * 1e3,

@@ -33,6 +33,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from benchmarks.harness import geomean, held_out_ratios, judge
+from benchmarks.harness.cli import turned
 from benchmarks.harness.measure import service_time
 from benchmarks.harness.page import table_head
 from benchmarks.harness.stats import percentile
@@ -133,7 +134,7 @@ def measure(url: str, prefixes: dict[str, str], *, small_load: float = 0.3, larg
             time.sleep(pause_s)
     runs: list[dict] = []
     for k in range(reps):
-        for mode, what in turns[k % len(turns):] + turns[:k % len(turns)]:
+        for mode, what in turned(turns, k):
             cfg = what[1] if mode == "alone" else what
             with hand_set(cfg if mode == "together" else ""), watched_nices(stubs(cfg, ROLES)) as nices:
                 if mode == "together":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, TypeVar
+
+T = TypeVar("T")
 
 
 def add_sweep_args(ap: Any, *, loads: str, reps: int, duration: float, out: str, data: str) -> None:
@@ -39,3 +41,10 @@ def turns(loads: Sequence[float], reps: int, policies: Sequence[str], desc: str)
     for f, k in tqdm([(f, k) for f in loads for k in range(reps)], desc=desc, unit="rep"):
         for pol in (list(policies) if k % 2 == 0 else list(reversed(policies))):
             yield f, k, pol
+
+
+def turned(items: Sequence[T], k: int) -> list[T]:
+    """``items`` starting at the k-th (modulo their count): turn k's order, so that each configuration opens a turn
+    as often as the others."""
+    k %= len(items)
+    return list(items[k:]) + list(items[:k])

@@ -105,6 +105,15 @@ class Turn:
     stolen: bool
 
 
+def measured(measure: Callable[[], T]) -> tuple[T, dict[str, float]]:
+    """``measure()`` once, and the machine's busy and steal shares meanwhile (``busy``, ``steal``): for a run too
+    short to measure a stolen window again (``while_ours`` does)."""
+    before = cpu_times()
+    value = measure()
+    after = cpu_times()
+    return value, {"busy": busy_between(before, after), "steal": steal_between(before, after)}
+
+
 def while_ours(measure: Callable[[], T], *, read: Callable[[], tuple[int, ...]] = cpu_times,
                pause: Callable[[float], None] = time.sleep) -> tuple[T, Turn]:
     """``measure()``, taken again after STEAL_PAUSE_S while the hypervisor stole more than STEAL_MAX of the machine
