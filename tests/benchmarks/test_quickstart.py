@@ -85,14 +85,14 @@ def figure(lines: list[str], start: str) -> list[str]:
 
 def test_the_pair_is_judged_only_where_every_model_sustained_its_load():
     lines = qs.second_table(pair_runs(), META)
-    assert figure(lines, "tiny beside the MLP, Triton 0 ms / lazybatch")[-1] == "ahead"
+    assert figure(lines, "tiny beside the MLP, Triton 0 ms and its copy / lazybatch")[-1] == "ahead"
     assert figure(lines, "tiny beside the MLP / alone, lazybatch")[-1] == "avg missed, p99 missed"  # 2.0 / 1.25
     hand = figure(lines, "tiny beside the MLP, hand-set nice / lazybatch")
     assert hand[1].startswith("1.10x") and hand[-1] == "ahead"  # lazybatch faster than the line set by hand
     grown = qs.second_table(pair_runs(neighbour_late_ms=1000.0), META)
-    assert figure(grown, "tiny beside the MLP, Triton 0 ms / lazybatch")[-1] == \
+    assert figure(grown, "tiny beside the MLP, Triton 0 ms and its copy / lazybatch")[-1] == \
         "no verdict: not sustained under Triton 0 ms (the MLP)"
-    carried = figure(grown, "the MLP beside tiny, Triton 0 ms / lazybatch")
+    carried = figure(grown, "the MLP beside tiny, Triton 0 ms and its copy / lazybatch")
     assert carried[1].startswith("throughput") and carried[-1].startswith("no verdict")
 
 
