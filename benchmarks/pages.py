@@ -41,6 +41,13 @@ PAGES: dict[str, Page] = {
          "--duration 3 --restart --driver both --perf-arrivals seeded --out lazybatch-results/default "
          "--json docs/data/default.json",
          "python -m benchmarks.default_page"), one_commit=True),
+    # the README's first command: its two questions in about 4 minutes, run from a clean clone (scripts/quickstart.sh)
+    "quickstart": Page(
+        "docs/results/quickstart.md", "whole", "an identical copy of Triton 0 ms in every cell",
+        ("./scripts/quickstart.sh   # from a clean clone",
+         "cp lazybatch-results/quickstart/quickstart.json docs/data/quickstart.json",
+         "python -m benchmarks.quickstart --from-data docs/data/quickstart.json --page docs/results/quickstart.md"),
+        one_commit=True),
     # the guard on the fast models (about 30 minutes on 2 cores) and ResNet-50 (6 draws: 3 proved too few; about 25): a
     # change to the default measured between full runs of the page above
     "default_guard": Page(

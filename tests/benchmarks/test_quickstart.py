@@ -8,7 +8,8 @@ import json
 
 import numpy as np
 
-from benchmarks import quickstart as qs
+from benchmarks import quickstart
+from benchmarks.reports import quickstart as qs
 
 
 def window(latency_ms: float, *, rate: float = 100.0, duration: float = 2.0, late_ms: float = 0.0,
@@ -102,7 +103,7 @@ def test_the_page_renders_from_its_raw_data(tmp_path, capsys):
             "runs": alone_runs([5.0] * 3, [6.0] * 3, [6.0] * 3) + pair_runs()}
     raw = tmp_path / "quickstart.json"
     raw.write_text(json.dumps(data))
-    assert qs.main(["--from-data", str(raw), "--out", str(tmp_path)]) == 0
+    assert quickstart.main(["--from-data", str(raw), "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "Measured at commit abc1234" in out and "**2. What does a latency-critical model keep" in out
     assert out.count("lazybatch ahead") == 2
