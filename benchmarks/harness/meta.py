@@ -66,8 +66,9 @@ def command_line() -> str:
     return " ".join([Path(sys.executable).name, *argv])
 
 
-def write_json(path: str | Path, data: Any) -> Path:
+def write_json(path: str | Path, data: Any, *, compact: bool = False) -> Path:
+    """``data`` as JSON at ``path`` (its folder made); ``compact``: no indentation, for raw data of every request."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(data, indent=1) + "\n")
+    p.write_text((json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=1)) + "\n")
     return p
