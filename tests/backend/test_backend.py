@@ -735,7 +735,10 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
         while not writes or writes[-1] < end:
             assert time.monotonic() < deadline, "the statistics file was not written once the load stopped"
             time.sleep(0.01)
-        assert writes[-1] - end < inbox.QUIET_S + 0.2
+        # at the quiet moment (QUIET_S after the last pass, plus the scheduler's wake-up), not by the file's age:
+        # that write would come STATS_MAX_AGE_S after the last one, before the load began, at end + 1.2 s or later.
+        # QUIET_S + 0.2 s was too tight on a loaded 2-core VM (a CI run read 0.77 s)
+        assert writes[-1] - end < inbox.STATS_MAX_AGE_S / 2
         while rt.stats.memory_releases == released:  # the heap is trimmed just after the file, without the lock
             assert time.monotonic() < deadline, "memory not given back at the quiet moment"
             time.sleep(0.01)
