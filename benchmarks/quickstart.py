@@ -44,12 +44,13 @@ from benchmarks.harness.method import measured, segments_for
 from benchmarks.harness.page import write_page
 from benchmarks.harness.procs import niced, processes
 from benchmarks.pair import parse_kinds
-from benchmarks.reports.quickstart import (ALONE_SEGMENTS, CONFIGS, HAND, HAND_NICE, LABEL, LARGE_LOAD, LOADS, PAIR,
-                                           REPS, SEGMENT_S, SEGMENTS, SMALL_LOAD, WINDOW_S, render)
+from benchmarks.reports.quickstart import (ALONE_SEGMENTS, ALONE_SLA_MS, CONFIGS, HAND, HAND_NICE, LABEL, LARGE_LOAD,
+                                           LOADS, PAIR, REPS, SEGMENT_S, SEGMENTS, SMALL_LOAD, WINDOW_S, render)
 from lazybatch.client.api import Client
 from lazybatch.client.load import run_load
 from lazybatch.client.together import model_seed, run_together
 from lazybatch.shipped import KIND_SLA_MS, build_default_repository, default_build_dir
+
 
 def alone(url: str, t1_s: float, *, reps: int, seg_s: float, say: Callable[[str], None]) -> list[dict]:
     """Question 1: every configuration of CONFIGS on the MLP alone at each of LOADS, in turn segment by segment."""
@@ -61,7 +62,7 @@ def alone(url: str, t1_s: float, *, reps: int, seg_s: float, say: Callable[[str]
         for k in range(reps):
             for j in range(n):
                 for name in turned(list(CONFIGS), k * n + j):
-                    r, m = measured(lambda: run_load(url, f"mlp_{CONFIGS[name]}", rate, seg_s, sla_ms=10.0,
+                    r, m = measured(lambda: run_load(url, f"mlp_{CONFIGS[name]}", rate, seg_s, sla_ms=ALONE_SLA_MS,
                                                    seed=1000 * k + j, timeout_s=60.0, send_sla=False))
                     runs.append({"question": 1, "load": f, "rep": k, "config": name, "model": r.model,
                                  **m, **load_segment(r, seg_s)})
@@ -149,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--page", default=None, help="--from-data: write them as this results page, its plot in docs/img")
     args = ap.parse_args(argv)
     out = Path(args.out)
+    if not (args.scale > 0 and args.reps >= 1 and 0 < args.neighbour_load < 10):
+        ap.error("--scale must be above 0, --reps at least 1, --neighbour-load a fraction of the batch-1 rate in "
+                 f"(0, 10); got {args.scale:g}, {args.reps}, {args.neighbour_load:g}")
+    if args.from_data and not Path(args.from_data).is_file():
+        ap.error(f"--from-data: no file {args.from_data} (a run writes {out}/quickstart.json)")
     if args.from_data:
         if not args.page:
             print("\n".join(render(json.loads(Path(args.from_data).read_text()), out / "cdf.png")))

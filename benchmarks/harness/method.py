@@ -105,12 +105,13 @@ class Turn:
     stolen: bool
 
 
-def measured(measure: Callable[[], T]) -> tuple[T, dict[str, float]]:
+def measured(measure: Callable[[], T], *,
+             read: Callable[[], tuple[int, ...]] = cpu_times) -> tuple[T, dict[str, float]]:
     """``measure()`` once, and the machine's busy and steal shares meanwhile (``busy``, ``steal``): for a run too
     short to measure a stolen window again (``while_ours`` does)."""
-    before = cpu_times()
+    before = read()
     value = measure()
-    after = cpu_times()
+    after = read()
     return value, {"busy": busy_between(before, after), "steal": steal_between(before, after)}
 
 
@@ -120,11 +121,9 @@ def while_ours(measure: Callable[[], T], *, read: Callable[[], tuple[int, ...]] 
     during it, STEAL_RETRIES times at most: its last result and what the machine did meanwhile."""
     retried = 0
     while True:
-        before = read()
-        value = measure()
-        after = read()
-        steal = steal_between(before, after)
+        value, machine = measured(measure, read=read)
+        steal = machine["steal"]
         if not stolen(steal) or retried >= STEAL_RETRIES:
-            return value, Turn(busy_between(before, after), steal, retried, stolen(steal))
+            return value, Turn(machine["busy"], steal, retried, stolen(steal))
         retried += 1
         pause(STEAL_PAUSE_S)

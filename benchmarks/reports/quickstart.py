@@ -14,12 +14,14 @@ from benchmarks.harness.measure import pool_load
 from benchmarks.harness.method import floor_note, floor_settled, p99_note
 from benchmarks.harness.page import table_head
 from benchmarks.harness.plots import latency_cdfs
-from lazybatch.shipped import PAIR_OURS
+from lazybatch.batcher.cpu_rank import NICE_STEPS
+from lazybatch.shipped import KIND_SLA_MS, PAIR_OURS
 
 CONFIGS = {"lazybatch": PAIR_OURS, "Triton 0 ms": "triton_0us", "copy": TWIN}  # name -> model suffix
 HAND = "hand-set nice"  # Triton 0 ms's models, the neighbour's stub at HAND_NICE for the window
-HAND_NICE = 10  # the CPU share's first step (batcher/cpu_rank.py NICE_STEPS[1])
+HAND_NICE = NICE_STEPS[1]  # the CPU share's first step
 LOADS = (0.4, 0.7)  # question 1: fractions of the MLP's batch-1 rate
+ALONE_SLA_MS = KIND_SLA_MS["mlp"]  # question 1's SLA: its violations and goodput
 # question 2: the latency-critical model (small), its busy neighbour (large) and their fractions of their own batch-1
 # rates: why not the MLP beside ResNet-50, docs/colocation.md "The quickstart's pair"
 PAIR = {"small": "tiny", "large": "mlp"}
@@ -95,7 +97,7 @@ def first_table(runs: list[dict], t1_ms: float) -> list[str]:
     verdicts = ["", *table_head(["load", "Triton 0 ms and its copy / lazybatch, avg", "noise floor", "verdict",
                                  "p99 ratio (noise floor)"])]
     for f in LOADS:
-        cells = {name: cell(runs, 10.0, question=1, load=f, config=name) for name in CONFIGS}
+        cells = {name: cell(runs, ALONE_SLA_MS, question=1, load=f, config=name) for name in CONFIGS}
         for name, c in cells.items():
             lines.append(f"| {f:.0%} | {name} | {p99_note(c['requests'])} | {latency(c)} | {c['drift']:.2f} | "
                          f"{c['steal']:.1%} |")

@@ -118,3 +118,14 @@ def test_the_committed_page_renders_from_its_raw_data(tmp_path):
     got = page.read_text().split("\n")
     assert got[0] == want[0] and got[3:] == want[3:]  # the generated-by line names the page it was asked for
     assert (tmp_path / "img" / "quickstart_cdf.png").stat().st_size > 10_000
+
+
+def test_bad_options_name_what_to_give(tmp_path, capsys):
+    import pytest
+
+    for argv, words in ((["--scale", "0"], "--scale must be above 0"), (["--reps", "0"], "--reps at least 1"),
+                        (["--from-data", str(tmp_path / "none.json")], "a run writes"),
+                        (["--kinds", "small=tiny"], "--kinds: give small=KIND,large=KIND")):
+        with pytest.raises(SystemExit) as err:
+            quickstart.main(argv)
+        assert err.value.code != 0 and words in capsys.readouterr().err + str(err.value.code)
