@@ -1,51 +1,26 @@
-"""The wall clock the backend's scheduler runs on (``batcher.interfaces.Clock``): monotonic time, and timers that
-fire on the scheduler thread, between stages (``backend/inbox.py`` sleeps until the next one is due)."""
+"""The wall clock the backend's scheduler core runs on (``batcher.interfaces.Clock``): monotonic time, and the one
+instant the core asked to be stepped again at (``Step.wake_at``, a batching window's end), which the scheduler
+thread sleeps until (``backend/inbox.py``)."""
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import time
-from typing import Callable
-
-
-class Timer:
-    """A ``call_at`` timer; ``cancel`` leaves it in the heap, skipped when it comes up."""
-
-    __slots__ = ("when", "callback", "cancelled")
-
-    def __init__(self, when: float, callback: Callable[[], None]) -> None:
-        self.when = when
-        self.callback = callback
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
 
 
 class WallClock:
-    """Monotonic time; timers fire on the scheduler thread, between stages."""
+    """Monotonic time, and the core's batching window."""
+
+    __slots__ = ("wake_at",)
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Timer]] = []
-        self._seq = itertools.count()
+        self.wake_at: float | None = None  # when the core asked to decide again; None: at the next input
 
     def now(self) -> float:
         return time.monotonic()
 
-    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
-        t = Timer(when, callback)
-        heapq.heappush(self._heap, (when, next(self._seq), t))
-        return t
-
-    def next_due(self) -> float | None:
-        while self._heap and self._heap[0][2].cancelled:
-            heapq.heappop(self._heap)
-        return self._heap[0][0] if self._heap else None
-
-    def fire_due(self) -> None:
-        now = time.monotonic()
-        while self._heap and self._heap[0][0] <= now:
-            _, _, t = heapq.heappop(self._heap)
-            if not t.cancelled:
-                t.callback()
+    def due(self) -> bool:
+        """Whether the window has ended (it is then forgotten: the core is told through ``Scheduler.woke``)."""
+        if self.wake_at is not None and self.wake_at <= time.monotonic():
+            self.wake_at = None
+            return True
+        return False

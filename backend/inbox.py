@@ -1,9 +1,9 @@
 """The scheduler thread's loop: the inbox Triton's ``execute`` puts arrivals on, and the idle hooks it runs between.
 
 The ``Scheduler`` is single-threaded, so exactly one thread (this one) calls into it; ``execute`` only puts the
-requests of one call on a thread-safe queue (``Inbox.put``). The thread sleeps on that queue until an arrival, a
-timer (``backend/clock.py``) or a hook is due, takes what came, and runs the job the scheduler gave
-(``BackendRuntime.run_next``). At moments with nothing held it runs the idle hook (counters, metrics) and, once
+requests of one call on a thread-safe queue (``Inbox.put``). The thread sleeps on that queue until an arrival, the
+core's batching window (``backend/clock.py``) or a hook is due, takes everything that came, has the core decide once
+(``Worker.decide``), and runs the job it gave (``BackendRuntime.run_next``). At moments with nothing held it runs the idle hook (counters, metrics) and, once
 nothing has run for a while, the quiet hook (statistics file, memory given back), each at most at its interval.
 
 The interface is narrow both ways. The runtime hands arrivals in (``put``), asks for what came during a job
@@ -65,8 +65,8 @@ class Worker(Protocol):
     def run_next(self) -> bool: ...  # run the job, drain, report it done; False once closed
     def admit_group(self, items: list[tuple[Parent, RequestOptions, float]]) -> None: ...
     def answer_cancelled(self) -> None: ...
-    def next_due(self) -> float | None: ...  # the next timer (monotonic), None: none
-    def fire_due(self) -> None: ...
+    def next_due(self) -> float | None: ...  # the core's batching window (monotonic), None: none
+    def decide(self) -> None: ...  # the inputs taken: the core decides (answers, a window, a job)
     def looks_in(self) -> bool: ...  # inline passes may run, so the loop looks in on their bookkeeping
     def idle_hook(self) -> Any: ...  # under the lock: counters, metrics; returns the inline passes' rows ...
     def settle(self, rows: Any) -> None: ...  # ... which it tallies without the lock (taking it to calibrate)
@@ -187,7 +187,7 @@ class InboxLoop:
                     with busy:
                         if item is None or not self.drain(first=item):
                             break
-                        w.fire_due()
+                        w.decide()
                     continue
                 with busy:
                     if not w.run_next():

@@ -1,18 +1,15 @@
-"""The backend runtime: the single-threaded ``Scheduler`` served on a thread of its own, with onnxruntime stages.
+"""The backend runtime: the single-threaded ``Scheduler`` core served on a thread of its own, with onnxruntime stages.
 
 Nothing here imports Triton. The Triton model (``model.py``) hands requests in through ``submit`` from Triton's
-``execute`` thread and gets answers back through the ``respond`` callback, so the same runtime can be driven by a
-plain test without a server. ``BackendRuntime`` composes its parts: ``inbox.py`` (the scheduler thread's loop: one
-thread calls into the ``Scheduler``, ``submit`` only puts requests on its inbox; and the idle hooks), ``clock.py``
-(the wall clock and its timers), ``rows.py`` (a Triton request of batch b is b scheduler requests, one per sample,
-as the latency table, the slack predictor and max_batch_size count samples; it is answered once all are done, or at
-once when one fails, its siblings then leaving at the next stage boundary) and ``inline.py`` (whole-graph passes
-run in ``execute`` where the scheduler would run them whole), ``stage_runs.py`` (a job's stages on its requests).
-Here: admission, calibration of the table, cancellation, answers and shutdown.
-
-The executor does not run a stage inside ``Executor.submit``: it parks the job, the thread runs it, then drains the
-inbox *before* reporting completion. That way the policy sees every request that arrived during the stage at the
-stage boundary, which is where LazyBatching decides to preempt.
+``execute`` thread and gets answers back through the ``respond`` callback, so a plain test can drive it without a
+server. Its parts: ``inbox.py`` (the scheduler thread's loop and idle hooks; ``submit`` only puts requests on its
+inbox), ``clock.py`` (wall time, the core's window), ``rows.py`` (a Triton request of batch b is b scheduler requests,
+one per sample, as the table, the slack predictor and max_batch_size count samples; answered once all are done, or at
+once when one fails, its siblings then leaving at the next stage boundary), ``inline.py`` (whole-graph passes run in
+``execute``), ``stage_runs.py`` (a job's stages on its requests). Here: admission, calibration, cancellation, answers
+and shutdown. The thread drives the core by its step loop (batcher/scheduler.py): it takes every input that came,
+has the core decide (``_decide``: answers, a window, a job), runs the job, drains the inbox, and only then hands the
+result back (``Scheduler.update``), so the policy sees every request that arrived during a stage at its boundary.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from lazybatch.batcher.admission import QueuePolicy
-from lazybatch.batcher.interfaces import DoneCallback, StageJob
+from lazybatch.batcher.interfaces import StageJob
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.request import Request, Status
@@ -96,7 +93,7 @@ class BackendRuntime(StageRuns):
         self.keeper = TableKeeper(table, policy, self.stats, measure_boundary_cost=measure_boundary_cost,
                                   on_refresh=self._table_refreshed)
         self.calibrator = self.keeper.calibrator
-        self.scheduler = Scheduler(table, policy, _ExecutorAdapter(self), self.clock, on_response=self._on_sample_done)
+        self.scheduler = Scheduler(table, policy, self.clock)
         # production (docs/operations.md): admission control, metrics, fault injection; and a server keeps only the
         # newest decisions (the metrics read them as they come): the simulator's default of 100,000 records held
         # about 15 MB per model once full, which a soak run showed as memory growth
@@ -105,8 +102,8 @@ class BackendRuntime(StageRuns):
         self.scheduler.log.keep(DECISION_LOG_CAPACITY)
         self.metrics = metrics  # Prometheus bookkeeping (backend/metrics.py), updated on this thread
         self.fault = fault  # fault injection for tests (backend/faults.py), None unless configured
-        self._admitting = False  # inside Scheduler.submit_many: an UNAVAILABLE answer now is a rejection
-        self.job: tuple[StageJob, DoneCallback] | None = None  # the job the scheduler gave, not yet run (parked)
+        self.arrived = False  # requests were admitted since the core last decided (``decide``)
+        self.job: StageJob | None = None  # the job the core gave, not yet run
         self.running: StageJob | None = None  # the job onnxruntime runs now (scheduler thread)
         self.live: dict[int, Parent] = {}  # requests the scheduler holds, by id()
         self._ids = itertools.count()
@@ -170,10 +167,6 @@ class BackendRuntime(StageRuns):
         self._cancelled.put(parent)
         self.loop.wake()
 
-    # ------------------------------------------------------------------ Executor (scheduler thread)
-    def submit_job(self, job: StageJob, done: DoneCallback) -> None:
-        self.job = (job, done)
-
     # ------------------------------------------------------------------ scheduler thread (inbox.Worker)
     def has_job(self) -> bool:
         return self.job is not None
@@ -182,20 +175,38 @@ class BackendRuntime(StageRuns):
         return bool(self.live)
 
     def next_due(self) -> float | None:
-        return self.clock.next_due()
+        return self.clock.wake_at
 
-    def fire_due(self) -> None:
+    def decide(self) -> None:
+        """After the inputs taken off the inbox while no job ran (``_decide``), timed as the scheduler's work."""
         t0 = time.perf_counter()
-        self.clock.fire_due()
+        self._decide(False)
         self.stats.sched_s += time.perf_counter() - t0
+
+    def _decide(self, moved: bool) -> None:
+        """The core decides where something may have changed its mind (``moved``: a job ended; arrivals, a grant,
+        or its window's end): what it answered is answered, its next window kept, its job kept for ``run_next``."""
+        core = self.scheduler
+        if self.clock.due():
+            core.woke()
+            moved = True
+        if not (moved or self.arrived or core.asks):
+            return
+        self.arrived = False
+        step = core.schedule()
+        for r in step.answers:
+            self._on_sample_done(r)
+        if step.wake_at is not None:
+            self.clock.wake_at = step.wake_at
+        if step.job is not None:
+            self.job = step.job
 
     def looks_in(self) -> bool:
         return self.route.on
 
     def admit_group(self, items: "list[tuple[Parent, RequestOptions, float]]") -> None:
-        with self.scheduler.deferred_dispatch():  # the requests of one execute call: one arrival
-            for one in items:
-                self.admit(*one)
+        for one in items:  # the core decides once every arrival taken is in (``decide``)
+            self.admit(*one)
 
     def idle_hook(self) -> array:
         """Under the lock: the counters the metrics read, and the inline passes' rows taken for ``settle``."""
@@ -241,7 +252,8 @@ class BackendRuntime(StageRuns):
     def run_next(self) -> bool:
         """Run the job the scheduler gave, then report it done; False once close() was called."""
         stats = self.stats
-        job, done = self.job  # type: ignore[misc]
+        job = self.job
+        assert job is not None
         self.job = None
         self.running = job
         t_job = time.perf_counter()
@@ -264,8 +276,8 @@ class BackendRuntime(StageRuns):
             return False
         t0 = time.perf_counter()
         self.running = None
-        done(job, result)
-        self.clock.fire_due()
+        self.scheduler.update(job, result)
+        self._decide(True)
         if self.metrics is not None:
             self.sync_metrics(0.05)
         self.park_if_idle()
@@ -308,14 +320,15 @@ class BackendRuntime(StageRuns):
             r = Request(next(self._ids), arrival, priority=opts.priority, **self._sample_args(parent, row), **kw)
             parent.samples.append(r)
         self.stats.samples += len(parent.samples)
-        # admitted or refused as a group; a refusal answers the request (UNAVAILABLE) inside submit_many
-        self._admitting = True
-        try:
-            refused = self.scheduler.submit_many(parent.samples)
-        finally:
-            self._admitting = False
-        if refused is not None and self.metrics is not None:
-            self.sync_metrics(0.05)
+        # admitted or refused as a group; a refused request is answered (UNAVAILABLE) now
+        refused = self.scheduler.arrive(parent.samples)
+        if refused is None:
+            self.arrived = True
+        else:
+            first = parent.samples[0]
+            self._answer(parent, None, first.status, first.error, rejected=refused)  # type: ignore[arg-type]
+            if self.metrics is not None:
+                self.sync_metrics(0.05)
         self.stats.sched_s += time.perf_counter() - t0
 
     def _sample_args(self, parent: Parent, row: int) -> dict[str, Any]:
@@ -323,6 +336,8 @@ class BackendRuntime(StageRuns):
         return {"payload": Sample(parent, row)}
 
     def _table_refreshed(self, dense: list[list[float]]) -> None:
+        """The keeper rewrote the table in place: the core's policy recomputes what it derived from it."""
+        self.scheduler.recalibrated()
         if self.watcher is not None:  # the stage time it is paced by
             self.watcher.pace(typical_stage_s(dense))
 
@@ -336,8 +351,7 @@ class BackendRuntime(StageRuns):
                 return
             if parent.answered:
                 continue
-            for r in parent.samples:
-                r.cancelled = True
+            self.scheduler.cancel(parent.samples)
             self._answer(parent, None, Status.CANCELLED, "request was cancelled by the client")
 
     def _on_sample_done(self, r: Request) -> None:
@@ -360,16 +374,16 @@ class BackendRuntime(StageRuns):
             self._answer(parent, None, r.status, r.error)
 
     def _answer(self, parent: Parent, outputs: dict[str, np.ndarray] | None, status: Status,
-                error: str | None) -> None:
+                error: str | None, rejected: str | None = None) -> None:
+        """Answer ``parent`` (``rejected``: why admission refused it, for the metrics)."""
         with self._answer_lock:  # the watcher never asks an answered request (backend/cancel_watch.py)
             parent.answered = True
         self.loop.note_answer()
         self.live.pop(id(parent), None)
         self.stats.answered[status.name] = self.stats.answered.get(status.name, 0) + 1
         if self.metrics is not None:
-            rejected = status is Status.UNAVAILABLE and self._admitting
-            self.metrics.answered(parent.samples, M.outcome_of(status.name, rejected=rejected),
-                                  reject_reason=(self.scheduler.last_rejection or "refused") if rejected else None)
+            self.metrics.answered(parent.samples, M.outcome_of(status.name, rejected=rejected is not None),
+                                  reject_reason=rejected)
         try:
             self.respond(parent.handle, outputs, status, error)
         except Exception:  # a response that cannot be sent must not stop the thread
@@ -379,19 +393,8 @@ class BackendRuntime(StageRuns):
         """The thread stops: answer what is still held, and ``queued`` (left on the inbox): nothing is lost."""
         for parent in queued:
             self.live[id(parent)] = parent
-        self.scheduler.close("the model was unloaded before the request finished")
+        for r in self.scheduler.close("the model was unloaded before the request finished"):
+            self._on_sample_done(r)
         for parent in list(self.live.values()):
             if not parent.answered:
                 self._answer(parent, None, Status.UNAVAILABLE, "the model was unloaded before the request finished")
-
-
-# The scheduler calls executor.submit(job, done); requests come in through BackendRuntime.submit: a small adapter
-# keeps the two apart.
-class _ExecutorAdapter:
-    __slots__ = ("rt",)
-
-    def __init__(self, rt: BackendRuntime) -> None:
-        self.rt = rt
-
-    def submit(self, job: StageJob, done: DoneCallback) -> None:
-        self.rt.submit_job(job, done)

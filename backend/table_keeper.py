@@ -33,13 +33,12 @@ class TableKeeper:
     def __init__(self, table: LatencyTable, policy: Policy, stats: RuntimeStats, *,
                  measure_boundary_cost: bool = True,
                  on_refresh: Callable[[list[list[float]]], None] | None = None) -> None:
-        self.policy = policy
         self.stats = stats
         self.dense = table.dense  # the rows the calibrator rewrites in place
         self.calibrator = OnlineCalibrator(table)
         # the policy's boundary cost follows the measured cost of a job, unless the model's config fixed it
         self._costs = serving_costs(policy) if measure_boundary_cost else None
-        self.on_refresh = on_refresh  # after each rewrite, with the new rows (the cancel watcher's pace)
+        self.on_refresh = on_refresh  # after each rewrite, with the new rows (the core's recalibration, the watcher's pace)
         self.owed = False
         self.refreshed_at = float("-inf")
 
@@ -67,7 +66,6 @@ class TableKeeper:
         self.owed = False
         self.refreshed_at = now
         self.calibrator.refresh()
-        self.policy.table_changed()
         self.stats.time_scale = self.calibrator.scale
         if self.on_refresh is not None:
             self.on_refresh(self.dense)

@@ -1,24 +1,19 @@
-"""What the scheduler needs from the world: a clock and an executor.
+"""What the scheduler core and its drivers pass each other: a clock to read, the stage jobs the core returns and
+the results the driver hands back.
 
-The simulator plugs in a virtual clock and an executor that looks latencies up in a table; the Triton backend
-plugs in wall time and onnxruntime. Nothing here knows which.
+The simulator runs a job by looking its latency up in a table on a virtual clock; the Triton backend runs it with
+onnxruntime on wall time. Nothing here knows which.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Collection, Mapping, Protocol
+from typing import Any, Collection, Mapping, Protocol
 
 from .request import Request
 
 
-class Timer(Protocol):
-    def cancel(self) -> None: ...
-
-
 class Clock(Protocol):
     def now(self) -> float: ...
-
-    def call_at(self, when: float, callback: Callable[[], None]) -> Timer: ...
 
 
 class StageJob:
@@ -65,11 +60,3 @@ class StageResult:
         self.loop_exits = loop_exits
         self.errors = errors
 
-
-DoneCallback = Callable[[StageJob, "StageResult | None"], None]
-
-
-class Executor(Protocol):
-    def submit(self, job: StageJob, done: DoneCallback) -> None:
-        """Start ``job``; call ``done(job, result)`` once it has finished (from the scheduler's thread)."""
-        ...

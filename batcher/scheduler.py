@@ -1,19 +1,28 @@
-"""The scheduler core: one device, one policy, a clock and an executor.
+"""The scheduler core: one device, one policy, a clock; driven by a step loop.
 
 It owns the request life cycle (every request is answered exactly once: OK, an error, CANCELLED or UNAVAILABLE)
-and the device state (at most one stage job in flight), and asks the policy what to run whenever the device is idle.
-It is single-threaded: the driver (the simulator's event loop, or the backend's scheduler thread) calls
-``submit``, the executor's completion callback and timer callbacks from one thread.
+and the device state (at most one stage job in flight). It never runs anything and never calls its driver: the
+driver (the simulator's event loop, or the backend's scheduler thread) hands it inputs and asks it what to do, the
+loop of vLLM v1's engine core (schedule, execute, update)::
+
+    while True:
+        for each input that came:          arrive(requests) / cancel(requests) / granted() / woke() / recalibrated()
+        step = core.schedule()             what to run now, when to ask again, the requests answered meanwhile
+        answer step.answers
+        if step.job: result = run(step.job); core.update(step.job, result)
+
+``update`` advances the policy's state and never picks the next job by itself, so arrivals that came during a stage
+are admitted before the next decision. ``close`` answers what is held and returns it. Single-threaded: one thread
+makes every call.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from .admission import CLOSED, Admission, QueuePolicy
 from .decisions import REJECT, DecisionLog
-from .interfaces import Clock, Executor, StageJob, StageResult, Timer
+from .interfaces import Clock, StageJob, StageResult
 from .latency_table import LatencyTable
 from .policies.base import Policy
 from .request import Request, Status
@@ -21,30 +30,35 @@ from .request import Request, Status
 if TYPE_CHECKING:  # pragma: no cover
     from .device import DeviceMember
 
-ResponseCallback = Callable[[Request], None]
+
+class Step(NamedTuple):
+    """What one decision returns, as values the driver acts on."""
+
+    job: StageJob | None  # run this now; the core holds it in flight until ``update``
+    wake_at: float | None  # a batching window: ask again at this instant (it replaces the one before); None: as is
+    answers: Sequence[Request]  # requests answered since the last step, in the order they were answered
+
+
+NOTHING = Step(None, None, ())
 
 
 class Scheduler:
-    def __init__(self, table: LatencyTable, policy: Policy, executor: Executor, clock: Clock, *,
-                 on_response: ResponseCallback | None = None, log: DecisionLog | None = None,
+    def __init__(self, table: LatencyTable, policy: Policy, clock: Clock, *, log: DecisionLog | None = None,
                  queue_policy: QueuePolicy | None = None) -> None:
         self.table = table
         self.policy = policy
-        self.executor = executor
         self.clock = clock
-        self.on_response = on_response
         self.log = log if log is not None else DecisionLog()
         self.busy = False
         self.closed = False
         self.running: StageJob | None = None
-        self._timer: Timer | None = None
-        self._timer_at: float | None = None
-        self._in_dispatch = False
-        self._again = False
+        self._wake_at: float | None = None  # the batching window asked for and not yet reached (``woke``)
+        self._deciding = False
+        self.asks = False  # a grant came (``granted``): the driver steps this core at its next turn
+        self._answers: list[Request] = []  # answered since the last step (the outbox)
         self.completed = 0
         self.outstanding = 0
         self.rejected: dict[str, int] = {}  # refused at arrival, by reason (admission.QUEUE_FULL, ...), in samples
-        self.last_rejection: str | None = None
         # the device this model shares with co-located models (``share_device``: SharedDevice.join, a device
         # group's arbiter gate); None: the model has the device to itself and nothing below asks anyone
         self.gate: DeviceMember | None = None
@@ -53,14 +67,12 @@ class Scheduler:
         if queue_policy is not None:
             self.set_queue_policy(queue_policy)
 
-    # ------------------------------------------------------------------ driver-facing API
-    def submit(self, request: Request) -> str | None:
-        """A request arrived (its ``arrival`` is the time it reached the server). Returns None when it was
-        accepted, else why it was refused (it has then been answered UNAVAILABLE already)."""
-        return self.submit_many((request,))
-
-    def submit_many(self, requests: Sequence[Request]) -> str | None:
-        """Requests that arrived together (the samples of one client request): admitted or refused as a group."""
+    # ------------------------------------------------------------------ inputs
+    def arrive(self, requests: Sequence[Request]) -> str | None:
+        """Requests that arrived together (the samples of one client request; ``arrival``: when each reached the
+        server), admitted or refused as a group. Returns None when they were admitted, else why they were refused
+        (they are then answered UNAVAILABLE, in the next step's answers). Decides nothing: the next ``schedule``
+        sees them with every other arrival of the moment."""
         for request in requests:
             if request.status is not None:
                 raise ValueError(f"request {request.id} was already answered ({request.status.name})")
@@ -78,7 +90,6 @@ class Scheduler:
         if refused is not None:
             reason, message = refused
             self.rejected[reason] = self.rejected.get(reason, 0) + n
-            self.last_rejection = reason  # readable from on_response while the refused requests are answered
             self.log.add(now, REJECT, 0, n, message)
             for request in requests:
                 self.finish(request, Status.REJECTED, message)
@@ -88,40 +99,11 @@ class Scheduler:
                                     min(r.deadline for r in requests))
         for request in requests:
             self.policy.enqueue(request, now)
-        if not self.busy:
-            self._dispatch()
         return None
 
-    @contextmanager
-    def deferred_dispatch(self) -> Iterator[None]:
-        """Submit several arrivals as one moment: the policy is asked what to run once, after the last of them.
-
-        Why: requests that reached the model together (one group from Triton's dynamic batcher) must be seen
-        together; otherwise an idle device starts the first alone and the rest wait for it."""
-        if self._in_dispatch:  # already inside a dispatch (or a deferral): it asks the policy at its end
-            yield
-            return
-        self._in_dispatch = True
-        self._again = False
-        try:
-            yield
-        finally:
-            self._in_dispatch = False
-        self._dispatch()  # a no-op while a job runs
-
-    def set_queue_policy(self, queue_policy: QueuePolicy) -> None:
-        """Bound the queue and/or reject late requests from now on (batcher/admission.py)."""
-        p = self.policy
-        self.admission = Admission(queue_policy, self.table, p.max_batch_size,
-                                   getattr(p, "dec_timesteps", 1) or 1) if queue_policy.active else None
-
-    @property
-    def held(self) -> int:
-        """Requests (samples) submitted and not yet answered."""
-        return self.outstanding - self.completed
-
-    def complete(self, job: StageJob, result: StageResult | None = None) -> None:
-        """The executor finished ``job``."""
+    def update(self, job: StageJob, result: StageResult | None = None) -> None:
+        """The driver finished running ``job`` (``result``: loop exits, per-request errors): the policy advances its
+        requests and answers those that are done. It does not pick the next job; ``schedule`` does."""
         if job is not self.running:
             raise RuntimeError(f"completion for {job!r}, which is not the job in flight")
         self.running = None
@@ -134,14 +116,33 @@ class Scheduler:
         if self.closed:
             return
         self.policy.job_done(job, result, self.clock.now())
-        self._dispatch()
+
+    def cancel(self, requests: Sequence[Request]) -> None:
+        """The client gave these up: queued ones are dropped at the policy's next look, running ones leave their
+        sub-batch at the next stage boundary (the driver answers them CANCELLED itself)."""
+        for r in requests:
+            r.cancelled = True
+
+    def woke(self) -> None:
+        """The instant ``Step.wake_at`` asked for has come: the next ``schedule`` asks the policy again."""
+        self._wake_at = None
+
+    def granted(self) -> None:
+        """The shared device granted this model a lane (batcher/device.py, a device group's arbiter): the driver
+        steps this core at its next turn (``asks``). A grant that answers this core's own ``acquire`` inside
+        ``schedule`` needs nothing more: that decision goes on."""
+        if not self._deciding:
+            self.asks = True
+
+    def recalibrated(self) -> None:
+        """The latency table was rewritten in place (online calibration): the policy recomputes what it derived."""
+        self.policy.table_changed()
 
     def close(self, message: str = "the model was unloaded before the request finished") -> list[Request]:
-        """Answer every request still held with UNAVAILABLE and stop scheduling. Returns the requests answered."""
+        """Answer every request still held with UNAVAILABLE and stop scheduling. Returns every answer not yet
+        taken by a step, these last ones included."""
         self.closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._wake_at = None
         held = [r for r in self.policy.held() if r.status is None]
         if self.running is not None:
             held += [r for r in self.running.requests if r.status is None and r not in held]
@@ -150,7 +151,57 @@ class Scheduler:
         self.policy.clear()
         if self.gate is not None:
             self.gate.leave()
-        return held
+        out, self._answers = self._answers, []
+        return out
+
+    # ------------------------------------------------------------------ the decision
+    def schedule(self) -> Step:
+        """What to do now: the job to run (None while one runs, or when the policy waits), the instant to ask again
+        at, and the answers given since the last step. With a shared device, the policy is asked only once the
+        device is granted to this model, so it decides with the latest arrivals."""
+        self.asks = False
+        job = wake = None
+        if not self.busy and not self.closed:
+            self._deciding = True
+            try:
+                gate = self.gate
+                if gate is None or gate.acquire(self.outstanding != self.completed):
+                    now = self.clock.now()
+                    nxt = self.policy.next_job(now)
+                    if isinstance(nxt, StageJob):
+                        job = nxt
+                        self.busy = True
+                        self.running = nxt
+                        nxt.started = now
+                        for r in nxt.requests:
+                            if r.start is None:
+                                r.start = now
+                        if gate is not None:
+                            gate.started(nxt)
+                    else:
+                        if gate is not None:
+                            gate.release()
+                        if nxt is not None and nxt != self._wake_at:
+                            self._wake_at = wake = nxt
+            finally:
+                self._deciding = False
+        answers = self._answers
+        if not answers and job is None and wake is None:
+            return NOTHING
+        self._answers = []
+        return Step(job, wake, answers)
+
+    # ------------------------------------------------------------------ state the drivers read
+    def set_queue_policy(self, queue_policy: QueuePolicy) -> None:
+        """Bound the queue and/or reject late requests from now on (batcher/admission.py)."""
+        p = self.policy
+        self.admission = Admission(queue_policy, self.table, p.max_batch_size,
+                                   getattr(p, "dec_timesteps", 1) or 1) if queue_policy.active else None
+
+    @property
+    def held(self) -> int:
+        """Requests (samples) submitted and not yet answered."""
+        return self.outstanding - self.completed
 
     @property
     def idle(self) -> bool:
@@ -161,14 +212,9 @@ class Scheduler:
         group's arbiter gate); None: the model has the device to itself again (the arbiter is gone)."""
         self.gate = gate
 
-    def granted(self) -> None:
-        """The shared device granted this model a lane (batcher/device.py): ask the policy now. Inside a dispatch
-        (the grant answered this scheduler's own ``acquire``) nothing more is needed: that dispatch goes on."""
-        if not self._in_dispatch:
-            self._dispatch()
-
     # ------------------------------------------------------------------ used by policies
     def finish(self, request: Request, status: Status, error: str | None) -> None:
+        """Answer ``request``: it leaves with the next step's answers."""
         if request.status is not None:
             raise RuntimeError(f"request {request.id} answered twice ({request.status.name}, then {status.name})")
         request.status = status
@@ -177,51 +223,4 @@ class Scheduler:
         self.completed += 1
         if self.admission is not None:
             self.admission.finished(request.id, status is Status.OK, request.finish)
-        if self.on_response is not None:
-            self.on_response(request)
-
-    # ------------------------------------------------------------------ internals
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = None
-        if not self.busy and not self.closed:
-            self._dispatch()
-
-    def _dispatch(self) -> None:
-        # A synchronous executor calls complete() from inside submit(); loop instead of recursing.
-        if self._in_dispatch:
-            self._again = True
-            return
-        self._in_dispatch = True
-        try:
-            while True:
-                self._again = False
-                gate = self.gate
-                # with a shared device, the policy is asked only once the device is granted to this model (the
-                # device calls _dispatch back when it grants it), so it decides with the latest arrivals
-                if not self.busy and not self.closed and (
-                        gate is None or gate.acquire(self.outstanding != self.completed)):
-                    now = self.clock.now()
-                    nxt = self.policy.next_job(now)
-                    if isinstance(nxt, StageJob):
-                        self.busy = True
-                        self.running = nxt
-                        nxt.started = now
-                        for r in nxt.requests:
-                            if r.start is None:
-                                r.start = now
-                        if gate is not None:
-                            gate.started(nxt)
-                        self.executor.submit(nxt, self.complete)
-                    else:
-                        if gate is not None:
-                            gate.release()
-                        if nxt is not None and nxt != self._timer_at:
-                            if self._timer is not None:
-                                self._timer.cancel()
-                            self._timer_at = nxt
-                            self._timer = self.clock.call_at(nxt, self._on_timer)
-                if not self._again:
-                    return
-        finally:
-            self._in_dispatch = False
+        self._answers.append(request)

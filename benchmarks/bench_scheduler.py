@@ -31,22 +31,11 @@ from lazybatch.simulator import paper_tables, sweep, workload
 from lazybatch.simulator.engine import Simulation
 
 
-class _NullExecutor:
-    def submit(self, job, done):
-        self.job, self.done = job, done
-
-
 class _Clock:
     t = 1.0
 
     def now(self):
         return self.t
-
-    def call_at(self, when, cb):
-        class H:
-            def cancel(self):
-                pass
-        return H()
 
 
 def decision_cost(policy_factory, sla: float, queued: int = 64, trials: int = 3000) -> tuple[float, float]:
@@ -55,16 +44,12 @@ def decision_cost(policy_factory, sla: float, queued: int = 64, trials: int = 30
     table = paper_tables.resnet50()
     nxt, boundary = [], []
     for _ in range(trials):
-        clock = _Clock()
-        ex = _NullExecutor()
         policy = policy_factory()
-        sched = Scheduler(table, policy, ex, clock, log=DecisionLog())
-        sched.submit(Request(0, 0.9, sla=sla))  # in flight: one request running stage 0
+        sched = Scheduler(table, policy, _Clock(), log=DecisionLog())
+        sched.arrive((Request(0, 0.9, sla=sla),))  # in flight: one request running stage 0
+        job: StageJob = sched.schedule().job
         for i in range(1, queued + 1):
-            sched.submit(Request(i, 0.95 + i * 1e-5, sla=sla))
-        job: StageJob = ex.job
-        sched.running = None
-        sched.busy = False
+            sched.arrive((Request(i, 0.95 + i * 1e-5, sla=sla),))
         t0 = time.perf_counter_ns()
         policy.job_done(job, None, 1.0)
         t1 = time.perf_counter_ns()

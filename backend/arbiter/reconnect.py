@@ -147,4 +147,4 @@ class Reconnector:
               f"{'try' if self.tries == 1 else 'tries'}", file=sys.stderr)
         self.tries = 0
         if not sched.busy:
-            sched.granted()  # what it holds asks the new arbiter now (its dispatch sends the acquire)
+            sched.granted()  # what it holds asks the new arbiter now (its next step sends the acquire)

@@ -22,6 +22,10 @@ Jobs on the device are timed by ``ProcessorSharing`` in every mode (under "devic
 "token", it never holds more than one job, so a job takes exactly its table time). Same-instant events run in the
 engine's order: completions, then timers, then arrivals (arrivals of several models at one instant: in model
 order), so one model on a one-lane ``SharedDevice`` replays ``engine.Simulation`` exactly.
+
+Each model's core is driven by the engine's step loop. The shared device is the outer chooser over the cores: a
+core it grants a lane to says so (``Scheduler.asks``), and the simulation steps every core that asks, in model
+order, after each event.
 """
 
 from __future__ import annotations
@@ -35,19 +39,20 @@ from lazybatch.batcher.admission import QueuePolicy
 from lazybatch.batcher.cpu_rank import ShareMember, cfs_weight, nice_for
 from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.batcher.device import SharedDevice
-from lazybatch.batcher.interfaces import DoneCallback, StageJob, StageResult
+from lazybatch.batcher.interfaces import StageJob, StageResult
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.request import Request
 from lazybatch.batcher.scheduler import Scheduler
 from lazybatch.batcher.errors import ConfigError
 
-from .engine import _COMPLETION, _TIMER, _Timer, job_seconds
+from .engine import _COMPLETION, _TIMER, Wake, job_seconds
 
 SHARING = ("device", "ps", "wps", "token")
 EPS = 1e-12  # seconds of work left that count as done (PS rounding)
 _ARRIVAL = 2  # after the engine's completions (0) and timers (1) at the same instant
 
+DoneCallback = Callable[[StageJob, "StageResult | None"], None]  # the device model's end of a job
 JobObserver = Callable[[float, int, StageJob], None]  # (now, model index, job) as each job starts its work
 ResultHook = Callable[[int, StageJob], "StageResult | None"]
 
@@ -185,13 +190,18 @@ class _TableExecutor:
         self.busy_time = 0.0  # solo work submitted
         self.batch_hist: dict[int, int] = {}
 
-    def submit(self, job: StageJob, done: DoneCallback) -> None:
+    def submit(self, job: StageJob) -> None:
         b = job.batch_size
         work = job_seconds(self.dense, job)
         self.stage_execs += 1
         self.busy_time += work
         self.batch_hist[b] = self.batch_hist.get(b, 0) + 1
-        self.sim._run(work, job, done, self.index)
+        self.sim._run(work, job, self.done, self.index)
+
+    def done(self, job: StageJob, result: StageResult | None) -> None:
+        """The device model ended ``job``: its core advances, then every core that may go now is stepped."""
+        self.sim.schedulers[self.index].update(job, result)
+        self.sim._settle(self.index)
 
 
 class ColocatedSimulation:
@@ -215,8 +225,10 @@ class ColocatedSimulation:
         self.device = (device if device is not None else SharedDevice()) if sharing == "device" else None
         self.executors = [_TableExecutor(self, i, t.table) for i, t in enumerate(self.tenants)]
         self.schedulers: list[Scheduler] = []
+        self._wakes: list[Wake | None] = [None] * len(self.tenants)
+        self.answers: list[list[Request]] = [[] for _ in self.tenants]  # per model, in the order the cores gave them
         for i, t in enumerate(self.tenants):
-            s = Scheduler(t.table, t.policy, self.executors[i], self, log=t.log, queue_policy=t.queue_policy)
+            s = Scheduler(t.table, t.policy, self, log=t.log, queue_policy=t.queue_policy)
             if self.device is not None:
                 self.device.join(s, t.name, weight=t.weight, priority=t.priority)
             self.schedulers.append(s)
@@ -225,10 +237,39 @@ class ColocatedSimulation:
     def now(self) -> float:
         return self.t
 
-    def call_at(self, when: float, callback: Callable[[], None]) -> _Timer:
-        timer = _Timer(callback)
-        self._push(when if when > self.t else self.t, _TIMER, timer, None)
-        return timer
+    def call_at(self, when: float, fn: Callable[[], None]) -> Wake:
+        """Have the simulation call ``fn`` at ``when`` (a test's unload, an experiment's event)."""
+        call = Wake(fn)
+        self._push(max(when, self.t), _TIMER, call, None)
+        return call
+
+    # The step loop
+    def _step(self, i: int) -> None:
+        step = self.schedulers[i].schedule()
+        if step.answers:
+            self.answers[i] += step.answers
+        if step.wake_at is not None:
+            old = self._wakes[i]
+            if old is not None:
+                old.cancelled = True
+            self._wakes[i] = wake = Wake(self.schedulers[i].woke)
+            self._push(max(step.wake_at, self.t), _TIMER, wake, i)
+        if step.job is not None:
+            self.executors[i].submit(step.job)
+
+    def _settle(self, i: int | None) -> None:
+        """Step core ``i`` after its input (None: an outside call), then every core the shared device granted a
+        lane meanwhile, in model order."""
+        if i is not None:
+            self._step(i)
+        schedulers = self.schedulers
+        while True:
+            asking = [k for k, s in enumerate(schedulers) if s.asks]
+            if not asking:
+                return
+            for k in asking:
+                if schedulers[k].asks:
+                    self._step(k)
 
     def _push(self, when: float, kind: int, obj: Any, arg: Any) -> None:
         self._seq += 1
@@ -263,10 +304,12 @@ class ColocatedSimulation:
                 raise RuntimeError(f"virtual clock would run backwards: {when} < {self.t}")
             self.t = when
             if kind == _ARRIVAL:
-                self.schedulers[obj].submit(arg)
+                self.schedulers[obj].arrive((arg,))
+                self._settle(obj)
             elif kind == _TIMER:
                 if not obj.cancelled:
-                    obj.callback()
+                    obj.fn()
+                    self._settle(arg)  # a core's batching window (arg: its index): it decides again
             else:
                 obj.fire(arg)
                 if max_stage_execs is not None and self.stage_execs > max_stage_execs:

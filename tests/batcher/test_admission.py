@@ -11,15 +11,7 @@ from lazybatch.simulator.engine import Simulation
 from lazybatch.simulator.workload import poisson, requests as make_requests
 
 from tests.simhelpers import flat_table
-from .test_scheduler_core import ManualClock
-
-
-class Parked:
-    def __init__(self):
-        self.pending = []
-
-    def submit(self, job, done):
-        self.pending.append((job, done))
+from .test_scheduler_core import ManualClock, drive
 
 
 def test_queue_policy_validates_with_tritons_names():
@@ -35,31 +27,27 @@ def test_queue_policy_validates_with_tritons_names():
 
 def test_full_queue_rejects_at_once_and_the_rest_is_served():
     clock = ManualClock()
-    ex = Parked()
-    answered = []
-    sched = Scheduler(flat_table(2), LazyBatching(max_batch_size=2), ex, clock, on_response=answered.append,
+    sched = Scheduler(flat_table(2), LazyBatching(max_batch_size=2), clock,
                       queue_policy=QueuePolicy(max_queue_size=3))
     reqs = [Request(i, 0.0) for i in range(5)]
-    reasons = [sched.submit(r) for r in reqs]
+    reasons = [sched.arrive((r,)) for r in reqs]
     assert reasons == [None, None, None, QUEUE_FULL, QUEUE_FULL]
     assert [r.status for r in reqs[3:]] == [Status.UNAVAILABLE] * 2
     assert "queue is full" in reqs[3].error and "max_queue_size 3" in reqs[3].error
     assert sched.rejected == {QUEUE_FULL: 2} and sched.held == 3 and sched.log.counts["reject"] == 2
-    while ex.pending:  # run the parked jobs to the end
-        job, done = ex.pending.pop(0)
-        clock.t += 1.0
-        done(job, None)
+    _, answered = drive(sched, clock, 1.0)  # the refusals first, then the three served
+    assert [r.id for r in answered[:2]] == [3, 4]
     assert all(r.status is Status.OK for r in reqs[:3]) and len(answered) == 5
-    assert sched.submit(Request(9, clock.t)) is None  # room again
+    assert sched.arrive((Request(9, clock.t),)) is None  # room again
 
 
 def test_a_group_is_admitted_or_refused_as_a_whole():
     clock = ManualClock()
-    sched = Scheduler(flat_table(2), LazyBatching(max_batch_size=4), Parked(), clock,
+    sched = Scheduler(flat_table(2), LazyBatching(max_batch_size=4), clock,
                       queue_policy=QueuePolicy(max_queue_size=4))
-    assert sched.submit_many([Request(i, 0.0) for i in range(3)]) is None
+    assert sched.arrive([Request(i, 0.0) for i in range(3)]) is None
     group = [Request(10 + i, 0.0) for i in range(2)]
-    assert sched.submit_many(group) == QUEUE_FULL
+    assert sched.arrive(group) == QUEUE_FULL
     assert all(r.status is Status.UNAVAILABLE for r in group) and sched.held == 3
 
 
@@ -127,14 +115,10 @@ def test_the_drain_runs_at_the_slowest_served_speed_of_the_last_minute():
 
 def test_the_scheduler_reports_each_jobs_served_time_to_admission():
     clock = ManualClock()
-    ex = Parked()
-    sched = Scheduler(flat_table(2, unit=1.0, max_batch=2), Serial(), ex, clock,
+    sched = Scheduler(flat_table(2, unit=1.0, max_batch=2), Serial(), clock,
                       queue_policy=QueuePolicy(0, "REJECT"))
-    assert sched.submit(Request(0, 0.0, deadline=100.0)) is None
-    while ex.pending:
-        job, done = ex.pending.pop(0)
-        clock.t += 2.0  # each 1 s stage served in 2 s
-        done(job, None)
+    assert sched.arrive((Request(0, 0.0, deadline=100.0),)) is None
+    drive(sched, clock, 2.0)  # each 1 s stage served in 2 s
     assert sched.admission.slowdown(clock.t) == pytest.approx(1.0 + 0.3 + 0.7 * 0.3)
 
 
@@ -150,10 +134,11 @@ def test_overload_reject_keeps_served_requests_on_time_delay_serves_everything_l
     out = {}
     for action in ("DELAY", "REJECT"):
         reqs = make_requests(poisson(5 * 250.0, 600, seed=3, graph=graph), sla)
-        answers: dict[int, int] = {}
         sim = Simulation(table, make(), queue_policy=QueuePolicy(0, action))
-        sim.scheduler.on_response = lambda r: answers.__setitem__(r.id, answers.get(r.id, 0) + 1)
         sim.run(reqs)
+        answers: dict[int, int] = {}
+        for r in sim.answers:
+            answers[r.id] = answers.get(r.id, 0) + 1
         assert sorted(answers) == [r.id for r in reqs] and set(answers.values()) == {1}
         rejected = [r for r in reqs if r.status is Status.UNAVAILABLE]
         served = [r for r in reqs if r.status is Status.OK]
@@ -193,10 +178,10 @@ def test_reject_learns_how_late_the_drain_runs_and_keeps_its_promises(make):
 
 
 def test_closed_scheduler_rejects_with_reason():
-    sched = Scheduler(flat_table(2), LazyBatching(), Parked(), ManualClock())
+    sched = Scheduler(flat_table(2), LazyBatching(), ManualClock())
     sched.close()
     r = Request(1, 0.0)
-    assert sched.submit(r) == "closed" and r.status is Status.UNAVAILABLE and "shutting down" in r.error
+    assert sched.arrive((r,)) == "closed" and r.status is Status.UNAVAILABLE and "shutting down" in r.error
 
 
 def test_simulate_cli_admission_flags(tmp_path, capsys):

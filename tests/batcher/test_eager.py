@@ -194,16 +194,6 @@ def test_a_cheaper_whole_graph_pass_raises_the_price_of_cutting_it():
     assert all(stop == 8 for _, stop in stops(0.6))
 
 
-class _HeldExecutor:
-    """Keeps each job running until the test finishes it: the state a group handed to execute finds."""
-
-    def __init__(self) -> None:
-        self.jobs: list = []
-
-    def submit(self, job, done) -> None:
-        self.jobs.append((job, done))
-
-
 def test_inline_wait_where_newcomers_could_only_follow_the_work_held():
     """A group that finds the scheduler busy waits in execute (backend/inline.py) only where it could use no
     decision point of the work held: one sub-batch whose running job goes to the end of the graph, and a queue
@@ -216,12 +206,11 @@ def test_inline_wait_where_newcomers_could_only_follow_the_work_held():
     clock = ManualClock()
     tab = table(0.0)  # 8 stages of 1 ms, batching free
     pol = EagerBatching(max_batch_size=4)
-    ex = _HeldExecutor()
-    sched = Scheduler(tab, pol, ex, clock)
+    sched = Scheduler(tab, pol, clock)
     assert pol.inline_wait(0.0, None, 0) == pytest.approx(0.0)  # nothing held
     assert pol.inline_wait(0.0, None, 2) == pytest.approx(8 * MS)  # handed over, not yet queued: one pass of 2
-    sched.submit(Request(0, 0.0, sla=1.0))
-    job, done = ex.jobs[-1]
+    sched.arrive((Request(0, 0.0, sla=1.0),))
+    job = sched.schedule().job
     assert (job.stage, job.stop) == (0, 8)  # nothing queued, nothing arriving mid-pass: one span, no boundary
     clock.t = job.started + 3 * MS
     assert pol.inline_wait(clock.t, job, 0) == pytest.approx(5 * MS)  # the rest of the running pass
@@ -234,7 +223,7 @@ def test_inline_wait_where_newcomers_could_only_follow_the_work_held():
     assert pol.inline_wait(clock.t, job, 0) is None
     pol.stack.pop()
     for other in (EagerBatching(max_batch_size=4, spans=False), parse_policy("lazy").build(max_batch_size=4)):
-        Scheduler(tab, other, _HeldExecutor(), ManualClock())
+        Scheduler(tab, other, ManualClock())
         hooks = inline_hooks(other)  # the paper's rule offers no inline route at all
         assert hooks is None or hooks.inline_wait(0.0, None, 0) is None  # stage by stage, or the paper's rule: never
 
@@ -248,7 +237,7 @@ def test_a_saturated_device_never_serves_its_queue_in_smaller_batches():
 
     tab = table(1.0, n=4)  # 4 ms a pass at batch 1, 4 ms per sample at any batch size
     pol = EagerBatching(max_batch_size=8)
-    Scheduler(tab, pol, _HeldExecutor(), ManualClock())
+    Scheduler(tab, pol, ManualClock())
     whole = 4 * MS
     pol.inline_done(0.0, whole, 1)
     t = 10.0  # a quiet spell: the last pass long gone
@@ -300,7 +289,7 @@ def test_inline_answers_are_the_benefit_rules_at_every_rate():
 
     tab = table(0.0)  # 8 stages of 1 ms, batching free: boundaries pay once requests arrive mid-pass
     pol = EagerBatching(max_batch_size=8)
-    Scheduler(tab, pol, _HeldExecutor(), ManualClock())
+    Scheduler(tab, pol, ManualClock())
     whole = 8 * MS
     t = 0.0
     seen = set()
@@ -339,7 +328,7 @@ def test_an_inline_answer_stands_for_its_recheck_interval_then_the_rule_is_asked
     from .test_scheduler_core import ManualClock
 
     pol = EagerBatching(max_batch_size=8)
-    Scheduler(table(0.0), pol, _HeldExecutor(), ManualClock())  # 8 stages of 1 ms, batching free
+    Scheduler(table(0.0), pol, ManualClock())  # 8 stages of 1 ms, batching free
     whole = 8 * MS
     t = 1.0
     assert pol.inline_batch(t, 1) == 1  # nothing arrives mid-pass: whole passes

@@ -157,18 +157,11 @@ class _JitteryDevice(Simulation):
 
         self.rng = np.random.default_rng(seed)
 
-    def call_at(self, when, callback):
-        return super().call_at(when + self.rng.uniform(0, 0.010), callback)
+    def wake_time(self, when):
+        return when + self.rng.uniform(0, 0.010)
 
-    def submit(self, job, done):
-        import heapq
-
-        super().submit(job, done)
-        for k, item in enumerate(self._heap):  # stretch the completion just scheduled
-            if item[3] is job:
-                self._heap[k] = (self.t + (item[0] - self.t) * self.rng.uniform(1.0, 1.3),) + item[1:]
-                heapq.heapify(self._heap)
-                break
+    def run_time(self, job, table_s):
+        return table_s * self.rng.uniform(1.0, 1.3)
 
 
 @pytest.mark.parametrize("rate", [50, 100, 200])

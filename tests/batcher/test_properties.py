@@ -73,10 +73,9 @@ def test_every_policy_keeps_the_invariants(scenario):
         failed.update(errs)
         return StageResult(errors=errs) if errs else None
 
-    answered: list[int] = []
     sim = Simulation(table, policy, on_job=on_job, result_for=result_for)
-    sim.scheduler.on_response = lambda r: answered.append(r.id)
     sim.run(reqs, max_stage_execs=sum(len(g.stage_visits(r.enc_steps, r.dec_steps)) for r in reqs))
+    answered = [r.id for r in sim.answers]
 
     assert sorted(answered) == [r.id for r in reqs], "every request is answered exactly once"
     for r in reqs:

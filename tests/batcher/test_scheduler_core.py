@@ -1,4 +1,4 @@
-"""The scheduler core's life cycle: exactly-once answers, shutdown, cancellation, synchronous executors, seq2seq."""
+"""The scheduler core's life cycle: the step loop, exactly-once answers, shutdown, cancellation, seq2seq."""
 
 from __future__ import annotations
 
@@ -12,76 +12,97 @@ from tests.simhelpers import flat_table
 class ManualClock:
     def __init__(self) -> None:
         self.t = 0.0
-        self.timers = []
 
     def now(self) -> float:
         return self.t
 
-    def call_at(self, when, callback):
-        class H:
-            cancelled = False
 
-            def cancel(self):
-                self.cancelled = True
-        h = H()
-        self.timers.append((when, callback, h))
-        return h
-
-
-class SyncExecutor:
-    """Finishes every job inside submit(), as an executor that runs onnxruntime on the scheduler thread does."""
-
-    def __init__(self, clock: ManualClock, unit: float = 1.0) -> None:
-        self.clock = clock
-        self.unit = unit
-        self.jobs = 0
-
-    def submit(self, job, done) -> None:
-        self.jobs += 1
-        self.clock.t += self.unit
-        done(job, None)
+def drive(sched: Scheduler, clock: ManualClock, unit: float) -> tuple[int, list[Request]]:
+    """The step loop a driver runs, with every job taking ``unit`` seconds: (jobs run, answers in order)."""
+    jobs, answers = 0, []
+    while True:
+        step = sched.schedule()
+        answers += step.answers
+        if step.job is None:
+            return jobs, answers
+        jobs += 1
+        clock.t += unit
+        sched.update(step.job)
+        assert not sched.busy and sched.running is None  # an update never picks the next job by itself
 
 
-def test_synchronous_executor_runs_without_recursion():
+def test_the_step_loop_runs_every_request_to_one_answer():
     clock = ManualClock()
-    ex = SyncExecutor(clock, 1e-3)
-    answered = []
-    sched = Scheduler(flat_table(50, unit=1e-3), LazyBatching(), ex, clock, on_response=answered.append)
+    sched = Scheduler(flat_table(50, unit=1e-3), LazyBatching(), clock)
     reqs = [Request(i, 0.0) for i in range(100)]
+    answers: list[Request] = []
     for r in reqs:
-        sched.submit(r)
-    # each submit() ran its request's 50 stages to the end before returning: 5000 nested completions, no recursion
-    assert len(answered) == 100 and all(r.status is Status.OK for r in reqs)
-    assert ex.jobs == 50 * 100 and sched.idle
+        assert sched.arrive((r,)) is None
+        jobs, out = drive(sched, clock, 1e-3)  # each request's 50 stages to the end before the next arrives
+        answers += out
+        assert jobs == 50
+    assert [r.id for r in answers] == list(range(100)) and all(r.status is Status.OK for r in reqs)
+    assert sched.idle
 
 
 def test_close_answers_everything_held_once():
     clock = ManualClock()
-
-    class Parked:
-        def __init__(self):
-            self.pending = []
-
-        def submit(self, job, done):
-            self.pending.append((job, done))
-
-    ex = Parked()
-    answered = []
-    sched = Scheduler(flat_table(4), LazyBatching(), ex, clock, on_response=answered.append)
+    sched = Scheduler(flat_table(4), LazyBatching(), clock)
     reqs = [Request(i, 0.0) for i in range(5)]
     for r in reqs:
-        sched.submit(r)
-    assert len(ex.pending) == 1 and not answered  # one job in flight, four queued
+        sched.arrive((r,))
+    step = sched.schedule()
+    assert step.job is not None and not step.answers  # one job in flight, five held
     held = sched.close()
     assert sorted(r.id for r in held) == [0, 1, 2, 3, 4]
     assert [r.status for r in reqs] == [Status.UNAVAILABLE] * 5
     assert "unloaded" in reqs[0].error
     late = Request(9, 0.0)
-    sched.submit(late)
-    assert late.status is Status.UNAVAILABLE and len(answered) == 6
-    job, done = ex.pending[0]
-    done(job, None)  # the in-flight job completes after shutdown: nobody is answered twice
-    assert len(answered) == 6
+    assert sched.arrive((late,)) is not None
+    assert late.status is Status.UNAVAILABLE and [r.id for r in sched.schedule().answers] == [9]
+    sched.update(step.job)  # the in-flight job completes after shutdown: nobody is answered twice
+    assert sched.schedule().answers == ()
+
+
+def test_arrivals_taken_before_a_decision_start_together():
+    """Requests that reached the model together (one execute call) are one arrival: an idle device starts them as
+    one batch; decided after each, the first starts alone and the rest wait for it."""
+    sched = Scheduler(flat_table(4, unit=1e-3), GraphBatching(8, max_queue_delay=0.0), ManualClock())
+    for i in range(3):
+        sched.arrive((Request(i, 0.0),))
+    assert len(sched.schedule().job.requests) == 3
+
+    sched2 = Scheduler(flat_table(4, unit=1e-3), GraphBatching(8, max_queue_delay=0.0), ManualClock())
+    first = None
+    for i in range(3):
+        sched2.arrive((Request(i, 0.0),))
+        first = first or sched2.schedule().job
+    assert len(first.requests) == 1
+
+
+def test_arrivals_while_busy_leave_the_running_job_alone():
+    sched = Scheduler(flat_table(4, unit=1e-3), GraphBatching(8, max_queue_delay=0.0), ManualClock())
+    sched.arrive((Request(0, 0.0),))
+    job = sched.schedule().job
+    sched.arrive((Request(1, 0.0),))
+    sched.arrive((Request(2, 0.0),))
+    assert sched.schedule().job is None  # still the first request's job
+    while [r.id for r in job.requests] == [0]:  # graph batching runs request 0's whole graph first
+        sched.update(job)
+        job = sched.schedule().job
+    assert [r.id for r in job.requests] == [1, 2]  # the two that came together, as one batch
+
+
+def test_a_batching_window_is_asked_for_once_and_asked_again_when_it_ends():
+    clock = ManualClock()
+    sched = Scheduler(flat_table(4, unit=1e-3), GraphBatching(8, max_queue_delay=0.005), clock)
+    sched.arrive((Request(0, 0.0),))
+    step = sched.schedule()
+    assert step.job is None and step.wake_at == 0.005
+    assert sched.schedule().wake_at is None  # the same window: nothing new to set
+    clock.t = 0.005
+    sched.woke()
+    assert sched.schedule().job is not None
 
 
 def test_cancelled_while_queued_never_runs():
@@ -156,48 +177,3 @@ def test_missing_loop_report_fails_only_that_request():
     sim.run(reqs)
     assert reqs[0].status is Status.ERROR and "did not report whether decoding ended" in reqs[0].error
     assert reqs[1].status is Status.OK
-
-
-class RecordingExecutor:
-    """Holds the job it was given (the device stays busy until the test completes it)."""
-
-    def __init__(self) -> None:
-        self.jobs = []
-
-    def submit(self, job, done) -> None:
-        self.jobs.append((job, done))
-
-
-def test_deferred_dispatch_starts_arrivals_of_one_moment_together():
-    """Requests that reached the model together (one execute call) are one arrival: an idle device starts them as
-    one batch; submitted one by one, the first starts alone and the rest wait for it."""
-    clock = ManualClock()
-    ex = RecordingExecutor()
-    sched = Scheduler(flat_table(4, unit=1e-3), GraphBatching(8, max_queue_delay=0.0), ex, clock)
-    with sched.deferred_dispatch():
-        for i in range(3):
-            sched.submit(Request(i, 0.0))
-        assert ex.jobs == []  # the policy is asked once, at the end
-    assert [len(j.requests) for j, _ in ex.jobs] == [3]
-
-    clock2 = ManualClock()
-    ex2 = RecordingExecutor()
-    sched2 = Scheduler(flat_table(4, unit=1e-3), GraphBatching(8, max_queue_delay=0.0), ex2, clock2)
-    for i in range(3):
-        sched2.submit(Request(i, 0.0))
-    assert [len(j.requests) for j, _ in ex2.jobs] == [1]
-
-
-def test_deferred_dispatch_while_busy_leaves_the_running_job_alone():
-    clock = ManualClock()
-    ex = RecordingExecutor()
-    sched = Scheduler(flat_table(4, unit=1e-3), GraphBatching(8, max_queue_delay=0.0), ex, clock)
-    sched.submit(Request(0, 0.0))
-    with sched.deferred_dispatch():
-        sched.submit(Request(1, 0.0))
-        sched.submit(Request(2, 0.0))
-    assert len(ex.jobs) == 1  # still the first request's job
-    while [r.id for r in ex.jobs[-1][0].requests] == [0]:  # graph batching runs request 0's whole graph first
-        job, done = ex.jobs[-1]
-        done(job, None)
-    assert [r.id for r in ex.jobs[-1][0].requests] == [1, 2]  # the two that came together, as one batch

@@ -120,11 +120,9 @@ def test_colocated_runs_keep_the_invariants(case):
     device = SharedDevice(lanes=lanes) if sharing.startswith("device") else None
     sim = ColocatedSimulation(tenants, sharing="device" if device else sharing, device=device, on_job=on_job,
                               result_for=result_for)
-    answered = [[] for _ in tenants]
-    for m, s in enumerate(sim.schedulers):
-        s.on_response = (lambda a: lambda r: a.append(r.id))(answered[m])
     budget = sum(len(t.table.graph.stage_visits(r.enc_steps, r.dec_steps)) for t in tenants for r in t.requests)
     sim.run(max_stage_execs=budget)
+    answered = [[r.id for r in a] for a in sim.answers]
     if device is not None:
         assert sim.ps.peak <= lanes
     elif sharing == "token":
