@@ -252,7 +252,7 @@ class ColocatedSimulation:
             old = self._wakes[i]
             if old is not None:
                 old.cancelled = True
-            self._wakes[i] = wake = Wake(self.schedulers[i].woke)
+            self._wakes[i] = wake = Wake()
             self._push(max(step.wake_at, self.t), _TIMER, wake, i)
         if step.job is not None:
             self.executors[i].submit(step.job)
@@ -308,8 +308,11 @@ class ColocatedSimulation:
                 self._settle(obj)
             elif kind == _TIMER:
                 if not obj.cancelled:
-                    obj.fn()
-                    self._settle(arg)  # a core's batching window (arg: its index): it decides again
+                    if obj.fn is None:  # a core's batching window (arg: its index): it decides again
+                        self.schedulers[arg].woke()
+                    else:
+                        obj.fn()
+                    self._settle(arg)
             else:
                 obj.fire(arg)
                 if max_stage_execs is not None and self.stage_execs > max_stage_execs:
