@@ -1,6 +1,6 @@
 """The wall clock the backend's scheduler core runs on (``batcher.interfaces.Clock``): monotonic time, and the one
 instant the core asked to be stepped again at (``Step.wake_at``, a batching window's end), which the scheduler
-thread sleeps until (``backend/inbox.py``)."""
+thread sleeps until (``backend/scheduler_loop.py``)."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ nothing held, and the policy would start these requests so, with no decision poi
 (``InlineHooks.inline_batch``, batcher/policies/backend_hooks.py). Triton's dynamic batcher queues what arrives
 meanwhile and hands it to the next ``execute`` as one group: its own behaviour with no queue delay.
 
-An inline pass holds the lock the scheduler thread holds whenever it is awake (``lock``, the runtime's, shared with
-its ``InboxLoop``) throughout, so that the policy and the table are only ever touched by one thread at a time. The
-route reads the inbox's ``pending``, ``closed`` and ``idle`` and tells it when a pass answered (``note_answer``,
-``note_work``); it writes none of the inbox's or the runtime's fields.
+An inline pass holds the lock the scheduler thread holds whenever it is awake (``lock``, the runtime's ``busy``)
+throughout, so that the policy and the table are only ever touched by one thread at a time. The route reads the
+runtime's inbox state (``pending``, ``closed``, ``idle``) and tells the scheduler thread's loop when a pass answered
+(``note_answer``, ``note_pass``, ``note_work``); it writes none of the loop's or the runtime's fields.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .request_parsing import RequestOptions, sample_classes
 from .stages import StageRunner
 
 if TYPE_CHECKING:
-    from .inbox import InboxLoop
+    from .scheduler_loop import SchedulerLoop
     from .runtime import BackendRuntime
 
 # An inline pass waits at most this long for the scheduler thread to finish the bookkeeping of its last job (it
@@ -52,7 +52,7 @@ Early = Callable[[int, "Outputs | str"], None]
 class InlineRoute:
     """Runs groups that find the scheduler idle as whole-graph passes on the caller's thread (``run``)."""
 
-    def __init__(self, rt: BackendRuntime, policy: Policy, loop: InboxLoop, lock: threading.Lock, *,
+    def __init__(self, rt: BackendRuntime, policy: Policy, loop: SchedulerLoop, lock: threading.Lock, *,
                  on: bool = False) -> None:
         self.rt = rt
         self.hooks = inline_hooks(policy)  # the inline route's questions, where the policy answers them
@@ -69,7 +69,7 @@ class InlineRoute:
         # held by the scheduler thread whenever it is not asleep on the inbox; an inline pass holds it throughout,
         # so that the policy and the table are only ever touched by one thread at a time
         self.lock = lock
-        self.idle = loop.idle  # set while the scheduler holds nothing (an inline pass may wait for it)
+        self.idle = rt.idle  # set while the scheduler holds nothing (an inline pass may wait for it)
         # inline passes' counters, metrics and calibration, applied by the scheduler thread at its idle hook
         # (take_deferred)
         self.deferred = array("d")  # PASS_FIELDS numbers a pass (backend/inline_passes.py)
@@ -87,7 +87,7 @@ class InlineRoute:
         sleep with no timeout, is woken: from now on it looks in on their bookkeeping, or stops looking."""
         self.on = bool(on)
         self._restraighten()
-        self._loop.wake()
+        self.rt.wake()
 
     def hold(self, until: float) -> None:
         """No inline pass before ``until`` (time.monotonic(); 0.0: none held): a device group's lease holder whose
@@ -125,7 +125,7 @@ class InlineRoute:
         # the common case first, kept short (every line here delays the answer): the scheduler thread asleep and
         # holding nothing; else wait for it where the policy says these requests could only follow its work
         if lock.acquire(False):
-            if loop.closed or rt.job is not None or self._live or loop.pending or rt.scheduler.held:
+            if rt.closed or rt.job is not None or self._live or rt.pending or rt.scheduler.held:
                 lock.release()
                 if not self._take_turn():
                     return None
@@ -177,7 +177,7 @@ class InlineRoute:
             return self._one_by_run(feeds, n, options)
         rt = self.rt
         loop = self._loop
-        if not self._straight or loop.pending or rt.job is not None or self._live or rt.scheduler.held or loop.closed:
+        if not self._straight or rt.pending or rt.job is not None or self._live or rt.scheduler.held or rt.closed:
             lock.release()
             return self._one_by_run(feeds, n, options)
         park = rt.park
@@ -207,7 +207,7 @@ class InlineRoute:
             self._inline_done(start, end, n)
             return out
         finally:
-            if park is not None and rt.job is None and not self._live and not loop.pending:
+            if park is not None and rt.job is None and not self._live and not rt.pending:
                 park.park()  # (BackendRuntime.park_if_idle, without the call)
             lock.release()
 
@@ -228,7 +228,7 @@ class InlineRoute:
             return self.run(requests, early, options)
         rt = self.rt
         loop = self._loop
-        if not self._straight or loop.pending or rt.job is not None or self._live or rt.scheduler.held or loop.closed:
+        if not self._straight or rt.pending or rt.job is not None or self._live or rt.scheduler.held or rt.closed:
             lock.release()
             return self.run(requests, early, options)
         n = 0
@@ -252,7 +252,7 @@ class InlineRoute:
             self._inline_done(start, end, n)
             return results
         finally:
-            if park is not None and rt.job is None and not self._live and not loop.pending:
+            if park is not None and rt.job is None and not self._live and not rt.pending:
                 park.park()
             lock.release()
 
@@ -261,16 +261,15 @@ class InlineRoute:
         wait in execute for it where these requests could only follow that work (``_await_idle``), and for its
         bookkeeping (``_acquire``). False (the refusal counted, the lock not held): the scheduler takes them."""
         rt = self.rt
-        loop = self._loop
         if self.hold_until and time.monotonic() < self.hold_until:  # no wait for a turn that would be refused
             self.refuse("a co-located model was active within the window")
             return False
-        if (rt.job is not None or self._live or loop.pending) and not self._await_idle():
+        if (rt.job is not None or self._live or rt.pending) and not self._await_idle():
             return False
         if not self._acquire():
             self.refuse("scheduler thread's bookkeeping")
             return False
-        if loop.closed or rt.job is not None or self._live or loop.pending or rt.scheduler.held:
+        if rt.closed or rt.job is not None or self._live or rt.pending or rt.scheduler.held:
             self.lock.release()
             self.refuse("scheduler busy")
             return False
@@ -341,14 +340,14 @@ class InlineRoute:
         if self.lock.acquire(timeout=INLINE_LOCK_WAIT_S):
             return True
         rt = self.rt
-        if rt.job is not None or rt.running is not None or self._live or self._loop.pending:
+        if rt.job is not None or rt.running is not None or self._live or self.rt.pending:
             return False
         return self.lock.acquire(timeout=INLINE_BOOKKEEPING_WAIT_S)
 
     def _await_idle(self) -> bool:
         """Wait (in execute) for the scheduler to hold nothing where these requests could only follow its work
         (``InlineHooks.inline_wait``); True once it holds nothing."""
-        left = self.hooks.inline_wait(time.monotonic(), self.rt.running, self._loop.pending)  # type: ignore[union-attr]
+        left = self.hooks.inline_wait(time.monotonic(), self.rt.running, self.rt.pending)  # type: ignore[union-attr]
         if left is None:
             self.refuse("scheduler busy")
             return False

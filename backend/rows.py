@@ -2,16 +2,20 @@
 
 A Triton request with batch size b becomes b scheduler requests (one ``Sample`` each): the latency table, the slack
 predictor and max_batch_size all count samples. Its ``Parent`` is answered once all its samples are done, or at once
-when one fails. The seq2seq runtime (``backend/seq2seq.py``) extends ``Sample`` with a sequence's state.
+when one fails. The seq2seq runtime (``backend/seq2seq.py``) extends ``Sample`` with a sequence's state. And the items
+on the runtime's inbox, which its scheduler thread takes (``BackendRuntime.take_inputs``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 
 from lazybatch.batcher.request import Request
+
+if TYPE_CHECKING:
+    from .request_parsing import RequestOptions
 
 # A sample's tensor is a row of a batched array: (array, row). Kept as the pair, not a 1-row view, so that a
 # sub-batch whose members are the rows of one array, in order, is passed on without a copy. On the device path the
@@ -61,3 +65,19 @@ def gather(inp: Any, reqs: list[Request], join: Callable[[list[Row]], Any] = joi
     if inp.source is None:
         return join([(r.payload.parent.inputs[inp.name], r.payload.row) for r in reqs])
     return join([r.payload.tensors[inp.name] for r in reqs])
+
+
+class Group(NamedTuple):
+    """Inbox item: the requests of one execute call, admitted together (``BackendRuntime.submit_group``)."""
+
+    items: list[tuple[Parent, RequestOptions, float]]
+
+
+class Call(NamedTuple):
+    """Inbox item: a call to make on the scheduler thread (a grant from the device group's arbiter, which only
+    that thread may hand to the scheduler)."""
+
+    fn: Callable[[], None]
+
+
+WAKE = object()  # inbox item: wake the scheduler thread to look again (the inline route switched on or off)

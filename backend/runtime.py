@@ -2,14 +2,16 @@
 
 Nothing here imports Triton. The Triton model (``model.py``) hands requests in through ``submit`` from Triton's
 ``execute`` thread and gets answers back through the ``respond`` callback, so a plain test can drive it without a
-server. Its parts: ``inbox.py`` (the scheduler thread's loop and idle hooks; ``submit`` only puts requests on its
-inbox), ``clock.py`` (wall time, the core's window), ``rows.py`` (a Triton request of batch b is b scheduler requests,
-one per sample, as the table, the slack predictor and max_batch_size count samples; answered once all are done, or at
+server. ``submit`` only puts requests on the runtime's inbox, which its scheduler thread empties. Its parts:
+``scheduler_loop.py`` (when the thread sleeps), ``runtime_hooks.py`` (its bookkeeping at idle and quiet moments),
+``clock.py`` (wall time, the core's window), ``rows.py`` (a Triton request of batch b is b scheduler requests, one
+per sample, as the table, the slack predictor and max_batch_size count samples; answered once all are done, or at
 once when one fails, its siblings then leaving at the next stage boundary), ``inline.py`` (whole-graph passes run in
-``execute``), ``stage_runs.py`` (a job's stages on its requests). Here: admission, calibration, cancellation, answers
-and shutdown. The thread drives the core by its step loop (batcher/scheduler.py): it takes every input that came,
-has the core decide (``_decide``: answers, a window, a job), runs the job, drains the inbox, and only then hands the
-result back (``Scheduler.update``), so the policy sees every request that arrived during a stage at its boundary.
+``execute``), ``stage_runs.py`` (a job's stages on its requests). Here: the inbox, admission, calibration,
+cancellation, answers and shutdown. The thread drives the core by its step loop (batcher/scheduler.py): it takes
+every input that came, has the core decide (``_decide``: answers, a window, a job), runs the job, drains the inbox,
+and only then hands the result back (``Scheduler.update``), so the policy sees every request that arrived during a
+stage at its boundary.
 """
 
 from __future__ import annotations
@@ -19,8 +21,7 @@ import queue
 import threading
 import time
 import traceback
-from array import array
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -36,13 +37,12 @@ from .cancel_watch import CancelWatcher, typical_stage_s
 from .clock import WallClock
 from .request_parsing import RequestOptions, check_deadline
 from .faults import FaultInjector
-from .inbox import MEMORY_RELEASE_INTERVAL_S, InboxLoop
 from .inline import InlineRoute
-from .inline_passes import apply_passes, calibrate, tally
-from . import memory
 from .pool_park import PoolPark
-from .rows import Parent, Sample
+from .rows import WAKE, Call, Group, Parent, Sample
+from .runtime_hooks import QuietHooks
 from .runtime_stats import RuntimeStats
+from .scheduler_loop import MEMORY_RELEASE_INTERVAL_S, SchedulerLoop
 from .stage_runs import StageRuns
 from .stages import StageRunner
 from .table_keeper import TableKeeper
@@ -53,7 +53,9 @@ IsCancelled = Callable[[Any], bool]
 DECISION_LOG_CAPACITY = 4096
 
 
-class BackendRuntime(StageRuns):
+
+
+class BackendRuntime(StageRuns, QuietHooks):
     """Owns the scheduler thread of one model instance (its stage runs: ``stage_runs.py``)."""
 
     stats_class: Callable[[], RuntimeStats] = RuntimeStats  # a subclass may count more (backend/seq2seq.py)
@@ -107,12 +109,17 @@ class BackendRuntime(StageRuns):
         self.running: StageJob | None = None  # the job onnxruntime runs now (scheduler thread)
         self.live: dict[int, Parent] = {}  # requests the scheduler holds, by id()
         self._ids = itertools.count()
-        self._cancelled: queue.SimpleQueue[Parent] = queue.SimpleQueue()  # seen cancelled by the watcher
         self._answer_lock = threading.Lock()  # a request is asked for cancellation only while unanswered
-        busy = threading.Lock()  # the scheduler thread's whenever it is awake; an inline pass's throughout
+        self.busy = threading.Lock()  # the scheduler thread's whenever it is awake; an inline pass's throughout
         self.tally_lock = threading.Lock()  # ... but the passes' tally (settle; settled_stats from elsewhere)
-        self.loop = InboxLoop(self, name, busy, memory_release_s=memory_release_s)
-        self.route = InlineRoute(self, policy, self.loop, busy, on=inline)
+        # the inbox: what execute's threads (and the watcher, the arbiter's connection) hand the scheduler thread
+        self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Group, Call, a cancelled Parent, WAKE, None
+        self.inbox_lock = threading.Lock()  # guards ``closed`` and ``pending``; plain attributes, read without it
+        self.closed = False  # by the inline route (a property call per read cost its every pass)
+        self.pending = 0  # requests put on the inbox, not yet admitted
+        self.idle = threading.Event()  # set while nothing is held or pending (an inline pass may wait for it)
+        self.loop = SchedulerLoop(self, name, self.busy, memory_release_s=memory_release_s)
+        self.route = InlineRoute(self, policy, self.loop, self.busy, on=inline)
         # cancel_poll_s 0: paced by the stage times (cancel_poll_ms: auto, backend/cancel_watch.py)
         self.watcher = (CancelWatcher(lambda: self.live.values(), is_cancelled, self._on_cancel, cancel_poll_s,
                                       name, lock=self._answer_lock, stage_s=typical_stage_s(table.dense))
@@ -130,14 +137,6 @@ class BackendRuntime(StageRuns):
     def inline(self, on: bool) -> None:
         self.route.switch(on)
 
-    def settled_stats(self) -> RuntimeStats:
-        """The counters with every inline pass so far in them: the scheduler thread applies the passes' records
-        at its idle hook (``idle_hook``, ``settle``); a reader on another thread (tests, in-process
-        benchmarks) applies them now, under the scheduler's lock."""
-        with self.loop.busy, self.tally_lock:
-            apply_passes(self.route.take_deferred(), self, self.stats)
-        return self.stats
-
     def submit(self, handle: Any, inputs: dict[str, np.ndarray], batch: int, opts: RequestOptions) -> str | None:
         """Queue a validated request; returns an error message instead when it cannot be accepted."""
         return self.submit_group([(handle, inputs, batch, opts)])[0]
@@ -151,23 +150,36 @@ class BackendRuntime(StageRuns):
         errors: list[str | None] = [check_deadline(opts) for *_, opts in group]
         items = [(Parent(h, inputs, batch), opts, arrival)
                  for (h, inputs, batch, opts), err in zip(group, errors) if err is None]
-        if not self.loop.put(items):
-            return [err or "the model is shutting down; retry on another instance" for err in errors]
+        with self.inbox_lock:
+            if self.closed:
+                return [err or "the model is shutting down; retry on another instance" for err in errors]
+            if items:
+                self.idle.clear()
+                self.inbox.put(Group(items))
+                self.pending += len(items)
         return errors
+
+    def post(self, fn: Callable[[], None]) -> None:
+        """Have the scheduler thread call ``fn`` at its next turn (backend/arbiter/client.py: grants)."""
+        self.inbox.put(Call(fn))
+
+    def wake(self) -> None:
+        self.inbox.put(WAKE)
 
     def close(self, timeout: float = 30.0) -> None:
         """Answer everything still held with UNAVAILABLE and stop the thread."""
-        self.loop.close()
+        with self.inbox_lock:
+            self.closed = True
+            self.inbox.put(None)
         if self.watcher is not None:
             self.watcher.close()
         self.loop.thread.join(timeout)
 
     def _on_cancel(self, parent: Parent) -> None:
-        """The watcher saw ``parent`` cancelled (watcher thread): wake the scheduler thread to answer it."""
-        self._cancelled.put(parent)
-        self.loop.wake()
+        """The watcher saw ``parent`` cancelled (watcher thread): the scheduler thread answers it at its next turn."""
+        self.inbox.put(parent)
 
-    # ------------------------------------------------------------------ scheduler thread (inbox.Worker)
+    # ------------------------------------------------------------------ scheduler thread (scheduler_loop.Worker)
     def has_job(self) -> bool:
         return self.job is not None
 
@@ -177,11 +189,44 @@ class BackendRuntime(StageRuns):
     def next_due(self) -> float | None:
         return self.clock.wake_at
 
-    def decide(self) -> None:
-        """After the inputs taken off the inbox while no job ran (``_decide``), timed as the scheduler's work."""
-        t0 = time.perf_counter()
-        self._decide(False)
-        self.stats.sched_s += time.perf_counter() - t0
+    def take_inputs(self, timeout: float | None) -> bool:
+        """No job to run: sleep until an input comes or ``timeout`` passes (a window, a hook), take every input
+        there is, and have the core decide once (timed as the scheduler's work); False once closed."""
+        with self.inbox_lock:
+            if not self.live and not self.pending:
+                self.idle.set()  # a group waiting in execute runs inline now
+        try:
+            item = self.inbox.get(timeout=timeout) if timeout is None or timeout > 0 else self.inbox.get_nowait()
+        except queue.Empty:
+            item = WAKE  # a window's end, or a hook due
+        with self.busy:
+            if item is None or not self._drain(item):
+                return False
+            t0 = time.perf_counter()
+            self._decide(False)
+            self.stats.sched_s += time.perf_counter() - t0
+        return True
+
+    def _drain(self, item: Any = WAKE) -> bool:
+        """Take ``item`` (one off the inbox already) and every input behind it: arrivals admitted, requests the
+        watcher saw cancelled answered, posted calls made; False once close() was called."""
+        inbox = self.inbox
+        while True:
+            if type(item) is Group:
+                with self.inbox_lock:
+                    self.pending -= len(item.items)
+                for one in item.items:  # the core decides once every arrival taken is in (``_decide``)
+                    self.admit(*one)
+            elif type(item) is Call:
+                item.fn()
+            elif item is not WAKE:
+                self.answer_cancelled(item)
+            try:
+                item = inbox.get_nowait()
+            except queue.Empty:
+                return True
+            if item is None:
+                return False
 
     def _decide(self, moved: bool) -> None:
         """The core decides where something may have changed its mind (``moved``: a job ended; arrivals, a grant,
@@ -200,54 +245,6 @@ class BackendRuntime(StageRuns):
             self.clock.wake_at = step.wake_at
         if step.job is not None:
             self.job = step.job
-
-    def looks_in(self) -> bool:
-        return self.route.on
-
-    def admit_group(self, items: "list[tuple[Parent, RequestOptions, float]]") -> None:
-        for one in items:  # the core decides once every arrival taken is in (``decide``)
-            self.admit(*one)
-
-    def idle_hook(self) -> array:
-        """Under the lock: the counters the metrics read, and the inline passes' rows taken for ``settle``."""
-        rows = self.route.take_deferred()
-        watcher = self.watcher
-        if watcher is not None:
-            self.stats.cancel_checks = watcher.checks
-            self.stats.cancel_check_s = watcher.check_s
-            self.stats.cancel_slip = watcher.slip
-        if self.metrics is not None:
-            self.sync_metrics()
-        return rows
-
-    def settle(self, rows: array) -> None:
-        """The inline passes' rows (``idle_hook``) into the counters and metrics without the lock, and into the
-        table under it, briefly (backend/inline_passes.py: what the lock held meant for the requests that came)."""
-        with self.tally_lock:  # (no rows: nothing to tally, nothing to calibrate)
-            items = tally(rows, self, self.stats)
-        if items:
-            with self.loop.busy:
-                calibrate(items, self)
-
-    def release_arenas(self) -> None:
-        """Nothing held and something ran since the last release: the sessions' next runs shrink their arenas
-        (under the lock: an inline pass reads which)."""
-        memory.release_arenas((self.runner, self.whole_runner))
-
-    def trim_heap(self) -> bool:
-        """glibc returns its free heap pages now (a few ms at most, on this thread, without the lock: under load
-        an inline pass that waited for it made the queue behind it wait too); False where it cannot."""
-        return memory.trim_heap(self.stats)
-
-    def write_statistics(self) -> None:
-        """``on_idle`` under the lock; what it returns (the file written) after it."""
-        try:
-            with self.loop.busy:
-                save = self.on_idle(self) if self.on_idle is not None else None
-            if save is not None:
-                save()
-        except Exception:  # statistics are best effort
-            traceback.print_exc()
 
     def run_next(self) -> bool:
         """Run the job the scheduler gave, then report it done; False once close() was called."""
@@ -272,7 +269,7 @@ class BackendRuntime(StageRuns):
                 for stage in job.span:
                     self.metrics.stage_run(stage, ran)
         t_drain = time.perf_counter()
-        if not self.loop.drain():
+        if not self._drain():
             return False
         t0 = time.perf_counter()
         self.running = None
@@ -291,12 +288,8 @@ class BackendRuntime(StageRuns):
     def park_if_idle(self) -> None:
         """Nothing held, no job given, nothing arrived: the pool's workers wait parked (under the scheduler's
         lock, which every run holds)."""
-        if self.park is not None and self.job is None and not self.live and not self.loop.pending:
+        if self.park is not None and self.job is None and not self.live and not self.pending:
             self.park.park()
-
-    def sync_metrics(self, min_interval: float = 0.0) -> None:
-        self.metrics.sync_scheduler(self.scheduler.log, held=self.scheduler.held, policy=self.scheduler.policy,
-                                    min_interval=min_interval)
 
     def admit(self, parent: Parent, opts: RequestOptions, arrival: float) -> None:
         """One request off the inbox into the scheduler, as one sample request per row."""
@@ -341,16 +334,10 @@ class BackendRuntime(StageRuns):
         if self.watcher is not None:  # the stage time it is paced by
             self.watcher.pace(typical_stage_s(dense))
 
-    def answer_cancelled(self) -> None:
-        """Answer the requests the watcher saw cancelled, at once: queued ones need not wait for their turn, running
-        ones leave their sub-batch at the next stage boundary (their samples are flagged)."""
-        while True:
-            try:
-                parent = self._cancelled.get_nowait()
-            except queue.Empty:
-                return
-            if parent.answered:
-                continue
+    def answer_cancelled(self, parent: Parent) -> None:
+        """Answer a request the watcher saw cancelled, at once: queued, it need not wait for its turn; running, it
+        leaves its sub-batch at the next stage boundary (its samples are flagged)."""
+        if not parent.answered:
             self.scheduler.cancel(parent.samples)
             self._answer(parent, None, Status.CANCELLED, "request was cancelled by the client")
 
@@ -389,10 +376,16 @@ class BackendRuntime(StageRuns):
         except Exception:  # a response that cannot be sent must not stop the thread
             traceback.print_exc()
 
-    def answer_leftovers(self, queued: Iterable[Parent]) -> None:
-        """The thread stops: answer what is still held, and ``queued`` (left on the inbox): nothing is lost."""
-        for parent in queued:
-            self.live[id(parent)] = parent
+    def answer_leftovers(self) -> None:
+        """The thread stops: answer what is still held, and what is left on the inbox: nothing is lost."""
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, Group):  # (the close, WAKE, a Call, a cancelled Parent: none new)
+                for parent, _, _ in item.items:
+                    self.live[id(parent)] = parent
         for r in self.scheduler.close("the model was unloaded before the request finished"):
             self._on_sample_done(r)
         for parent in list(self.live.values()):

@@ -99,6 +99,7 @@ class Scheduler:
                                     min(r.deadline for r in requests))
         for request in requests:
             self.policy.enqueue(request, now)
+        self._take_finished()
         return None
 
     def update(self, job: StageJob, result: StageResult | None = None) -> None:
@@ -116,6 +117,7 @@ class Scheduler:
         if self.closed:
             return
         self.policy.job_done(job, result, self.clock.now())
+        self._take_finished()
 
     def cancel(self, requests: Sequence[Request]) -> None:
         """The client gave these up: queued ones are dropped at the policy's next look, running ones leave their
@@ -137,12 +139,14 @@ class Scheduler:
     def recalibrated(self) -> None:
         """The latency table was rewritten in place (online calibration): the policy recomputes what it derived."""
         self.policy.table_changed()
+        self._take_finished()
 
     def close(self, message: str = "the model was unloaded before the request finished") -> list[Request]:
         """Answer every request still held with UNAVAILABLE and stop scheduling. Returns every answer not yet
         taken by a step, these last ones included."""
         self.closed = True
         self._wake_at = None
+        self._take_finished()
         held = [r for r in self.policy.held() if r.status is None]
         if self.running is not None:
             held += [r for r in self.running.requests if r.status is None and r not in held]
@@ -168,6 +172,7 @@ class Scheduler:
                 if gate is None or gate.acquire(self.outstanding != self.completed):
                     now = self.clock.now()
                     nxt = self.policy.next_job(now)
+                    self._take_finished()
                     if isinstance(nxt, StageJob):
                         job = nxt
                         self.busy = True
@@ -212,7 +217,15 @@ class Scheduler:
         group's arbiter gate); None: the model has the device to itself again (the arbiter is gone)."""
         self.gate = gate
 
-    # ------------------------------------------------------------------ used by policies
+    # ------------------------------------------------------------------ answers
+    def _take_finished(self) -> None:
+        """The requests the policy answered in the call that just returned (``Policy.finished``), in order."""
+        done = self.policy.finished
+        if done:
+            for request, status, error in done:
+                self.finish(request, status, error)
+            done.clear()
+
     def finish(self, request: Request, status: Status, error: str | None) -> None:
         """Answer ``request``: it leaves with the next step's answers."""
         if request.status is not None:

@@ -397,7 +397,7 @@ def attach(runtime: Any, group: str, repository: str | Path, name: str, *, weigh
     except BaseException:
         sock.close()
         raise
-    return ArbiterGate(sock, runtime.scheduler, runtime.loop.post, name, weight=weight, priority=priority,
+    return ArbiterGate(sock, runtime.scheduler, runtime.post, name, weight=weight, priority=priority,
                        max_queue_size=max_queue_size, route=runtime.route, inline_ok=inline_ok,
                        rejoin_paths=(path, lock), lanes=lanes)
 

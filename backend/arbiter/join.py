@@ -95,7 +95,7 @@ class Membership:
             if self.path.exists():
                 sock = try_connect(self.path)
                 if sock is not None:
-                    self.runtime.loop.post(functools.partial(self._attach_posted, sock))
+                    self.runtime.post(functools.partial(self._attach_posted, sock))
                     return
 
     def _attach_posted(self, sock: Any) -> None:
@@ -108,7 +108,7 @@ class Membership:
 
     def _attach(self, sock: Any) -> None:
         rt = self.runtime
-        self.gate = ArbiterGate(sock, rt.scheduler, rt.loop.post, self.name, **self._gate_args)
+        self.gate = ArbiterGate(sock, rt.scheduler, rt.post, self.name, **self._gate_args)
         if self._on_gate is not None:
             self._on_gate(self.gate)
 

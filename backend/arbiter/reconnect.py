@@ -10,7 +10,7 @@ How: ``Reconnector.start`` (called by the gate when it falls back, on the schedu
 thread that tries ``connect`` at once, then after ``FIRST_DELAY_S`` doubling to ``MAX_DELAY_S`` between tries. A
 socket it gets joins (the first join's J/W handshake, ``connection.handshake``: name, weight, priority level; the
 device-wide bound travels with each admission as before) and is handed with its W to the scheduler thread
-(``InboxLoop.post``), where ``rejoin`` applies the W (the rejoin may hold the solo lease) and puts the gate back on
+(``BackendRuntime.post``), where ``rejoin`` applies the W (the rejoin may hold the solo lease) and puts the gate back on
 the scheduler. That thread is the only one that touches the scheduler, so nothing it holds is lost or run
 twice: a job started while alone finishes alone (the arbiter never saw its grant, so nothing is reported), and
 the next dispatch asks the new arbiter. Replies of the dead connection still on the inbox carry an older epoch and

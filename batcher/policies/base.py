@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections import deque
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..decisions import REJECT, DecisionLog
 from ..errors import ConfigError
@@ -41,7 +41,9 @@ class Policy(ABC):
 
     The scheduler calls ``enqueue`` on arrival, ``next_job`` whenever the device is idle (after an arrival, a stage
     completion or a timer) and ``job_done`` when a stage completes. ``next_job`` returns the job to run, a time to
-    be woken at (a batching window), or None to stay idle until the next arrival.
+    be woken at (a batching window), or None to stay idle until the next arrival. The requests a call answered
+    (done, failed, cancelled) are left in ``finished``, which the scheduler takes after each call: a policy never
+    calls back into its scheduler.
     """
 
     name = "policy"
@@ -54,13 +56,12 @@ class Policy(ABC):
         self.table: LatencyTable
         self.graph: ModelGraph
         self.log: DecisionLog
-        self._finish: Callable[[Request, Status, str | None], None]
+        self.finished: list[tuple[Request, Status, str | None]] = []  # answered, for the scheduler to take
 
     def attach(self, scheduler: "Scheduler") -> None:
         self.table = scheduler.table
         self.graph = scheduler.table.graph
         self.log = scheduler.log
-        self._finish = scheduler.finish
         self.table.check_covers(self.max_batch_size)
 
     def table_changed(self) -> None:
@@ -97,6 +98,10 @@ class Policy(ABC):
         return min((r.deadline - (r.est or whole) for r in self.held()), default=math.inf) - now
 
     # ------------------------------------------------------------------ shared bookkeeping
+    def _finish(self, request: Request, status: Status, error: str | None) -> None:
+        """Answer ``request``: the scheduler takes it from ``finished`` when this call returns."""
+        self.finished.append((request, status, error))
+
     def advance(self, job: StageJob, result: StageResult | None, now: float) -> tuple[int, list[Request],
                                                                                       int, list[Request]]:
         """Move the job's requests past its stage.

@@ -297,16 +297,15 @@ def test_runtime_close_answers_everything_held_unavailable(mlp):
 def test_runtime_shutdown_answers_groups_still_in_the_inbox(mlp):
     """Items the scheduler thread had not taken when it stopped (a group of one execute call, a cancellation wake-up
     behind the close) are answered UNAVAILABLE: nothing is lost, and a wake-up is no request."""
-    from lazybatch.backend.inbox import WAKE, Group
-    from lazybatch.backend.rows import Parent
+    from lazybatch.backend.rows import WAKE, Group, Parent
 
     _, stages = mlp
     rt, c = _runtime(stages)
     x = np.ones((1, 16), np.float32)
     with rt.route.lock:  # the thread stops at the first item and finds the others behind it
-        rt.loop.queue.put(None)
-        rt.loop.queue.put(WAKE)
-        rt.loop.queue.put(Group([(Parent(h, {"x": x}, 1), RequestOptions(), time.monotonic()) for h in (7, 8)]))
+        rt.inbox.put(None)
+        rt.inbox.put(WAKE)
+        rt.inbox.put(Group([(Parent(h, {"x": x}, 1), RequestOptions(), time.monotonic()) for h in (7, 8)]))
     rt.loop.thread.join(10)
     assert not rt.loop.thread.is_alive()
     assert sorted(c.answers) == [7, 8]
@@ -539,8 +538,8 @@ def test_idle_runtime_with_inline_passes_does_not_poll(mlp):
     a second in each idle eager stub, taken from the cores onnxruntime uses)."""
     rt, _ = _inline_runtime(mlp, on_idle=lambda r: None)
     wakes = []
-    wait = rt.loop.wait
-    rt.loop.wait = lambda timeout: (wakes.append(timeout), wait(timeout))[1]
+    take = rt.take_inputs
+    rt.take_inputs = lambda timeout: (wakes.append(timeout), take(timeout))[1]
     try:
         x = np.ones((1, 16), np.float32)
         assert rt.route.run([({"x": x}, 1)]) is not None  # owes the hook once
@@ -680,13 +679,13 @@ def test_the_idle_hook_tallies_the_inline_passes_without_the_lock(mlp, monkeypat
     """The scheduler thread's look-in takes the inline passes' rows under the lock the passes take, tallies them
     (counters, metrics) without it, and takes it again only to calibrate the table: a request that comes meanwhile
     runs at once instead of waiting for the tally (0.3 ms of every 0.1 s on a fast model at 90% load, served)."""
-    from lazybatch.backend import runtime as runtime_mod
+    from lazybatch.backend import runtime_hooks as runtime_mod
 
     rt, _ = _inline_runtime(mlp)
     seen: list[tuple[bool, str]] = []  # (the lock held, the thread) at each tally
     tally = runtime_mod.tally
     monkeypatch.setattr(runtime_mod, "tally", lambda rows, r, stats: (
-        seen.append((rt.loop.busy.locked(), threading.current_thread().name)), tally(rows, r, stats))[1])
+        seen.append((rt.busy.locked(), threading.current_thread().name)), tally(rows, r, stats))[1])
     try:
         x = np.ones((1, 16), np.float32)
         for _ in range(5):
@@ -706,7 +705,7 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
     QUIET_S (the file at most STATS_MAX_AGE_S late): written at every idle hook, the file cost eager 0.8 ms of CPU
     ten times a second beside its passes, which Triton's own path never pays. The metrics' idle hook keeps its
     interval meanwhile."""
-    from lazybatch.backend import inbox
+    from lazybatch.backend import scheduler_loop
 
     writes: list[float] = []
     # memory under endless load at the latest after 4 x 0.3 s: longer than the load below
@@ -738,7 +737,7 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
         # at the quiet moment (QUIET_S after the last pass, plus the scheduler's wake-up), not by the file's age:
         # that write would come STATS_MAX_AGE_S after the last one, before the load began, at end + 1.2 s or later.
         # QUIET_S + 0.2 s was too tight on a loaded 2-core VM (a CI run read 0.77 s)
-        assert writes[-1] - end < inbox.STATS_MAX_AGE_S / 2
+        assert writes[-1] - end < scheduler_loop.STATS_MAX_AGE_S / 2
         while rt.stats.memory_releases == released:  # the heap is trimmed just after the file, without the lock
             assert time.monotonic() < deadline, "memory not given back at the quiet moment"
             time.sleep(0.01)
@@ -750,9 +749,9 @@ def test_statistics_file_and_memory_release_wait_for_a_quiet_moment(mlp):
 def test_statistics_and_memory_under_endless_load(mlp, monkeypatch):
     """A load that never pauses still gets its statistics file at most STATS_MAX_AGE_S late, and its memory given
     back every MEMORY_RELEASE_UNDER_LOAD release intervals (a burst's high-water mark is not kept for good)."""
-    from lazybatch.backend import inbox
+    from lazybatch.backend import scheduler_loop
 
-    monkeypatch.setattr(inbox, "STATS_MAX_AGE_S", 0.3)
+    monkeypatch.setattr(scheduler_loop, "STATS_MAX_AGE_S", 0.3)
     writes: list[float] = []
     rt, _ = _inline_runtime(mlp, on_idle=lambda r: writes.append(time.monotonic()),
                             memory_release_s=0.1)  # at the latest every 0.4 s under load

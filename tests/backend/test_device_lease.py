@@ -204,7 +204,7 @@ def test_a_leased_member_rejoins_a_restarted_arbiter_through_the_join_and_is_lea
         assert me["leased"] and me["state"] == "granted"
         # a revoke posted by the dead connection's reader is dropped: still leased, inline on
         done = []
-        rs.loop.post(lambda: (gs.on_revoke(old_epoch), done.append(1)))
+        rs.post(lambda: (gs.on_revoke(old_epoch), done.append(1)))
         end = time.monotonic() + 2
         while not done and time.monotonic() < end:
             time.sleep(0.005)

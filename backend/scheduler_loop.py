@@ -1,28 +1,22 @@
-"""The scheduler thread's loop: the inbox Triton's ``execute`` puts arrivals on, and the idle hooks it runs between.
+"""The scheduler thread's loop: when it sleeps, and the bookkeeping it does at idle and quiet moments.
 
-The ``Scheduler`` is single-threaded, so exactly one thread (this one) calls into it; ``execute`` only puts the
-requests of one call on a thread-safe queue (``Inbox.put``). The thread sleeps on that queue until an arrival, the
-core's batching window (``backend/clock.py``) or a hook is due, takes everything that came, has the core decide once
-(``Worker.decide``), and runs the job it gave (``BackendRuntime.run_next``). At moments with nothing held it runs the idle hook (counters, metrics) and, once
-nothing has run for a while, the quiet hook (statistics file, memory given back), each at most at its interval.
+The ``Scheduler`` is single-threaded, so exactly one thread (this one) calls into it. The loop asks its runtime to
+wait for inputs until the core's batching window (``backend/clock.py``) or a hook is due (``Worker.take_inputs``:
+the runtime takes every arrival, cancellation and call that came and has the core decide once), then runs the job
+the core gave (``Worker.run_next``). The requests themselves never pass through here: the runtime owns its inbox.
+At moments with nothing held it runs the idle hook (counters, metrics) and, once nothing has run for a while, the
+quiet hook (statistics file, memory given back), each at most at its interval.
 
-The interface is narrow both ways. The runtime hands arrivals in (``put``), asks for what came during a job
-(``drain``) and says when it answered or worked (``note_answer``, ``note_work``); the loop drives the runtime
-through the ``Worker`` methods alone. Neither writes the other's fields; the inline route reads ``pending``,
-``closed`` and ``idle`` (docs/architecture.md draws it).
+The loop drives the runtime through the ``Worker`` methods alone; the runtime tells it when it answered or worked
+(``note_answer``, ``note_pass``, ``note_work``), and the inline route does the same (docs/architecture.md draws it).
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Protocol
-
-if TYPE_CHECKING:
-    from .request_parsing import RequestOptions
-    from .rows import Parent
+from typing import Any, Protocol
 
 # The idle hook (statistics file, metrics) runs at most this often: written at every idle moment it cost a JSON file
 # per request at low load, on the cores onnxruntime needs. Inline passes leave it to the scheduler thread, which
@@ -41,56 +35,32 @@ MEMORY_RELEASE_UNDER_LOAD = 4
 MEMORY_RELEASE_INTERVAL_S = 5.0
 
 
-class Group(NamedTuple):
-    """Inbox item: requests of one execute call, admitted together (``submit_group``)."""
-
-    items: list[tuple[Parent, RequestOptions, float]]
-
-
-WAKE = object()  # put on the inbox to wake the scheduler thread (a cancellation to answer)
-
-
-class Call(NamedTuple):
-    """Inbox item: a call to make on the scheduler thread (a grant from the device group's arbiter, which only
-    that thread may hand to the scheduler)."""
-
-    fn: Callable[[], None]
-
-
 class Worker(Protocol):
     """What the loop asks of the runtime it serves (``BackendRuntime``), all on the loop's thread."""
 
     def has_job(self) -> bool: ...  # the scheduler gave a job not yet run
     def holds(self) -> bool: ...  # some request is held (admitted, unanswered)
-    def run_next(self) -> bool: ...  # run the job, drain, report it done; False once closed
-    def admit_group(self, items: list[tuple[Parent, RequestOptions, float]]) -> None: ...
-    def answer_cancelled(self) -> None: ...
     def next_due(self) -> float | None: ...  # the core's batching window (monotonic), None: none
-    def decide(self) -> None: ...  # the inputs taken: the core decides (answers, a window, a job)
+    def take_inputs(self, timeout: float | None) -> bool: ...  # wait, take what came, decide; False once closed
+    def run_next(self) -> bool: ...  # run the job, take inputs, report it done; False once closed
     def looks_in(self) -> bool: ...  # inline passes may run, so the loop looks in on their bookkeeping
     def idle_hook(self) -> Any: ...  # under the lock: counters, metrics; returns the inline passes' rows ...
     def settle(self, rows: Any) -> None: ...  # ... which it tallies without the lock (taking it to calibrate)
     def release_arenas(self) -> None: ...  # under the lock: the sessions' next runs shrink their arenas ...
     def trim_heap(self) -> bool: ...  # ... and glibc's free heap goes back, without it; True: it went
     def write_statistics(self) -> None: ...  # takes the lock for the counters, writes the file after it
-    def answer_leftovers(self, queued: Iterable[Parent]) -> None: ...
+    def answer_leftovers(self) -> None: ...  # the thread stops: everything held or still in the inbox answered
 
 
-class InboxLoop:
-    """The inbox and the scheduler thread that empties it, for one ``Worker``."""
+class SchedulerLoop:
+    """The scheduler thread of one ``Worker``, and when its hooks are due."""
 
     def __init__(self, worker: Worker, name: str, busy: threading.Lock, *,
                  memory_release_s: float = MEMORY_RELEASE_INTERVAL_S) -> None:
         self.worker = worker
         self.busy = busy  # held whenever this thread is awake (an inline pass holds it throughout: InlineRoute)
         self.memory_release_s = memory_release_s  # 0: never (config memory_release_ms)
-        self.idle = threading.Event()  # set while nothing is held or pending (an inline pass may wait for it)
-        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Group, WAKE, Call, or None (close)
-        self.lock = threading.Lock()  # guards ``closed`` and ``pending`` (execute's threads and this one)
-        # written only by this class, under ``lock``; plain attributes, read without it by the inline route (a
-        # property call per read cost its every pass)
-        self.closed = False
-        self.pending = 0  # submitted, not yet admitted by the scheduler thread
+        # written by the notes below (this thread, or an inline pass under ``busy``); plain attributes
         self.dirty = False  # something was answered since the idle hook last ran
         self.idle_hook_at = 0.0  # when the idle hook last ran (IDLE_HOOK_INTERVAL_S)
         self.quiet_owed = False  # the statistics file and the memory release wait for a quiet moment (QUIET_S)
@@ -99,31 +69,7 @@ class InboxLoop:
         self.released_at = time.monotonic()  # when memory was last given back (quiet_hook)
         self.thread = threading.Thread(target=self.run, name=f"{name}-scheduler", daemon=True)
 
-    # ------------------------------------------------------------------ any thread
-    def put(self, items: list[tuple[Parent, RequestOptions, float]]) -> bool:
-        """Requests of one execute call, admitted together; False (nothing queued) once the loop is closing."""
-        with self.lock:
-            if self.closed:
-                return False
-            if items:
-                self.idle.clear()
-                self.queue.put(Group(items))
-                self.pending += len(items)
-        return True
-
-    def wake(self) -> None:
-        self.queue.put(WAKE)
-
-    def post(self, fn: Callable[[], None]) -> None:
-        """Have the scheduler thread call ``fn`` at its next turn (backend/arbiter/client.py: grants)."""
-        self.queue.put(Call(fn))
-
-    def close(self) -> None:
-        """No more arrivals; the thread answers what is left and stops."""
-        with self.lock:
-            self.closed = True
-            self.queue.put(None)
-
+    # ------------------------------------------------------------------ the runtime and its inline passes
     def note_answer(self) -> None:
         """A request was answered: the idle hook is owed."""
         self.dirty = True
@@ -179,15 +125,8 @@ class InboxLoop:
                         hook = time.monotonic() + IDLE_HOOK_INTERVAL_S
                     if hook is not None:
                         due = hook if due is None else min(due, hook)
-                    timeout = None if due is None else max(0.0, due - time.monotonic())
-                    with self.lock:
-                        if not w.holds() and not self.pending:
-                            self.idle.set()  # a group waiting in execute runs inline now
-                    item = self.wait(timeout)
-                    with busy:
-                        if item is None or not self.drain(first=item):
-                            break
-                        w.decide()
+                    if not w.take_inputs(None if due is None else max(0.0, due - time.monotonic())):
+                        break
                     continue
                 with busy:
                     if not w.run_next():
@@ -196,53 +135,10 @@ class InboxLoop:
             traceback.print_exc()
         finally:
             with busy:
-                w.answer_leftovers(self._leftovers())
+                w.answer_leftovers()
                 rows = w.idle_hook()
             w.settle(rows)
             w.write_statistics()
-
-    def wait(self, timeout: float | None) -> Any:
-        """The next inbox item, or WAKE when ``timeout`` (a timer) passes first; None once close() was called."""
-        try:
-            return self.queue.get(timeout=timeout) if timeout is None or timeout > 0 else self.queue.get_nowait()
-        except queue.Empty:
-            return WAKE
-
-    def drain(self, *, first: Any = None) -> bool:
-        """Hand every queued arrival to the worker (``first``: one already taken off the inbox); False once
-        close() was called."""
-        w = self.worker
-        while True:
-            if first is not None:
-                item, first = first, None
-            else:
-                try:
-                    item = self.queue.get_nowait()
-                except queue.Empty:
-                    return True
-            if item is None:
-                return False
-            if item is WAKE:
-                w.answer_cancelled()
-                continue
-            if type(item) is Call:
-                item.fn()
-                continue
-            with self.lock:
-                self.pending -= len(item.items)
-            w.admit_group(item.items)
-
-    def _leftovers(self) -> list[Parent]:
-        """The requests still on the inbox once the thread stops (None, the close, and WAKE, a cancellation to
-        look at, hold none)."""
-        out: list[Parent] = []
-        while True:
-            try:
-                item = self.queue.get_nowait()
-            except queue.Empty:
-                return out
-            if isinstance(item, Group):
-                out += [parent for parent, _, _ in item.items]
 
     # ------------------------------------------------------------------ hooks (scheduler thread, busy lock held)
     def quiet_hook(self, now: float) -> bool:
