@@ -5,6 +5,7 @@ model and a slow one at least (docs/architecture.md, "Changing the default").
 
     python -m benchmarks.bench_default             # tiny (about 1 ms served), MLP, BERT, ResNet-50, MobileNet-v1
     python -m benchmarks.bench_default --models tiny,mlp,resnet50 --reps 3 --restart --out lazybatch-results/default
+    python -m benchmarks.bench_default --models tiny,resnet50 --before main   # a change before against after
 
 Goal ("never slower than Triton's own batcher", docs/results/default.md): best Triton dynamic-batcher config (0/5/20 ms queue delay)
 average latency / eager's >= 1.00 at every load from 10% to 300% of the batch-1 rate, p99 and 5x-SLA violations no
@@ -28,6 +29,11 @@ cells, eager's ratio over the twin's, with a bootstrap interval over the session
 ``--restart`` for a verdict), says whether eager is behind an identical copy by more than this machine resolves
 (``pooled``). Eager's route counts per cell (inline in execute, or through
 the scheduler thread) come from the backend's statistics file. The raw cells go to OUT/default.json.
+
+``--before REV``: one more configuration, ``eager_before``, serves the default from the code at git revision REV
+(its own model directory, whose model.py puts that tree first on the stub's path: each model is a stub process of
+its own), taking turns with the others in the same server; the page adds eager before / after per load beside the
+twin's floor: a change to the default, before against after, in one run.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from benchmarks.harness.page import write_page
 from lazybatch.client.load import run_load
 from lazybatch.shipped import KIND_SLA_MS, build_default_repository
 from lazybatch.serving import TritonServer
-from benchmarks.reports.default import POLICIES, SLA_MULTIPLE, pooled_line, ratios, report
+from benchmarks.reports.default import BEFORE, POLICIES, SLA_MULTIPLE, before_lines, pooled_line, ratios, report
 
 
 PERF_MIN_SEGMENT_S = 3.0  # perf_analyzer's three measurement windows of at least 1 s each
@@ -106,14 +112,49 @@ def schedule(drivers: list[str], loads: list[float], reps: int, restart: bool) -
     return [(d, f, k) for d in drivers for f in loads for k in range(reps)]
 
 
+def before_tree(rev: str, dest: Path) -> Path:
+    """The lazybatch packages at git revision ``rev`` laid out as one importable tree under ``dest`` (the mapping
+    of pyproject.toml's package-dir: lazybatch/ at the top, batcher/ as lazybatch/batcher, ...)."""
+    import shutil
+    import subprocess
+    import tarfile
+    import tempfile
+
+    folders = {"lazybatch": "lazybatch", "batcher": "lazybatch/batcher", "backend": "lazybatch/backend",
+               "npu_model": "lazybatch/npu_model", "client": "lazybatch/client", "sessions": "lazybatch/sessions",
+               "formats": "lazybatch/formats"}
+    shutil.rmtree(dest, ignore_errors=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = Path(tmp) / "tree.tar"
+        subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(archive), rev, *folders], check=True)
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        for src, to in folders.items():  # the top package first: the others go inside it
+            shutil.copytree(Path(tmp) / src, dest / to, dirs_exist_ok=True)
+    return dest
+
+
+def serve_before(model_dir: Path, tree: Path) -> None:
+    """``model_dir`` serves the default from ``tree`` (``before_tree``), and refuses to load from anything else."""
+    (model_dir / "1" / "model.py").write_text(
+        f'"""The default before a change (benchmarks/bench_default.py --before): lazybatch from {tree}."""\n'
+        f"import sys\nsys.path.insert(0, {str(tree)!r})\nimport lazybatch\n"
+        f"if not lazybatch.__file__.startswith({str(tree)!r}):\n"
+        f"    raise ImportError('lazybatch came from ' + lazybatch.__file__ + ', not {tree}')\n"
+        "from lazybatch.backend.model import TritonPythonModel  # noqa: E402,F401\n")
+
+
 def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:
+    policies = {**POLICIES, **({BEFORE: POLICIES["eager"]} if args.before else {})}
     repo = build_default_repository(out / "repos" / kind, kind=kind, work=out / "build" / kind,
-                                    policies=POLICIES, profile_reps=5)
+                                    policies=policies, profile_reps=5)
+    if args.before:
+        serve_before(repo / f"{kind}_{BEFORE}", (out / "before_tree").resolve())
     stats_dir = out / "stats" / kind  # the backend's statistics (LAZYBATCH_STATS_DIR): which route eager took
     for old in stats_dir.glob("*.batches.csv"):  # the stubs append to their batch logs: this run's passes only
         old.unlink()
     drivers = ["load", "perf"] if args.driver == "both" else [args.driver]
-    run = CellRunner(kind, repo, stats_dir, out, args)
+    run = CellRunner(kind, repo, stats_dir, out, args, list(policies))
     try:
         cells = run.cells(schedule(drivers, args.loads, args.reps, args.restart), args.duration)
         res = {"model": kind, "t1_ms": run.t1 * 1e3, "sla_ms": run.sla_ms, "cells": cells, "settle_rounds": []}
@@ -139,8 +180,10 @@ class CellRunner:
     """Runs cells (driver, load, repetition: every policy in turn) on one model's server, started afresh per
     repetition with ``--restart``; t1 and the SLA are measured once, so that every cell offers the same rates."""
 
-    def __init__(self, kind: str, repo: Path, stats_dir: Path, out: Path, args: argparse.Namespace) -> None:
+    def __init__(self, kind: str, repo: Path, stats_dir: Path, out: Path, args: argparse.Namespace,
+                 policies: list[str]) -> None:
         self.kind, self.repo, self.stats_dir, self.out, self.args = kind, repo, stats_dir, out, args
+        self.policies = policies  # the model directories measured in turn: POLICIES, and eager_before (--before)
         self.t1 = self.sla_ms = math.nan
         self.server: TritonServer | None = None
         self.started: tuple[str, int] | None = None  # the (driver, repetition) the running server was started for
@@ -178,10 +221,11 @@ class CellRunner:
             rate = f / self.t1
             seg_s = max(args.segment, PERF_MIN_SEGMENT_S) if driver == "perf" else args.segment
             n = segments_for(rate, seg_s, args.reps, minimum=max(1, round(duration / seg_s)))
-            segs: dict[str, list[dict]] = {p: [] for p in POLICIES}
-            meta = {p: {"busy": [], "steal": [], "retried": 0, "stolen": 0} for p in POLICIES}
+            pols = self.policies
+            segs: dict[str, list[dict]] = {p: [] for p in pols}
+            meta = {p: {"busy": [], "steal": [], "retried": 0, "stolen": 0} for p in pols}
             for j in range(n):
-                order = list(POLICIES) if (j + k) % 2 == 0 else list(reversed(POLICIES))
+                order = pols if (j + k) % 2 == 0 else pols[::-1]
                 for pol in order:
                     seg, m = self._segment(driver, url, pol, rate, seg_s, seed=1000 * k + j)
                     segs[pol].append(seg)
@@ -189,7 +233,7 @@ class CellRunner:
                         meta[pol][key].append(m[key])
                     meta[pol]["retried"] += m["retried"]
                     meta[pol]["stolen"] += m["stolen"]
-            for pol in POLICIES:
+            for pol in pols:
                 model = f"{kind}_{pol}"
                 c = pool_load(segs[pol], self.sla_ms) if driver == "load" else pool_perf(segs[pol])
                 mm = meta[pol]
@@ -277,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle", type=int, default=1,
                     help="rounds of rerunning, at twice the length each, the loads whose noise floor (the identical "
                          "copy) strayed outside 0.90-1.10x in a repetition (benchmarks/harness/method.py); 0: none")
+    ap.add_argument("--before", metavar="REV", default=None,
+                    help="also serve the default from this git revision (eager_before) and report before / after")
     ap.add_argument("--out", default="lazybatch-results/default")
     ap.add_argument("--json", default=None, help="also copy the raw results here (e.g. docs/data/default.json)")
     args = ap.parse_args(argv)
@@ -285,7 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     meta = {**machine_meta(), "command": command_line(), "reps": args.reps, "duration_s": args.duration,
             "segment_s": args.segment, "settle": args.settle,
             "loads": args.loads, "driver": args.driver, "restart": args.restart, "perf_arrivals": args.perf_arrivals,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "before": args.before}
+    if args.before:
+        before_tree(args.before, out / "before_tree")
     results = []
     for kind in args.models.split(","):
         if kind not in KIND_SLA_MS:
@@ -294,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         data = {"meta": meta, "results": results}
         write_json(out / "default.json", data)  # after every model: a long run keeps what it measured
     drivers = ["load", "perf"] if args.driver == "both" else [args.driver]
-    lines = [line for res in results for d in drivers for line in report(res, d) + [""]]
+    lines = [line for res in results for d in drivers for line in report(res, d) + before_lines(res, d) + [""]]
     lines += [line for d in drivers for line in pooled_line(results, d, args.restart)]
     write_page(out / "default.md", lines)
     print("\n".join(lines))

@@ -269,3 +269,31 @@ def test_a_burst_in_one_repetition_is_not_a_queue_that_grew(bench):
         c["drift"] = [1.3, 1.25, 1.35][c["rep"]]
     row = bench.ratios({"model": "m", "t1_ms": 1.0, "sla_ms": 5.0, "cells": cells}, "load")[0]
     assert not row["sustained"] and set(row["unsustained"]) == {"eager", "triton_0us"}
+
+
+def test_before_against_after_is_reported_beside_the_twins_floor(bench):
+    """``--before REV``: eager served from an earlier revision takes turns with the rest; the page gives before /
+    after per load (above 1.00: the change made the default faster) beside Triton 0 ms / its twin."""
+    cells = []
+    for rep, (before, after) in enumerate([(11.0, 10.0), (9.9, 9.0)]):
+        extra = {"requests": 500}
+        cells += [cell(0.4, rep, "eager", after, 20.0) | extra, cell(0.4, rep, "eager_before", before, 22.0) | extra,
+                  cell(0.4, rep, "triton_0us", 10.0, 25.0), cell(0.4, rep, "triton_0us_twin", 10.0, 25.0)]
+    res = {"model": "m", "t1_ms": 1.0, "sla_ms": 5.0, "cells": cells}
+    text = "\n".join(bench.before_lines(res, "load"))
+    assert "| 40% | 1.10 [1.10-1.10]: met | 1.10 [1.10-1.10] | 1.00 [1.00-1.00] | 1,000 / 1,000 |" in text, text
+    assert bench.before_lines({**res, "cells": [c for c in cells if c["policy"] != "eager_before"]}, "load") == []
+
+
+def test_the_tree_before_a_change_is_laid_out_as_one_package(tmp_path):
+    """``before_tree`` lays the packages of a git revision out as pyproject.toml maps them (batcher/ as
+    lazybatch/batcher, ...), so a stub that puts it first on its path imports that revision whole."""
+    tree = runner.before_tree("HEAD", tmp_path / "tree")
+    for part in ("lazybatch/__init__.py", "lazybatch/batcher/scheduler.py", "lazybatch/backend/model.py",
+                 "lazybatch/sessions/__init__.py", "lazybatch/client/load.py"):
+        assert (tree / part).is_file(), part
+    model = tmp_path / "m"
+    (model / "1").mkdir(parents=True)
+    runner.serve_before(model, tree)
+    text = (model / "1" / "model.py").read_text()
+    assert f"sys.path.insert(0, {str(tree)!r})" in text and "raise ImportError" in text
