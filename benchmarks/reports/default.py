@@ -216,7 +216,8 @@ def pooled_line(results: list[dict], driver: str, restart: bool = False) -> list
 
 def before_lines(res: dict, driver: str) -> list[str]:
     """With ``--before``: per load, eager before / after (average and p99: above 1.00 the change made it faster)
-    per repetition, beside the twin's floor (Triton 0 ms / its identical copy, scored by the same rule)."""
+    per repetition, beside the twin's floor (Triton 0 ms / its identical copy, scored by the same rule): level where
+    the two ranges meet, no verdict where the floor strayed outside its band (harness/method.py)."""
     by = {(c["rep"], c["policy"], c["load"]): c for c in res["cells"] if c["driver"] == driver}
     loads = sorted({f for _, p, f in by if p == BEFORE})
     if not loads:
@@ -231,8 +232,15 @@ def before_lines(res: dict, driver: str) -> list[str]:
         p99 = spread([b["p99_ms"] / a["p99_ms"] for b, a, _, _ in cell])
         floor = [t["avg_ms"] / w["avg_ms"] for _, _, t, w in cell if t and w]
         n = f"{sum(a['requests'] for _, a, _, _ in cell):,} / {sum(b['requests'] for b, _, _, _ in cell):,}"
-        lines.append(f"| {f:.0%} | {fmt(avg)}: {verdict(avg, 1.0)} | {fmt(p99)} | "
-                     f"{fmt(spread(floor)) if floor else '-'} | {n} |")
+        if not floor_settled(floor):
+            said = floor_note(floor)
+        elif avg["max"] < min(floor):
+            said = "the change made it slower: below the floor"
+        elif avg["min"] > max(floor):
+            said = "the change made it faster: above the floor"
+        else:
+            said = "level: within the floor"
+        lines.append(f"| {f:.0%} | {fmt(avg)}: {said} | {fmt(p99)} | {fmt(spread(floor)) if floor else '-'} | {n} |")
     return lines
 
 
