@@ -58,9 +58,13 @@ from benchmarks.harness.page import write_page
 from lazybatch.client.load import run_load
 from lazybatch.shipped import KIND_SLA_MS, build_default_repository
 from lazybatch.serving import TritonServer
-from benchmarks.reports.default import BEFORE, POLICIES, SLA_MULTIPLE, before_lines, pooled_line, ratios, report
+from benchmarks.harness import fmt, spread
+from benchmarks.harness.method import floor_note, floor_settled
+from benchmarks.harness.page import table_head
+from benchmarks.reports.default import POLICIES, SLA_MULTIPLE, TWIN, pooled_line, ratios, report
 
 
+BEFORE = "eager_before"  # the default served from an earlier revision (--before), never "best"
 PERF_MIN_SEGMENT_S = 3.0  # perf_analyzer's three measurement windows of at least 1 s each
 
 # perf_analyzer's default data is random bytes: in BERT's int64 token ids those fall outside the vocabulary, the
@@ -142,6 +146,36 @@ def serve_before(model_dir: Path, tree: Path) -> None:
         f"if not lazybatch.__file__.startswith({str(tree)!r}):\n"
         f"    raise ImportError('lazybatch came from ' + lazybatch.__file__ + ', not {tree}')\n"
         "from lazybatch.backend.model import TritonPythonModel  # noqa: E402,F401\n")
+
+
+def before_lines(res: dict, driver: str) -> list[str]:
+    """With ``--before``: per load, eager before / after (average and p99: above 1.00 the change made it faster)
+    per repetition, beside the twin's floor (Triton 0 ms / its identical copy, scored by the same rule): level where
+    the two ranges meet, no verdict where the floor strayed outside its band (harness/method.py)."""
+    by = {(c["rep"], c["policy"], c["load"]): c for c in res["cells"] if c["driver"] == driver}
+    loads = sorted({f for _, p, f in by if p == BEFORE})
+    if not loads:
+        return []
+    lines = ["", *table_head(["load", "eager before avg / after avg", "before p99 / after p99",
+                              "noise floor: Triton 0 ms avg / twin avg", "requests after / before"])]
+    for f in loads:
+        reps = sorted(k for k, p, g in by if p == BEFORE and g == f and (k, "eager", f) in by)
+        cell = [(by[k, BEFORE, f], by[k, "eager", f], by.get((k, "triton_0us", f)), by.get((k, TWIN, f)))
+                for k in reps]
+        avg = spread([b["avg_ms"] / a["avg_ms"] for b, a, _, _ in cell])
+        p99 = spread([b["p99_ms"] / a["p99_ms"] for b, a, _, _ in cell])
+        floor = [t["avg_ms"] / w["avg_ms"] for _, _, t, w in cell if t and w]
+        n = f"{sum(a['requests'] for _, a, _, _ in cell):,} / {sum(b['requests'] for b, _, _, _ in cell):,}"
+        if not floor_settled(floor):
+            said = floor_note(floor)
+        elif avg["max"] < min(floor):
+            said = "the change made it slower: below the floor"
+        elif avg["min"] > max(floor):
+            said = "the change made it faster: above the floor"
+        else:
+            said = "level: within the floor"
+        lines.append(f"| {f:.0%} | {fmt(avg)}: {said} | {fmt(p99)} | {fmt(spread(floor)) if floor else '-'} | {n} |")
+    return lines
 
 
 def bench_model(kind: str, args: argparse.Namespace, out: Path) -> dict:

@@ -26,7 +26,6 @@ POLICIES = {"eager": "eager", "triton_0us": "triton:0", "triton_5000us": "triton
 # It is never "best".
 TWIN = "triton_0us_twin"
 TRITON = [k for k in POLICIES if k.startswith("triton") and k != TWIN]
-BEFORE = "eager_before"  # the default served from an earlier revision (bench_default.py --before), never "best"
 
 SLA_MULTIPLE = 5.0  # violations are counted against 5 x t1, the deadline eager's requests carry
 MIN_DRAWS = 3  # independent session draws below which the pooled interval is not computed (bench_default.pooled)
@@ -212,36 +211,6 @@ def pooled_line(results: list[dict], driver: str, restart: bool = False) -> list
             f"{p['unsustained']} are left out too because a queue grew over the runs of eager, the best or the "
             "copy there (an average there measures that growth; where it was eager's or the best's, the cell is "
             "judged on throughput).", ""]
-
-
-def before_lines(res: dict, driver: str) -> list[str]:
-    """With ``--before``: per load, eager before / after (average and p99: above 1.00 the change made it faster)
-    per repetition, beside the twin's floor (Triton 0 ms / its identical copy, scored by the same rule): level where
-    the two ranges meet, no verdict where the floor strayed outside its band (harness/method.py)."""
-    by = {(c["rep"], c["policy"], c["load"]): c for c in res["cells"] if c["driver"] == driver}
-    loads = sorted({f for _, p, f in by if p == BEFORE})
-    if not loads:
-        return []
-    lines = ["", *table_head(["load", "eager before avg / after avg", "before p99 / after p99",
-                              "noise floor: Triton 0 ms avg / twin avg", "requests after / before"])]
-    for f in loads:
-        reps = sorted(k for k, p, g in by if p == BEFORE and g == f and (k, "eager", f) in by)
-        cell = [(by[k, BEFORE, f], by[k, "eager", f], by.get((k, "triton_0us", f)), by.get((k, TWIN, f)))
-                for k in reps]
-        avg = spread([b["avg_ms"] / a["avg_ms"] for b, a, _, _ in cell])
-        p99 = spread([b["p99_ms"] / a["p99_ms"] for b, a, _, _ in cell])
-        floor = [t["avg_ms"] / w["avg_ms"] for _, _, t, w in cell if t and w]
-        n = f"{sum(a['requests'] for _, a, _, _ in cell):,} / {sum(b['requests'] for b, _, _, _ in cell):,}"
-        if not floor_settled(floor):
-            said = floor_note(floor)
-        elif avg["max"] < min(floor):
-            said = "the change made it slower: below the floor"
-        elif avg["min"] > max(floor):
-            said = "the change made it faster: above the floor"
-        else:
-            said = "level: within the floor"
-        lines.append(f"| {f:.0%} | {fmt(avg)}: {said} | {fmt(p99)} | {fmt(spread(floor)) if floor else '-'} | {n} |")
-    return lines
 
 
 def report(res: dict, driver: str) -> list[str]:

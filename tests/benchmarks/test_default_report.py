@@ -280,18 +280,18 @@ def test_before_against_after_is_reported_beside_the_twins_floor(bench):
         cells += [cell(0.4, rep, "eager", after, 20.0) | extra, cell(0.4, rep, "eager_before", before, 22.0) | extra,
                   cell(0.4, rep, "triton_0us", 10.0, 25.0), cell(0.4, rep, "triton_0us_twin", 10.0, 25.0)]
     res = {"model": "m", "t1_ms": 1.0, "sla_ms": 5.0, "cells": cells}
-    text = "\n".join(bench.before_lines(res, "load"))
+    text = "\n".join(runner.before_lines(res, "load"))
     assert ("| 40% | 1.10 [1.10-1.10]: the change made it faster: above the floor | 1.10 [1.10-1.10] | "
             "1.00 [1.00-1.00] | 1,000 / 1,000 |") in text, text
     cells[-1]["avg_ms"] = 9.0  # the copy read 1.11 in a repetition: no verdict
-    assert "no verdict" in "\n".join(bench.before_lines(res, "load"))
+    assert "no verdict" in "\n".join(runner.before_lines(res, "load"))
     cells[-1]["avg_ms"] = 9.5  # a floor of 1.00-1.05 that the change's 1.10 does not reach ... and one it does
-    assert "above the floor" in "\n".join(bench.before_lines(res, "load"))
+    assert "above the floor" in "\n".join(runner.before_lines(res, "load"))
     for c in cells:
         if c["policy"] == "eager_before":
             c["avg_ms"] = c["avg_ms"] * 0.95  # 1.045 against a floor of 1.00-1.05
-    assert "level: within the floor" in "\n".join(bench.before_lines(res, "load"))
-    assert bench.before_lines({**res, "cells": [c for c in cells if c["policy"] != "eager_before"]}, "load") == []
+    assert "level: within the floor" in "\n".join(runner.before_lines(res, "load"))
+    assert runner.before_lines({**res, "cells": [c for c in cells if c["policy"] != "eager_before"]}, "load") == []
 
 
 def test_the_tree_before_a_change_is_laid_out_as_one_package(tmp_path):
