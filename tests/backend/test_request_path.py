@@ -39,6 +39,12 @@ def _room(module: str) -> str:
     return "policy" if name.startswith("batcher.policies") else name
 
 
+def _args(frame) -> list:
+    """The arguments a call was made with (``self`` first, where it has one)."""
+    code = frame.f_code
+    return [frame.f_locals.get(v) for v in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]]
+
+
 def _carries(value: object, handle: object, depth: int = 0) -> bool:
     if value is handle or isinstance(value, (Parent, Sample, Request)):
         return True
@@ -59,10 +65,8 @@ def test_the_scheduler_route_crosses_five_modules_on_three_threads_and_never_cal
     def profile(frame, event, arg):
         if event not in ("call", "return") or not frame.f_globals.get("__name__", "").startswith("lazybatch."):
             return
-        code = frame.f_code
         if event == "call":
-            args = [frame.f_locals.get(v) for v in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]]
-            if not any(_carries(a, handle) for a in args[1 if code.co_argcount else 0:]):
+            if not any(_carries(a, handle) for a in _args(frame)[1 if frame.f_code.co_argcount else 0:]):
                 return
         elif not _carries(arg, handle):
             return
@@ -121,11 +125,8 @@ def test_the_inline_route_crosses_two_modules_on_executes_thread(tmp_path):
     def profile(frame, event, arg):
         if event not in ("call", "return") or not frame.f_globals.get("__name__", "").startswith("lazybatch."):
             return
-        code = frame.f_code
-        if event == "call":
-            args = [frame.f_locals.get(v) for v in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]]
-            if not any(a is tensors or a is x for a in args):
-                return
+        if event == "call" and not any(a is tensors or a is x for a in _args(frame)):
+            return
         seen.append((event, _room(frame.f_globals["__name__"]), threading.current_thread().name, arg))
 
     try:
