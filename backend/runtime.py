@@ -26,11 +26,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from lazybatch.batcher.admission import QueuePolicy
+from lazybatch.batcher.decisions import DecisionLog
 from lazybatch.batcher.interfaces import StageJob
 from lazybatch.batcher.latency_table import LatencyTable
 from lazybatch.batcher.policies.base import Policy
 from lazybatch.batcher.request import Request, Status
 from lazybatch.batcher.scheduler import Scheduler
+from lazybatch.batcher.seat import DeviceSeat
 
 from . import metrics as M
 from .cancel_watch import CancelWatcher, typical_stage_s
@@ -95,13 +97,12 @@ class BackendRuntime(StageRuns, QuietHooks):
         self.keeper = TableKeeper(table, policy, self.stats, measure_boundary_cost=measure_boundary_cost,
                                   on_refresh=self._table_refreshed)
         self.calibrator = self.keeper.calibrator
-        self.scheduler = Scheduler(table, policy, self.clock)
         # production (docs/operations.md): admission control, metrics, fault injection; and a server keeps only the
         # newest decisions (the metrics read them as they come): the simulator's default of 100,000 records held
-        # about 15 MB per model once full, which a soak run showed as memory growth
-        if queue_policy is not None:
-            self.scheduler.set_queue_policy(queue_policy)
-        self.scheduler.log.keep(DECISION_LOG_CAPACITY)
+        # about 15 MB per model once full, which a soak run showed as memory growth. The seat is where a device
+        # group's gate sits once the model joins one (backend/arbiter/join.py); none at load.
+        self.scheduler = Scheduler(table, policy, self.clock, log=DecisionLog(DECISION_LOG_CAPACITY),
+                                   queue_policy=queue_policy, seat=DeviceSeat())
         self.metrics = metrics  # Prometheus bookkeeping (backend/metrics.py), updated on this thread
         self.fault = fault  # fault injection for tests (backend/faults.py), None unless configured
         self.arrived = False  # requests were admitted since the core last decided (``decide``)
@@ -239,6 +240,8 @@ class BackendRuntime(StageRuns, QuietHooks):
             return
         self.arrived = False
         step = core.schedule()
+        for handle, outputs in step.parts:  # a decoder's streamed tokens (backend/seq2seq.py), before any answer
+            self.respond(handle, outputs, Status.OK, None, False)
         for r in step.answers:
             self._on_sample_done(r)
         if step.wake_at is not None:

@@ -49,6 +49,10 @@ from .runtime_stats import RuntimeStats
 from .seq2seq_spec import IGNORE_EOS, MAX_OUT, OUT_LEN, OUT_TOKENS, PAD, SRC_LEN, TOKENS, Seq2SeqSpec
 from .stages import StageRunner
 
+# a streamed part: the request it answers (its Triton handle) and the outputs of the non-final response
+Part = tuple[Any, dict[str, np.ndarray]]
+
+
 class _Seq(Sample):
     """One sequence (a row of a client request) and everything it carries between steps."""
 
@@ -138,9 +142,10 @@ class Seq2SeqRuntime(BackendRuntime):
         pad = max(0, job.batch_size - len(job.requests))
         errors: dict[int, str] = {}
         exits: set[int] = set()
+        parts: list[Part] = []
         metrics = self.metrics
         try:
-            exits = self._run_batch(job.stage, reqs, pad)
+            exits = self._run_batch(job.stage, reqs, parts, pad)
         except Exception as e:
             if metrics is not None:  # as in the base runtime: a failed batched run and each failed rerun count
                 metrics.stage_failed(job.stage)
@@ -149,17 +154,19 @@ class Seq2SeqRuntime(BackendRuntime):
             else:  # nothing was written back: run each alone, so only the ones that fail on their own fail
                 for r in reqs:
                     try:
-                        exits |= self._run_batch(job.stage, [r], 0)
+                        exits |= self._run_batch(job.stage, [r], parts, 0)
                     except Exception as e1:
                         if metrics is not None:
                             metrics.stage_failed(job.stage)
                         errors[r.id] = f"{type(e1).__name__}: {e1}"
         if job.stage == self.spec.dec_last:
-            return StageResult(loop_exits=exits, errors=errors or None)
+            return StageResult(loop_exits=exits, errors=errors or None, parts=parts)
         return StageResult(errors=errors) if errors else None
 
-    def _run_batch(self, stage: int, reqs: list[Request], pad: int = 0) -> set[int]:  # type: ignore[override]
-        """Gather the rows, run the stage, scatter the rows back; returns the ids whose sequence ended."""
+    def _run_batch(self, stage: int, reqs: list[Request], parts: list[Part],  # type: ignore[override]
+                   pad: int = 0) -> set[int]:
+        """Gather the rows, run the stage, scatter the rows back; returns the ids whose sequence ended, and adds to
+        ``parts`` the tokens a decoupled model streams after this step (``_stream``)."""
         spec = self.spec
         runner = self.runner
         stats: Seq2SeqStats = self.stats  # type: ignore[assignment]
@@ -208,7 +215,7 @@ class Seq2SeqRuntime(BackendRuntime):
             stats.finished_eos += eos
             stats.finished_length += len(exits) - eos
             if self.stream_every:
-                self._stream(reqs, exits)
+                parts += self._stream(reqs, exits)
         t3 = time.perf_counter()
         stats.stage_runs += 1
         stats.batch_hist[len(reqs)] = stats.batch_hist.get(len(reqs), 0) + 1
@@ -237,10 +244,12 @@ class Seq2SeqRuntime(BackendRuntime):
             s.encoded = True
         s.tensors = {}
 
-    def _stream(self, reqs: list[Request], exits: set[int]) -> None:
-        """Send the new tokens of each request that holds ``stream_every`` unsent ones in some row, unless this step
-        ends its last row: the final answer then carries them (one response fewer, and the final flag comes with
-        data, which every client sees; an empty final response reaches gRPC clients only on request)."""
+    def _stream(self, reqs: list[Request], exits: set[int]) -> list[Part]:
+        """The parts to stream: the new tokens of each request that holds ``stream_every`` unsent ones in some row,
+        unless this step ends its last row: the final answer then carries them (one response fewer, and the final
+        flag comes with data, which every client sees; an empty final response reaches gRPC clients only on
+        request). The scheduler's next step returns them (``Step.parts``) and the runtime sends them."""
+        out: list[Part] = []
         ending: dict[int, int] = {}
         parents: dict[int, Parent] = {}
         for r in reqs:
@@ -257,9 +266,10 @@ class Seq2SeqRuntime(BackendRuntime):
                 self.stats.streamed += 1  # type: ignore[attr-defined]
                 if not any(s.sent for s in seqs):
                     self.stats.first_part_s.append(self.clock.now() - parent.samples[0].arrival)  # type: ignore
-                self.respond(parent.handle, _token_rows([s.tokens[s.sent:] for s in seqs]), Status.OK, None, False)
+                out.append((parent.handle, _token_rows([s.tokens[s.sent:] for s in seqs])))
                 for s in seqs:
                     s.sent = len(s.tokens)
+        return out
 
     def _on_sample_done(self, r: Request) -> None:
         seq: _Seq = r.payload

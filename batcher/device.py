@@ -2,7 +2,8 @@
 
 Each co-located model keeps its own ``Scheduler``, ``Policy`` and ``LatencyTable``; a ``SharedDevice`` sits between
 them and grants the device (one of ``lanes``, default 1) to one model's next stage job at a time. A model joins with
-``SharedDevice.join(scheduler, name, weight=, priority=)``, which gives its scheduler a ``DeviceMember`` as its gate.
+``SharedDevice.join(scheduler, name, weight=, priority=)``, which seats a ``DeviceMember`` as its scheduler's gate
+(batcher/seat.py).
 
 Why a gate asked before the policy, not a queue of committed jobs: a model's scheduler asks its policy for a job
 only once the device is granted to it, so the policy decides with every arrival up to that moment (a request that
@@ -201,7 +202,7 @@ class SharedDevice:
     def join(self, scheduler: "Scheduler", name: str | None = None, *, weight: float = 1.0,
              priority: int = 0) -> DeviceMember:
         """Put ``scheduler`` on this device; it asks the returned member before each job from now on."""
-        if scheduler.gate is not None:
+        if scheduler.seat.gate is not None:
             raise ConfigError("this scheduler already shares a device", field="device")
         if not (isinstance(weight, (int, float)) and weight > 0 and math.isfinite(weight)):
             raise ConfigError(f"a model's device weight must be a positive number, got {weight!r}", field="weight")
@@ -211,7 +212,7 @@ class SharedDevice:
         m = DeviceMember(self, scheduler, name or scheduler.table.name, float(weight), priority)
         m.vt = self._active_vt(None)
         self.members.append(m)
-        scheduler.share_device(m)
+        scheduler.seat.take(m)
         scheduler.log.counts.setdefault(DEVICE, 0)
         return m
 

@@ -7,7 +7,7 @@ onnxruntime on wall time. Nothing here knows which.
 
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping, Protocol
+from typing import Any, Collection, Mapping, Protocol, Sequence
 
 from .request import Request
 
@@ -51,12 +51,16 @@ class StageResult:
 
     ``loop_exits``: ids of requests whose loop (encoder/decoder) ends after this step; None lets the scheduler
     decide from each request's known ``enc_steps``/``dec_steps``. ``errors``: request id -> message for requests
-    whose part of the batch failed; the rest of the batch goes on.
+    whose part of the batch failed; the rest of the batch goes on. ``parts``: streamed parts the step produced for
+    requests that go on (a decoupled decoder's new tokens), opaque to the core: the next step returns them
+    (``Step.parts``), ahead of its answers, so that a request's parts always precede its final answer.
     """
 
-    __slots__ = ("loop_exits", "errors")
+    __slots__ = ("loop_exits", "errors", "parts")
 
-    def __init__(self, loop_exits: Collection[int] | None = None, errors: Mapping[int, str] | None = None) -> None:
+    def __init__(self, loop_exits: Collection[int] | None = None, errors: Mapping[int, str] | None = None,
+                 parts: Sequence[Any] = ()) -> None:
         self.loop_exits = loop_exits
         self.errors = errors
+        self.parts = parts
 

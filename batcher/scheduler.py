@@ -18,7 +18,7 @@ makes every call.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from .admission import CLOSED, Admission, QueuePolicy
 from .decisions import REJECT, DecisionLog
@@ -26,6 +26,7 @@ from .interfaces import Clock, StageJob, StageResult
 from .latency_table import LatencyTable
 from .policies.base import Policy
 from .request import Request, Status
+from .seat import DeviceSeat
 
 if TYPE_CHECKING:  # pragma: no cover
     from .device import DeviceMember
@@ -37,6 +38,8 @@ class Step(NamedTuple):
     job: StageJob | None  # run this now; the core holds it in flight until ``update``
     wake_at: float | None  # a batching window: ask again at this instant (it replaces the one before); None: as is
     answers: Sequence[Request]  # requests answered since the last step, in the order they were answered
+    parts: Sequence[Any] = ()  # streamed parts the driver's jobs produced since the last step (StageResult.parts),
+    # in order: the driver sends them before the answers
 
 
 NOTHING = Step(None, None, ())
@@ -44,7 +47,7 @@ NOTHING = Step(None, None, ())
 
 class Scheduler:
     def __init__(self, table: LatencyTable, policy: Policy, clock: Clock, *, log: DecisionLog | None = None,
-                 queue_policy: QueuePolicy | None = None) -> None:
+                 queue_policy: QueuePolicy | None = None, seat: DeviceSeat | None = None) -> None:
         self.table = table
         self.policy = policy
         self.clock = clock
@@ -56,12 +59,13 @@ class Scheduler:
         self._deciding = False
         self.asks = False  # a grant came (``granted``): the driver steps this core at its next turn
         self._answers: list[Request] = []  # answered since the last step (the outbox)
+        self._parts: list[Any] = []  # streamed parts handed back since the last step (StageResult.parts)
         self.completed = 0
         self.outstanding = 0
         self.rejected: dict[str, int] = {}  # refused at arrival, by reason (admission.QUEUE_FULL, ...), in samples
-        # the device this model shares with co-located models (``share_device``: SharedDevice.join, a device
-        # group's arbiter gate); None: the model has the device to itself and nothing below asks anyone
-        self.gate: DeviceMember | None = None
+        # the device this model shares with co-located models: the gate its seat holds (SharedDevice.join, a device
+        # group's arbiter gate), read at each decision; none: the model has the device to itself, nobody is asked
+        self.seat = seat if seat is not None else DeviceSeat()
         policy.attach(self)
         self.admission: Admission | None = None
         if queue_policy is not None:
@@ -85,8 +89,9 @@ class Scheduler:
         elif self.admission is not None:
             deadline = min(r.deadline for r in requests)
             refused = self.admission.check(n, self.outstanding - self.completed - n, now, deadline)
-        if refused is None and self.gate is not None:
-            refused = self.gate.admit(n)  # the shared device's bound across models
+        gate = self.seat.gate
+        if refused is None and gate is not None:
+            refused = gate.admit(n)  # the shared device's bound across models
         if refused is not None:
             reason, message = refused
             self.rejected[reason] = self.rejected.get(reason, 0) + n
@@ -109,11 +114,14 @@ class Scheduler:
             raise RuntimeError(f"completion for {job!r}, which is not the job in flight")
         self.running = None
         self.busy = False
+        if result is not None and result.parts:
+            self._parts.extend(result.parts)
         if self.admission is not None:  # the job's served time: the speed admission plans the drain at
             now = self.clock.now()
             self.admission.ran(job.span, job.batch_size, now - job.started, now)
-        if self.gate is not None:
-            self.gate.finished(job)
+        gate = self.seat.gate
+        if gate is not None:
+            gate.finished(job)
         if self.closed:
             return
         self.policy.job_done(job, result, self.clock.now())
@@ -153,8 +161,9 @@ class Scheduler:
         for r in held:
             self.finish(r, Status.UNAVAILABLE, message)
         self.policy.clear()
-        if self.gate is not None:
-            self.gate.leave()
+        gate = self.seat.gate
+        if gate is not None:
+            gate.leave()
         out, self._answers = self._answers, []
         return out
 
@@ -168,7 +177,7 @@ class Scheduler:
         if not self.busy and not self.closed:
             self._deciding = True
             try:
-                gate = self.gate
+                gate = self.seat.gate
                 if gate is None or gate.acquire(self.outstanding != self.completed):
                     now = self.clock.now()
                     nxt = self.policy.next_job(now)
@@ -190,10 +199,13 @@ class Scheduler:
                             self._wake_at = wake = nxt
             finally:
                 self._deciding = False
-        answers = self._answers
-        if not answers and job is None and wake is None:
+        answers, parts = self._answers, self._parts
+        if not answers and job is None and wake is None and not parts:
             return NOTHING
         self._answers = []
+        if parts:
+            self._parts = []
+            return Step(job, wake, answers, parts)
         return Step(job, wake, answers)
 
     # ------------------------------------------------------------------ state the drivers read
@@ -212,10 +224,10 @@ class Scheduler:
     def idle(self) -> bool:
         return not self.busy and self.outstanding == self.completed
 
-    def share_device(self, gate: DeviceMember | None) -> None:
-        """Ask ``gate`` before each job from now on (the shared device's member: batcher/device.py, or a device
-        group's arbiter gate); None: the model has the device to itself again (the arbiter is gone)."""
-        self.gate = gate
+    @property
+    def gate(self) -> DeviceMember | None:
+        """The gate asked before each job (``seat``'s), or None."""
+        return self.seat.gate
 
     # ------------------------------------------------------------------ answers
     def _take_finished(self) -> None:

@@ -99,7 +99,7 @@ class ArbiterGate:
             route.tell_passes_to(self._inline_ran)
         if rejoin_paths is not None:  # set before the join: a join that fails already retries
             self.reconnect = Reconnector(self, *rejoin_paths, lanes=lanes)  # a restarted arbiter keeps the lanes
-        scheduler.share_device(self)  # type: ignore[arg-type]
+        scheduler.seat.take(self)  # type: ignore[arg-type]
         self._join(P.join_message(name, weight, priority))
         if not self.dead:
             self.start_reader()
@@ -120,7 +120,7 @@ class ArbiterGate:
         while not self.answers.empty():
             self.answers.get_nowait()
         self.dead = False
-        self.scheduler.share_device(self)  # type: ignore[arg-type]
+        self.scheduler.seat.take(self)  # type: ignore[arg-type]
 
     def start_reader(self) -> None:
         """The reader thread of the current connection (at the join, and at each rejoin), after its W was read."""
@@ -341,8 +341,7 @@ class ArbiterGate:
             self.fallbacks += 1
             print(f"lazybatch: {self.name}: the device group's arbiter is gone; scheduling alone until it is back",
                   file=sys.stderr)
-        if self.scheduler.gate is self:
-            self.scheduler.share_device(None)
+        self.scheduler.seat.leave(self)  # type: ignore[arg-type]
         if self.reconnect is not None and not self.left:
             self.reconnect.start()
 

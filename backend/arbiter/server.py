@@ -34,6 +34,7 @@ from typing import Any
 
 from lazybatch.batcher.decisions import DEVICE, DecisionLog
 from lazybatch.batcher.device import GRANTED, IDLE, RUNNING, DeviceMember, SharedDevice
+from lazybatch.batcher.seat import DeviceSeat
 
 from . import protocol as P
 
@@ -77,7 +78,7 @@ class StubProxy:
         self.policy = _Slack()
         self.table = _Table(name)
         self.log = DecisionLog(LOG_RECORDS)
-        self.gate: DeviceMember | None = None
+        self.seat = DeviceSeat()  # the member ``SharedDevice.join`` made for this stub, as a Scheduler's
         self.held = 0  # samples the stub last said it holds (A, N, H): the device-wide bound (device_max_queue_size)
         self.device: SharedDevice | None = None
         self.lost = False
@@ -101,9 +102,10 @@ class StubProxy:
         return max((o.scheduler.active_at for o in self.device.members  # type: ignore[attr-defined]
                     if o is not self.gate), default=0.0)
 
-    def share_device(self, gate: DeviceMember | None) -> None:
-        """As ``Scheduler.share_device``: the member ``SharedDevice.join`` made for this stub."""
-        self.gate = gate
+    @property
+    def gate(self) -> DeviceMember | None:
+        """The member ``SharedDevice.join`` seated for this stub (None before the join)."""
+        return self.seat.gate
 
     def alone(self) -> bool:
         """Every other member is idle (none waits, holds or runs): a grant now is a lease."""

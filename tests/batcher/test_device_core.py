@@ -198,3 +198,24 @@ def test_configuration_errors_are_clear():
         sim.device.join(sim.schedulers[0])
     with pytest.raises(ConfigError, match="weight"):
         ColocatedSimulation([tenant("a", t, periodic(1, 0.0, 1.0), weight=0.0)])
+
+
+def test_the_seat_given_at_construction_is_where_the_device_member_sits():
+    """The scheduler reads its gate through the seat it was built with; the device seats its member there, and a
+    gate that is gone leaves only its own seat (a rejoin's new gate stays)."""
+    from lazybatch.batcher.scheduler import Scheduler
+    from lazybatch.batcher.seat import DeviceSeat
+    from lazybatch.simulator.engine import Simulation
+
+    seat = DeviceSeat()
+    table = flat(2, 1e-3, "m")
+    sched = Scheduler(table, parse_policy("eager").build(), Simulation(table, parse_policy("eager").build()),
+                      seat=seat)
+    assert sched.seat is seat and sched.gate is None
+    member = SharedDevice().join(sched, "m")
+    assert seat.gate is member and sched.gate is member
+    other = object()
+    seat.leave(other)  # type: ignore[arg-type]
+    assert sched.gate is member
+    seat.leave(member)
+    assert sched.gate is None

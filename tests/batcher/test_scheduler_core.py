@@ -177,3 +177,20 @@ def test_missing_loop_report_fails_only_that_request():
     sim.run(reqs)
     assert reqs[0].status is Status.ERROR and "did not report whether decoding ended" in reqs[0].error
     assert reqs[1].status is Status.OK
+
+
+def test_streamed_parts_come_back_in_the_next_step_before_its_answers():
+    """A job's streamed parts (StageResult.parts, opaque to the core) are the next step's ``parts``, once, in order,
+    beside the answers the same update gave: the driver sends them first."""
+    clock = ManualClock()
+    sched = Scheduler(flat_table(2), Serial(), clock)
+    r = Request(0, 0.0)
+    sched.arrive((r,))
+    step = sched.schedule()
+    sched.update(step.job, StageResult(parts=["a", "b"]))
+    step = sched.schedule()
+    assert list(step.parts) == ["a", "b"] and not step.answers and step.job is not None
+    sched.update(step.job, StageResult(parts=["c"]))
+    step = sched.schedule()
+    assert list(step.parts) == ["c"] and [a.id for a in step.answers] == [0] and step.job is None
+    assert sched.schedule().parts == ()
