@@ -19,8 +19,8 @@ with ``kill -9`` stops lowering its peers within ``POLL_S``) and members idle fo
 every thread of its own process (onnxruntime's pools, the scheduler, the responder, Triton's stub threads) to the
 nice the rank rule gives; a thread already set is not read again, and a thread started later is born at its parent's
 nice (the threads are listed again every ``RESCAN_S`` all the same). A stub changes only its own threads, so a dead
-stub leaves nothing lowered behind it. What it costs per request is measured by
-``benchmarks/bench_cpu_share_cost.py`` (docs/results/cpu_share_cost.md).
+stub leaves nothing lowered behind it. What it costs per request: docs/results/cpu_share_cost.md (its benchmark retired,
+kept by git at e15d6b6).
 
 Privileges (backend/os_weights.py): putting a thread back from nice 10 to 0 needs CAP_SYS_NICE or an RLIMIT_NICE
 of at least 20. Without either, no thread is lowered at all (it could never come back): the share says so once in

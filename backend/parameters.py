@@ -194,7 +194,7 @@ SCHEMA: tuple[Parameter, ...] = (
           'stages), a pass relative to stage by stage, mean [min-max] over rounds at commit 8590699: 2 segments 0.76x'
           ' [0.74-0.77] at batch 1 and 0.74x [0.73-0.76] at batch 8, 4 segments 0.79x [0.78-0.81] and 0.81x '
           '[0.78-0.87], 8 segments 0.89x and 0.90x, the whole graph 0.75x and 0.74x (`python -m '
-          'benchmarks.bench_segments`, in-process, an Intel Xeon with 2 cores; raw data '
+          'benchmarks.bench_segments` at e15d6b6, in-process, an Intel Xeon with 2 cores; raw data '
           '[data/segments_resnet50_b1.json](data/segments_resnet50_b1.json), '
           '[data/segments_resnet50_b8.json](data/segments_resnet50_b8.json)). Static graphs only'),
     P('response_thread', 'serving',

@@ -62,7 +62,7 @@ class PoolPark:
         self.idle = False  # the model's work ended and it has not run since
         self.parks = 0  # parkings: busy periods ended with the pool parked, or idle pools parked by the watcher
         self.syscalls = 0
-        self.syscall_s = 0.0  # time spent in them (benchmarks/bench_cpu_share_cost.py)
+        self.syscall_s = 0.0  # time spent in them (docs/results/cpu_share_cost.md)
         self._lock = threading.Lock()
 
     def set_neighbours_active(self, active: bool) -> None:

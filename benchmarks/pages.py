@@ -117,8 +117,11 @@ PAGES: dict[str, Page] = {
          "(cd /tmp/lazybatch-45f1ec2 && python -m benchmarks.probes.probe_execute_cost --model mobilenet --calls 600 "
          "--group 1 --gap-ms 0 --json docs/data/execute_cost_mobilenet.json && cp docs/data/execute_cost_mobilenet.json "
          "$OLDPWD/docs/data/)",
-         "python -m benchmarks.bench_segments --json docs/data/segments_resnet50_b1.json",
-         "python -m benchmarks.bench_segments --batch 8 --rounds 3 --reps 5 --json docs/data/segments_resnet50_b8.json"),
+         "git worktree add /tmp/lazybatch-e15d6b6 e15d6b6  # the retired segments probe lives there",
+         "(cd /tmp/lazybatch-e15d6b6 && python -m benchmarks.bench_segments --json docs/data/segments_resnet50_b1.json "
+         "&& cp docs/data/segments_resnet50_b1.json $OLDPWD/docs/data/)",
+         "(cd /tmp/lazybatch-e15d6b6 && python -m benchmarks.bench_segments --batch 8 --rounds 3 --reps 5 "
+         "--json docs/data/segments_resnet50_b8.json && cp docs/data/segments_resnet50_b8.json $OLDPWD/docs/data/)"),
         one_commit=True),
     "monitor": Page(
         "docs/monitor.md", "by hand",
@@ -162,7 +165,7 @@ PAGES: dict[str, Page] = {
     "device_cost": Page("docs/colocation.md#cost", "by hand",
                         "t1 again / t1 (the same call under a second name), routes in turns per request",
                         ("python -m benchmarks.bench_device_cost --json docs/data/device_cost_mlp.json",),
-                        one_commit=True),
+                        one_commit=True, retired_at="e15d6b6"),
     "colocation_light_load": Page("docs/results/colocation_light_load.md", "by hand",
                                   "the spread over 3 repetitions (no identical copy)",
                                   ("python -m benchmarks.probes.probe_device_wait "
@@ -198,13 +201,13 @@ PAGES: dict[str, Page] = {
                              one_commit=True, retired_at="555b6b3"),
     "cpu_share_cost": Page("docs/results/cpu_share_cost.md", "whole", "the spread over 3 repetitions",
                            ("python -m benchmarks.bench_cpu_share_cost --data docs/data/cpu_share_cost.json "
-                            "--page docs/results/cpu_share_cost.md",), one_commit=True),
+                            "--page docs/results/cpu_share_cost.md",), one_commit=True, retired_at="e15d6b6"),
     "cpu_share_sim": Page("docs/colocation.md#the-cpu-through-the-operating-system", "by hand",
                           "the spread over the served run's repetitions (simulated on their arrivals)",
                           ("python -m benchmarks.sim_pair --out docs/data/pair_cpu_share",), one_commit=True),
     "device_lanes": Page("docs/colocation.md#lanes", "by hand", "the spread over 3 repetitions (no identical copy)",
                          ("python -m benchmarks.bench_device_lanes --json docs/data/device_lanes.json",),
-                         one_commit=True),
+                         one_commit=True, retired_at="e15d6b6"),
 }
 
 
