@@ -86,9 +86,11 @@ def test_load_cli_writes_reports(served, tmp_path, capsys):
 
 def test_load_capacity_brackets_the_highest_rate_within_the_sla(served, tmp_path, capsys):
     """`lazybatch load --capacity` (client/capacity.py) on a real server: windows until the highest rate within
-    the SLA is bracketed by a failure, every window judged and explained, the table and capacity.json written."""
+    the SLA is bracketed by a failure, every window judged and explained, the table and capacity.json written.
+    Windows of 6 s: at 3 s a CI run read the halves' medians 1.45x and 1.21x apart at 200/s and 100/s (p99 11 and 6
+    ms against the 200 ms bound), a passing disturbance on the loaded 2-core machine judged as a growing queue."""
     out = tmp_path / "cap"
-    rc = main(["load", "mlp_lazy", "--url", served.grpc, "--capacity", "--rate", "200", "--duration", "3",
+    rc = main(["load", "mlp_lazy", "--url", served.grpc, "--capacity", "--rate", "200", "--duration", "6",
                "--sla-ms", "200", "--steps", "2", "--out", str(out)])
     assert rc == 0
     found = json.loads((out / "capacity.json").read_text())["mlp_lazy"]
