@@ -48,10 +48,6 @@ class DecisionLog:
         if self.enabled:
             self.records.append(Decision(time, kind, stage, batch_size, reason, value))
 
-    def keep(self, capacity: int) -> None:
-        """Keep only the newest ``capacity`` records from now on (a long-running server needs few)."""
-        self.records = deque(self.records, maxlen=capacity)
-
     def __iter__(self) -> Iterator[Decision]:
         return iter(self.records)
 

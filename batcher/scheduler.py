@@ -67,9 +67,10 @@ class Scheduler:
         # group's arbiter gate), read at each decision; none: the model has the device to itself, nobody is asked
         self.seat = seat if seat is not None else DeviceSeat()
         policy.attach(self)
-        self.admission: Admission | None = None
-        if queue_policy is not None:
-            self.set_queue_policy(queue_policy)
+        # a bounded queue and/or late requests refused (batcher/admission.py); None: every request admitted
+        self.admission: Admission | None = (
+            Admission(queue_policy, table, policy.max_batch_size, getattr(policy, "dec_timesteps", 1) or 1)
+            if queue_policy is not None and queue_policy.active else None)
 
     # ------------------------------------------------------------------ inputs
     def arrive(self, requests: Sequence[Request]) -> str | None:
@@ -209,12 +210,6 @@ class Scheduler:
         return Step(job, wake, answers)
 
     # ------------------------------------------------------------------ state the drivers read
-    def set_queue_policy(self, queue_policy: QueuePolicy) -> None:
-        """Bound the queue and/or reject late requests from now on (batcher/admission.py)."""
-        p = self.policy
-        self.admission = Admission(queue_policy, self.table, p.max_batch_size,
-                                   getattr(p, "dec_timesteps", 1) or 1) if queue_policy.active else None
-
     @property
     def held(self) -> int:
         """Requests (samples) submitted and not yet answered."""
