@@ -7,7 +7,7 @@ not a file in the tree.
     python -m benchmarks.pages decoder         # one page
 
 This prints; it runs nothing (the runs need a quiet machine for hours; run the printed lines there, in order, from
-the repository root). Where a page is generated whole (default, decoder, streaming, mixed, regimes, colocation) the last command
+the repository root). Where a page is generated whole (default, decoder, streaming, mixed, regimes, capacity) the last command
 rewrites it; the rest are written by hand from the printed figures. Every run writes its raw data with the commit, a
 dirty tree flagged (changes under docs/ aside), the machine and the load average (harness.meta), and every verdict
 comes from harness.verdict. tests/meta/test_docs_data.py fails where a page marked ``one_commit`` cites data from more
@@ -29,7 +29,7 @@ class Page:
     # True once the page holds one run: tests/meta/test_docs_data.py then fails (not warns) where its cited raw data is
     # from more than one commit, a dirty tree, or records none
     one_commit: bool = False
-    # the commit that last held a retired probe some of the commands run (its data and figures are committed; git
+    # the commit that last held a retired benchmark some of the commands run (its data and figures are committed; git
     # keeps the probe): those commands run in a worktree of that commit
     retired_at: str | None = None
 
@@ -154,12 +154,14 @@ PAGES: dict[str, Page] = {
         "docs/deploy.md#cpu", "by hand", "paired chain / whole-graph passes in the same rounds, 3 runs",
         tuple(f"python -m benchmarks.bench_split --models resnet50 bert:small --batch-sizes 1,8 --variants "
               f"plain,device --repeat 9 --json docs/data/bench_split_device_cpu_run{k}.json" for k in (1, 2, 3))),
+    # the four-model sweeps in overload (a queue growing with the run: no latency a user sees), retired for the
+    # capacity search (colocation_capacity); their pages, data and plots stay, generated at a8a79c0 and e72d3d8
     "colocation": Page(
         "docs/results/colocation.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
         ("python -m benchmarks.bench_colocation --reprofile --out lazybatch-results/colocation "
          "--data docs/data/colocation.json --page docs/results/colocation.md",
          "python -m benchmarks.bench_colocation --from-results docs/data/colocation.json "
-         "--page docs/results/colocation.md"), one_commit=True),
+         "--page docs/results/colocation.md"), one_commit=True, retired_at="0396db8"),
     "colocation_sim": Page("docs/colocation.md", "by hand", "the spread over seeds (simulated, the paper's tables)",
                            ("python -m benchmarks.sim_colocation",), one_commit=True),
     "device_cost": Page("docs/colocation.md#cost", "by hand",
@@ -193,7 +195,7 @@ PAGES: dict[str, Page] = {
         ("python -m benchmarks.bench_colocation --lineup cpu_share --no-perf --out lazybatch-results/cpu_share_mix "
          "--data docs/data/cpu_share_mix.json --page docs/results/cpu_share_mix.md",
          "python -m benchmarks.bench_colocation --from-results docs/data/cpu_share_mix.json "
-         "--page docs/results/cpu_share_mix.md"), one_commit=True),
+         "--page docs/results/cpu_share_mix.md"), one_commit=True, retired_at="0396db8"),
     "cpu_share_levers": Page("docs/results/cpu_share_levers.md", "by hand",
                              "the spread over 3 repetitions (no identical copy)",
                              ("python -m benchmarks.probes.probe_cpu_levers --variants eager_shared,eager_unparked,"
@@ -217,7 +219,7 @@ def describe(name: str, page: Page) -> str:
             "by hand": "written by hand from the printed figures"}[page.generated]
     lines = [f"# {name}: {page.path} ({head}; noise floor: {page.floor})"]
     if page.retired_at:
-        lines += [f"# a retired probe: run where it lives, at {page.retired_at}, and copy its data back",
+        lines += [f"# retired: run it where git keeps it, at {page.retired_at}, and copy its data back",
                   f"git worktree add /tmp/lazybatch-{page.retired_at} {page.retired_at} && "
                   f"cd /tmp/lazybatch-{page.retired_at}"]
     return "\n".join([*lines, *page.commands])

@@ -1,3 +1,3 @@
-"""The served co-location benchmark's parts (benchmarks/bench_colocation.py reads as the experiment): the
-repositories (repo), one measured cell under either driver (drive), the simulated ceiling on the same arrivals
-(simulate), the figures and verdicts (figures) and the page (page)."""
+"""The co-located pair's parts (benchmarks/pair.py reads as the experiment): the pair served under each
+configuration and judged against each model alone (pair), and the best-effort capacity beside a latency-critical
+model (capacity)."""

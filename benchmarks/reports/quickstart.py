@@ -33,8 +33,7 @@ LABEL = {"mlp": "the MLP", "resnet50": "ResNet-50", "tiny": "tiny", "bert": "BER
 LATER = ["python -m benchmarks.bench_default   # the standing guard: four models, both load generators, settled",
          "python -m benchmarks.pair            # the pair beside Triton 5 ms and pinning (host policies)",
          "python -m benchmarks.pair --capacity --kinds small=tiny,large=mlp   # best-effort capacity under an SLA",
-         "lazybatch load MODEL --capacity --rate 5 --sla-ms 200            # one model's capacity under its SLA",
-         "python -m benchmarks.bench_colocation   # four models, the rate limiter among Triton's configurations"]
+         "lazybatch load MODEL --capacity --rate 5 --sla-ms 200            # one model's capacity under its SLA"]
 
 
 IN_WINDOW = 0.95  # answers inside their window / sends at least this, or the window cannot call the cell sustained
