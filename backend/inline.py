@@ -340,7 +340,7 @@ class InlineRoute:
         if self.lock.acquire(timeout=INLINE_LOCK_WAIT_S):
             return True
         rt = self.rt
-        if rt.job is not None or rt.running is not None or self._live or self.rt.pending:
+        if rt.job is not None or rt.running is not None or self._live or rt.pending:
             return False
         return self.lock.acquire(timeout=INLINE_BOOKKEEPING_WAIT_S)
 

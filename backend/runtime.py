@@ -55,8 +55,6 @@ IsCancelled = Callable[[Any], bool]
 DECISION_LOG_CAPACITY = 4096
 
 
-
-
 class BackendRuntime(StageRuns, QuietHooks):
     """Owns the scheduler thread of one model instance (its stage runs: ``stage_runs.py``)."""
 
