@@ -48,6 +48,12 @@ PAGES: dict[str, Page] = {
          "cp lazybatch-results/quickstart/quickstart.json docs/data/quickstart.json",
          "python -m benchmarks.quickstart --from-data docs/data/quickstart.json --page docs/results/quickstart.md"),
         one_commit=True),
+    # the guard on the MLP alone at 70%, before against after (about 25 minutes on 2 cores, the settling round included):
+    # the quickstart's one "behind" checked where the floor settles
+    "default_mlp": Page(
+        "docs/results/default_mlp.md", "by hand", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
+        ("python -m benchmarks.bench_default --models mlp --loads 0.7 --reps 4 --duration 8 --restart --before a470d47 "
+         "--out lazybatch-results/default_mlp --json docs/data/default_guard_7bc9000_mlp.json",), one_commit=True),
     # the guard on the fast models (about 30 minutes on 2 cores) and ResNet-50 (6 draws: 3 proved too few; about 25): a
     # change to the default measured between full runs of the page above
     "default_guard": Page(

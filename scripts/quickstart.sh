@@ -4,10 +4,11 @@
 # start the server and answer two questions (benchmarks/quickstart.py):
 #   1. is lazybatch's default level with Triton's dynamic batcher on a model alone? (the 8 x 2048 MLP at 40% and 70%
 #      of its batch-1 rate, against Triton 0 ms and an identical copy of it, the noise floor)
-#   2. what does a latency-critical model keep beside a busy neighbour at a load the machine sustains? (the MLP at
-#      30% beside ResNet-50 at 40%: lazybatch's defaults, Triton 0 ms, the hand-set nice line, the copy, the MLP alone)
+#   2. what does a latency-critical model keep beside a busy neighbour at a load the machine sustains? (the ~1 ms
+#      tiny model at 30% of its rate beside the MLP at 50%: lazybatch's defaults, Triton 0 ms, its copy, the hand-set
+#      nice line, and tiny alone)
 # Each phase's time and the total are printed. Results: lazybatch-results/quickstart/ (quickstart.md, quickstart.json,
-# cdf.png: the MLP's latency CDF, tritonserver.log). About 4.5 minutes on 2 cores from the server's start.
+# cdf.png: tiny's latency CDF, tritonserver.log). About 4 minutes on 2 cores from the server's start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${LAZYBATCH_VENV:-.venv}"

@@ -4,6 +4,9 @@
 - **a settled noise floor**: every repetition's identical copy of the baseline, scored by the same rule as the
   policy, lies within ``FLOOR_BAND``; where one strays, the machine did not resolve that cell at that length, and
   the cell is rerun longer (``bench_default --settle``) or published without a verdict, which counts as not met;
+- **a figure clear of its floor**: a verdict that a configuration is ahead or behind stands only where the copy's
+  range over the repetitions stays clear of the figure's; where what chance gave an identical copy reaches the
+  figure, the figure is no result (``floor_reaches``: run longer). A tie stays a tie;
 - **enough requests for a p99**: ``MIN_P99_REQUESTS`` per configuration, pooled over the repetitions, with the count
   shown; under it the p99 is printed as unresolved;
 - **the offered load really offered**: a cell whose client sent below ``CLIENT_PACE`` of its schedule's pace is
@@ -48,6 +51,24 @@ def floor_note(copy_ratios: Sequence[float]) -> str:
     lo, hi = FLOOR_BAND
     return (f"no verdict: the noise floor read {min(copy_ratios):.2f}-{max(copy_ratios):.2f}, outside "
             f"{lo:.2f}-{hi:.2f} (run longer)") if copy_ratios else "no verdict: no noise floor"
+
+
+def floor_reaches(figure: Sequence[float], copy_ratios: Sequence[float]) -> bool:
+    """Whether the identical copy's range over the repetitions meets the figure's (both per repetition, scored by the
+    same rule): a figure the copy reaches says nothing a configuration identical to the baseline would not."""
+    return bool(figure) and bool(copy_ratios) and min(copy_ratios) <= max(figure) and min(figure) <= max(copy_ratios)
+
+
+def floor_verdict(figure: Sequence[float], copy_ratios: Sequence[float], decisive: bool) -> str | None:
+    """Why the figure has no verdict beside its noise floor, in the pages' words, or None where its verdict stands:
+    the floor strayed outside its band (``floor_settled``), or the verdict is ``decisive`` (ahead or behind, met or
+    missed: not a tie) and the copy reaches the figure (``floor_reaches``)."""
+    if not floor_settled(copy_ratios):
+        return floor_note(copy_ratios)
+    if decisive and floor_reaches(figure, copy_ratios):
+        return (f"no verdict: the noise floor read {min(copy_ratios):.2f}-{max(copy_ratios):.2f}, reaching the "
+                f"figure's {min(figure):.2f}-{max(figure):.2f} (run longer)")
+    return None
 
 
 def p99_note(requests: int) -> str:

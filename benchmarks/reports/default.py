@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from benchmarks.harness import count, fmt, judge, spread, verdict
 from benchmarks.harness.plots import pyplot, save
-from benchmarks.harness.method import FLOOR_BAND, floor_note, floor_settled, p99_note
+from benchmarks.harness.method import FLOOR_BAND, floor_settled, floor_verdict, p99_note
 from benchmarks.harness.page import table_head
 from lazybatch.client.capacity import ANSWERED, DRIFT
 
@@ -89,7 +89,8 @@ def ratios(res: dict, driver: str) -> list[dict]:
                   if all(by[k, p].get("requests") is not None for k in reps) else None for p in pols}
         busy = [by[k, p]["busy"] for k in reps for p in pols if by[k, p].get("busy") is not None]
         steal = [by[k, p]["steal"] for k in reps for p in POLICIES if by.get((k, p), {}).get("steal") is not None]
-        rows.append({"load": f, "best": best, "avg": spread(avg), "p99": spread(p99), "stock": spread(stock),
+        rows.append({"load": f, "best": best, "avg": spread(avg), "avg_reps": avg, "p99": spread(p99),
+                     "stock": spread(stock),
                      "settled": floor_settled(twin_reps), "twin_reps": twin_reps, "requests": counts,
                      "busy": sum(busy) / len(busy) if busy else None,
                      # the hypervisor's share of the machine over every configuration's segments, the segments
@@ -241,8 +242,8 @@ def report(res: dict, driver: str) -> list[str]:
 
 
 def cell_verdict(r: dict) -> str:
-    """The goal's verdict where the cell's noise floor settled (harness/method.py), else why there is none (which
-    counts as not met); a client-bound cell says so. Where the queue of eager or the best Triton grew over the
+    """The goal's verdict where the cell's noise floor settled and, for a met or missed, stays clear of the figure
+    (harness/method.py), else why there is none (which counts as not met); a client-bound cell says so. Where the queue of eager or the best Triton grew over the
     cell's runs (``queue_grew``), the verdict is on throughput (eager's / the best's): an average there measures how
     fast the queue grew, not a latency a user would see."""
     grew = ", ".join(f"{p.removeprefix('triton_')} {growth(d)}" for p, d in r["unsustained"].items())
@@ -250,7 +251,9 @@ def cell_verdict(r: dict) -> str:
         said = (f"throughput eager / best Triton {fmt(r['throughput'])}: {verdict(r['throughput'], 1.0)}; "
                 f"not sustained ({grew}: a queue grew), so no latency verdict")
     else:
-        said = verdict(r["avg"], 1.0) if r["settled"] or r["twin"] is None else floor_note(r["twin_reps"])
+        said = verdict(r["avg"], 1.0)
+        if r["twin"] is not None:  # beside its noise floor (harness/method.py): unsettled, or reaching the figure
+            said = floor_verdict(r["avg_reps"], r["twin_reps"], not said.startswith("tie")) or said
         if r["unsustained"]:
             said += f"; not sustained ({grew}: a queue grew)"
         elif r.get("copy_grew") is not None:  # the floor measured a queue's growth: the cell stays out of the pool

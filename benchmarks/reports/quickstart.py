@@ -11,7 +11,7 @@ import numpy as np
 from benchmarks.colocation.pair import TWIN
 from benchmarks.harness import geomean, judge
 from benchmarks.harness.measure import pool_load
-from benchmarks.harness.method import floor_note, floor_settled, p99_note
+from benchmarks.harness.method import floor_settled, floor_verdict, p99_note
 from benchmarks.harness.page import table_head
 from benchmarks.harness.plots import latency_cdfs
 from lazybatch.batcher.cpu_rank import NICE_STEPS
@@ -104,10 +104,10 @@ def first_table(runs: list[dict], t1_ms: float) -> list[str]:
         ours, floor = ratio(tri, cells["lazybatch"]), ratio(cells["Triton 0 ms"], cells["copy"])
         if not all(c["sustained"] for c in cells.values()):
             verdict = "no verdict: not every configuration sustained this load"
-        elif not floor_settled(floor["per_rep"]):
-            verdict = floor_note(floor["per_rep"])
         else:
-            verdict = f"lazybatch {said(ours)}" if said(ours) != "tie" else "level (a tie)"
+            word = said(ours)
+            verdict = floor_verdict(ours["per_rep"], floor["per_rep"], word != "tie") or \
+                (f"lazybatch {word}" if word != "tie" else "level (a tie)")
         verdicts.append(f"| {f:.0%} | {ours['text']} | {floor['text']} | {verdict} | {ours['p99']:.2f}x "
                         f"({floor['p99']:.2f}x) |")
     return lines + verdicts
@@ -177,7 +177,7 @@ def second_table(runs: list[dict], meta: dict) -> list[str]:
             why = unsustained(("together", other), ("together", "lazybatch"), ("together", "copy"))
             base = both(theirs, get("together", "copy", role)) if other == "Triton 0 ms" else theirs
             r, floor = ratio(base, mine), floors[role]["per_rep"]
-            verdict = why or (said(r) if floor_settled(floor) else floor_note(floor))
+            verdict = why or floor_verdict(r["per_rep"], floor, said(r) != "tie") or said(r)
             who = "Triton 0 ms and its copy" if other == "Triton 0 ms" else other
             if why and not (theirs["sustained"] and mine["sustained"]):  # what each carried, not a latency
                 lines.append(f"| {name} beside {small if role == 'large' else large}, {who} / lazybatch | "

@@ -306,3 +306,14 @@ def test_the_tree_before_a_change_is_laid_out_as_one_package(tmp_path):
     runner.serve_before(model, tree)
     text = (model / "1" / "model.py").read_text()
     assert f"sys.path.insert(0, {str(tree)!r})" in text and "raise ImportError" in text
+
+
+def test_a_met_or_missed_cell_the_copy_reaches_has_no_verdict(bench):
+    """Eager 4-6% behind Triton 0 ms in every repetition is "missed" where the identical copy stayed level, and no
+    result where the copy strayed as far (harness/method.py, floor_reaches)."""
+    row = bench.ratios({"model": "m", "t1_ms": 1.0, "sla_ms": 5.0,
+                        "cells": _cells(0.4, [1.04, 1.05, 1.06], [1.0, 1.01, 0.99])}, "load")[0]
+    assert bench.cell_verdict(row) == "missed"
+    row = bench.ratios({"model": "m", "t1_ms": 1.0, "sla_ms": 5.0,
+                        "cells": _cells(0.4, [1.04, 1.05, 1.06], [1.0, 1.05, 0.99])}, "load")[0]
+    assert bench.cell_verdict(row).startswith("no verdict: the noise floor read 0.95-1.01, reaching the figure's")

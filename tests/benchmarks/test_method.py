@@ -8,7 +8,7 @@ import os
 import time
 
 from benchmarks.harness.method import (MIN_P99_REQUESTS, STEAL_MAX, busy_between, cpu_times, floor_note,
-                                       floor_settled, p99_note, segments_for, steal_between, stolen,
+                                       floor_reaches, floor_settled, floor_verdict, p99_note, segments_for, steal_between, stolen,
                                        while_ours)
 
 
@@ -17,6 +17,21 @@ def test_a_cell_is_settled_only_where_every_copy_lies_in_the_band():
     assert not floor_settled([0.95, 1.11]) and not floor_settled([0.89]) and not floor_settled([])
     assert not floor_settled([1.0, math.nan])
     assert floor_note([0.84, 1.2]) == "no verdict: the noise floor read 0.84-1.20, outside 0.90-1.10 (run longer)"
+
+
+def test_a_verdict_stands_only_where_the_copy_stays_clear_of_the_figure():
+    """The quickstart at 3292fa4: lazybatch 0.90-0.94 against Triton 0 ms, its identical copy 0.90-1.00 (settled):
+    chance gave a copy of the baseline as much, so "behind" is no result."""
+    assert floor_reaches([0.90, 0.94, 0.91], [0.90, 1.00, 0.97])
+    assert floor_verdict([0.90, 0.94, 0.91], [0.90, 1.00, 0.97], True) == (
+        "no verdict: the noise floor read 0.90-1.00, reaching the figure's 0.90-0.94 (run longer)")
+    # clear of it, on either side: the verdict stands
+    assert not floor_reaches([0.92, 0.93], [0.95, 1.07]) and floor_verdict([0.92, 0.93], [0.95, 1.07], True) is None
+    assert not floor_reaches([1.12, 1.2], [0.95, 1.07]) and floor_verdict([1.12, 1.2], [0.95, 1.07], True) is None
+    # a tie stays a tie whatever the copy read; an unsettled floor gives no verdict at all
+    assert floor_verdict([0.95, 1.05], [0.96, 1.0], False) is None
+    assert floor_verdict([0.5, 0.6], [0.85, 1.0], True) == floor_note([0.85, 1.0])
+    assert not floor_reaches([], [1.0]) and not floor_reaches([1.0], [])
 
 
 def test_a_p99_on_too_few_requests_says_so():
