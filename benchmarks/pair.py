@@ -1,4 +1,4 @@
-"""The quickstart's co-located pair on its own (docs/colocation.md): a small model beside a large one on one
+"""The drop-in repository's co-located pair on its own (docs/colocation.md): a small model beside a large one on one
 tritonserver, both driven at once, under lazybatch's defaults (the CPU share on) and under Triton's batcher.
 
     python -m benchmarks.pair                     # serves model_repository (built with `lazybatch repo default --pair`)
@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--twin-repository", default="lazybatch-results/pair_twin_repository",
                     help="where the noise floor's and the pinned baseline's models are built (replaced on every run)")
     ap.add_argument("--kinds", default=None, metavar="small=KIND,large=KIND",
-                    help="the pair's shipped models (default the quickstart's: small=mlp,large=resnet50)")
+                    help="the pair's shipped models (default the drop-in repository's, `repo default --pair`: "
+                         "small=mlp,large=resnet50)")
     capacity_args(ap)
     args = ap.parse_args(argv)
     if args.from_data:  # the page again from its raw data, no server
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def parse_kinds(text: str | None) -> dict[str, str]:
-    """``small=KIND,large=KIND`` -> role -> kind (default the quickstart's pair)."""
+    """``small=KIND,large=KIND`` -> role -> kind (default the drop-in repository's pair, PAIR_KINDS)."""
     from lazybatch.shipped import PAIR_KINDS, SHIPPED_MODELS
 
     if not text:
