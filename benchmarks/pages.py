@@ -193,6 +193,18 @@ PAGES: dict[str, Page] = {
          "--page docs/results/colocation_capacity.md",
          "python -m benchmarks.pair --from-data docs/data/colocation_capacity_tiny_mlp.json "
          "--page docs/results/colocation_capacity.md"), one_commit=True),
+    # a second pair of other shapes: tiny beside MobileNet (a CNN, t1 about 10 ms), in windows of 10 s so that a window
+    # judges MobileNet down to 23/s; about 20 minutes on 2 cores
+    "colocation_capacity_tiny_mobilenet": Page(
+        "docs/results/colocation_capacity_tiny_mobilenet.md", "whole",
+        "an identical copy of Triton 0 ms searched like the others",
+        ("python -m benchmarks.pair --capacity --window 10 --kinds small=tiny,large=mobilenet "
+         "--out lazybatch-results/capacity_mobilenet --repository lazybatch-results/capacity_mobilenet_repository "
+         "--twin-repository lazybatch-results/capacity_mobilenet_twin_repository "
+         "--json docs/data/colocation_capacity_tiny_mobilenet.json "
+         "--page docs/results/colocation_capacity_tiny_mobilenet.md",
+         "python -m benchmarks.pair --from-data docs/data/colocation_capacity_tiny_mobilenet.json "
+         "--page docs/results/colocation_capacity_tiny_mobilenet.md"), one_commit=True),
     "cpu_share": Page("docs/results/cpu_share.md", "whole", "the spread over 5 repetitions (no identical copy)",
                       ("python -m benchmarks.pair --reps 5 --duration 4 --out docs/data/pair_cpu_share "
                        "--page docs/results/cpu_share.md",), one_commit=True),
