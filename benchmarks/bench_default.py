@@ -59,7 +59,7 @@ from lazybatch.client.load import run_load
 from lazybatch.shipped import KIND_SLA_MS, build_default_repository
 from lazybatch.serving import TritonServer
 from benchmarks.harness import fmt, spread
-from benchmarks.harness.method import floor_note, floor_settled
+from benchmarks.harness.method import floor_note, floor_reaches, floor_settled
 from benchmarks.harness.page import table_head
 from benchmarks.reports.default import POLICIES, SLA_MULTIPLE, TWIN, pooled_line, ratios, report
 
@@ -162,18 +162,19 @@ def before_lines(res: dict, driver: str) -> list[str]:
         reps = sorted(k for k, p, g in by if p == BEFORE and g == f and (k, "eager", f) in by)
         cell = [(by[k, BEFORE, f], by[k, "eager", f], by.get((k, "triton_0us", f)), by.get((k, TWIN, f)))
                 for k in reps]
-        avg = spread([b["avg_ms"] / a["avg_ms"] for b, a, _, _ in cell])
+        per_rep = [b["avg_ms"] / a["avg_ms"] for b, a, _, _ in cell]
+        avg = spread(per_rep)
         p99 = spread([b["p99_ms"] / a["p99_ms"] for b, a, _, _ in cell])
         floor = [t["avg_ms"] / w["avg_ms"] for _, _, t, w in cell if t and w]
         n = f"{sum(a['requests'] for _, a, _, _ in cell):,} / {sum(b['requests'] for b, _, _, _ in cell):,}"
         if not floor_settled(floor):
             said = floor_note(floor)
+        elif floor_reaches(per_rep, floor):
+            said = "level: within the floor"
         elif avg["max"] < min(floor):
             said = "the change made it slower: below the floor"
-        elif avg["min"] > max(floor):
-            said = "the change made it faster: above the floor"
         else:
-            said = "level: within the floor"
+            said = "the change made it faster: above the floor"
         lines.append(f"| {f:.0%} | {fmt(avg)}: {said} | {fmt(p99)} | {fmt(spread(floor)) if floor else '-'} | {n} |")
     return lines
 

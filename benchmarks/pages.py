@@ -48,8 +48,8 @@ PAGES: dict[str, Page] = {
          "cp lazybatch-results/quickstart/quickstart.json docs/data/quickstart.json",
          "python -m benchmarks.quickstart --from-data docs/data/quickstart.json --page docs/results/quickstart.md"),
         one_commit=True),
-    # the guard on the MLP alone at 70%, before against after (about 25 minutes on 2 cores, the settling round included):
-    # the quickstart's one "behind" checked where the floor settles
+    # the guard on the MLP alone at 70%, before against after (about 25 minutes on 2 cores, the settling round
+    # included): the quickstart's one "behind" checked where the floor settles
     "default_mlp": Page(
         "docs/results/default_mlp.md", "by hand", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
         ("python -m benchmarks.bench_default --models mlp --loads 0.7 --reps 4 --duration 8 --restart --before a470d47 "

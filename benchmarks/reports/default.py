@@ -243,9 +243,9 @@ def report(res: dict, driver: str) -> list[str]:
 
 def cell_verdict(r: dict) -> str:
     """The goal's verdict where the cell's noise floor settled and, for a met or missed, stays clear of the figure
-    (harness/method.py), else why there is none (which counts as not met); a client-bound cell says so. Where the queue of eager or the best Triton grew over the
-    cell's runs (``queue_grew``), the verdict is on throughput (eager's / the best's): an average there measures how
-    fast the queue grew, not a latency a user would see."""
+    (harness/method.py), else why there is none (which counts as not met); a client-bound cell says so. Where the
+    queue of eager or the best Triton grew over the cell's runs (``queue_grew``), the verdict is on throughput
+    (eager's / the best's): an average there measures how fast the queue grew, not a latency a user would see."""
     grew = ", ".join(f"{p.removeprefix('triton_')} {growth(d)}" for p, d in r["unsustained"].items())
     if r["unsustained"] and r.get("throughput"):  # a queue grew: its average is no figure, its throughput is
         said = (f"throughput eager / best Triton {fmt(r['throughput'])}: {verdict(r['throughput'], 1.0)}; "

@@ -8,7 +8,8 @@ import os
 import time
 
 from benchmarks.harness.method import (MIN_P99_REQUESTS, STEAL_MAX, busy_between, cpu_times, floor_note,
-                                       floor_reaches, floor_settled, floor_verdict, p99_note, segments_for, steal_between, stolen,
+                                       floor_reaches, floor_settled, floor_verdict, p99_note, segments_for,
+                                       steal_between, stolen,
                                        while_ours)
 
 
