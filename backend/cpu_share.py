@@ -5,7 +5,9 @@ Why: on a CPU the kernel preempts in microseconds. A model whose turn must wait 
 device group's arbiter, which models a non-preemptive accelerator) waits longer than one that takes the cores at
 once. So each model's stub lowers its own threads while a more urgent model (``batcher/cpu_rank.py``) is active,
 and puts them back when it is not; an idle member's pool waits parked while another member is active
-(backend/pool_park.py). Served on the quickstart's pair (docs/results/cpu_share.md) both models' averages were lower
+(backend/pool_park.py); and while a more urgent and a less urgent member are both active, the cores are split
+between them, each stub moving its own threads (``cpu_rank.cores_for``, ``cpu_share_split``: weights alone did not
+keep a 1 ms model's p99 beside a neighbour batching on both cores, and a core per model did). Served on the quickstart's pair (docs/results/cpu_share.md) both models' averages were lower
 than under Triton's best, and a model alone is never lowered nor parked, so the share is on by default for
 lazybatch models on a CPU (``cpu_share: auto``; ``none`` opts a model out; docs/colocation.md, "On by default").
 
@@ -38,10 +40,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from lazybatch.batcher.cpu_rank import NICE_STEPS, ShareMember, nice_for
-from lazybatch.batcher.decisions import WEIGHT, DecisionLog
+from lazybatch.batcher.cpu_rank import NICE_STEPS, ShareMember, cores_for, nice_for
+from lazybatch.batcher.decisions import CORES, WEIGHT, DecisionLog
 
-from .os_weights import ThreadWeights, Weight, process_state, read_weight, threads
+from .os_weights import ThreadWeights, Weight, process_state, read_weight, set_cores, threads
 from .pool_park import PoolPark
 
 POLL_S = 0.1
@@ -72,6 +74,13 @@ class CpuShare:
                  poll_s: float = POLL_S, window_s: float = ACTIVE_WINDOW_S, steps: tuple[int, ...] = NICE_STEPS,
                  log: Callable[[str], None] | None = None, park: PoolPark | None = None) -> None:
         self.me = me
+        # the cores the process may use, split between the most urgent active member and the rest while both are
+        # active (cpu_rank.cores_for; its member's cpu_share_split), or () where it does not split
+        self.cores = tuple(sorted(os.sched_getaffinity(0))) if me.split else ()
+        self.confined: tuple[int, ...] | None = None  # the cores its threads keep now (None: every one of them)
+        self.confinements = 0  # times it went from every core to a part
+        self._cored: set[int] = set()  # threads already confined to ``confined``
+        self._cores_listed = 0.0  # when its threads were last listed while confined (time.monotonic)
         self.park = park  # its onnxruntime workers, parked while the model is idle (pool_park.py), or None
         self.steps = steps  # the nice under 0, 1, 2+ more urgent active members (its cpu_share_nice)
         self.folder = registry_dir() if folder is None else Path(folder)
@@ -94,14 +103,18 @@ class CpuShare:
         self._folder_mtime, self._scanned = -1, 0.0  # the folder as last listed, and when
         self._set: set[int] = set()  # threads at the nice the rule gives now (a new thread is born at its parent's)
         self._listed = 0.0  # when this process's threads were last listed while lowered (time.monotonic)
-        # every change of the nice the rank rule gives, and why (WEIGHT decisions; lazybatch_decisions_total)
+        # every change of the nice and the cores the rank rule gives, and why (WEIGHT and CORES decisions;
+        # lazybatch_decisions_total)
         self.log = DecisionLog(capacity=LOG_RECORDS)
         self.log.counts.setdefault(WEIGHT, 0)
+        if self.cores:
+            self.log.counts.setdefault(CORES, 0)
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by the first request after an idle spell: look now
         self._lock = threading.Lock()
         tmp = self.file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": self.pid, "name": me.name, "sla_ms": me.sla_ms, "role": me.role}))
+        tmp.write_text(json.dumps({"pid": self.pid, "name": me.name, "sla_ms": me.sla_ms, "role": me.role,
+                                  "split": me.split}))
         os.utime(tmp, (0, 0))  # idle until its first request
         os.replace(tmp, self.file)
         self._thread = threading.Thread(target=self._watch, name=f"{me.name}-cpu-share", daemon=True)
@@ -173,7 +186,7 @@ class CpuShare:
                     with open(e.path) as f:
                         d = json.load(f)
                     member = self._known[e.name] = ShareMember(str(d["name"]), d.get("sla_ms"),
-                                                               str(d.get("role", "auto")))
+                                                               str(d.get("role", "auto")), bool(d.get("split")))
                 others.append((int(stem), e.path, member))
             except (OSError, ValueError, KeyError):
                 continue  # a file being replaced, or gone
@@ -185,13 +198,15 @@ class CpuShare:
         some other member is active: alone, or beside idle members, parking would cost this model and buy nobody
         anything (backend/pool_park.py). A member with no pool to park asks only about those ranked above it."""
         parks = self.park is not None and self.park.allowed
-        active = self.active_members(now, everyone=parks)
+        active = self.active_members(now, everyone=parks or bool(self.cores))
         peers = self._above(active)
         if parks:
             self.park.set_neighbours_active(bool(active))
         want = nice_for(self.me, peers, self.steps)
+        cores = cores_for(self.me, active, self.cores) if self.cores else None
         with self._lock:
             t = time.monotonic()
+            self._confine(cores, t)
             if want > 0:
                 if want != self.nice or t - self._listed >= RESCAN_S:
                     # threads started since the last listing are lowered too: a thread is born at its parent's
@@ -227,6 +242,25 @@ class CpuShare:
             self._log(f"cpu_share: threads are not lowered beside more urgent models ({self._said})")
         return want
 
+    def _confine(self, cores: tuple[int, ...] | None, t: float) -> None:
+        """Move every thread of this process to ``cores`` (None: back to every core), each thread once per change;
+        while confined, threads started since are moved at the next listing (a thread is born with its parent's
+        cores, so this is a safety net, as for the nice). Nothing to do costs no syscall."""
+        if cores == self.confined and (cores is None or t - self._cores_listed < RESCAN_S):
+            return
+        tids = threads()
+        self._cores_listed = t
+        if cores != self.confined:
+            self._cored.clear()
+            if cores is not None and self.confined is None:
+                self.confinements += 1
+            self.log.add(t, CORES, 0, 0, f"cores {','.join(map(str, cores or self.cores))}: "
+                         + ("split by rank beside another active member" if cores else "every core"),
+                         float(len(cores or self.cores)))
+        set_cores([tid for tid in tids if tid not in self._cored], cores or self.cores)
+        self._cored = set(tids) if cores is not None else set()
+        self.confined = cores
+
     def _why(self, nice: int, peers: list[ShareMember]) -> str:
         """A WEIGHT decision's reason: the nice, and the more urgent active members (``peers``) that set it."""
         above = sorted(m.name for m in peers)
@@ -243,7 +277,7 @@ class CpuShare:
 
     def _watch(self) -> None:
         while not self._stop.is_set():
-            idle = self.nice == 0 and time.time() - self._touched >= self.window_s
+            idle = self.nice == 0 and self.confined is None and time.time() - self._touched >= self.window_s
             self._wake.wait(max(self.poll_s, IDLE_POLL_S) if idle else self.poll_s)
             self._wake.clear()
             if self._stop.is_set():
@@ -262,6 +296,8 @@ class CpuShare:
             if self.park is not None:
                 self.park.close()
             self.weights.restore()
+            if self.confined is not None:
+                self._confine(None, time.monotonic())
             if self._lowered_since is not None:
                 self.lowered_s += time.monotonic() - self._lowered_since
                 self._lowered_since = None

@@ -202,7 +202,8 @@ class TritonPythonModel:
 
         park = PoolPark(new_native_threads(self._threads_before, threads())) if s.cpu_share_park else None
         try:
-            return CpuShare(ShareMember(s.name, s.sla_ms, s.cpu_share), steps=nice_steps(s.cpu_share_nice), park=park)
+            return CpuShare(ShareMember(s.name, s.sla_ms, s.cpu_share, s.cpu_share_split),
+                            steps=nice_steps(s.cpu_share_nice), park=park)
         except OSError as e:  # never fails a load: the model serves as an unshared one
             print(f"lazybatch: {s.name}: cpu_share off: cannot join the server's CPU share ({e})", file=sys.stderr)
             return None

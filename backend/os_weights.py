@@ -91,6 +91,20 @@ def threads(pid: int | None = None) -> list[int]:
     return sorted(int(t) for t in os.listdir(f"/proc/{pid or os.getpid()}/task"))
 
 
+def set_cores(tids: Iterable[int], cores: Iterable[int]) -> int:
+    """Confine each of ``tids`` to ``cores`` (``sched_setaffinity`` on a thread id acts on that thread); returns how
+    many were set. A process may move its own threads between the cores its cpuset allows with no privilege, both
+    ways, so unlike a weight this is never refused; a thread gone meanwhile is skipped."""
+    mask, done = set(cores), 0
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, mask)
+            done += 1
+        except OSError:
+            continue
+    return done
+
+
 def read_weight(tid: int, pid: int | None = None) -> Weight:
     """A thread's weight as the kernel reports it in /proc (stat fields 19, nice, and 41, policy): what tests and
     operators read, independent of what this module believes it set."""

@@ -309,6 +309,14 @@ SCHEMA: tuple[Parameter, ...] = (
           'wait in SCHED_IDLE, so that their spinning after its last operator runs only on a core nobody else '
           'wants; put back before its next run (docs/colocation.md, "Parked pools") | false: they spin at the '
           "model's weight"),
+    P('cpu_share_split', 'co-location',
+      value='true', lever=True,
+      default='`true`',
+      doc='cpu_share models: true (default): while a more urgent member and a less urgent one are both active, the '
+          "server's cores are split between them (the most urgent takes the first half, at least one core; every "
+          "member below it the rest), each moving its own threads (sched_setaffinity, no privilege needed), and "
+          'every thread goes back to every core once they are not; a model alone or beside equals keeps every core '
+          '(docs/colocation.md, "Split cores") | false: only the nice and the parked pools'),
     P('cpu_share_nice', 'co-location',
       value='10', lever=True,
       default='10',

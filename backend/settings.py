@@ -111,6 +111,7 @@ class BackendSettings:
     cpu_share: str = "auto"  # the CPU share's role (batcher/cpu_rank.py), or "none": off (backend/cpu_share.py)
     cpu_share_nice: int = 10  # the nice its threads take under one more urgent active model (cpu_rank.nice_steps)
     cpu_share_park: bool = True  # cpu_share models: onnxruntime's workers parked in SCHED_IDLE while idle (pool_park)
+    cpu_share_split: bool = True  # cpu_share models: the cores split by rank while ranks meet (cpu_rank.cores_for)
     device_solo_intra_op_threads: int = -1  # whole passes alone on the device: -1 the cores (solo_threads), 0 off
 
     def request_level(self, priority: int) -> tuple[int, str | None]:
@@ -195,6 +196,7 @@ class BackendSettings:
             cpu_share=_cpu_share(_param(cfg, "cpu_share")),
             cpu_share_nice=_cpu_share_nice(_param(cfg, "cpu_share_nice")),
             cpu_share_park=_bool(_param(cfg, "cpu_share_park"), "cpu_share_park"),
+            cpu_share_split=_bool(_param(cfg, "cpu_share_split"), "cpu_share_split"),
             **_production_settings(cfg),
         )
 

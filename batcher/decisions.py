@@ -17,6 +17,8 @@ DEVICE = "device"
 # the CPU share moved the model's threads to another nice (backend/cpu_share.py): its own log, counted beside the
 # scheduler's only for models in the share
 WEIGHT = "weight"
+# the CPU share moved the model's threads to another set of cores (cpu_share_split): its own log, as WEIGHT
+CORES = "cores"
 
 
 class Decision(NamedTuple):

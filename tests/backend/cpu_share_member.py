@@ -1,6 +1,6 @@
 """A member of a CPU share in a process of its own, driven by lines on stdin (tests/backend/test_cpu_share.py).
 
-    python cpu_share_member.py FOLDER NAME SLA_MS ROLE [nobody]
+    python cpu_share_member.py FOLDER NAME SLA_MS ROLE [nobody | nosplit]
 
 Lines: ``active`` (a request now, and every 50 ms after), ``idle`` (no more), ``thread`` (start a thread; prints its
 id), ``state`` (prints the share's nice, lowerings and counts), ``close`` (the model is unloaded).
@@ -29,8 +29,8 @@ def main() -> None:
             os.setuid(65534)
 
     said: list[str] = []
-    share = CpuShare(ShareMember(name, float(sla) if sla != "-" else None, role), folder=folder, poll_s=0.02,
-                     window_s=0.3, log=said.append)
+    share = CpuShare(ShareMember(name, float(sla) if sla != "-" else None, role, sys.argv[5:] != ["nosplit"]),
+                     folder=folder, poll_s=0.02, window_s=0.3, log=said.append)
     stop = threading.Event()
     active = threading.Event()
     for _ in range(3):  # a pool's idle workers
@@ -65,7 +65,8 @@ def main() -> None:
         elif cmd == "state":
             print(json.dumps({"nice": share.nice, "lowerings": share.lowerings, "changes": share.weights.changes,
                               "refused": share.weights.refused, "said": said,
-                              "lowered_s": share.lowered_seconds(),
+                              "lowered_s": share.lowered_seconds(), "confined": share.confined,
+                              "confinements": share.confinements,
                               "decisions": [[d.kind, d.value, d.reason] for d in share.log]}), flush=True)
         elif cmd == "close":
             share.close()

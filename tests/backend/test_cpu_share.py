@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lazybatch.backend.os_weights import Privileges, read_weight, thread_nices
+from lazybatch.backend.os_weights import Privileges, read_weight, thread_nices, threads
 from lazybatch.batcher.cpu_rank import NICE_STEPS
 
 MEMBER = Path(__file__).with_name("cpu_share_member.py")
@@ -45,6 +45,16 @@ class Member:
 
     def nices(self) -> set[int]:
         return thread_nices(self.pid)
+
+    def cores(self) -> set[frozenset[int]]:
+        """Each thread's cores, as the kernel reports them (a thread gone meanwhile is left out)."""
+        out = set()
+        for tid in threads(self.pid):
+            try:
+                out.add(frozenset(os.sched_getaffinity(tid)))
+            except OSError:
+                continue
+        return out
 
     def stop(self) -> None:
         if self.p.poll() is None:
@@ -87,10 +97,71 @@ def test_a_model_is_lowered_beside_a_more_urgent_active_one_and_put_back_when_it
         assert state["lowerings"] == 1 and state["changes"] > 0 and state["refused"] == 0 and state["said"] == []
         assert state["lowered_s"] > 0 and state["nice"] == 0
         # each change is a WEIGHT decision in the share's log, saying which model set it
-        assert state["decisions"] == [["weight", float(LOWERED), f"nice {LOWERED}: below small (active, more urgent)"],
-                                      ["weight", 0.0, "nice 0: no more urgent member active"]], state
+        assert [d for d in state["decisions"] if d[0] == "weight"] == [
+            ["weight", float(LOWERED), f"nice {LOWERED}: below small (active, more urgent)"],
+            ["weight", 0.0, "nice 0: no more urgent member active"]]
         mine = urgent.ask("state")
-        assert mine["changes"] == 0 and mine["decisions"] == []  # the urgent one never touched its threads
+        assert mine["changes"] == 0 and mine["decisions"] == []  # the urgent one never touched its threads: the other
+        # was never active, so the urgent one kept every core
+    finally:
+        urgent.stop()
+        other.stop()
+
+
+ALL = frozenset(os.sched_getaffinity(0))
+FIRST, REST = frozenset(sorted(ALL)[:max(1, len(ALL) // 2)]), frozenset(sorted(ALL)[max(1, len(ALL) // 2):])
+needs_two_cores = pytest.mark.skipif(len(ALL) < 2, reason="a split needs two cores; this process may use one")
+
+
+@needs_two_cores
+def test_the_cores_are_split_while_both_ranks_are_active_and_given_back_after(folder):
+    """No privilege needed: a process moves its own threads between the cores it may use, both ways."""
+    urgent, other = Member(folder, "small", "10"), Member(folder, "large", "100")
+    try:
+        urgent.send("active")
+        _until(lambda: other.cores() == {REST})  # below an active, more urgent member: the rest, every thread
+        born = other.ask("thread")["tid"]
+        assert os.sched_getaffinity(born) == REST  # born confined, as its parent
+        assert urgent.cores() == {ALL}  # the urgent one keeps every core while nobody below it is active
+        other.send("active")
+        _until(lambda: urgent.cores() == {FIRST})  # both active: the urgent one takes the first half
+        assert other.cores() == {REST}
+        urgent.send("idle")
+        took = _until(lambda: other.cores() == {ALL})  # no more urgent member active: every core again
+        assert took < 2.0  # the window (0.3 s here) and a poll
+        assert urgent.cores() == {FIRST}  # idle, it keeps its part while a member below it is active: its next
+        other.send("idle")  # request finds its cores free, and it gives them back once nobody below is active
+        _until(lambda: urgent.cores() == {ALL})
+        state, mine = other.ask("state"), urgent.ask("state")
+        assert state["confined"] is None and state["confinements"] == 1 and mine["confinements"] == 1
+        assert [d[2] for d in state["decisions"] if d[0] == "cores"] == [
+            f"cores {','.join(map(str, sorted(REST)))}: split by rank beside another active member",
+            f"cores {','.join(map(str, sorted(ALL)))}: every core"]
+    finally:
+        urgent.stop()
+        other.stop()
+
+
+@needs_two_cores
+def test_equals_and_a_member_alone_keep_every_core_and_split_false_opts_out(folder):
+    a, b = Member(folder, "a", "50"), Member(folder, "b", "50")
+    try:
+        a.send("active")
+        b.send("active")
+        time.sleep(0.3)
+        assert a.cores() == b.cores() == {ALL}  # equal ranks: nothing to split
+        assert a.ask("state")["confinements"] == 0
+    finally:
+        a.stop()
+        b.stop()
+    urgent, other = Member(folder, "small", "10"), Member(folder, "large", "100", "auto", "nosplit")
+    try:
+        urgent.send("active")
+        other.send("active")
+        time.sleep(0.3)
+        assert other.cores() == {ALL}  # cpu_share_split false: only the nice
+        assert urgent.cores() == {ALL}  # and the urgent one keeps every core: a member below that does not split
+        # takes no part of its own
     finally:
         urgent.stop()
         other.stop()

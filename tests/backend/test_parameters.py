@@ -55,7 +55,8 @@ def test_every_parameter_read_is_in_the_schema_and_every_one_in_it_is_read():
 def test_absent_parameters_take_the_schemas_defaults(tmp_path):
     s = BackendSettings.from_config(parse_config_text(MINIMAL), tmp_path / "1")
     booleans = {"profile_on_load", "allow_nan", "use_env_allocators", "inplace_residuals", "cuda_graphs",
-                "shared_cuda_stream", "response_thread", "batch_per_execute", "metrics", "cpu_share_park"}
+                "shared_cuda_stream", "response_thread", "batch_per_execute", "metrics", "cpu_share_park",
+                "cpu_share_split"}
     for name in booleans:
         assert getattr(s, name) is (P.default_value(name) == "true"), name
     for name in ("device_tensors", "fuse_stages", "cpu_share", "execution_provider", "timeout_action"):

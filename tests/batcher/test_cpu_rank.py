@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lazybatch.batcher.cpu_rank import BEST_EFFORT, LATENCY_CRITICAL, NICE_STEPS, ShareMember, nice_for
+from lazybatch.batcher.cpu_rank import BEST_EFFORT, LATENCY_CRITICAL, NICE_STEPS, ShareMember, cores_for, nice_for
 
 
 def test_the_shorter_sla_ranks_first_and_equal_slas_stay_equal():
@@ -36,3 +36,23 @@ def test_each_distinct_rank_above_is_one_step_and_the_steps_stop_at_the_last():
 def test_an_unknown_role_is_refused():
     with pytest.raises(ValueError, match="role must be one of"):
         ShareMember("x", 1.0, "urgent")
+
+
+def test_the_cores_split_between_the_most_urgent_active_rank_and_the_rest():
+    small, mid, large = ShareMember("small", 10.0), ShareMember("mid", 50.0), ShareMember("large", 100.0)
+    cores = (3, 0, 2, 1)
+    assert cores_for(small, [large], cores) == (0, 1)  # the most urgent: the first half
+    assert cores_for(large, [small], cores) == (2, 3)  # below it: the rest
+    assert cores_for(mid, [small, large], cores) == (2, 3)  # every member below the most urgent shares the rest
+    assert cores_for(small, [], cores) is None  # alone: every core
+    assert cores_for(small, [ShareMember("twin", 10.0)], cores) is None  # equals: nothing to split
+    assert cores_for(large, [small], (0,)) is None  # one core: nothing to split
+    assert cores_for(small, [large], (0, 1, 2)) == (0,) and cores_for(large, [small], (0, 1, 2)) == (1, 2)
+
+
+def test_a_member_that_does_not_split_takes_and_leaves_no_part():
+    small, large = ShareMember("small", 10.0), ShareMember("large", 100.0)
+    unsplit_large = ShareMember("large", 100.0, split=False)
+    assert cores_for(small, [unsplit_large], (0, 1)) is None
+    assert cores_for(unsplit_large, [small], (0, 1)) is None
+    assert cores_for(large, [ShareMember("small", 10.0, split=False)], (0, 1)) is None
