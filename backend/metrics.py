@@ -26,7 +26,6 @@ import threading
 import time
 from typing import Any, NamedTuple, Sequence
 
-from lazybatch.batcher.decisions import WEIGHT
 
 # request outcomes (label "outcome" of lazybatch_requests_total)
 OK, REJECTED, CANCELLED, ERROR, UNAVAILABLE, INVALID = "ok", "rejected", "cancelled", "error", "unavailable", \
@@ -309,9 +308,9 @@ class ModelMetrics:
                 out += _hist("lazybatch_stage_batch_size", lab, h)
                 out.append(Sample("lazybatch_stage_failures_total", lab, fails))
             out += [Sample("lazybatch_decisions_total", m + (("kind", k),), v) for k, v in self.decisions.items()]
-            if self.cpu_share is not None:  # the CPU share's own decisions (its nice changes)
-                out.append(Sample("lazybatch_decisions_total", m + (("kind", WEIGHT),),
-                                  self.cpu_share.log.counts[WEIGHT]))
+            if self.cpu_share is not None:  # the CPU share's own decisions (its nice and cores changes)
+                out += [Sample("lazybatch_decisions_total", m + (("kind", k),), v)
+                        for k, v in self.cpu_share.log.counts.items()]
             out += [Sample("lazybatch_dispatch_reasons_total", m + (("reason", k),), v)
                     for k, v in self.reasons.items()]
             out += [Sample(k, m, v) for k, v in self.gauges.items()]

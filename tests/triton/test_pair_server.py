@@ -12,6 +12,7 @@ smaller, so the whole module runs in well under a minute."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -27,7 +28,7 @@ from lazybatch.backend.config_pbtxt import config_to_text, load_config
 from lazybatch.shipped import PAIR_OURS, PAIR_POLICIES
 from lazybatch.serving import TritonServer, free_port
 from lazybatch.staging import make_mlp, split_model
-from lazybatch.backend.os_weights import thread_nices
+from lazybatch.backend.os_weights import thread_nices, threads
 from lazybatch.client.soak import scrape
 from lazybatch.formats.prometheus import parse_samples
 from triton_models import stub_pid
@@ -65,6 +66,14 @@ def pair_server(tmp_path_factory):
         yield server, repo
     finally:
         server.stop()
+
+
+def _cores(tid: int) -> set[int] | None:
+    """A thread's cores, or None where it is gone."""
+    try:
+        return os.sched_getaffinity(tid)
+    except OSError:
+        return None
 
 
 def _share_metric(server, name: str) -> dict[str, float]:
@@ -140,10 +149,17 @@ def test_the_pair_runs_both_models_at_once_and_prints_its_table(pair_server, tmp
               if lab.get("kind") == "weight"}
     assert weight[f"{PREFIXES['large']}_{PAIR_OURS}"] >= 1 and weight[f"{PREFIXES['small']}_{PAIR_OURS}"] == 0, weight
     assert not any(m.endswith("triton_0us") for m in weight), weight
-    # and once the small model is idle for the share's window, every thread is back
+    # both were busy at once: each took its part of the cores (a cores decision each), where there are two to split
+    split = {lab["model"]: v for lab, v in parse_samples(scrape(server.endpoints.metrics), "lazybatch_decisions_total")
+             if lab.get("kind") == "cores"}
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert split[f"{PREFIXES['large']}_{PAIR_OURS}"] >= 1 and split[f"{PREFIXES['small']}_{PAIR_OURS}"] >= 1, split
+    # and once the small model is idle for the share's window, every thread is back, on every core
     end = time.monotonic() + ACTIVE_WINDOW_S + 10 * POLL_S + 5.0
-    while thread_nices(pids[("large", PAIR_OURS)]) != {0}:
-        assert time.monotonic() < end, "the large model's threads stayed lowered after the small one went idle"
+    every = os.sched_getaffinity(0)
+    while thread_nices(pids[("large", PAIR_OURS)]) != {0} or any(
+            _cores(t) not in (None, every) for t in threads(pids[("large", PAIR_OURS)])):
+        assert time.monotonic() < end, "the large model's threads stayed lowered or confined after the small one idled"
         time.sleep(0.05)
 
     text = pair.report(data, tmp_path)
