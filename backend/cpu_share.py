@@ -205,6 +205,7 @@ class CpuShare:
             self.park.set_neighbours_active(bool(active))
         want = nice_for(self.me, peers, self.steps)
         cores = cores_for(self.me, active, self.cores) if self.cores else None
+        moved = False  # whether a weight was set this look: it sets the class too, which parked workers must keep
         with self._lock:
             t = time.monotonic()
             self._confine(cores, t)
@@ -220,6 +221,7 @@ class CpuShare:
                     if fresh:
                         self.weights.set(fresh, Weight(self.base.policy, max(want, self.base.nice)))
                         self._set = set(tids)
+                        moved = True
                 if self.weights.said is not None and not self.weights.original:  # refused: nothing could be lowered
                     want = 0
                     self._set.clear()
@@ -228,6 +230,7 @@ class CpuShare:
                 self.weights.set(threads(), self.base)
                 self.weights.restore()
                 self._set.clear()
+                moved = True
             if want > 0 and self._lowered_since is None:
                 self._lowered_since = t
                 self.lowerings += 1
@@ -239,6 +242,8 @@ class CpuShare:
             if want != self.nice:
                 self.log.add(t, WEIGHT, 0, len(peers), self._why(want, peers), float(want))
             self.nice = want
+            if moved and self.park is not None:
+                self.park.reassert()
         if self._said is not None and said_before is None:
             self._log(f"cpu_share: threads are not lowered beside more urgent models ({self._said})")
         return want
@@ -260,6 +265,8 @@ class CpuShare:
                          float(len(cores or self.cores)))
         set_cores([tid for tid in tids if tid not in self._cored], cores or self.cores)
         self._cored = set(tids) if cores is not None else set()
+        if self.park is not None and cores != self.confined:
+            self.park.set_cores(len(cores) if cores else None)  # a pool wider than its cores parks the surplus
         self.confined = cores
 
     def _why(self, nice: int, peers: list[ShareMember]) -> str:

@@ -60,6 +60,9 @@ class PoolPark:
         # a model with none pays nothing for it
         self.neighbours_active = False
         self.idle = False  # the model's work ended and it has not run since
+        # workers kept in SCHED_IDLE while the model runs, because the share confined its threads to fewer cores than
+        # the pool is wide (``set_cores``): a spinning worker on its caller's one core halves a stage's speed
+        self.surplus: list[int] = []
         self.parks = 0  # parkings: busy periods ended with the pool parked, or idle pools parked by the watcher
         self.syscalls = 0
         self.syscall_s = 0.0  # time spent in them (docs/results/cpu_share_cost.md)
@@ -95,27 +98,53 @@ class PoolPark:
             self.idle = False
             self._unpark()
 
+    def set_cores(self, cores: int | None) -> None:
+        """The share confined this process's threads to ``cores`` cores (None: every core again). While the pool
+        (its workers and the calling thread) is wider than that, the surplus workers wait in SCHED_IDLE even while
+        the model runs: on one core, onnxruntime's spinning worker doubled a pass (the 8 x 2048 MLP, a pool of two
+        on one core: 15.9 ms at batch 1, 8.2 with its worker parked, 7.5 with a pool of one).
+        The calling thread then runs the blocks the parked workers do not take. Nothing where not allowed."""
+        want = max(0, len(self.workers) + 1 - cores) if cores and self.allowed else 0
+        with self._lock:
+            new = self.workers[:want]
+            if not self.parked:  # a parked pool keeps every worker parked; _unpark leaves the surplus
+                self._set(os.SCHED_IDLE, [t for t in new if t not in self.surplus])
+                self._set(os.SCHED_OTHER, [t for t in self.surplus if t not in new])
+            self.surplus = new
+
+    def reassert(self) -> None:
+        """The share set its threads' weights (a nice, in the normal class): the workers that should wait in
+        SCHED_IDLE (all of them while parked, else the surplus) go back there, at the nice they were given."""
+        with self._lock:
+            self._set(os.SCHED_IDLE, self.workers if self.parked else self.surplus)
+
     def close(self) -> None:
         """Unloaded: no worker stays parked."""
         with self._lock:
-            self._unpark()
+            surplus, self.surplus = self.surplus, []
+            if self.parked:
+                self._unpark()  # every worker, the surplus included
+            else:
+                self._set(os.SCHED_OTHER, surplus)
             self.allowed = False
 
     def _park_if_wanted(self) -> None:
         if self.allowed and self.neighbours_active and not self.parked:
-            self._set(os.SCHED_IDLE)
+            self._set(os.SCHED_IDLE, [t for t in self.workers if t not in self.surplus])
             self.parked = True
             self.parks += 1
 
     def _unpark(self) -> None:
         if self.parked:
-            self._set(os.SCHED_OTHER)
+            self._set(os.SCHED_OTHER, [t for t in self.workers if t not in self.surplus])
             self.parked = False
 
-    def _set(self, policy: int) -> None:
+    def _set(self, policy: int, tids: list[int]) -> None:
+        if not tids:
+            return
         t0 = time.perf_counter()
         gone = []
-        for tid in self.workers:
+        for tid in tids:
             try:
                 os.sched_setscheduler(tid, policy, os.sched_param(0))  # keeps the thread's nice
             except ProcessLookupError:
@@ -125,4 +154,6 @@ class PoolPark:
             self.syscalls += 1
         for tid in gone:
             self.workers.remove(tid)
+            if tid in self.surplus:
+                self.surplus.remove(tid)
         self.syscall_s += time.perf_counter() - t0

@@ -60,6 +60,35 @@ def test_park_and_unpark_move_the_workers_and_keep_their_nice():
         stop.set()
 
 
+@needs_privilege
+def test_workers_beyond_the_cores_the_share_leaves_stay_parked_while_the_model_runs():
+    """A pool of three (two workers and the caller) confined to one core: two surplus workers; to two: one."""
+    tids, stop = _threads(2)
+    try:
+        park = PoolPark(tids)
+        park.set_cores(1)
+        assert [read_weight(t).policy for t in tids] == [IDLE, IDLE] and park.surplus == tids
+        park.set_cores(2)
+        assert [read_weight(t).policy for t in tids] == [IDLE, NORMAL]
+        park.set_neighbours_active(True)
+        park.park()  # idle beside a neighbour: every worker parked, the surplus already was (no syscall for it)
+        assert [read_weight(t).policy for t in tids] == [IDLE, IDLE] and park.syscalls == 4
+        park.unpark()  # running again: the surplus stays parked
+        assert [read_weight(t).policy for t in tids] == [IDLE, NORMAL]
+        park.set_cores(None)  # every core again: every worker back
+        assert [read_weight(t).policy for t in tids] == [NORMAL, NORMAL] and park.surplus == []
+        park.set_cores(1)
+        park.close()  # unloaded while confined: no worker stays parked
+        assert [read_weight(t).policy for t in tids] == [NORMAL, NORMAL]
+        park.set_cores(1)  # closed: never parked again
+        assert [read_weight(t).policy for t in tids] == [NORMAL, NORMAL]
+        unprivileged = PoolPark(tids, privileges=Privileges(cap_sys_nice=False, rlimit_nice=0))
+        unprivileged.set_cores(1)  # it could not put them back: it parks none
+        assert [read_weight(t).policy for t in tids] == [NORMAL, NORMAL] and unprivileged.surplus == []
+    finally:
+        stop.set()
+
+
 def test_without_the_privilege_nothing_is_parked():
     tids, stop = _threads(1)
     try:
@@ -148,6 +177,36 @@ def test_a_pool_parks_only_while_a_neighbour_is_active(tmp_path):
         share.step()
         park.park()
         assert not park.neighbours_active and not park.parked
+    finally:
+        share.close()
+        stop.set()
+
+
+@needs_privilege
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a split needs two cores; this process may use one")
+def test_a_confined_member_keeps_its_surplus_workers_parked_while_it_runs(tmp_path):
+    """Beside a more urgent active member the share confines this process to the rest of the cores (one of two) and
+    its pool of two (one worker and the caller) keeps its worker parked; once that member is idle, back."""
+    from lazybatch.backend.cpu_share import CpuShare
+    from lazybatch.batcher.cpu_rank import ShareMember
+
+    tids, stop = _threads(1)
+    park = PoolPark(tids)
+    share = CpuShare(ShareMember("large", 100.0, "auto"), folder=tmp_path, park=park, poll_s=60.0,
+                     log=lambda text: None)
+    try:
+        urgent = tmp_path / f"{os.getppid()}.json"
+        urgent.write_text('{"pid": %d, "name": "small", "sla_ms": 10, "role": "auto", "split": true}' % os.getppid())
+        now = time.time()
+        os.utime(urgent, (now, now))
+        share.step()
+        assert share.confined is not None and len(share.confined) < len(share.cores)
+        assert park.surplus == tids and read_weight(tids[0]).policy == IDLE  # running, all the same parked
+        assert os.sched_getaffinity(tids[0]) == set(share.confined)
+        os.utime(urgent, (0, 0))
+        share.step()
+        assert share.confined is None and park.surplus == [] and read_weight(tids[0]).policy == NORMAL
+        assert os.sched_getaffinity(tids[0]) == set(share.cores)
     finally:
         share.close()
         stop.set()
