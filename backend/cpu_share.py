@@ -10,7 +10,8 @@ between them, each stub moving its own threads (``cpu_rank.cores_for``, ``cpu_sh
 keep a 1 ms model's p99 beside a neighbour batching on both cores, and a core per model did:
 docs/results/colocation_capacity.md). Served on the quickstart's pair (docs/results/cpu_share.md) both models'
 averages were lower than under Triton's best, and a model alone is never lowered, parked nor confined, so the share
-is on by default for lazybatch models on a CPU (``cpu_share: auto``; ``none`` opts a model out; docs/colocation.md, "On by default").
+is on by default for lazybatch models on a CPU (``cpu_share: auto``; ``none`` opts a model out; docs/colocation.md,
+"On by default").
 
 How the members meet, without an arbiter: each writes one small file in a folder of its server's (``registry_dir``:
 per tritonserver process, the stubs' parent). The file's mtime says when the model last had a request:

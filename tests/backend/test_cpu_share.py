@@ -143,17 +143,7 @@ def test_the_cores_are_split_while_both_ranks_are_active_and_given_back_after(fo
 
 
 @needs_two_cores
-def test_equals_and_a_member_alone_keep_every_core_and_split_false_opts_out(folder):
-    a, b = Member(folder, "a", "50"), Member(folder, "b", "50")
-    try:
-        a.send("active")
-        b.send("active")
-        time.sleep(0.3)
-        assert a.cores() == b.cores() == {ALL}  # equal ranks: nothing to split
-        assert a.ask("state")["confinements"] == 0
-    finally:
-        a.stop()
-        b.stop()
+def test_a_member_with_split_false_takes_no_part_and_leaves_none(folder):
     urgent, other = Member(folder, "small", "10"), Member(folder, "large", "100", "auto", "nosplit")
     try:
         urgent.send("active")
@@ -204,6 +194,7 @@ def test_equal_ranks_stay_equal(folder):
         b.send("active")
         time.sleep(0.5)
         assert a.nices() == b.nices() == {0}
+        assert a.cores() == b.cores() == {ALL} and a.ask("state")["confinements"] == 0  # no cores split either
         assert a.ask("state")["changes"] == b.ask("state")["changes"] == 0
     finally:
         a.stop()
