@@ -26,6 +26,7 @@ import threading
 import time
 from typing import Any, NamedTuple, Sequence
 
+from lazybatch.batcher.decisions import CORES, WEIGHT
 
 # request outcomes (label "outcome" of lazybatch_requests_total)
 OK, REJECTED, CANCELLED, ERROR, UNAVAILABLE, INVALID = "ok", "rejected", "cancelled", "error", "unavailable", \
@@ -309,8 +310,9 @@ class ModelMetrics:
                 out.append(Sample("lazybatch_stage_failures_total", lab, fails))
             out += [Sample("lazybatch_decisions_total", m + (("kind", k),), v) for k, v in self.decisions.items()]
             if self.cpu_share is not None:  # the CPU share's own decisions (its nice and cores changes)
-                out += [Sample("lazybatch_decisions_total", m + (("kind", k),), v)
-                        for k, v in self.cpu_share.log.counts.items()]
+                counts = self.cpu_share.log.counts  # its log counts the scheduler's kinds too, at 0: only its own
+                out += [Sample("lazybatch_decisions_total", m + (("kind", k),), counts[k])
+                        for k in (WEIGHT, CORES) if k in counts]
             out += [Sample("lazybatch_dispatch_reasons_total", m + (("reason", k),), v)
                     for k, v in self.reasons.items()]
             out += [Sample(k, m, v) for k, v in self.gauges.items()]
