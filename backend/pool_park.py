@@ -20,6 +20,9 @@ load generator, Triton's own threads): 5-15% in-process beside two busy processe
 average was 0.73-0.93x Triton 0 ms's with its pool parked against 0.93-0.99x unparked (docs/colocation.md, "On by
 default"). What parking buys a neighbour is paid only where there is one.
 
+While the CPU share splits the cores (backend/cpu_share.py), a pool wider than the cores its threads keep parks the
+surplus workers even while the model runs (``set_cores``): on one core a spinning worker doubled a pass.
+
 Putting a worker back from SCHED_IDLE needs CAP_SYS_NICE or an RLIMIT_NICE of at least 20 (sched(7)); without
 either, the pool is never parked (``allowed`` is False), as the CPU share lowers nothing it could not put back.
 """
