@@ -93,10 +93,13 @@ PAGES: dict[str, Page] = {
         ("python -m benchmarks.bench_mixed --models gnmt,resnet50,mlp --loads 0.7,1.2 --reps 3 --duration 30 "
          "--out lazybatch-results/mixed --data docs/data/mixed.json",
          "python -m benchmarks.mixed_page"), one_commit=True),
+    # every policy served on four models (generated at 7e215ec, three defaults ago), retired: the default against
+    # Triton's batcher is the "default" page above, every policy on a model's own table is `lazybatch simulate`
     "regimes": Page(
         "docs/results/regimes.md", "whole", "the spread over 3 slices per cell",
         ("python -m benchmarks.bench_regimes --quiet-machine",
-         "python -m benchmarks.bench_regimes --from-results docs/data/regimes.json"), one_commit=True),
+         "python -m benchmarks.bench_regimes --from-results docs/data/regimes.json"), one_commit=True,
+        retired_at="5ad138e"),
     "simulator": Page(
         "docs/simulator.md", "by hand", "20 seeds per point",
         ("lazybatch simulate --paper --out lazybatch-results/paper",

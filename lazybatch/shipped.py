@@ -124,7 +124,7 @@ def build_default_repository(repository: str | Path = "model_repository", *, kin
     tokens (default 1). ``priority_levels``, ``default_priority_level``:
     every model gets them; ``priority_timeouts_us`` the models under Triton's own batcher (``add_model``).
     ``parameters`` (suffix -> config.pbtxt parameters): further parameters of a suffix's model, e.g. a device_group
-    or a benchmark's variant (benchmarks/regimes/policies.py POLICY_PARAMETERS);
+    or a benchmark's variant;
     ``replace`` rewrites existing model directories from the build as it is (no new split or profile)."""
     from lazybatch.staging import split_model
 

@@ -4,7 +4,7 @@ loads, with no serving cost.
 Why: a real-server figure mixes what a policy decides with what serving costs (the backend's per-stage hand-off,
 Python, a CPU shared with the load generator). Replaying the loads on the table the policies read separates the two.
 A goal that the simulated policy misses is beyond the algorithm on this model and hardware, however lean the
-implementation; a goal it meets and the server misses is lost to serving cost. benchmarks/bench_regimes.py puts
+implementation; a goal it meets and the server misses is lost to serving cost. benchmarks/bench_default.py puts
 both on its results page.
 
 Loads are fractions of the table's own batch-1 rate (1 / t1, t1 the mean latency of a request served alone on the
@@ -29,7 +29,7 @@ from .engine import Simulation
 from .metrics import measure
 
 # Simulated counterparts of the served policies: graph:N is Triton's dynamic batcher with max_queue_delay N ms
-# (batcher/policies/graph_batching.py), which bench_regimes serves as triton_<N*1000>us (graph_<N>ms for seq2seq).
+# (batcher/policies/graph_batching.py), which the benchmarks serve as triton_<N*1000>us (graph_<N>ms for seq2seq).
 # lazy_benefit is lazy with preempt=benefit (batcher/policies/lazy.py); seq2seq models, where that rule does not
 # apply, leave it out.
 POLICIES: dict[str, str] = {"lazy": "lazy", "lazy_benefit": "lazy:preempt=benefit", "oracle": "oracle",

@@ -13,17 +13,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA, RESULTS = ROOT / "docs" / "data", ROOT / "docs" / "results"
 
 
-def test_the_regimes_page_renders_byte_for_byte(tmp_path):
-    """The whole page from its raw data (plots into a scratch folder laid out like docs/)."""
-    pytest.importorskip("matplotlib")
-    from benchmarks import bench_regimes
-
-    page, img, data = tmp_path / "results" / "regimes.md", tmp_path / "img", tmp_path / "data" / "regimes.json"
-    assert bench_regimes.main(["--from-results", str(DATA / "regimes.json"), "--page", str(page), "--img-dir",
-                               str(img), "--data", str(data), "--out", str(tmp_path / "work")]) == 0
-    assert page.read_text() == (RESULTS / "regimes.md").read_text()
-
-
 @pytest.mark.parametrize("name", ["decoder", "streaming"])
 def test_the_decoder_and_streaming_pages_render_byte_for_byte(tmp_path, name):
     """The decoder page (its sweep under both drivers) and the streaming page (three models, both drivers) from
