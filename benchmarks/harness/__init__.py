@@ -8,12 +8,12 @@ from benchmarks.harness.cli import add_perf_arrivals_arg, add_sweep_args, parse_
 from benchmarks.harness.measure import (PerfMeasuredNothing, perf_row, seq2seq_requests, seq2seq_t1, served_table,
                                         static_t1)
 from benchmarks.harness.meta import ROOT, command_line, git_commit, machine_meta, write_json
-from benchmarks.harness.served import runtime_stats, served, settled_stats, start_server, triton_stats
+from benchmarks.harness.served import served, settled_stats, start_server, triton_stats
 from benchmarks.harness.stats import fmt, geomean, held_out_ratios, percentile, spread, verdict
 from benchmarks.harness.verdict import count, count_line, judge, judge_spread, judge_value
 
 __all__ = ["ROOT", "add_perf_arrivals_arg", "add_sweep_args", "command_line", "count", "count_line", "fmt",
            "geomean", "git_commit", "held_out_ratios", "judge", "judge_spread", "judge_value", "machine_meta",
-           "parse_sweep_args", "PerfMeasuredNothing", "percentile", "perf_row", "runtime_stats", "seq2seq_requests", "seq2seq_t1", "served",
+           "parse_sweep_args", "PerfMeasuredNothing", "percentile", "perf_row", "seq2seq_requests", "seq2seq_t1", "served",
            "served_table", "settled_stats", "spread", "start_server", "static_t1", "triton_stats", "turns", "verdict",
            "write_json"]

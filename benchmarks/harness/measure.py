@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,29 +49,6 @@ def static_t1(url: str, kind: str) -> float:
     model = f"{kind}_triton_0us"
     with Client(url) as c:
         return service_time(c, model, 200 if kind == "mlp" else 30)
-
-
-def request_feeds(client: Any, http: str, model: str, n: int, seed: int = 0) -> list[dict]:
-    """``n`` batch-1 requests: random inputs, or for a seq2seq model source and output lengths drawn from the shipped
-    length histogram as `lazybatch load` draws them (client/seq2seq.py)."""
-    return seq2seq_requests(http, model, n, seed) or [client.random_inputs(model, 1, seed=seed)] * n
-
-
-def sampled_service_time(client: Any, http: str, model: str, seconds: float, *, n: int | None = None,
-                 mean: bool = False) -> tuple[float, int]:
-    """Latency of sequential batch-1 requests: the median of about ``seconds`` of them (at least 10, at most 300),
-    or with ``n`` exactly the first ``n`` requests of the seeded draw. ``mean``: their mean, the service time whose
-    inverse is the service rate when requests differ in length (seq2seq: lengths from the histogram)."""
-    feeds = request_feeds(client, http, model, max(300, n or 0))
-    warm = []
-    for x in feeds[:3]:
-        t0 = time.perf_counter()
-        client.infer(model, x)
-        warm.append(time.perf_counter() - t0)
-    if n is None:
-        n = int(max(10, min(300, seconds / max(statistics.median(warm), 1e-4))))
-    times = client.latencies(model, feeds, n, warmup=0)
-    return (statistics.fmean(times) if mean else statistics.median(times)), n
 
 
 def seq2seq_t1(url: str, http: str, model: str, n: int) -> float:

@@ -1,6 +1,6 @@
-"""A served run's processes, read from /proc: tritonserver's Python backend stubs by model, a process's CPU time
-(what the probes that weigh the backend's own cost count), and its threads' nice values (set by hand for a
-reference line, and watched to show what each configuration ran at)."""
+"""A served run's processes, read from /proc: tritonserver's Python backend stubs by model, the cores a process may
+run on, and its threads' nice values (set by hand for a reference line, and watched to show what each configuration
+ran at)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,6 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, from /proc (clock ticks)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cores(pid: int) -> str | None:

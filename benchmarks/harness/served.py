@@ -55,19 +55,3 @@ def settled_stats(http: str, model: str, before: dict[str, int], expect: int, ti
         if now["success"] + now["fail"] - before["success"] - before["fail"] >= expect or time.monotonic() > end:
             return now
         time.sleep(0.05)
-
-
-def runtime_stats(stats_dir: Path, model: str, at_least: int = 0, timeout: float = 20.0) -> dict:
-    """The backend's statistics file, written whenever its scheduler holds nothing; waits until it covers
-    ``at_least`` requests (the backend answers before it writes)."""
-    p = stats_dir / f"{model}.json"
-    end = time.monotonic() + timeout
-    data: dict = {}
-    while True:
-        try:
-            data = json.loads(p.read_text())
-        except (OSError, ValueError):
-            data = {}
-        if data.get("requests", 0) >= at_least or time.monotonic() > end:
-            return data
-        time.sleep(0.05)
