@@ -37,8 +37,8 @@ class Page:
 PAGES: dict[str, Page] = {
     "default": Page(
         "docs/results/default.md", "whole", "an identical copy of Triton 0 ms (triton_0us_twin) in every cell",
-        ("python -m benchmarks.bench_default --models tiny,mlp,resnet50 --loads 0.4,0.7,0.9,1.5 --reps 3 "
-         "--duration 3 --restart --driver both --perf-arrivals seeded --out lazybatch-results/default "
+        ("python -m benchmarks.bench_default --models tiny,mlp,resnet50 --loads 0.4,0.9 --reps 3 --duration 8 "
+         "--segment 2 --restart --driver both --perf-arrivals seeded --out lazybatch-results/default "
          "--json docs/data/default.json",
          "python -m benchmarks.default_page"), one_commit=True),
     # the README's first command: its two questions in about 4 minutes, run from a clean clone (scripts/quickstart.sh)
