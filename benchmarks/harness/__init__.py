@@ -12,8 +12,7 @@ from benchmarks.harness.served import served, settled_stats, start_server, trito
 from benchmarks.harness.stats import fmt, geomean, held_out_ratios, percentile, spread, verdict
 from benchmarks.harness.verdict import count, count_line, judge, judge_spread, judge_value
 
-__all__ = ["ROOT", "add_perf_arrivals_arg", "add_sweep_args", "command_line", "count", "count_line", "fmt",
-           "geomean", "git_commit", "held_out_ratios", "judge", "judge_spread", "judge_value", "machine_meta",
-           "parse_sweep_args", "PerfMeasuredNothing", "percentile", "perf_row", "seq2seq_requests", "seq2seq_t1", "served",
-           "served_table", "settled_stats", "spread", "start_server", "static_t1", "triton_stats", "turns", "verdict",
-           "write_json"]
+__all__ = ["ROOT", "add_perf_arrivals_arg", "add_sweep_args", "command_line", "count", "count_line", "fmt", "geomean",
+           "git_commit", "held_out_ratios", "judge", "judge_spread", "judge_value", "machine_meta", "parse_sweep_args",
+           "PerfMeasuredNothing", "percentile", "perf_row", "seq2seq_requests", "seq2seq_t1", "served", "served_table",
+           "settled_stats", "spread", "start_server", "static_t1", "triton_stats", "turns", "verdict", "write_json"]
